@@ -1,0 +1,56 @@
+"""The one exception tree of launchlab: every error the kit raises on purpose.
+
+    LaunchlabError
+    ├── ParamsError        a params file is wrong (file, field path, what to write instead)
+    ├── HostError          a host command, transfer or connection failed
+    │   └── ServerNotReady the server never became ready (kept for callers that need to raise it)
+    ├── ParseError         a log or telemetry file cannot be read at all
+    ├── RunDirError        a run directory is missing, incomplete or not ours
+    └── NotebookFailed     papermill could not execute a notebook
+
+Messages say what happened, where, and what to do; the CLI prints them without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class LaunchlabError(Exception):
+    """Base of every error the kit raises on purpose."""
+
+
+class ParamsError(LaunchlabError):
+    """A params file does not validate. ``problems`` lists every problem, one line each."""
+
+    def __init__(self, path: str, problems: list[str]):
+        self.path = path
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{path}: {len(self.problems)} problem(s):\n{lines}")
+
+
+class HostError(LaunchlabError):
+    """A command, transfer or connection on a host failed."""
+
+    def __init__(self, host: str, message: str):
+        self.host = host
+        super().__init__(f"host {host!r}: {message}")
+
+
+class ServerNotReady(HostError):
+    """The server did not become ready on a host."""
+
+
+class ParseError(LaunchlabError):
+    """A file cannot be parsed at all (as opposed to parsing to 'no data')."""
+
+
+class RunDirError(LaunchlabError):
+    """A run directory is missing, incomplete, or not a launchlab run directory."""
+
+
+class NotebookFailed(LaunchlabError):
+    """papermill could not execute a notebook."""
+
+    def __init__(self, notebook: str, message: str):
+        self.notebook = notebook
+        super().__init__(f"notebook {notebook}: {message}")

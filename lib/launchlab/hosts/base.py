@@ -1,0 +1,100 @@
+"""The Host protocol and the parts every shell-driven transport shares (process groups, health checks)."""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from launchlab.errors import HostError
+from launchlab.hosts import commands
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command: str
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A detached process on a host. It leads its own process group, so pgid == pid."""
+
+    role: str
+    pid: int
+    pgid: int
+
+
+class Host(Protocol):
+    name: str
+    transport: str
+    simulated: bool
+    workdir: str
+
+    def run(self, command: str, *, timeout: float = 60, check: bool = True) -> CommandResult: ...
+    def start_detached(self, role: str, argv: list[str] | tuple[str, ...], *, cwd: str, log_name: str,
+                       env_file: str | None = None) -> ProcessRef: ...
+    def group_alive(self, pgid: int) -> bool: ...
+    def kill_group(self, pgid: int, grace_s: float) -> str: ...
+    def clock(self) -> str: ...
+    def make_dir(self, path: str) -> None: ...
+    def write_text(self, path: str, text: str) -> None: ...
+    def read_bytes(self, path: str, offset: int = 0) -> bytes: ...
+    def fetch(self, remote_path: str, local_path: str) -> None: ...
+    def remove_dir(self, path: str) -> None: ...
+    def http_status(self, url: str, timeout: float = 2.0) -> int | None: ...
+    def free_port(self) -> int: ...
+
+
+class ShellHost(abc.ABC):
+    """Process control through shell commands, shared by the transports; subclasses provide `run`."""
+
+    name: str
+
+    @abc.abstractmethod
+    def run(self, command: str, *, timeout: float = 60, check: bool = True) -> CommandResult:
+        """Run a shell command on the host; raise HostError on a non-zero exit unless check=False."""
+
+    def start_detached(self, role: str, argv, *, cwd: str, log_name: str, env_file: str | None = None) -> ProcessRef:
+        cmd = commands.start_detached(argv, cwd=cwd, log_name=log_name, env_file=env_file)
+        result = self.run(cmd, timeout=30)
+        try:
+            pid = int(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise HostError(self.name, f"starting the {role} printed no pid: {result.stdout!r} {result.stderr!r}") from None
+        pgid_text = self.run(commands.process_group(pid), timeout=30).stdout.strip()
+        # setsid made the process a group leader; if it already exited, its group is its pid all the same.
+        pgid = int(pgid_text) if pgid_text.isdigit() else pid
+        if pgid != pid:
+            self.kill_group(pgid, 1)
+            raise HostError(self.name, f"the {role} (pid {pid}) is not leading its own process group ({pgid}); "
+                                       "is `setsid` available on the host?")
+        return ProcessRef(role, pid, pgid)
+
+    def group_alive(self, pgid: int) -> bool:
+        return self.run(commands.group_alive(pgid), timeout=30, check=False).exit_code == 0
+
+    def kill_group(self, pgid: int, grace_s: float) -> str:
+        """TERM the whole group, wait up to grace_s, then KILL what is left. Returns the last signal sent,
+        or "gone" when the group had already exited."""
+        if not self.group_alive(pgid):
+            return "gone"
+        self.run(commands.kill_group(pgid, "TERM"), timeout=30)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if not self.group_alive(pgid):
+                return "TERM"
+            time.sleep(0.1)
+        self.run(commands.kill_group(pgid, "KILL"), timeout=30)
+        deadline = time.monotonic() + 10
+        while self.group_alive(pgid):
+            if time.monotonic() > deadline:
+                raise HostError(self.name, f"process group {pgid} survived SIGKILL; stop it by hand: kill -KILL -- -{pgid}")
+            time.sleep(0.1)
+        return "KILL"
+
+    def clock(self) -> str:
+        return self.run(commands.host_clock(), timeout=30).stdout.strip()

@@ -1,0 +1,72 @@
+"""Shell command strings run on a host. One function builds each command; every value is shell-quoted.
+
+These strings are the whole contract with a host's shell, so they are built here, in one place, and
+unit-tested as strings. Transports only execute them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    """A file that `set -a; . FILE; set +a` turns into exported variables, values byte for byte.
+
+    shlex.quote wraps each value in single quotes, so `$`, backquotes, `;` and newlines stay literal.
+    """
+    lines = ["# written by launchlab: the environment of the server process"]
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"not a valid environment variable name: {name!r}")
+        if "\x00" in value:
+            raise ValueError(f"environment value of {name} contains a NUL byte, which no process can receive")
+        lines.append(f"{name}={shlex.quote(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def start_detached(argv: list[str] | tuple[str, ...], *, cwd: str, log_name: str, env_file: str | None) -> str:
+    """Start argv detached from the calling shell and print its pid.
+
+    setsid makes the process the leader of a new session and process group (pid == pgid), so stopping the
+    group later reaches every child it forks. All three standard streams are redirected: a command whose
+    stdout or stderr still points at the caller's channel keeps that channel open (and dies of SIGPIPE
+    when it closes). nohup keeps a hang-up of the launching session from reaching the server.
+    """
+    inner = shlex.join(argv)
+    if env_file:
+        inner = f"set -a; . ./{shlex.quote(env_file)}; set +a; exec {inner}"
+    else:
+        inner = f"exec {inner}"
+    # `cd … || exit` rather than `cd … && setsid … &`: the latter backgrounds the whole list in a subshell
+    # that keeps the caller's stdout open until the server exits, so the launching call would never return.
+    return (
+        f"cd {shlex.quote(cwd)} || exit 1; "
+        f"setsid nohup bash -c {shlex.quote(inner)} > {shlex.quote(log_name)} 2>&1 < /dev/null & echo $!"
+    )
+
+
+def process_group(pid: int) -> str:
+    """Print the process group id of pid (empty output if it is gone)."""
+    return f"ps -o pgid= -p {int(pid)} || true"
+
+
+def group_alive(pgid: int) -> str:
+    """Exit 0 when any non-zombie process of the group is alive, else 1."""
+    return (
+        f"ps -e -o pgid=,stat= | awk -v g={int(pgid)} "
+        "'$1 == g && $2 !~ /^Z/ {n++} END {exit n ? 0 : 1}'"
+    )
+
+
+def kill_group(pgid: int, signal: str) -> str:
+    if signal not in ("TERM", "KILL", "INT"):
+        raise ValueError(f"unexpected signal {signal}")
+    return f"kill -{signal} -- -{int(pgid)} 2>/dev/null || true"
+
+
+def host_clock() -> str:
+    """The host's wall clock as a naive local ISO timestamp: the time base of its logs and nvidia-smi rows."""
+    return "date +%Y-%m-%dT%H:%M:%S.%N"

@@ -1,0 +1,77 @@
+"""The `local` transport: this machine, through invoke, with the same shell commands a remote host gets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import invoke
+
+from launchlab.errors import HostError
+from launchlab.hosts.base import CommandResult, ShellHost
+
+
+def default_workdir() -> str:
+    return os.path.join(tempfile.gettempdir(), f"launchlab-host-{os.getuid()}")
+
+
+class LocalHost(ShellHost):
+    transport = "local"
+    simulated = False
+
+    def __init__(self, name: str, workdir: str | None = None, env: dict[str, str] | None = None):
+        self.name = name
+        self.workdir = workdir or default_workdir()
+        self.env = dict(env or {})
+
+    def run(self, command: str, *, timeout: float = 60, check: bool = True) -> CommandResult:
+        try:
+            res = invoke.run(command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout,
+                             env=self.env, shell="/bin/bash")
+        except invoke.exceptions.CommandTimedOut:
+            raise HostError(self.name, f"command timed out after {timeout:.0f} s: {command}") from None
+        result = CommandResult(command, res.stdout, res.stderr, res.exited)
+        if check and res.exited != 0:
+            raise HostError(self.name, f"command exited {res.exited}: {command}\n{res.stderr.strip()}")
+        return result
+
+    def make_dir(self, path: str) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+
+    def write_text(self, path: str, text: str) -> None:
+        Path(path).write_text(text, encoding="utf-8")
+
+    def read_bytes(self, path: str, offset: int = 0) -> bytes:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                return fh.read()
+        except FileNotFoundError:
+            return b""
+
+    def fetch(self, remote_path: str, local_path: str) -> None:
+        if os.path.abspath(remote_path) != os.path.abspath(local_path):
+            shutil.copyfile(remote_path, local_path)
+
+    def remove_dir(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def free_port(self) -> int:
+        """A TCP port free on 127.0.0.1 right now (the server binds it a moment later)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    def http_status(self, url: str, timeout: float = 2.0) -> int | None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - a URL from the params
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except (urllib.error.URLError, OSError, ValueError):
+            return None

@@ -1,0 +1,49 @@
+"""The `sim` transport: the local transport plus a simulated GPU box (state files and an nvidia-smi stand-in).
+
+Commands on a sim host run on this machine with two changes to their environment: the kit's own Python
+comes first on PATH (so `python3 -m launchlab.sim.sglang_server` resolves to it), preceded by a folder
+holding the simulated `nvidia-smi`; and LAUNCHLAB_SIM_STATE names the box's state folder.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from launchlab import params
+from launchlab.hosts.local import LocalHost
+from launchlab.sim import state
+
+SIM_ROOT_ENV = "LAUNCHLAB_SIM_ROOT"
+
+
+def sim_root() -> Path:
+    return Path(os.environ.get(SIM_ROOT_ENV) or Path(tempfile.gettempdir()) / f"launchlab-sim-{os.getuid()}")
+
+
+class SimHost(LocalHost):
+    transport = "sim"
+    simulated = True
+
+    def __init__(self, name: str, spec: params.SimHost):
+        self.state_dir = sim_root() / name
+        bin_dir = self.state_dir / "bin"
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        state.write_host(self.state_dir, {
+            "name": name,
+            "pace": spec.pace,
+            "weights_gib_per_rank": spec.weights_gib_per_rank,
+            "gpus": [
+                {"index": i, "name": spec.gpu_name, "uuid": state.gpu_uuid(name, i),
+                 "bus_id": f"00000000:{0x18 + i * 0x10:02X}:00.0", "mem_total_mib": spec.mem_total_mib,
+                 "mem_reserved_mib": spec.mem_reserved_mib}
+                for i in range(spec.gpus)
+            ],
+        })
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m launchlab.sim.nvidia_smi "$@"\n')
+        smi.chmod(0o755)
+        path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+        super().__init__(name, workdir=spec.workdir, env={"PATH": path, state.STATE_ENV: str(self.state_dir)})

@@ -1,0 +1,122 @@
+"""The run directory: its layout, atomic writes, and finding run directories.
+
+    <root>/<experiment>/<YYYYmmdd-HHMMSS>/
+        experiment.yaml  manifest.json  runs.parquet  events.parquet  telemetry.parquet
+        summary.ipynb  summary.html
+        runs/<run_id>/   run_variant.ipynb  status.json  processes.json  server.log  nvidia-smi.csv
+                         provenance.json  parsed.json
+
+Raw files (server.log, nvidia-smi.csv) are written once and never edited; every other file can be rebuilt
+from them with `launchlab report RUN_DIR`. Every write goes to a temporary file first and is renamed into
+place, so a crash never leaves a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from launchlab.errors import RunDirError
+
+OUTPUTS_ENV = "LAUNCHLAB_OUTPUTS"
+EXPERIMENT_FILE = "experiment.yaml"
+MANIFEST = "manifest.json"
+STATUS = "status.json"
+PROCESSES = "processes.json"
+PROVENANCE = "provenance.json"
+PARSED = "parsed.json"
+SERVER_LOG = "server.log"
+TELEMETRY_CSV = "nvidia-smi.csv"
+RUN_NOTEBOOK = "run_variant.ipynb"
+SUMMARY_NOTEBOOK = "summary.ipynb"
+SUMMARY_HTML = "summary.html"
+
+
+def project_root(start: Path | None = None) -> Path | None:
+    """The launchlab checkout containing `start` (default: the working directory), if any."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "params").is_dir() and (folder / "notebooks").is_dir():
+            return folder
+    return None
+
+
+def default_root() -> Path:
+    """Where run directories go: $LAUNCHLAB_OUTPUTS, else the checkout's outputs/, else ./outputs."""
+    if os.environ.get(OUTPUTS_ENV):
+        return Path(os.environ[OUTPUTS_ENV])
+    root = project_root()
+    return (root / "outputs") if root else Path("outputs")
+
+
+def new_run_dir(root: Path, experiment: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = root / experiment
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / stamp
+    n = 2
+    while True:
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            path = base / f"{stamp}-{n}"
+            n += 1
+
+
+def run_folder(run_dir: Path, run_id: str) -> Path:
+    return Path(run_dir) / "runs" / run_id
+
+
+def latest_run_dir(root: Path) -> Path:
+    """The newest run directory (one holding a manifest) under root."""
+    candidates = sorted(root.glob(f"*/*/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise RunDirError(f"no run directory under {root}: run `make demo` or `launchlab run PARAMS` first")
+    return candidates[-1].parent
+
+
+def check_run_dir(run_dir: Path) -> Path:
+    run_dir = Path(run_dir)
+    if not (run_dir / MANIFEST).is_file():
+        raise RunDirError(f"{run_dir} is not a launchlab run directory (it has no {MANIFEST}); "
+                          "pass the folder `launchlab run` printed")
+    return run_dir
+
+
+def write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: object) -> None:
+    write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunDirError(f"{path} is missing") from None
+    except ValueError as exc:
+        raise RunDirError(f"{path} is not valid JSON ({exc}); rebuild it with `launchlab report`") from None
+
+
+def write_frame(path: Path, frame: pd.DataFrame) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)

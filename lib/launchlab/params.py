@@ -1,0 +1,387 @@
+"""Params files: the pydantic schema of an experiment, strict loading, factor expansion and command rendering.
+
+A params file names the hosts, the baseline server command and the factors to vary. Every model forbids
+unknown keys, flag and env values must be YAML strings (so `0.10` cannot silently become `0.1`), and every
+problem is reported with the file, line and field path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, field_validator
+from pydantic import model_validator
+
+from launchlab import yamlfile
+from launchlab.errors import ParamsError
+
+PLACEHOLDERS = ("port", "run_id", "host")
+_SLUG = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+FlagValue = Union[StrictBool, StrictStr]
+
+
+def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"`{name}` is not a valid environment variable name (letters, digits, _)")
+    return env
+
+
+class Level(_Strict):
+    """What one level of a factor changes: command-line flags and environment variables."""
+
+    flags: dict[str, FlagValue] = {}
+    env: dict[str, StrictStr] = {}
+
+    @field_validator("flags")
+    @classmethod
+    def _flags_look_like_flags(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        for name in flags:
+            if not name.startswith("-") or any(c.isspace() for c in name):
+                raise ValueError(f"flag `{name}` must start with '-' and contain no spaces, e.g. --mem-fraction-static")
+        return flags
+
+    _env_names = field_validator("env")(_check_env_names)
+
+
+class SimHost(_Strict):
+    """A simulated multi-GPU box on this machine (real processes, simulated GPU memory)."""
+
+    transport: Literal["sim"]
+    gpus: int = Field(8, ge=1, le=64)
+    gpu_name: str = "RTX PRO 6000 Blackwell Server Edition (simulated)"
+    mem_total_mib: int = Field(97887, gt=0)
+    mem_reserved_mib: int = Field(566, ge=0)
+    weights_gib_per_rank: float = Field(70.0, ge=0)
+    pace: float = Field(1.0, gt=0, description="multiplies the simulated startup durations")
+    workdir: str | None = None
+
+
+class LocalHost(_Strict):
+    """This machine, its real GPUs (if any) and its real nvidia-smi."""
+
+    transport: Literal["local"]
+    gpus: int | None = Field(None, ge=0)
+    workdir: str | None = None
+
+
+HostSpec = Annotated[Union[SimHost, LocalHost], Field(discriminator="transport")]
+
+
+class ReadySpec(_Strict):
+    timeout_s: float = Field(900, gt=0)
+    health_url: str | None = None
+    log_pattern: str | None = Field(None, description="regex of the ready line; default from the server kind")
+    fatal_patterns: list[str] = []
+
+    @field_validator("log_pattern", "fatal_patterns")
+    @classmethod
+    def _regexes_compile(cls, value: Any) -> Any:
+        for pattern in [value] if isinstance(value, str) else value or []:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"`{pattern}` is not a valid regular expression: {exc}") from None
+        return value
+
+
+class ServerSpec(_Strict):
+    kind: Literal["sglang", "generic"]
+    command: list[StrictStr] = Field(min_length=1)
+    env: dict[str, StrictStr] = {}
+    ready: ReadySpec = ReadySpec()
+    stop_grace_s: float = Field(10, gt=0)
+
+    _env_names = field_validator("env")(_check_env_names)
+
+
+class DrainSpec(_Strict):
+    """After stopping: wait until every GPU's memory.used is back within tolerance of its preflight value."""
+
+    timeout_s: float = Field(60, ge=0)
+    tolerance_mib: int = Field(256, ge=0)
+
+
+class SamplerSpec(_Strict):
+    interval_ms: int = Field(100, ge=10)
+
+
+class Experiment(_Strict):
+    experiment: str = Field(pattern=_SLUG)
+    question: str = ""
+    hosts: dict[str, HostSpec] = Field(min_length=1)
+    host: str | None = Field(None, description="the host every run uses; default: the only host")
+    server: ServerSpec
+    factors: dict[str, dict[str, Level]] = {}
+    variants: list[dict[str, StrictStr]] | None = None
+    baseline: dict[str, StrictStr] | None = None
+    repetitions: int = Field(1, ge=1, le=1000)
+    drain: DrainSpec = DrainSpec()
+    sampler: SamplerSpec = SamplerSpec()
+
+    @field_validator("factors")
+    @classmethod
+    def _factor_names(cls, factors: dict[str, dict[str, Level]]) -> dict[str, dict[str, Level]]:
+        for name, levels in factors.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ValueError(f"factor name `{name}` must be an identifier (letters, digits, _)")
+            if not levels:
+                raise ValueError(f"factor `{name}` has no levels")
+            for level in levels:
+                if not re.match(_SLUG, level):
+                    raise ValueError(f"level name `{level}` of factor `{name}` must match {_SLUG}")
+        return factors
+
+    @model_validator(mode="after")
+    def _design_is_consistent(self) -> Experiment:
+        problems = []
+        if self.host is None and len(self.hosts) > 1:
+            problems.append(f"several hosts are defined ({', '.join(self.hosts)}): say which one with `host:`")
+        if self.host is not None and self.host not in self.hosts:
+            problems.append(f"host `{self.host}` is not defined under hosts: ({', '.join(self.hosts)})")
+        for i, variant in enumerate(self.variants or []):
+            problems += [f"variants[{i}]: {p}" for p in self._level_problems(variant)]
+        if self.baseline is not None:
+            problems += [f"baseline: {p}" for p in self._level_problems(self.baseline)]
+            if self.variants is not None and self.baseline not in self.variants:
+                problems.append("baseline: is not one of the listed variants")
+        elif self.factors:
+            problems.append("baseline: is required when factors are given, e.g. {" + ", ".join(
+                f"{f}: {next(iter(levels))!r}" for f, levels in self.factors.items()) + "}")
+        problems += _placeholder_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _level_problems(self, levels: dict[str, str]) -> list[str]:
+        problems = []
+        for factor, level in levels.items():
+            if factor not in self.factors:
+                problems.append(f"unknown factor `{factor}` (factors: {', '.join(self.factors) or 'none'})")
+            elif level not in self.factors[factor]:
+                problems.append(f"factor `{factor}` has no level `{level}` (levels: {', '.join(self.factors[factor])})")
+        missing = [f for f in self.factors if f not in levels]
+        if missing:
+            problems.append(f"names no level for factor(s) {', '.join(missing)}")
+        return problems
+
+    @property
+    def host_name(self) -> str:
+        return self.host or next(iter(self.hosts))
+
+    @property
+    def simulated(self) -> bool:
+        return self.hosts[self.host_name].transport == "sim"
+
+
+def _placeholder_problems(exp: Experiment) -> list[str]:
+    texts = [("server.command", t) for t in exp.server.command]
+    texts += [(f"server.env.{k}", v) for k, v in exp.server.env.items()]
+    if exp.server.ready.health_url:
+        texts.append(("server.ready.health_url", exp.server.ready.health_url))
+    for factor, levels in exp.factors.items():
+        for name, level in levels.items():
+            texts += [(f"factors.{factor}.{name}.flags.{k}", v) for k, v in level.flags.items() if isinstance(v, str)]
+            texts += [(f"factors.{factor}.{name}.env.{k}", v) for k, v in level.env.items()]
+    problems = []
+    for where, text in texts:
+        try:
+            names = [n for _, n, _, _ in string.Formatter().parse(text) if n is not None]
+        except ValueError as exc:
+            problems.append(f"{where}: `{text}` has unbalanced braces ({exc}); write {{{{ and }}}} for literal braces")
+            continue
+        for name in names:
+            if name not in PLACEHOLDERS:
+                problems.append(
+                    f"{where}: unknown placeholder {{{name}}} (known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)})"
+                )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading with errors that name the file, the line and the field
+
+
+def load(path: str | Path) -> Experiment:
+    """Read and validate a params file; raise ParamsError listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ParamsError(str(path), [f"cannot read the file: {exc.strerror}"]) from None
+    return loads(text, str(path))
+
+
+def loads(text: str, source: str = "<params>") -> Experiment:
+    try:
+        data, surprises = yamlfile.load_strict(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        raise ParamsError(source, [f"{where}not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    problems = [f"line {p.line}: {p.message}" for p in surprises]
+    if not isinstance(data, dict):
+        raise ParamsError(source, problems + ["the file must be a YAML mapping (experiment:, hosts:, server:, …)"])
+    try:
+        experiment = Experiment.model_validate(data)
+    except ValidationError as exc:
+        problems += [_describe(err, data, text) for err in exc.errors()]
+        raise ParamsError(source, problems) from None
+    if problems:
+        raise ParamsError(source, problems)
+    return experiment
+
+
+def _all_field_names() -> set[str]:
+    names: set[str] = set()
+    for model in (Level, SimHost, LocalHost, ReadySpec, ServerSpec, DrainSpec, SamplerSpec, Experiment):
+        names |= set(model.model_fields)
+    return names
+
+
+def _user_path(loc: tuple, data: Any) -> tuple:
+    """The error location as the user wrote it: drop pydantic's union tags and validator names."""
+    path: list = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, dict) and not isinstance(part, int) and part not in ("sim", "local") and "[" not in str(part):
+            path.append(part)  # a missing or unknown key: keep it, it is what the message is about
+            node = None
+    return tuple(path)
+
+
+def _describe(err: dict, data: Any, text: str) -> str:
+    path = _user_path(tuple(err["loc"]), data)
+    dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[") or "(top level)"
+    line = yamlfile.line_of(text, path)
+    where = f"line {line}: " if line else ""
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(path[-1]), _all_field_names(), n=1)
+        hint = f" (did you mean `{close[0]}`?)" if close else ""
+        msg = f"unknown field{hint}; remove it or fix its spelling"
+    elif kind == "missing":
+        msg = "required field is missing"
+    elif kind in ("string_type", "bool_type") and isinstance(value, (int, float)):
+        msg = (f"must be a quoted string, got the number {value!r}: YAML reads unquoted numbers as numbers "
+               f"(0.10 becomes 0.1); write it in quotes")
+    elif kind == "union_tag_invalid":
+        msg = f"unknown transport {err.get('ctx', {}).get('tag')!r}; use one of: sim, local"
+    elif kind == "union_tag_not_found":
+        msg = "needs `transport:` (sim or local)"
+    else:
+        msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}{dotted}: {msg}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Variants and rendering
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One combination of factor levels and what it changes relative to the baseline command."""
+
+    name: str
+    levels: dict[str, str]
+    flags: dict[str, str | bool] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        if not self.levels:
+            return "baseline"
+        return ".".join(f"{f}-{lv}" for f, lv in self.levels.items())
+
+
+def variant_name(levels: dict[str, str]) -> str:
+    return ", ".join(f"{f}={lv}" for f, lv in levels.items()) or "baseline"
+
+
+def expand(exp: Experiment) -> list[Variant]:
+    """Variants in a fixed order: the listed `variants:`, or the product of factor levels in file order."""
+    if exp.variants is not None:
+        combos = [dict(v) for v in exp.variants]
+    else:
+        names = list(exp.factors)
+        combos = [dict(zip(names, c)) for c in itertools.product(*(exp.factors[n] for n in names))]
+    variants = []
+    for levels in combos:
+        ordered = {f: levels[f] for f in exp.factors}
+        flags: dict[str, str | bool] = {}
+        env: dict[str, str] = {}
+        for factor, level in ordered.items():
+            flags.update(exp.factors[factor][level].flags)
+            env.update(exp.factors[factor][level].env)
+        variants.append(Variant(variant_name(ordered), ordered, flags, env))
+    return variants
+
+
+def baseline_variant(exp: Experiment) -> Variant:
+    variants = expand(exp)
+    if exp.baseline is None:
+        return variants[0]
+    wanted = {f: exp.baseline[f] for f in exp.factors}
+    return next(v for v in variants if v.levels == wanted)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """The rendered server launch: argv and env exactly as the server process must see them."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    health_url: str | None
+
+
+def apply_flags(argv: list[str], flags: dict[str, str | bool]) -> list[str]:
+    """Set flags on a command: a string sets `--flag value` (replacing a value already there), True adds the
+    bare flag, False removes the flag (and its value) from the command."""
+    out = list(argv)
+    for flag, value in flags.items():
+        if flag in out:
+            i = out.index(flag)
+            has_value = i + 1 < len(out) and not out[i + 1].startswith("-")
+            del out[i : i + (2 if has_value else 1)]
+            if value is not False:
+                out[i:i] = [flag] if value is True else [flag, value]
+        elif value is True:
+            out.append(flag)
+        elif value is not False:
+            out += [flag, value]
+    return out
+
+
+def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: str) -> LaunchSpec:
+    values = {"port": str(port), "run_id": run_id, "host": host}
+    argv = [t.format_map(values) for t in apply_flags(list(exp.server.command), {
+        k: (v.format_map(values) if isinstance(v, str) else v) for k, v in variant.flags.items()})]
+    env = {k: v.format_map(values) for k, v in {**exp.server.env, **variant.env}.items()}
+    url = exp.server.ready.health_url.format_map(values) if exp.server.ready.health_url else None
+    return LaunchSpec(tuple(argv), env, url)
+
+
+def dump_resolved(exp: Experiment) -> str:
+    """The experiment with every default filled in, as YAML (written to the run directory)."""
+    return yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

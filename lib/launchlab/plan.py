@@ -1,0 +1,38 @@
+"""The run plan: variants × repetitions in interleaved order (A B A B …) with stable run ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launchlab.params import Experiment, Variant, expand
+
+
+@dataclass(frozen=True)
+class Run:
+    """One launch of one variant: the unit papermill executes and the row of runs.parquet."""
+
+    run_id: str
+    seq: int
+    variant: Variant
+    repetition: int
+    host: str
+
+
+def make_plan(exp: Experiment) -> list[Run]:
+    """Every repetition round runs every variant once, so drift over time (thermal state, caches, other users
+    of the box) spreads over all variants instead of landing on one."""
+    variants = expand(exp)
+    runs = []
+    for rep in range(1, exp.repetitions + 1):
+        for variant in variants:
+            seq = len(runs) + 1
+            runs.append(Run(f"{seq:02d}_{variant.slug}_rep{rep}", seq, variant, rep, exp.host_name))
+    return runs
+
+
+def find_run(plan: list[Run], run_id: str) -> Run:
+    for run in plan:
+        if run.run_id == run_id:
+            return run
+    known = ", ".join(r.run_id for r in plan)
+    raise KeyError(f"run id {run_id!r} is not in the plan (runs: {known})")

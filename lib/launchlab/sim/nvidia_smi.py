@@ -1,0 +1,186 @@
+"""The simulated host's `nvidia-smi`: the real command's CSV query formats over the simulated GPU state.
+
+Supported: `--query-gpu=…` and `--query-compute-apps=…` with `--format=csv[,noheader][,nounits]`,
+`-l SEC` / `-lms MS` loops, `-i` GPU selection, and `-L`. Output follows driver 580 exactly: ", " separated
+cells, canonical field names in the header with ` [unit]` suffixes that stay even with `nounits`, the
+timestamp as `YYYY/MM/DD HH:MM:SS.mmm`, one row per GPU per sample, an invalid field rejected with the real
+message on stdout and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+
+from launchlab.sim import state
+
+# requested name -> (canonical header name, unit or "")
+GPU_FIELDS = {
+    "timestamp": ("timestamp", ""),
+    "index": ("index", ""),
+    "name": ("name", ""),
+    "gpu_name": ("name", ""),
+    "uuid": ("uuid", ""),
+    "gpu_uuid": ("uuid", ""),
+    "pci.bus_id": ("pci.bus_id", ""),
+    "gpu_bus_id": ("pci.bus_id", ""),
+    "driver_version": ("driver_version", ""),
+    "count": ("count", ""),
+    "memory.total": ("memory.total", "MiB"),
+    "memory.reserved": ("memory.reserved", "MiB"),
+    "memory.used": ("memory.used", "MiB"),
+    "memory.free": ("memory.free", "MiB"),
+    "utilization.gpu": ("utilization.gpu", "%"),
+    "utilization.memory": ("utilization.memory", "%"),
+    "temperature.gpu": ("temperature.gpu", ""),
+    "power.draw": ("power.draw", "W"),
+    "pstate": ("pstate", ""),
+    "compute_mode": ("compute_mode", ""),
+}
+APP_FIELDS = {
+    "timestamp": ("timestamp", ""),
+    "gpu_name": ("gpu_name", ""),
+    "gpu_uuid": ("gpu_uuid", ""),
+    "gpu_bus_id": ("gpu_bus_id", ""),
+    "pid": ("pid", ""),
+    "process_name": ("process_name", ""),
+    "name": ("process_name", ""),
+    "used_memory": ("used_gpu_memory", "MiB"),
+    "used_gpu_memory": ("used_gpu_memory", "MiB"),
+}
+
+
+def _now() -> str:
+    return datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+
+
+def _gpu_values(host: dict, gpu: dict, allocs: list[dict]) -> dict[str, object]:
+    mine = [a for a in allocs if a["gpu"] == gpu["index"]]
+    used = sum(a["mib"] for a in mine)
+    util = max((a.get("util_pct", 0) for a in mine), default=0)
+    return {
+        "timestamp": _now(),
+        "index": gpu["index"],
+        "name": gpu["name"],
+        "uuid": gpu["uuid"],
+        "pci.bus_id": gpu["bus_id"],
+        "driver_version": state.SIM_DRIVER,
+        "count": len(host["gpus"]),
+        "memory.total": gpu["mem_total_mib"],
+        "memory.reserved": gpu["mem_reserved_mib"],
+        "memory.used": used,
+        "memory.free": gpu["mem_total_mib"] - gpu["mem_reserved_mib"] - used,
+        "utilization.gpu": util,
+        "utilization.memory": util // 2,
+        "temperature.gpu": 31 + util // 5,
+        "power.draw": f"{70 + util * 5.2:.2f}",
+        "pstate": "P0",
+        "compute_mode": "Default",
+    }
+
+
+def _app_rows(host: dict, allocs: list[dict], selected: set[int]) -> list[dict[str, object]]:
+    rows = []
+    for a in allocs:
+        if a["gpu"] not in selected or a["mib"] <= 0:
+            continue
+        gpu = host["gpus"][a["gpu"]]
+        rows.append({"timestamp": _now(), "gpu_name": gpu["name"], "gpu_uuid": gpu["uuid"],
+                     "gpu_bus_id": gpu["bus_id"], "pid": a["pid"], "process_name": a["name"],
+                     "used_gpu_memory": a["mib"]})
+    return rows
+
+
+def _cell(value: object, unit: str, units: bool) -> str:
+    return f"{value} {unit}" if units and unit else str(value)
+
+
+def _parse_args(argv: list[str]) -> dict:
+    opts = {"query": None, "kind": None, "format": "", "loop_s": None, "ids": None, "list": False}
+    it = iter(range(len(argv)))
+    for i in it:
+        arg = argv[i]
+        key, _, val = arg.partition("=")
+        if key in ("--query-gpu", "--query-compute-apps"):
+            opts["kind"] = "gpu" if key == "--query-gpu" else "apps"
+            opts["query"] = val
+        elif key == "--format":
+            opts["format"] = val
+        elif arg in ("-lms", "-l") or key in ("--loop-ms", "--loop"):
+            raw = val if val else (argv[i + 1] if i + 1 < len(argv) else "")
+            if not val:
+                next(it, None)
+            ms = arg == "-lms" or key == "--loop-ms"
+            try:
+                number = float(raw)
+            except ValueError:
+                number = 5.0 if not ms else 0.0
+            if number <= 0:
+                print("Provided [-l(ms) | --loop(-ms)=] value is incorrect. Loop frequency must be greater than 0.")
+                raise SystemExit(2)
+            opts["loop_s"] = number / 1000 if ms else number
+        elif arg == "-i" or key == "--id":
+            opts["ids"] = val if val else argv[i + 1]
+            if not val:
+                next(it, None)
+        elif arg in ("-L", "--list-gpus"):
+            opts["list"] = True
+        else:
+            print(f"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help. ({arg})")
+            raise SystemExit(2)
+    return opts
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    root = state.state_dir()
+    host = state.read_host(root)
+    opts = _parse_args(argv)
+    selected = set(range(len(host["gpus"])))
+    if opts["ids"] is not None:
+        try:
+            selected = {int(x) for x in opts["ids"].split(",")}
+        except ValueError:
+            selected = set()
+        if not selected <= set(range(len(host["gpus"]))) or not selected:
+            print("No devices were found")
+            return 6
+    if opts["list"]:
+        for g in host["gpus"]:
+            if g["index"] in selected:
+                print(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
+        return 0
+    if opts["kind"] is None:
+        print("launchlab simulated nvidia-smi: only --query-gpu, --query-compute-apps and -L are simulated")
+        return 2
+    table = GPU_FIELDS if opts["kind"] == "gpu" else APP_FIELDS
+    fields = [f.strip() for f in opts["query"].split(",") if f.strip()]
+    for f in fields:
+        if f not in table:
+            print(f'Field "{f}" is not a valid field to query.\n')
+            return 2
+    fmt = {p.strip() for p in opts["format"].split(",")}
+    header, units = "noheader" not in fmt, "nounits" not in fmt
+    out = sys.stdout
+    if header:
+        out.write(", ".join(table[f][0] + (f" [{table[f][1]}]" if table[f][1] else "") for f in fields) + "\n")
+    while True:
+        allocs = state.allocations(root)
+        if opts["kind"] == "gpu":
+            rows = [_gpu_values(host, g, allocs) for g in host["gpus"] if g["index"] in selected]
+        else:
+            rows = _app_rows(host, allocs, selected)
+        for row in rows:
+            out.write(", ".join(_cell(row[table[f][0]], table[f][1], units) for f in fields) + "\n")
+        out.flush()
+        if opts["loop_s"] is None:
+            return 0
+        time.sleep(opts["loop_s"])
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (KeyboardInterrupt, BrokenPipeError):
+        sys.exit(0)

@@ -1,0 +1,335 @@
+"""A simulated SGLang server: real processes and a real HTTP port, simulated GPU memory, SGLang 0.5 log lines.
+
+    python -m launchlab.sim.sglang_server --model-path M --tp 8 --port P [--mem-fraction-static F]
+        [--disable-custom-all-reduce] [--cuda-graph-max-bs N] [--max-total-tokens N] [other SGLang flags]
+
+Like SGLang, the main process starts one scheduler process per TP rank. Each rank allocates simulated memory
+on its GPU (CUDA context, distributed init, custom all-reduce buffers, weights, KV pool, CUDA graphs), takes
+the MIN of free memory over ranks where SGLang does, and sizes the KV cache with SGLang's formula
+
+    rest = avail_after_weights − pre_load_free × (1 − mem_fraction_static)
+
+failing with SGLang's "Not enough memory" error when the profiled token count is not positive. The main
+process serves /health (503 until warm-up, then 200) and prints SGLang's ready line. Log lines use the
+SGLang 0.5.6–0.5.8 formats (see reference/log-formats.md).
+
+Custom all-reduce follows the seed scenario's build: on, unless `--disable-custom-all-reduce` is given or
+`SGLANG_FORCE_CUSTOM_AR_PCIE=0` makes it fall back on a PCIe box with more than two GPUs (SGLang's warning).
+With it on, each rank holds extra IPC buffers, which costs a little KV capacity.
+
+`SIM_DEBUG_PROFILE=1` adds the instrumentation line a user would patch into SGLang:
+`DEBUG profile_max_num_token: avail=… GiB, total=… GiB, fraction=…, reserved=… GiB, rest=… GiB`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from launchlab.sim import state
+
+GIB = 1 << 30
+# Kimi-K2 / DeepSeek-V3 MLA: (kv_lora_rank 512 + qk_rope_head_dim 64) × 61 layers × 2 bytes (bf16) per token.
+CELL_SIZE_BYTES = (512 + 64) * 61 * 2
+CONTEXT_LEN = 262144
+MIB = {"cuda_context": 512, "nccl": 1024, "custom_ar": 640, "req_to_token": 300, "graphs": 820, "graphs_custom_ar": 110}
+
+
+def _log(prefix: str, message: str) -> None:
+    sys.stdout.write(f"[{datetime.now():%Y-%m-%d %H:%M:%S}{prefix}] {message}\n")
+    sys.stdout.flush()
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--model-path", "--model", default="/models/sim")
+    p.add_argument("--tp", "--tp-size", type=int, default=1)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--mem-fraction-static", type=float, default=None)
+    p.add_argument("--disable-custom-all-reduce", action="store_true")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    p.add_argument("--chunked-prefill-size", type=int, default=8192)
+    p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument("--sim-worker-rank", type=int, default=None)
+    p.add_argument("--sim-sync-dir", default=None)
+    args, _unknown = p.parse_known_args(argv)  # real SGLang flags the simulation does not model are accepted
+    return args
+
+
+def _auto_mem_fraction(args: argparse.Namespace, total_mib: int) -> float:
+    """SGLang 0.5.5's default for --mem-fraction-static (server_args._handle_gpu_memory_settings)."""
+    graph_bs = args.cuda_graph_max_bs or (512 if args.tp >= 4 else 256)
+    reserved = 512 + max(args.chunked_prefill_size, 2048) * 1.5 + graph_bs * 2 + args.tp / 8 * 1024
+    if total_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((total_mib - reserved) / total_mib, 3)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# scheduler (one per TP rank)
+
+
+class _Rank:
+    def __init__(self, args: argparse.Namespace, root: Path, host: dict):
+        self.args, self.root, self.host = args, root, host
+        self.rank = args.sim_worker_rank
+        self.prefix = f" TP{self.rank}" if args.tp > 1 else ""
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = [int(x) for x in visible.split(",")] if visible else list(range(len(host["gpus"])))
+        if self.rank >= len(gpus) or gpus[self.rank] >= len(host["gpus"]):
+            raise RuntimeError("CUDA error: invalid device ordinal")
+        self.gpu = gpus[self.rank]
+        self.held_mib = 0.0
+        self.sync = Path(args.sim_sync_dir)
+
+    def log(self, message: str) -> None:
+        _log(self.prefix, message)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds * self.host["pace"])
+
+    def hold(self, mib: float, util: int = 0) -> None:
+        self.held_mib += mib
+        state.set_allocation(self.root, os.getpid(), self.gpu, self.held_mib, f"sglang::scheduler{self.prefix.replace(' ', '_')}", util)
+
+    def free_gib(self) -> float:
+        return state.free_mib(self.root, self.gpu) / 1024
+
+    def all_min(self, name: str, value: float) -> float:
+        """The MIN over ranks, as SGLang's all_reduce(ReduceOp.MIN) over the CPU group."""
+        (self.sync / f"{name}.{self.rank}").write_text(repr(value))
+        while True:
+            files = list(self.sync.glob(f"{name}.*"))
+            if len(files) >= self.args.tp:
+                try:
+                    return min(float(f.read_text()) for f in files)
+                except ValueError:
+                    pass  # a rank is writing its file right now
+            time.sleep(0.02)
+
+    def custom_all_reduce(self) -> bool:
+        if self.args.disable_custom_all_reduce or self.args.tp == 1:
+            return False
+        if os.environ.get("SGLANG_FORCE_CUSTOM_AR_PCIE", "1") == "0" and self.args.tp > 2:
+            self.log("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
+                     "To silence this warning, specify disable_custom_all_reduce=True explicitly.")
+            return False
+        return True
+
+    def run(self) -> None:
+        a = self.args
+        total_mib = self.host["gpus"][self.gpu]["mem_total_mib"]
+        fraction = a.mem_fraction_static if a.mem_fraction_static is not None else _auto_mem_fraction(a, total_mib)
+        self.hold(MIB["cuda_context"], 5)
+        self.log("Init torch distributed begin.")
+        before = self.free_gib()
+        self.sleep(0.3)
+        custom_ar = self.custom_all_reduce()
+        self.hold(MIB["nccl"] + (MIB["custom_ar"] if custom_ar else 0), 10)
+        local = self.free_gib()
+        self.log(f"Init torch distributed ends. mem usage={before - local:.2f} GB")
+        pre_load = self.all_min("pre_load", local)
+        if a.tp > 1 and pre_load < local * 0.9:
+            raise ValueError("The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+                             f"min_per_gpu_memory={pre_load}, local_gpu_memory={local}, "
+                             f"local_gpu_memory * 0.9={local * 0.9}")
+
+        self.log(f"Load weight begin. avail mem={local:.2f} GB")
+        weights_mib = self.host["weights_gib_per_rank"] * 1024
+        for _ in range(5):
+            self.sleep(0.2)
+            self.hold(weights_mib / 5, 35)
+        after = self.free_gib()
+        self.log(f"Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem={after:.2f} GB, "
+                 f"mem usage={local - after:.2f} GB.")
+
+        avail = self.all_min("post_load", after)
+        reserved = pre_load * (1 - fraction)
+        rest = avail - reserved
+        if os.environ.get("SIM_DEBUG_PROFILE") == "1":
+            self.log(f"DEBUG profile_max_num_token: avail={avail:.3f} GiB, total={pre_load:.3f} GiB, "
+                     f"fraction={fraction}, reserved={reserved:.3f} GiB, rest={rest:.3f} GiB")
+        max_tokens = int(rest * GIB // CELL_SIZE_BYTES)
+        if a.max_total_tokens is not None:
+            if a.max_total_tokens > max_tokens:
+                self.log(f"max_total_tokens={a.max_total_tokens} is larger than the profiled value {max_tokens}. "
+                         "Use the profiled value instead.")
+            max_tokens = min(max_tokens, a.max_total_tokens)
+        if max_tokens <= 0:
+            raise RuntimeError("Not enough memory. Please try to increase --mem-fraction-static. "
+                               f"Current value: self.server_args.mem_fraction_static={fraction}")
+        tokens = int(self.all_min("tokens", max_tokens))
+        self.sleep(0.1)
+        kv_bytes = tokens * CELL_SIZE_BYTES
+        self.hold(kv_bytes / (1 << 20), 20)
+        self.log(f"KV Cache is allocated. #tokens: {tokens}, KV size: {kv_bytes / GIB:.2f} GB")
+        self.hold(MIB["req_to_token"])
+        self.log(f"Memory pool end. avail mem={self.free_gib():.2f} GB")
+
+        graph_before = self.free_gib()
+        self.log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={graph_before:.2f} GB")
+        graph_bs = a.cuda_graph_max_bs or (512 if a.tp >= 4 else 256)
+        if custom_ar:
+            self.log(f"Registering {graph_bs * 61} cuda graph addresses")
+        tic = time.monotonic()
+        graph_mib = MIB["graphs"] + (MIB["graphs_custom_ar"] if custom_ar else 0)
+        for _ in range(4):
+            self.sleep(0.12)
+            self.hold(graph_mib / 4, 90)
+        graph_after = self.free_gib()
+        self.log(f"Capture cuda graph end. Time elapsed: {time.monotonic() - tic:.2f} s. "
+                 f"mem usage={graph_before - graph_after:.2f} GB. avail mem={graph_after:.2f} GB.")
+        self.hold(0, 0)
+        if self.rank == 0:
+            self.log(f"max_total_num_tokens={tokens}, chunked_prefill_size={a.chunked_prefill_size}, "
+                     f"max_prefill_tokens=16384, max_running_requests={min(4096, max(tokens // 64, 1))}, "
+                     f"context_len={CONTEXT_LEN}, available_gpu_mem={graph_after:.2f} GB")
+        (self.sync / f"ready.{self.rank}").write_text("1")
+        while True:
+            time.sleep(3600)
+
+
+def _scheduler(args: argparse.Namespace) -> int:
+    root = state.state_dir()
+    prefix = f" TP{args.sim_worker_rank}" if args.tp > 1 else ""
+    try:
+        _Rank(args, root, state.read_host(root)).run()
+    except Exception:  # noqa: BLE001 - SGLang logs every scheduler exception this way, then exits
+        _log(prefix, f"Scheduler hit an exception: {traceback.format_exc().rstrip()}")
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# main process: starts schedulers, then the HTTP server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "uvicorn"
+    warmed = threading.Event()
+
+    def _reply(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path in ("/health", "/health_generate"):
+            self._reply(200 if self.warmed.is_set() else 503, {})
+        elif self.path in ("/get_model_info", "/model_info"):
+            self._reply(200, {"model_path": self.server.model_path, "simulated": True})
+        else:
+            self._reply(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        if self.path in ("/generate", "/v1/completions"):
+            self._reply(200, {"text": " simulated", "meta_info": {"simulated": True}})
+        else:
+            self._reply(404, {"detail": "Not Found"})
+
+    def log_message(self, fmt: str, *args) -> None:
+        code = args[1] if len(args) > 1 else ""
+        _log("", f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{args[0]}" {code}')
+
+
+def _server_args_line(args: argparse.Namespace, fraction: float) -> str:
+    return (f"server_args=ServerArgs(model_path='{args.model_path}', tokenizer_path='{args.model_path}', "
+            f"host='{args.host}', port={args.port}, mem_fraction_static={fraction}, "
+            f"max_total_tokens={args.max_total_tokens}, chunked_prefill_size={args.chunked_prefill_size}, "
+            f"tp_size={args.tp}, dp_size=1, ep_size=1, "
+            f"disable_custom_all_reduce={args.disable_custom_all_reduce}, "
+            f"cuda_graph_max_bs={args.cuda_graph_max_bs or (512 if args.tp >= 4 else 256)})")
+
+
+def _main(argv: list[str]) -> int:
+    args = _args(argv)
+    root = state.state_dir()
+    host = state.read_host(root)
+    total = host["gpus"][0]["mem_total_mib"]
+    fraction = args.mem_fraction_static if args.mem_fraction_static is not None else _auto_mem_fraction(args, total)
+    _log("", "launchlab SIMULATED SGLang server (SGLang 0.5.8 log format; simulated GPUs, not a real inference server)")
+    _log("", _server_args_line(args, fraction))
+    sync = Path(tempfile.mkdtemp(prefix="launchlab-sim-sglang-"))
+    children: list[subprocess.Popen] = []
+
+    def shutdown(signum: int, _frame) -> None:
+        for c in children:
+            if c.poll() is None:
+                c.terminate()
+        for c in children:
+            c.wait()
+        _cleanup(sync)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, shutdown)
+    for rank in range(args.tp):
+        children.append(subprocess.Popen([sys.executable, "-m", "launchlab.sim.sglang_server", *argv,
+                                          "--sim-worker-rank", str(rank), "--sim-sync-dir", str(sync)]))
+    while len(list(sync.glob("ready.*"))) < args.tp:
+        if any(c.poll() not in (None, 0) for c in children):
+            _log("", "Received sigquit from a child process. It usually means the child failed.")
+            for c in children:
+                if c.poll() is None:
+                    c.kill()
+            _cleanup(sync)
+            os.kill(os.getpid(), signal.SIGKILL)  # SGLang kills its own process tree this way
+        time.sleep(0.05)
+    _cleanup(sync)
+
+    try:
+        httpd = ThreadingHTTPServer((args.host, args.port), _Handler)
+    except OSError as exc:
+        _log("", f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+                 f"('{args.host}', {args.port}): {exc.strerror.lower()}")
+        shutdown(signal.SIGTERM, None)
+    httpd.model_path = args.model_path
+    _log("", f"INFO:     Started server process [{os.getpid()}]")
+    _log("", "INFO:     Waiting for application startup.")
+    _log("", "INFO:     Application startup complete.")
+    _log("", f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    time.sleep(0.3 * host["pace"])  # the warm-up request
+    _log("", f'INFO:     {args.host}:0 - "POST /generate HTTP/1.1" 200')
+    _Handler.warmed.set()
+    _log("", "The server is fired up and ready to roll!")
+    while True:
+        time.sleep(3600)
+
+
+def _cleanup(sync: Path) -> None:
+    for f in sync.glob("*"):
+        f.unlink(missing_ok=True)
+    try:
+        sync.rmdir()
+    except OSError:
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _args(argv)
+    if args.sim_worker_rank is not None:
+        return _scheduler(args)
+    return _main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""nvidia-smi: the sampler and snapshot commands the kit runs on a host, and parsers for what they print.
+
+The sampler runs `nvidia-smi --query-gpu=… --format=csv,nounits -lms N` with stdout redirected to a file on
+the host. Its CSV is read line by line: the header maps columns by name (units stripped), a cell that is
+`N/A` or `[…]` becomes NaN, and a line with the wrong number of cells (nvidia-smi prints its error messages
+on stdout) is skipped rather than breaking the frame.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+SAMPLER_FIELDS = ("timestamp", "index", "uuid", "memory.total", "memory.used", "memory.free", "utilization.gpu")
+SNAPSHOT_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used")
+APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+_HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]$")
+_VALUE_UNIT = re.compile(r"^(-?[\d.]+)\s*(?:MiB|%|W|MHz)$")
+TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
+# nvidia-smi column -> telemetry.parquet column
+TIDY_COLUMNS = {"index": "gpu_index", "uuid": "gpu_uuid", "memory.used": "mem_used_mib",
+                "memory.total": "mem_total_mib", "memory.free": "mem_free_mib", "utilization.gpu": "util_gpu_pct"}
+
+
+def sampler_argv(interval_ms: int) -> list[str]:
+    return ["nvidia-smi", f"--query-gpu={','.join(SAMPLER_FIELDS)}", "--format=csv,nounits", "-lms", str(interval_ms)]
+
+
+def snapshot_command() -> str:
+    return shlex.join(["nvidia-smi", f"--query-gpu={','.join(SNAPSHOT_FIELDS)}", "--format=csv,noheader,nounits"])
+
+
+def apps_command() -> str:
+    return shlex.join(["nvidia-smi", f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits"])
+
+
+@dataclass(frozen=True)
+class GpuState:
+    index: int
+    uuid: str
+    name: str
+    mem_total_mib: float
+    mem_used_mib: float
+
+
+def _cell(text: str) -> float | str:
+    text = text.strip()
+    if text == "N/A" or (text.startswith("[") and text.endswith("]")):
+        return math.nan
+    m = _VALUE_UNIT.match(text)
+    if m:
+        return float(m.group(1))
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _rows(text: str, n: int) -> list[list[str]]:
+    return [cells for line in text.splitlines() if len(cells := line.split(", ")) == n]
+
+
+def parse_snapshot(text: str) -> list[GpuState]:
+    return [GpuState(int(float(c[0])), c[1].strip(), c[2].strip(), _cell(c[3]), _cell(c[4]))
+            for c in _rows(text, len(SNAPSHOT_FIELDS)) if c[0].strip().isdigit()]
+
+
+def parse_apps(text: str) -> list[dict]:
+    return [{"gpu_uuid": c[0].strip(), "pid": int(c[1]), "process_name": c[2].strip(), "used_mib": _cell(c[3])}
+            for c in _rows(text, len(APP_FIELDS)) if c[1].strip().isdigit()]
+
+
+def read_query_csv(path: str | Path) -> pd.DataFrame:
+    """A `--query-gpu` CSV with a header (with or without units) → one column per field, numbers as floats."""
+    columns: list[str] | None = None
+    records = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            cells = line.rstrip("\n").split(", ")
+            if columns is None:
+                if "index" in [_HEADER_UNIT.sub("", c) for c in cells] or "timestamp" in cells:
+                    columns = [_HEADER_UNIT.sub("", c) for c in cells]
+                continue
+            if len(cells) != len(columns):
+                continue  # an error message or a line cut off when the sampler was stopped
+            records.append([_cell(c) for c in cells])
+    frame = pd.DataFrame(records, columns=columns or list(SAMPLER_FIELDS))
+    if "timestamp" in frame:
+        frame["timestamp"] = pd.to_datetime(frame["timestamp"], format=TIMESTAMP_FORMAT, errors="coerce")
+    return frame
+
+
+def tidy(frame: pd.DataFrame, run_id: str, t0: datetime | None) -> pd.DataFrame:
+    """The telemetry.parquet rows of one run: t_s is seconds since the server was started (host clock)."""
+    out = frame.rename(columns=TIDY_COLUMNS)
+    keep = [c for c in TIDY_COLUMNS.values() if c in out]
+    out = out[["timestamp", *keep]].dropna(subset=["timestamp"]).copy()
+    out.insert(0, "run_id", run_id)
+    start = pd.Timestamp(t0) if t0 is not None else (out["timestamp"].min() if len(out) else pd.NaT)
+    out.insert(1, "t_s", (out["timestamp"] - start).dt.total_seconds())
+    out["gpu_index"] = out["gpu_index"].astype("int64")
+    return out.drop(columns=["timestamp"]).reset_index(drop=True)
