@@ -80,7 +80,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> RunR
     folder.mkdir(parents=True, exist_ok=True)
     result = RunResult(run.run_id, run.variant.name, run.repetition, host.name, dict(run.variant.levels),
                        simulated=host.simulated)
-    host_dir = f"{host.workdir}/{exp.experiment}/{run_dir.name}/{run.run_id}"
+    host_dir = _host_dir(host, exp, run_dir, run.run_id)
     started: list[ProcessRef] = []
     outcome: _Outcome | None = None
     t_start = time.monotonic()
@@ -125,6 +125,36 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> RunR
             _conclude(exp, result, outcome, folder)
             outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
                                                         "kit_version": __version__})
+    return result
+
+
+def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) -> str:
+    """Where the run's raw files are written on the host before they are collected."""
+    return f"{host.workdir}/{exp.experiment}/{run_dir.name}/{run_id}"
+
+
+def recover(exp: params.Experiment, run: Run, run_dir: Path, host: Host, message: str) -> RunResult:
+    """Finish a run whose kernel died or was killed: stop every process group it recorded, collect its files
+    and write its status as `error` with the reason. Safe to call on a run that already finished."""
+    folder = outputs.run_folder(run_dir, run.run_id)
+    result = RunResult(run.run_id, run.variant.name, run.repetition, host.name, dict(run.variant.levels),
+                       simulated=host.simulated)
+    try:
+        status = outputs.read_json(folder / outputs.STATUS)
+    except LaunchlabError:
+        status = {}
+    result.server_started_at = status.get("server_started_at")
+    try:
+        recorded = outputs.read_json(folder / outputs.PROCESSES)
+    except LaunchlabError:
+        recorded = []
+    refs = [ProcessRef(p["role"], p["pid"], p["pgid"]) for p in recorded]
+    host_dir = _host_dir(host, exp, run_dir, run.run_id)
+    with _sigint_deferred():
+        _cleanup(exp, host, refs, folder, host_dir, result)
+        _conclude(exp, result, _Outcome("error", None, message), folder)
+        outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
+                                                    "kit_version": __version__})
     return result
 
 
@@ -308,3 +338,28 @@ def _sigint_deferred() -> Iterator[None]:
 
 def started_at(result: RunResult) -> datetime | None:
     return datetime.fromisoformat(result.server_started_at[:26]) if result.server_started_at else None
+
+
+def summary_table(result: RunResult) -> "pd.DataFrame":
+    """The run's result as a two-column table for a notebook."""
+    import pandas as pd
+
+    rows = {k: v for k, v in dataclasses.asdict(result).items() if v not in (None, [], {})}
+    return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=list(rows))
+
+
+def rank_table(run_dir: str | Path, run_id: str) -> "pd.DataFrame":
+    """Per-rank fields parsed from a run's server log (one row per TP rank)."""
+    import pandas as pd
+
+    parsed = outputs.read_json(outputs.run_folder(Path(run_dir), run_id) / outputs.PARSED)
+    return pd.DataFrame.from_dict(parsed["ranks"], orient="index").rename_axis("rank")
+
+
+def log_tail(run_dir: str | Path, run_id: str, lines: int = 15) -> str:
+    path = outputs.run_folder(Path(run_dir), run_id) / outputs.SERVER_LOG
+    if not path.exists():
+        return "(no server log was collected)"
+    with open(path, "rb") as fh:
+        fh.seek(max(0, path.stat().st_size - 64 * 1024))
+        return "\n".join(fh.read().decode("utf-8", errors="replace").splitlines()[-lines:])

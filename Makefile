@@ -1,0 +1,34 @@
+# launchlab — `make help` lists the targets.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test lint check-notebooks clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv with the project and its tools
+
+demo: $(STAMP)  ## run the embedded default experiment (simulated 8-GPU host) and print where the report is
+	@run_dir=$$($(BIN)/launchlab run params/demo.yaml) && echo "report: $$run_dir/summary.html"
+
+test: $(STAMP) check-notebooks  ## run the test suite
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)  ## ruff
+	$(BIN)/ruff check lib tests bench
+
+check-notebooks: $(STAMP)  ## committed notebooks must carry no outputs
+	$(BIN)/python -m launchlab.nbcheck notebooks
+
+clean:  ## remove the environment and caches (keeps outputs/)
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,180 @@
+"""Runs a plan: papermill executes run_variant.ipynb once per run, then summary.ipynb, then the HTML export.
+
+The batch validates everything and reaches the host before anything is launched. After each run it checks
+the kit's own status.json (papermill's view can say "success" for a kernel that died) and stops any process
+group the run left behind, which is also what happens when the user presses Ctrl-C mid-run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import papermill
+
+from launchlab import __version__, export, frames, hosts, lifecycle, outputs, params
+from launchlab.errors import HostError, NotebookFailed, RunDirError
+from launchlab.plan import Run, make_plan
+
+NOTEBOOKS_ENV = "LAUNCHLAB_NOTEBOOKS"
+Say = Callable[[str], None]
+
+
+def notebooks_dir() -> Path:
+    if os.environ.get(NOTEBOOKS_ENV):
+        return Path(os.environ[NOTEBOOKS_ENV])
+    here = Path(__file__).resolve().parents[2] / "notebooks"  # lib/launchlab/batch.py → checkout root
+    if (here / "run_variant.ipynb").is_file():
+        return here
+    raise RunDirError(f"cannot find the notebooks folder (looked in {here}); set {NOTEBOOKS_ENV}")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
+              say: Say = _stderr) -> Path:
+    """Run every planned run of a params file; return the run directory."""
+    exp = params.load(params_path)
+    plan = make_plan(exp)
+    host = hosts.connect(exp)
+    try:
+        host.run("true", timeout=30)
+    except HostError as exc:
+        raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
+    run_dir = _open_run_dir(exp, plan, params_path, out_root, resume)
+    say(f"launchlab: {exp.experiment}: {len(plan)} runs on host {host.name!r}"
+        f"{' (SIMULATED)' if exp.simulated else ''} → {run_dir}")
+    for run in plan:
+        folder = outputs.run_folder(run_dir, run.run_id)
+        if resume and _finished(folder):
+            say(f"[{run.seq}/{len(plan)}] {run.run_id}  already done, skipped")
+            continue
+        _run_notebook(exp, run, run_dir, host, len(plan), say)
+    report(run_dir, say)
+    return run_dir
+
+
+def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
+    """The run directory a single run notebook writes into: the given one, or a new one for its params."""
+    if run_dir:
+        return outputs.check_run_dir(Path(run_dir))
+    exp = params.load(params_path)
+    return _open_run_dir(exp, make_plan(exp), params_path, None, None)
+
+
+def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root, resume) -> Path:
+    if resume is not None:
+        run_dir = outputs.check_run_dir(Path(resume))
+        manifest = outputs.read_json(run_dir / outputs.MANIFEST)
+        if manifest["run_ids"] != [r.run_id for r in plan] or manifest["experiment"] != exp.experiment:
+            raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
+                              "resume it with the params it was run with")
+        return run_dir
+    run_dir = outputs.new_run_dir(Path(out_root) if out_root else outputs.default_root(), exp.experiment)
+    outputs.write_text(run_dir / outputs.EXPERIMENT_FILE, params.dump_resolved(exp))
+    outputs.write_json(run_dir / outputs.MANIFEST, {
+        "experiment": exp.experiment,
+        "question": exp.question,
+        "params_file": str(params_path),
+        "created_at": datetime.now().isoformat(timespec="seconds"),
+        "kit_version": __version__,
+        "simulated": exp.simulated,
+        "host": exp.host_name,
+        "factors": {f: list(levels) for f, levels in exp.factors.items()},
+        "baseline": params.baseline_variant(exp).name,
+        "order": "interleaved",
+        "run_ids": [r.run_id for r in plan],
+        "runs": [{"run_id": r.run_id, "seq": r.seq, "variant": r.variant.name, "levels": r.variant.levels,
+                  "repetition": r.repetition, "host": r.host} for r in plan],
+    })
+    return run_dir
+
+
+def _finished(folder: Path) -> bool:
+    try:
+        status = outputs.read_json(folder / outputs.STATUS)
+    except RunDirError:
+        return False
+    return status.get("state") == "done" and status.get("status") != "error"
+
+
+class _Progress(threading.Thread):
+    """Prints a line whenever the run's state changes (from the status.json the lifecycle keeps current)."""
+
+    def __init__(self, label: str, folder: Path, say: Say):
+        super().__init__(daemon=True)
+        self.label, self.folder, self.say = label, folder, say
+        self.stop_event = threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        last = None
+        while not self.stop_event.wait(0.5):
+            try:
+                state = outputs.read_json(self.folder / outputs.STATUS).get("state")
+            except RunDirError:
+                state = "kernel starting"
+            if state != last and state != "done":
+                self.say(f"{self.label}  {state}  {time.monotonic() - self.t0:.1f} s")
+                last = state
+
+
+def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, host, total: int, say: Say) -> None:
+    folder = outputs.run_folder(run_dir, run.run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / outputs.STATUS).unlink(missing_ok=True)
+    label = f"[{run.seq}/{total}] {run.run_id}"
+    progress = _Progress(label, folder, say)
+    progress.start()
+    problem = None
+    try:
+        papermill.execute_notebook(
+            str(notebooks_dir() / "run_variant.ipynb"), str(folder / outputs.RUN_NOTEBOOK),
+            parameters={"experiment": str(run_dir / outputs.EXPERIMENT_FILE), "run_id": run.run_id,
+                        "run_dir": str(run_dir)},
+            kernel_name="python3", progress_bar=False, cwd=str(notebooks_dir()))
+    except KeyboardInterrupt:
+        progress.stop_event.set()
+        say(f"{label}  interrupted: stopping what the run started")
+        lifecycle.recover(exp, run, run_dir, host, "interrupted by the user (Ctrl-C); the server was stopped")
+        raise
+    except Exception as exc:  # noqa: BLE001 - any notebook failure becomes this run's error, the batch goes on
+        problem = f"the run notebook failed: {type(exc).__name__}: {str(exc).strip()[:500]}"
+    finally:
+        progress.stop_event.set()
+    if not _done(folder) or problem:
+        lifecycle.recover(exp, run, run_dir, host, problem or "the run notebook ended without a final status")
+    status = outputs.read_json(folder / outputs.STATUS)
+    why = f" ({status['failure_reason']})" if status.get("failure_reason") else ""
+    say(f"{label}  {status['status']}{why}  {time.monotonic() - progress.t0:.1f} s")
+
+
+def _done(folder: Path) -> bool:
+    try:
+        return outputs.read_json(folder / outputs.STATUS).get("state") == "done"
+    except RunDirError:
+        return False
+
+
+def report(run_dir: Path, say: Say = _stderr) -> Path:
+    """Rebuild the frames from the raw files, execute summary.ipynb and export summary.html."""
+    run_dir = outputs.check_run_dir(run_dir)
+    exp = params.load(run_dir / outputs.EXPERIMENT_FILE)
+    frames.write(run_dir, frames.build(run_dir, exp))
+    say("launchlab: frames written; rendering the summary")
+    nb = run_dir / outputs.SUMMARY_NOTEBOOK
+    try:
+        papermill.execute_notebook(str(notebooks_dir() / "summary.ipynb"), str(nb),
+                                   parameters={"run_dir": str(run_dir)}, kernel_name="python3",
+                                   progress_bar=False, cwd=str(notebooks_dir()))
+    except papermill.PapermillExecutionError as exc:
+        raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
+    html = export.notebook_to_html(nb, run_dir / outputs.SUMMARY_HTML)
+    return html

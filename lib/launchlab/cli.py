@@ -1,0 +1,112 @@
+"""`launchlab validate | run | report | parse` (the stable interface of ARCHITECTURE.md section 4)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from launchlab import __version__
+from launchlab.errors import LaunchlabError, ParamsError
+
+EXIT_KIT_ERROR = 1
+EXIT_INVALID_PARAMS = 2
+EXIT_INTERRUPTED = 130
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from launchlab import params
+    from launchlab.plan import make_plan
+
+    exp = params.load(args.params)
+    plan = make_plan(exp)
+    print(f"{args.params}: valid — {len(plan) // exp.repetitions} variant(s) × {exp.repetitions} repetition(s) "
+          f"= {len(plan)} runs on host {exp.host_name!r}{' (simulated)' if exp.simulated else ''}; "
+          f"baseline: {params.baseline_variant(exp).name}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from launchlab import batch, outputs
+
+    run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume)
+    print(run_dir)
+    print(f"report: {run_dir / outputs.SUMMARY_HTML}", file=sys.stderr)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from launchlab import batch
+
+    print(batch.report(Path(args.run_dir)))
+    return 0
+
+
+def _parse(args: argparse.Namespace) -> int:
+    from launchlab import logparse
+
+    parsed = logparse.parse_file(args.log, args.server)
+    if args.json:
+        print(json.dumps(parsed.to_json(), indent=2))
+        return 0
+    data = parsed.to_json()
+    print(f"server: {data['server']}   ready: {data['ready']}   phase reached: {data['phase_reached']}")
+    if data["failure"]:
+        f = data["failure"]
+        print(f"failure: {f['reason']} in {f['phase']}: {f['message']}")
+    fields = sorted({k for r in data["ranks"].values() for k in r})
+    if fields:
+        print("rank  " + "  ".join(f"{f:>22}" for f in fields))
+        for rank, values in data["ranks"].items():
+            print(f"{rank:>4}  " + "  ".join(f"{values.get(f, ''):>22}" for f in fields))
+    for d in data["debug"]:
+        print(f"debug {d['name']}: {d['key']}={d['value']}{' ' + d['unit'] if d['unit'] else ''}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="launchlab", description=__doc__)
+    p.add_argument("--version", action="version", version=f"launchlab {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what the kit does")
+    sub = p.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("validate", help="check a params file; print every problem")
+    v.add_argument("params")
+    v.set_defaults(func=_validate)
+    r = sub.add_parser("run", help="run every variant of a params file and render the report")
+    r.add_argument("params")
+    r.add_argument("--out", type=Path, default=None, help="root of run directories (default: outputs/)")
+    r.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                   help="continue an interrupted run directory: runs that finished are skipped")
+    r.set_defaults(func=_run)
+    rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory")
+    rep.add_argument("run_dir")
+    rep.set_defaults(func=_report)
+    pa = sub.add_parser("parse", help="parse a server log")
+    pa.add_argument("log")
+    pa.add_argument("--server", default="auto", choices=["auto", "sglang", "generic"])
+    pa.add_argument("--json", action="store_true", help="print the JSON object of ARCHITECTURE.md section 4.3")
+    pa.set_defaults(func=_parse)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except ParamsError as exc:
+        print(f"launchlab: {exc}", file=sys.stderr)
+        return EXIT_INVALID_PARAMS
+    except LaunchlabError as exc:
+        print(f"launchlab: {exc}", file=sys.stderr)
+        return EXIT_KIT_ERROR
+    except KeyboardInterrupt:
+        print("launchlab: interrupted; every process the current run started was stopped. "
+              "Continue with `launchlab run PARAMS --resume RUN_DIR`.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""summary.ipynb → summary.html without code cells, images embedded, nothing fetched from the internet."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from nbconvert import HTMLExporter
+
+from launchlab import outputs
+from launchlab.errors import RunDirError
+
+TEMPLATES = Path(__file__).parent / "templates"
+# Anything that would make a browser reach out: a remote script/style/image/frame, or a module import.
+REMOTE = re.compile(r"""(?:<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*["']?(?:https?:)?//)"""
+                    r"""|(?:\bimport\s*\(\s*["'](?:https?:)?//)|(?:@import\s+(?:url\()?["']?(?:https?:)?//)""",
+                    re.IGNORECASE)
+
+
+def remote_references(html: str) -> list[str]:
+    return [m.group(0) for m in REMOTE.finditer(html)]
+
+
+def notebook_to_html(notebook: Path, html_path: Path) -> Path:
+    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
+                            exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
+                            embed_images=True)
+    body, _ = exporter.from_filename(str(notebook))
+    remote = remote_references(body)
+    if remote:
+        raise RunDirError(f"{html_path}: the report would fetch from the internet ({remote[:3]}); "
+                          "the offline template needs updating for this nbconvert version")
+    outputs.write_text(html_path, body)
+    return html_path

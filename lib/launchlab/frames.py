@@ -1,0 +1,88 @@
+"""Tidy frames of a run directory, rebuilt from the raw files of each run.
+
+    runs.parquet       one row per run: run_id, variant, repetition, host, status, failure_reason,
+                       failure_phase, failure_message, startup_s, peak_mem_used_mib, phase_reached,
+                       simulated, then one column per factor
+    events.parquet     run_id, t_s, rank, field, value: every metric parsed from the server log
+    telemetry.parquet  run_id, t_s, gpu_index, gpu_uuid, mem_used_mib, mem_total_mib, mem_free_mib,
+                       util_gpu_pct: the nvidia-smi samples
+
+t_s is seconds since the server was started, on the host's clock (the clock of its log and nvidia-smi).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from launchlab import logparse, outputs, params, telemetry
+
+RUN_COLUMNS = ["run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase",
+               "failure_message", "startup_s", "peak_mem_used_mib", "phase_reached", "simulated"]
+EVENT_COLUMNS = ["run_id", "t_s", "rank", "field", "value"]
+TELEMETRY_COLUMNS = ["run_id", "t_s", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "mem_free_mib",
+                     "util_gpu_pct"]
+
+
+@dataclass(frozen=True)
+class Frames:
+    runs: pd.DataFrame
+    events: pd.DataFrame
+    telemetry: pd.DataFrame
+
+
+def _started(status: dict) -> datetime | None:
+    value = status.get("server_started_at")
+    return datetime.fromisoformat(value[:26]) if value else None
+
+
+def build(run_dir: Path, exp: params.Experiment) -> Frames:
+    """Frames from every run folder that finished (status.json with state "done"), in plan order."""
+    manifest = outputs.read_json(run_dir / outputs.MANIFEST)
+    run_rows, event_frames, telemetry_frames = [], [], []
+    rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
+    for run_id in manifest["run_ids"]:
+        folder = outputs.run_folder(run_dir, run_id)
+        if not (folder / outputs.STATUS).exists():
+            continue
+        status = outputs.read_json(folder / outputs.STATUS)
+        if status.get("state") != "done":
+            continue
+        row = {c: status.get(c) for c in RUN_COLUMNS}
+        row.update({f: status["levels"].get(f) for f in exp.factors})
+        run_rows.append(row)
+        t0 = _started(status)
+        if (folder / outputs.SERVER_LOG).exists():
+            parsed = logparse.parse_file(folder / outputs.SERVER_LOG, exp.server.kind, rules)
+            event_frames.append(pd.DataFrame(
+                [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
+                  "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events],
+                columns=EVENT_COLUMNS))
+        if (folder / outputs.TELEMETRY_CSV).exists():
+            telemetry_frames.append(telemetry.tidy(telemetry.read_query_csv(folder / outputs.TELEMETRY_CSV), run_id, t0))
+    runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + list(exp.factors))
+    for col in ("startup_s", "peak_mem_used_mib"):
+        runs[col] = pd.to_numeric(runs[col])
+    events = _concat(event_frames, EVENT_COLUMNS)
+    events["t_s"] = pd.to_numeric(events["t_s"])
+    events["value"] = pd.to_numeric(events["value"])
+    return Frames(runs, events, _concat(telemetry_frames, TELEMETRY_COLUMNS))
+
+
+def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def write(run_dir: Path, frames: Frames) -> None:
+    outputs.write_frame(run_dir / "runs.parquet", frames.runs)
+    outputs.write_frame(run_dir / "events.parquet", frames.events)
+    outputs.write_frame(run_dir / "telemetry.parquet", frames.telemetry)
+
+
+def load(run_dir: Path) -> Frames:
+    run_dir = outputs.check_run_dir(run_dir)
+    return Frames(*(pd.read_parquet(run_dir / f"{name}.parquet") for name in ("runs", "events", "telemetry")))

@@ -1,0 +1,86 @@
+"""Shared fixtures: an isolated simulated box and outputs folder per test, and a check that nothing a test
+started on the simulated box is still running when it ends."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+
+
+def processes_using(marker: str) -> list[int]:
+    """Live (non-zombie) processes whose environment or command line mentions marker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if stat[stat.rfind(")") + 2] in "ZX":
+                continue
+            blob = (entry / "environ").read_bytes() + (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in blob:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def sim_root(tmp_path, monkeypatch) -> Path:
+    """A private simulated-box folder and outputs folder; fails the test if a process it started survives."""
+    root = tmp_path / "sim"
+    monkeypatch.setenv("LAUNCHLAB_SIM_ROOT", str(root))
+    monkeypatch.setenv("LAUNCHLAB_OUTPUTS", str(tmp_path / "outputs"))
+    yield root
+    deadline = time.monotonic() + 5
+    while (left := processes_using(str(root))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        for pid in left:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        pytest.fail(f"processes left running on the simulated host after the test: {left}")
+
+
+def write_params(folder: Path, body: str, name: str = "exp.yaml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+SMALL_SIM = """\
+experiment: small
+hosts:
+  box: {{transport: sim, gpus: 2, mem_total_mib: 97887, weights_gib_per_rank: 70.0, pace: {pace}, workdir: {workdir}}}
+server:
+  kind: sglang
+  command: [python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}"]
+  ready: {{timeout_s: {timeout}, health_url: "http://127.0.0.1:{{port}}/health"}}
+  stop_grace_s: 5
+factors:
+  mem_fraction:
+    "0.55": {{flags: {{--mem-fraction-static: "0.55"}}}}
+    "0.85": {{flags: {{--mem-fraction-static: "0.85"}}}}
+baseline: {{mem_fraction: "0.85"}}
+repetitions: 1
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+
+
+@pytest.fixture
+def small_params(tmp_path, sim_root):
+    """A 2-GPU simulated experiment: mem_fraction 0.55 fails in the KV-cache phase, 0.85 is ready."""
+
+    def make(pace: float = 0.3, timeout: float = 60) -> Path:
+        return write_params(tmp_path, SMALL_SIM.format(pace=pace, timeout=timeout, workdir=tmp_path / "hostwork"))
+
+    return make

@@ -1,0 +1,96 @@
+"""One run against the simulated box: every outcome, and nothing left running afterwards."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from launchlab import batch, lifecycle, outputs, params
+from launchlab.hosts import connect
+from launchlab.plan import make_plan
+from conftest import write_params
+
+
+def run_first(path, index=0):
+    exp = params.load(path)
+    run = make_plan(exp)[index]
+    run_dir = batch.ensure_run_dir(path)
+    return lifecycle.run_one(exp, run, run_dir, connect(exp)), outputs.run_folder(run_dir, run.run_id)
+
+
+def test_a_ready_run_is_stopped_drained_and_collected(small_params):
+    result, folder = run_first(small_params(), index=1)  # mem_fraction 0.85
+    assert result.status == "ready"
+    assert result.startup_s > 0
+    assert result.drained is True
+    assert result.stopped_with in ("TERM", "KILL")
+    assert result.peak_mem_used_mib > 70 * 1024
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "done" and status["status"] == "ready"
+    for name in ("server.log", "nvidia-smi.csv", "provenance.json", "processes.json", "parsed.json"):
+        assert (folder / name).is_file(), name
+    processes = json.loads((folder / "processes.json").read_text())
+    assert {p["role"] for p in processes} == {"server", "sampler"}
+    assert all(p["stopped_with"] for p in processes)
+    provenance = json.loads((folder / "provenance.json").read_text())
+    assert provenance["simulated"] is True
+    assert [g["mem_used_mib"] for g in provenance["preflight"]["gpus"]] == [0, 0]
+
+
+def test_a_run_that_hits_not_enough_memory_fails_in_the_kv_cache_phase(small_params):
+    result, _ = run_first(small_params(), index=0)  # mem_fraction 0.55
+    assert result.status == "failed"
+    assert (result.failure_reason, result.failure_phase) == ("kv_cache_no_memory", "kv_cache")
+    assert "Not enough memory" in result.failure_message
+    assert result.drained is True
+
+
+def test_a_server_that_is_not_ready_by_the_deadline_times_out(small_params):
+    result, _ = run_first(small_params(pace=2.0, timeout=1.0), index=1)
+    assert result.status == "timeout"
+    assert result.failure_reason is None
+    assert "not ready after 1 s" in result.failure_message
+    assert result.failure_phase in ("startup", "dist_init", "weights")
+
+
+def test_a_server_that_dies_without_a_known_error_is_failed_process_exited(tmp_path, sim_root):
+    path = write_params(tmp_path, f"""\
+        experiment: dies
+        hosts:
+          box: {{transport: sim, gpus: 1, workdir: {tmp_path / "w"}}}
+        server:
+          kind: generic
+          command: [bash, -c, "echo starting up; sleep 0.3; exit 3"]
+          ready: {{timeout_s: 20, log_pattern: "never printed"}}
+        """)
+    result, folder = run_first(path)
+    assert result.status == "failed"
+    assert result.failure_reason == "process_exited"
+    assert (folder / "server.log").read_text() == "starting up\n"
+
+
+def test_ctrl_c_during_a_run_stops_the_server_and_records_the_interruption(small_params, tmp_path):
+    path = small_params(pace=3.0, timeout=120)
+    code = (f"from launchlab import batch, lifecycle; rd = batch.ensure_run_dir({str(path)!r}); print(rd, flush=True); "
+            f"lifecycle.run_variant({str(path)!r}, '', rd)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=os.environ.copy())
+    run_dir = proc.stdout.readline().strip()
+    folder = outputs.run_folder(run_dir, make_plan(params.load(path))[0].run_id)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if (folder / "processes.json").exists() and "server" in (folder / "processes.json").read_text():
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "done" and status["status"] == "error"
+    assert "interrupted" in status["failure_message"]
+    recorded = json.loads((folder / "processes.json").read_text())
+    host = connect(params.load(path))
+    assert not any(host.group_alive(p["pgid"]) for p in recorded)

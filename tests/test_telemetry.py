@@ -1,0 +1,42 @@
+import math
+
+from launchlab import telemetry
+from conftest import SHARED
+
+DATA = SHARED / "data"
+
+
+def test_a_real_h200_trace_reads_into_numbers(tmp_path):
+    frame = telemetry.read_query_csv(DATA / "h200-transformers-serve/trace-cb90.csv")
+    assert list(frame.columns) == ["timestamp", "index", "memory.total", "memory.used", "memory.free", "utilization.gpu"]
+    assert frame["memory.total"].iloc[0] == 143771
+    assert frame["memory.used"].max() > 100_000
+    tidy = telemetry.tidy(frame, "r1", None)
+    assert list(tidy.columns) == ["run_id", "t_s", "gpu_index", "mem_used_mib", "mem_total_mib", "mem_free_mib",
+                                  "util_gpu_pct"]
+    assert tidy["t_s"].min() == 0
+
+
+def test_values_with_units_na_cells_and_error_lines(tmp_path):
+    path = tmp_path / "smi.csv"
+    path.write_text("timestamp, index, memory.used [MiB], utilization.gpu [%]\n"
+                    "2026/11/29 21:16:31.592, 0, 616 MiB, [N/A]\n"
+                    "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.\n"
+                    "2026/11/29 21:16:31.692, 0, 700 MiB, [Not Supported]\n"
+                    "2026/11/29 21:16:31.7")
+    frame = telemetry.read_query_csv(path)
+    assert list(frame["memory.used"]) == [616.0, 700.0]
+    assert all(math.isnan(v) for v in frame["utilization.gpu"])
+
+
+def test_snapshot_and_compute_apps_without_header():
+    gpus = telemetry.parse_snapshot("0, GPU-a, NVIDIA H200, 143771, 0\n1, GPU-b, NVIDIA H200, 143771, 124188\n")
+    assert [(g.index, g.mem_used_mib) for g in gpus] == [(0, 0), (1, 124188)]
+    apps = telemetry.parse_apps("GPU-b, 1570, python3, 124188\n")
+    assert apps == [{"gpu_uuid": "GPU-b", "pid": 1570, "process_name": "python3", "used_mib": 124188.0}]
+
+
+def test_the_sampler_command_is_the_documented_one():
+    assert telemetry.sampler_argv(100) == [
+        "nvidia-smi", "--query-gpu=timestamp,index,uuid,memory.total,memory.used,memory.free,utilization.gpu",
+        "--format=csv,nounits", "-lms", "100"]
