@@ -21,11 +21,11 @@ setup: $(STAMP)  ## create .venv with the project and its tools
 demo: $(STAMP)  ## run the embedded default experiment (simulated 8-GPU host) and print where the report is
 	@run_dir=$$($(BIN)/launchlab run params/demo.yaml) && echo "report: $$run_dir/summary.html"
 
-test: $(STAMP) check-notebooks  ## run the test suite
+test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check lib tests bench
+	$(BIN)/ruff check lib tests
 
 check-notebooks: $(STAMP)  ## committed notebooks must carry no outputs
 	$(BIN)/python -m launchlab.nbcheck notebooks

@@ -4,6 +4,8 @@ started on the simulated box is still running when it ends."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
+LAUNCHLAB = [sys.executable, "-m", "launchlab.cli"]
 
 
 def processes_using(marker: str) -> list[int]:
@@ -84,3 +87,22 @@ def small_params(tmp_path, sim_root):
         return write_params(tmp_path, SMALL_SIM.format(pace=pace, timeout=timeout, workdir=tmp_path / "hostwork"))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def demo_env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("demo")
+    env = {**os.environ, "LAUNCHLAB_SIM_ROOT": str(base / "sim"), "LAUNCHLAB_OUTPUTS": str(base / "outputs")}
+    yield base, env
+    left = processes_using(str(base / "sim"))
+    assert not left, f"processes left running on the simulated host: {left}"
+
+
+@pytest.fixture(scope="session")
+def demo_run(demo_env):
+    base, env = demo_env
+    proc = subprocess.run([*LAUNCHLAB, "run", str(ROOT / "params/demo.yaml")], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    return run_dir, proc.stderr

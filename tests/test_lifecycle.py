@@ -7,10 +7,10 @@ import subprocess
 import sys
 import time
 
+from conftest import write_params
 from launchlab import batch, lifecycle, outputs, params
 from launchlab.hosts import connect
 from launchlab.plan import make_plan
-from conftest import write_params
 
 
 def run_first(path, index=0):

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT, write_params
 from launchlab import params
 from launchlab.errors import ParamsError
-from conftest import ROOT, write_params
 
 DEMO = ROOT / "params" / "demo.yaml"
 
@@ -107,7 +107,8 @@ def test_flags_replace_remove_and_add():
 
 
 def test_render_fills_placeholders_in_command_env_and_health_url(tmp_path):
-    exp = params.loads(BASE.replace("command:", "env: {RUN: '{run_id}'}\n  ready: {health_url: 'http://127.0.0.1:{port}/health'}\n  command:"))
+    extra = "env: {RUN: '{run_id}'}\n  ready: {health_url: 'http://127.0.0.1:{port}/health'}\n  command:"
+    exp = params.loads(BASE.replace("command:", extra))
     variant = params.expand(exp)[1]
     spec = params.render(exp, variant, port=4321, run_id="r1", host="box")
     assert spec.argv[-3:] == ("4321", "--mem-fraction-static", "0.9")

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from conftest import SHARED
 from launchlab import params, telemetry
 from launchlab.hosts import connect
 from launchlab.logparse import sglang
-from conftest import SHARED
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 import math
 
-from launchlab import telemetry
 from conftest import SHARED
+from launchlab import telemetry
 
 DATA = SHARED / "data"
 

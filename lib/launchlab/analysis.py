@@ -38,7 +38,7 @@ def outcome_deciders(runs: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
             counts = group.groupby(factor, sort=False)["status"].apply(lambda s: f"{(s == 'ready').sum()}/{len(s)}")
             if rates.nunique() > 1:
                 flips = True
-            held = ", ".join(f"{o}={k}" for o, k in zip(others, key)) or "alone"
+            held = ", ".join(f"{o}={k}" for o, k in zip(others, key, strict=True)) or "alone"
             levels = "; ".join(f"{lv}: {c} ready" for lv, c in counts.items())
             evidence.append(f"[{held}] {levels}")
         rows.append({"factor": factor, "changes_launch_outcome": flips, "evidence": " | ".join(evidence)})
@@ -71,7 +71,8 @@ def rank_memory(events: pd.DataFrame, runs: pd.DataFrame, tolerance: float = 0.0
         spread = [f for f in fields if (per_rank[f].max() - per_rank[f].min()) > tolerance * max(1.0, abs(per_rank[f].mean()))]
         rows.append({"variant": variant, "n_runs": group["run_id"].nunique(), "n_ranks": len(per_rank),
                      **per_rank.mean().to_dict(), "ranks_differ": ", ".join(spread)})
-    return pd.DataFrame(rows, columns=[c for c in columns if c in ("variant", "n_runs", "n_ranks", "ranks_differ") or c in fields])
+    keep = [c for c in columns if c in ("variant", "n_runs", "n_ranks", "ranks_differ") or c in fields]
+    return pd.DataFrame(rows, columns=keep)
 
 
 def metric_summary(events: pd.DataFrame, runs: pd.DataFrame, field: str, rank: str = "0") -> pd.DataFrame:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import pandas as pd
+
 from launchlab import __version__, logparse, outputs, params, telemetry
 from launchlab.errors import HostError, LaunchlabError
 from launchlab.hosts import Host, ProcessRef, commands
@@ -340,18 +342,14 @@ def started_at(result: RunResult) -> datetime | None:
     return datetime.fromisoformat(result.server_started_at[:26]) if result.server_started_at else None
 
 
-def summary_table(result: RunResult) -> "pd.DataFrame":
+def summary_table(result: RunResult) -> pd.DataFrame:
     """The run's result as a two-column table for a notebook."""
-    import pandas as pd
-
     rows = {k: v for k, v in dataclasses.asdict(result).items() if v not in (None, [], {})}
     return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=list(rows))
 
 
-def rank_table(run_dir: str | Path, run_id: str) -> "pd.DataFrame":
+def rank_table(run_dir: str | Path, run_id: str) -> pd.DataFrame:
     """Per-rank fields parsed from a run's server log (one row per TP rank)."""
-    import pandas as pd
-
     parsed = outputs.read_json(outputs.run_folder(Path(run_dir), run_id) / outputs.PARSED)
     return pd.DataFrame.from_dict(parsed["ranks"], orient="index").rename_axis("rank")
 

@@ -13,11 +13,19 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, field_validator
-from pydantic import model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from launchlab import yamlfile
 from launchlab.errors import ParamsError
@@ -31,7 +39,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-FlagValue = Union[StrictBool, StrictStr]
+FlagValue = StrictBool | StrictStr
 
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:
@@ -79,7 +87,7 @@ class LocalHost(_Strict):
     workdir: str | None = None
 
 
-HostSpec = Annotated[Union[SimHost, LocalHost], Field(discriminator="transport")]
+HostSpec = Annotated[SimHost | LocalHost, Field(discriminator="transport")]
 
 
 class ReadySpec(_Strict):
@@ -325,7 +333,7 @@ def expand(exp: Experiment) -> list[Variant]:
         combos = [dict(v) for v in exp.variants]
     else:
         names = list(exp.factors)
-        combos = [dict(zip(names, c)) for c in itertools.product(*(exp.factors[n] for n in names))]
+        combos = [dict(zip(names, c, strict=True)) for c in itertools.product(*(exp.factors[n] for n in names))]
     variants = []
     for levels in combos:
         ordered = {f: levels[f] for f in exp.factors}

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
-
-matplotlib.use("Agg")  # reports render headless; JupyterLab's inline backend still shows the figures
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
 STATUS_COLOURS = {"ready": "tab:green", "failed": "tab:red", "timeout": "tab:orange", "degraded": "tab:purple",
                   "error": "tab:gray"}
@@ -21,7 +18,7 @@ def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool
     rows = max(1, math.ceil(len(variants) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 3.2 * rows), sharex=True, sharey=True, squeeze=False)
     total_gib = telemetry["mem_total_mib"].max() / 1024 if len(telemetry) else None
-    for ax, variant in zip(axes.flat, variants):
+    for ax, variant in zip(axes.flat, variants, strict=False):
         for _, run in runs[runs["variant"] == variant].iterrows():
             samples = telemetry[telemetry["run_id"] == run["run_id"]]
             if samples.empty:

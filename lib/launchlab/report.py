@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-from pandas.io.formats.style import Styler
 from IPython.display import Markdown
+from pandas.io.formats.style import Styler
 
 from launchlab import analysis, frames, outputs, params, plots
 

@@ -102,7 +102,8 @@ class _Rank:
 
     def hold(self, mib: float, util: int = 0) -> None:
         self.held_mib += mib
-        state.set_allocation(self.root, os.getpid(), self.gpu, self.held_mib, f"sglang::scheduler{self.prefix.replace(' ', '_')}", util)
+        name = f"sglang::scheduler{self.prefix.replace(' ', '_')}"  # SGLang's process title
+        state.set_allocation(self.root, os.getpid(), self.gpu, self.held_mib, name, util)
 
     def free_gib(self) -> float:
         return state.free_mib(self.root, self.gpu) / 1024

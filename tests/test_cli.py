@@ -1,0 +1,52 @@
+import json
+import subprocess
+
+from conftest import LAUNCHLAB, ROOT, SHARED, write_params
+
+
+def cli(*args, **kw):
+    return subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True, timeout=120, **kw)
+
+
+def test_validate_accepts_the_demo():
+    res = cli("validate", str(ROOT / "params/demo.yaml"))
+    assert res.returncode == 0
+    assert "8 runs" in res.stdout and "simulated" in res.stdout
+
+
+def test_validate_prints_every_problem_and_exits_2(tmp_path):
+    path = write_params(tmp_path, "experiment: x\nhosts: {box: {transport: sim, gpuz: 2}}\nserver: {kind: sglang}\n")
+    res = cli("validate", str(path))
+    assert res.returncode == 2
+    assert str(path) in res.stderr
+    assert "hosts.box.gpuz" in res.stderr and "server.command" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_run_with_bad_params_launches_nothing_and_exits_nonzero(tmp_path, sim_root):
+    path = write_params(tmp_path, "experiment: x\nhosts: {box: {transport: sim}}\nserver: {kind: sglang, command: []}\n")
+    res = cli("run", str(path), "--out", str(tmp_path / "out"))
+    assert res.returncode == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_parse_json_has_the_stable_keys():
+    log = SHARED / "data/real-logs/sglang-pr11830-tp1-kv-alloc-capture-end.log"
+    res = cli("parse", str(log), "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert list(data) == ["server", "ready", "phase_reached", "failure", "ranks", "debug"]
+    assert data["server"] == "sglang"
+    assert data["ranks"]["0"]["kv_tokens"] == 2243474
+    assert data["ranks"]["0"]["graph_mem_gib"] == 1.44
+
+
+def test_parse_without_json_prints_a_table():
+    res = cli("parse", str(SHARED / "data/real-logs/sglang-pr11830-tp1-kv-alloc-capture-end.log"))
+    assert res.returncode == 0
+    assert "phase reached: cuda_graph" in res.stdout and "kv_tokens" in res.stdout
+
+
+def test_parse_of_a_missing_file_is_a_clear_error(tmp_path):
+    res = cli("parse", str(tmp_path / "nope.log"))
+    assert res.returncode == 1 and "no such log file" in res.stderr

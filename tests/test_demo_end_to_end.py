@@ -1,0 +1,165 @@
+"""`launchlab run params/demo.yaml` end to end: real papermill kernels, real parquet, the real HTML export."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import LAUNCHLAB, ROOT, processes_using
+
+pytestmark = pytest.mark.slow
+def test_the_run_directory_has_the_documented_layout(demo_run):
+    run_dir, _ = demo_run
+    assert run_dir.parent.name == "demo-custom-ar-vs-mem-fraction"
+    assert re.fullmatch(r"\d{8}-\d{6}", run_dir.name)
+    for name in ("experiment.yaml", "manifest.json", "runs.parquet", "events.parquet", "telemetry.parquet",
+                 "summary.ipynb", "summary.html"):
+        assert (run_dir / name).is_file(), name
+    runs = sorted((run_dir / "runs").iterdir())
+    assert len(runs) == 8
+    for folder in runs:
+        for name in ("run_variant.ipynb", "status.json", "server.log", "nvidia-smi.csv", "provenance.json"):
+            assert (folder / name).is_file(), f"{folder.name}/{name}"
+        nb = json.loads((folder / "run_variant.ipynb").read_text())
+        assert nb["metadata"]["papermill"]["parameters"]["run_id"] == folder.name
+        assert any(c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"), "notebook was executed"
+
+
+def test_the_outcome_matrix_is_the_seed_scenario(demo_run):
+    run_dir, _ = demo_run
+    runs = pd.read_parquet(run_dir / "runs.parquet")
+    assert len(runs) == 8
+    low, high = runs[runs["mem_fraction"] == "0.55"], runs[runs["mem_fraction"] == "0.85"]
+    assert set(low["status"]) == {"failed"}
+    assert set(low["failure_reason"]) == {"kv_cache_no_memory"}
+    assert set(low["failure_phase"]) == {"kv_cache"}
+    assert set(high["status"]) == {"ready"}
+    assert high["startup_s"].notna().all()
+    # interleaved: A B C D A B C D
+    assert list(runs["variant"].iloc[:4]) == list(runs["variant"].iloc[4:])
+
+
+def test_custom_all_reduce_costs_kv_capacity_but_does_not_decide_the_launch(demo_run):
+    run_dir, _ = demo_run
+    runs = pd.read_parquet(run_dir / "runs.parquet")
+    events = pd.read_parquet(run_dir / "events.parquet")
+    kv = events[(events["field"] == "kv_tokens") & (events["rank"] == "0")].merge(runs, on="run_id")
+    on = kv[kv["custom_ar"] == "on"]["value"]
+    off = kv[kv["custom_ar"] == "off"]["value"]
+    assert len(on) == len(off) == 2
+    assert on.max() < off.min()
+    assert on.min() > 0.9 * off.max()  # a little, not a lot
+    from launchlab import analysis
+
+    deciders = analysis.outcome_deciders(runs, ["custom_ar", "mem_fraction"]).set_index("factor")
+    assert not deciders.loc["custom_ar", "changes_launch_outcome"]
+    assert deciders.loc["mem_fraction", "changes_launch_outcome"]
+
+
+def test_frames_have_the_documented_columns(demo_run):
+    run_dir, _ = demo_run
+    runs = pd.read_parquet(run_dir / "runs.parquet")
+    assert list(runs.columns[:10]) == ["run_id", "variant", "repetition", "host", "status", "failure_reason",
+                                       "failure_phase", "failure_message", "startup_s", "peak_mem_used_mib"]
+    assert {"custom_ar", "mem_fraction"} <= set(runs.columns)
+    events = pd.read_parquet(run_dir / "events.parquet")
+    assert list(events.columns) == ["run_id", "t_s", "rank", "field", "value"]
+    assert set(events["rank"]) == {str(r) for r in range(8)}
+    telemetry = pd.read_parquet(run_dir / "telemetry.parquet")
+    assert {"run_id", "t_s", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "util_gpu_pct"} <= set(telemetry.columns)
+    assert telemetry.groupby("run_id")["gpu_index"].nunique().eq(8).all()
+    assert (telemetry["mem_total_mib"] == 97887).all()
+    ready = runs[runs["status"] == "ready"]["peak_mem_used_mib"]
+    assert (ready > 80_000).all()
+
+
+def test_progress_lines_name_the_run_its_state_and_elapsed_time(demo_run):
+    _, stderr = demo_run
+    assert re.search(r"\[1/8\] 01_custom_ar-off\.mem_fraction-0\.55_rep1  watching  [\d.]+ s", stderr)
+    assert re.search(r"\[8/8\] 08_custom_ar-on\.mem_fraction-0\.85_rep2  ready  [\d.]+ s", stderr)
+
+
+def test_summary_html_has_tables_and_embedded_plots_and_no_code_or_remote_fetches(demo_run):
+    run_dir, _ = demo_run
+    html = (run_dir / "summary.html").read_text()
+    from launchlab import export
+
+    assert export.remote_references(html) == []
+    assert "<table" in html and "kv_cache_no_memory" in html
+    assert re.search(r'<img[^>]+src="data:image/png;base64,', html)
+    assert "SIMULATED" in html
+    assert "rep.outcomes()" not in html and "import report" not in html
+
+
+def test_report_rebuilds_everything_from_the_raw_files(demo_run, demo_env, tmp_path):
+    run_dir, _ = demo_run
+    _, env = demo_env
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    for name in ("runs.parquet", "events.parquet", "telemetry.parquet", "summary.html", "summary.ipynb"):
+        (copy / name).unlink()
+    proc = subprocess.run([*LAUNCHLAB, "report", str(copy)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pd.testing.assert_frame_equal(pd.read_parquet(copy / "runs.parquet"), pd.read_parquet(run_dir / "runs.parquet"))
+    assert (copy / "summary.html").is_file()
+
+
+def test_the_summary_notebook_runs_with_its_defaults(demo_run, demo_env, tmp_path):
+    import papermill
+
+    _, env = demo_env
+    os.environ["LAUNCHLAB_OUTPUTS"] = env["LAUNCHLAB_OUTPUTS"]
+    try:
+        papermill.execute_notebook(str(ROOT / "notebooks/summary.ipynb"), str(tmp_path / "out.ipynb"),
+                                   kernel_name="python3", progress_bar=False, cwd=str(ROOT / "notebooks"))
+    finally:
+        del os.environ["LAUNCHLAB_OUTPUTS"]
+
+
+def test_the_run_notebook_runs_with_its_defaults(demo_env, tmp_path):
+    import papermill
+
+    _, env = demo_env
+    saved = {k: os.environ.get(k) for k in ("LAUNCHLAB_OUTPUTS", "LAUNCHLAB_SIM_ROOT")}
+    os.environ.update({k: env[k] for k in saved})
+    try:
+        papermill.execute_notebook(str(ROOT / "notebooks/run_variant.ipynb"), str(tmp_path / "out.ipynb"),
+                                   kernel_name="python3", progress_bar=False, cwd=str(ROOT / "notebooks"))
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    nb = json.loads((tmp_path / "out.ipynb").read_text())
+    text = json.dumps(nb["cells"])
+    assert "kv_cache_no_memory" in text  # the first demo run: custom_ar=off, mem_fraction=0.55
+
+
+def test_ctrl_c_stops_the_batch_and_leaves_nothing_running(demo_env, tmp_path):
+    _, env = demo_env
+    env = {**env, "LAUNCHLAB_SIM_ROOT": str(tmp_path / "sim")}
+    params = tmp_path / "slow.yaml"
+    params.write_text((ROOT / "params/demo.yaml").read_text().replace("weights_gib_per_rank: 70.0",
+                                                                       "weights_gib_per_rank: 70.0\n    pace: 5.0"))
+    proc = subprocess.Popen([*LAUNCHLAB, "run", str(params), "--out", str(tmp_path / "out")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    processes = None
+    while time.monotonic() < deadline and processes is None:
+        for candidate in (tmp_path / "out").glob("*/*/runs/*/processes.json"):
+            if "server" in candidate.read_text():
+                processes = candidate
+        time.sleep(0.2)
+    assert processes is not None, "the first run never started its server"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err
+    status = json.loads((processes.parent / "status.json").read_text())
+    assert status["status"] == "error" and "interrupted" in status["failure_message"]
+    assert processes_using(str(tmp_path / "sim")) == []
