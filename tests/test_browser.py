@@ -41,4 +41,4 @@ def test_the_report_renders_offline_with_its_tables_and_plots(chromium, demo_run
     from PIL import Image
 
     image = Image.open(shot).convert("L")
-    assert len(set(image.getdata())) > 20, "the screenshot is blank"
+    assert sum(1 for count in image.histogram() if count) > 20, "the screenshot is blank"
