@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -163,3 +164,25 @@ def test_ctrl_c_stops_the_batch_and_leaves_nothing_running(demo_env, tmp_path):
     status = json.loads((processes.parent / "status.json").read_text())
     assert status["status"] == "error" and "interrupted" in status["failure_message"]
     assert processes_using(str(tmp_path / "sim")) == []
+
+
+def test_resume_skips_finished_runs_and_repeats_the_rest(small_params, tmp_path):
+    path = small_params(pace=0.2)
+    env = {**os.environ}
+    first = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+                           text=True, env=env, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    run_dir = Path(first.stdout.strip())
+    second_run = sorted((run_dir / "runs").iterdir())[1]
+    (second_run / "status.json").unlink()
+    again = subprocess.run([*LAUNCHLAB, "run", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "[1/2] 01_mem_fraction-0.55_rep1  already done, skipped" in again.stderr
+    assert "[2/2] 02_mem_fraction-0.85_rep1  ready" in again.stderr
+    assert json.loads((second_run / "status.json").read_text())["status"] == "ready"
+    other = path.with_name("other.yaml")
+    other.write_text(path.read_text().replace("repetitions: 1", "repetitions: 2"))
+    refused = subprocess.run([*LAUNCHLAB, "run", str(other), "--resume", str(run_dir)], capture_output=True, text=True,
+                             env=env, timeout=120)
+    assert refused.returncode == 1 and "different plan" in refused.stderr

@@ -126,6 +126,14 @@ class _Progress(threading.Thread):
                 last = state
 
 
+def _execute(template: str, output: Path, parameters: dict) -> None:
+    """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
+    silenced so the progress lines stay readable. Cell errors still land in the executed notebook."""
+    papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
+                               kernel_name="python3", progress_bar=False, cwd=str(notebooks_dir()),
+                               extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+
+
 def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, host, total: int, say: Say) -> None:
     folder = outputs.run_folder(run_dir, run.run_id)
     folder.mkdir(parents=True, exist_ok=True)
@@ -135,11 +143,8 @@ def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, host, total: 
     progress.start()
     problem = None
     try:
-        papermill.execute_notebook(
-            str(notebooks_dir() / "run_variant.ipynb"), str(folder / outputs.RUN_NOTEBOOK),
-            parameters={"experiment": str(run_dir / outputs.EXPERIMENT_FILE), "run_id": run.run_id,
-                        "run_dir": str(run_dir)},
-            kernel_name="python3", progress_bar=False, cwd=str(notebooks_dir()))
+        _execute("run_variant.ipynb", folder / outputs.RUN_NOTEBOOK,
+                 {"experiment": str(run_dir / outputs.EXPERIMENT_FILE), "run_id": run.run_id, "run_dir": str(run_dir)})
     except KeyboardInterrupt:
         progress.stop_event.set()
         say(f"{label}  interrupted: stopping what the run started")
@@ -171,9 +176,7 @@ def report(run_dir: Path, say: Say = _stderr) -> Path:
     say("launchlab: frames written; rendering the summary")
     nb = run_dir / outputs.SUMMARY_NOTEBOOK
     try:
-        papermill.execute_notebook(str(notebooks_dir() / "summary.ipynb"), str(nb),
-                                   parameters={"run_dir": str(run_dir)}, kernel_name="python3",
-                                   progress_bar=False, cwd=str(notebooks_dir()))
+        _execute("summary.ipynb", nb, {"run_dir": str(run_dir)})
     except papermill.PapermillExecutionError as exc:
         raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
     html = export.notebook_to_html(nb, run_dir / outputs.SUMMARY_HTML)
