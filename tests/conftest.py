@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+DATA = ROOT / "tests" / "fixtures"  # copies of shared/data (see fixtures/README.md)
 LAUNCHLAB = [sys.executable, "-m", "launchlab.cli"]
 
 

@@ -1,7 +1,7 @@
 import json
 import subprocess
 
-from conftest import LAUNCHLAB, ROOT, SHARED, write_params
+from conftest import DATA, LAUNCHLAB, ROOT, write_params
 
 
 def cli(*args, **kw):
@@ -31,7 +31,7 @@ def test_run_with_bad_params_launches_nothing_and_exits_nonzero(tmp_path, sim_ro
 
 
 def test_parse_json_has_the_stable_keys():
-    log = SHARED / "data/real-logs/sglang-pr11830-tp1-kv-alloc-capture-end.log"
+    log = DATA / "real-logs/sglang-pr11830-tp1-kv-alloc-capture-end.log"
     res = cli("parse", str(log), "--json")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
@@ -42,7 +42,7 @@ def test_parse_json_has_the_stable_keys():
 
 
 def test_parse_without_json_prints_a_table():
-    res = cli("parse", str(SHARED / "data/real-logs/sglang-pr11830-tp1-kv-alloc-capture-end.log"))
+    res = cli("parse", str(DATA / "real-logs/sglang-pr11830-tp1-kv-alloc-capture-end.log"))
     assert res.returncode == 0
     assert "phase reached: cuda_graph" in res.stdout and "kv_tokens" in res.stdout
 

@@ -1,8 +1,8 @@
-from conftest import SHARED
+from conftest import DATA
 from launchlab import logparse
 from launchlab.logparse import sglang
 
-LOGS = SHARED / "data/real-logs"
+LOGS = DATA / "real-logs"
 
 
 def lines(text: str) -> list[str]:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import SHARED
+from conftest import DATA
 from launchlab import params, telemetry
 from launchlab.hosts import connect
 from launchlab.logparse import sglang
@@ -22,7 +22,7 @@ def box(small_params):
 def test_query_gpu_csv_has_the_real_header_and_cell_format(box):
     _, host = box
     fields = "timestamp, index, memory.total [MiB], memory.used [MiB], memory.free [MiB], utilization.gpu [%]"
-    real_header = (SHARED / "data/h200-transformers-serve/trace-cb50.csv").read_text().splitlines()[0]
+    real_header = (DATA / "h200-transformers-serve/trace-cb50.csv").read_text().splitlines()[0]
     assert real_header == fields
     out = host.run("nvidia-smi --query-gpu=timestamp,index,memory.total,memory.used,memory.free,utilization.gpu "
                    "--format=csv,nounits").stdout.splitlines()

@@ -1,9 +1,7 @@
 import math
 
-from conftest import SHARED
+from conftest import DATA
 from launchlab import telemetry
-
-DATA = SHARED / "data"
 
 
 def test_a_real_h200_trace_reads_into_numbers(tmp_path):
