@@ -61,3 +61,46 @@ def test_detect_tells_sglang_from_other_logs(tmp_path):
     other.write_text("hello\nworld\n")
     assert logparse.detect(other) == "generic"
     assert logparse.detect(LOGS / "sglang-pr11830-tp1-kv-alloc-capture-end.log") == "sglang"
+
+
+def test_transformers_serve_logs_are_ready_and_the_failed_first_request_is_a_kv_failure():
+    folder = DATA / "h200-transformers-serve"
+    for name in ("server-cb50.log", "server-cb90.log", "server-nocb.log"):
+        parsed = logparse.parse_file(folder / name)
+        assert parsed.server == "transformers"
+        assert parsed.ready and parsed.failure is None, name
+        assert parsed.ranks["0"]["request_http_status"] == 200
+    degraded = logparse.parse_file(folder / "server-oom.log")
+    assert degraded.ready  # healthy at startup ...
+    assert (degraded.failure.reason, degraded.failure.phase) == ("kv_cache_no_memory", "kv_cache")  # ... but not usable
+    assert "No positive solution" in degraded.failure.message
+    assert degraded.ranks["0"]["request_http_status"] == 503
+
+
+def test_debug_lines_are_read_whatever_the_prefix(tmp_path):
+    log = tmp_path / "v.log"
+    log.write_text("INFO 12-01 10:00:00 [gpu_worker.py:1] Available KV cache memory: 8.11 GiB\n"
+                   "(Worker_TP1 pid=7) DEBUG profile_max_num_token: avail=21.697 GiB, rest=-20.603 GiB\n"
+                   "journal: python3[12]: DEBUG kv: blocks=12\n")
+    parsed = logparse.parse_file(log, "vllm")
+    assert [(d["name"], d["key"], d["value"]) for d in parsed.debug] == [
+        ("profile_max_num_token", "avail", 21.697), ("profile_max_num_token", "rest", -20.603), ("kv", "blocks", 12.0)]
+    assert parsed.ranks["1"]["debug.profile_max_num_token.rest"] == -20.603
+
+
+def test_a_big_log_streams_through_chunks_and_keeps_late_lines(tmp_path):
+    """Thousands of boring progress lines are skipped by chunk, the lines that matter are still all found."""
+    path = tmp_path / "big.log"
+    decode = "[2025-11-30 12:51:{s:02d} TP{r}] Decode batch. #running-req: 12, #token: {s}45, gen throughput (token/s): 1.5\n"
+    with open(path, "w") as fh:
+        fh.write("[2025-11-30 12:50:00 TP0] Load weight end. type=X, dtype=torch.bfloat16, avail mem=21.96 GB, "
+                 "mem usage=8.81 GB.\n")
+        for i in range(40_000):
+            fh.write(decode.format(s=i % 60, r=i % 2))
+        fh.write("[2025-11-30 13:00:00 TP1] Scheduler hit an exception: Traceback (most recent call last):\n")
+        fh.write('  File "x.py", line 1, in run\n' * 3000)  # a traceback longer than a chunk
+        fh.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    parsed = logparse.parse_file(path)
+    assert parsed.ranks["0"]["weights_mem_gib"] == 8.81
+    assert (parsed.failure.reason, parsed.failure.phase) == ("cuda_oom", "kv_cache")
+    assert "Tried to allocate 2.00 GiB" in parsed.failure.message

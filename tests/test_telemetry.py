@@ -38,3 +38,21 @@ def test_the_sampler_command_is_the_documented_one():
     assert telemetry.sampler_argv(100) == [
         "nvidia-smi", "--query-gpu=timestamp,index,uuid,memory.total,memory.used,memory.free,utilization.gpu",
         "--format=csv,nounits", "-lms", "100"]
+
+
+def test_csv_without_a_header_uses_the_requested_fields(tmp_path):
+    src = (DATA / "nvsmi-samples/systeminformation-pr367-noheader-nounits.txt").read_text().splitlines()
+    path = tmp_path / "noheader.csv"
+    path.write_text("\n".join(src[1:3]) + "\n")
+    fields = src[0].split("--query-gpu=")[1].split(" ")[0].split(",")
+    frame = telemetry.read_query_csv(path, fields)
+    assert list(frame["memory.total"]) == [8119, 981]
+    assert list(frame["memory.used"]) == [4856, 871]
+    assert math.isnan(frame["temperature.memory"][0]) and math.isnan(frame["fan.speed"][1])  # `N/A` and `[N/A]`
+
+
+def test_the_measured_loop_file_without_header_or_units(tmp_path):
+    frame = telemetry.read_query_csv(DATA / "nvsmi-samples/measured-h200-580-lms10-noheader-nounits-head.csv",
+                                     ["timestamp", "memory.used"])
+    assert len(frame) == 10 and frame["timestamp"].is_monotonic_increasing
+    assert frame["timestamp"].diff().dt.total_seconds().dropna().median() < 0.05

@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=_report)
     pa = sub.add_parser("parse", help="parse a server log")
     pa.add_argument("log")
-    pa.add_argument("--server", default="auto", choices=["auto", "sglang", "generic"])
+    pa.add_argument("--server", default="auto", choices=["auto", "sglang", "vllm", "transformers", "generic"])
     pa.add_argument("--json", action="store_true", help="print the JSON object of ARCHITECTURE.md section 4.3")
     pa.set_defaults(func=_parse)
     return p

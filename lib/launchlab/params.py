@@ -108,7 +108,7 @@ class ReadySpec(_Strict):
 
 
 class ServerSpec(_Strict):
-    kind: Literal["sglang", "generic"]
+    kind: Literal["sglang", "vllm", "transformers", "generic"]
     command: list[StrictStr] = Field(min_length=1)
     env: dict[str, StrictStr] = {}
     ready: ReadySpec = ReadySpec()

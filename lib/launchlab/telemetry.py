@@ -76,24 +76,33 @@ def parse_apps(text: str) -> list[dict]:
             for c in _rows(text, len(APP_FIELDS)) if c[1].strip().isdigit()]
 
 
-def read_query_csv(path: str | Path) -> pd.DataFrame:
-    """A `--query-gpu` CSV with a header (with or without units) → one column per field, numbers as floats."""
-    columns: list[str] | None = None
+def read_query_csv(path: str | Path, fields: tuple[str, ...] | list[str] | None = None) -> pd.DataFrame:
+    """A `--query-gpu` CSV → one column per field, numbers as floats, `N/A`/`[…]` as NaN.
+
+    With a header (with or without units) the columns come from it; without one (`noheader`), from `fields`,
+    the list the kit asked for. Lines with the wrong number of cells are skipped.
+    """
+    columns: list[str] | None = list(fields) if fields else None
     records = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             cells = line.rstrip("\n").split(", ")
-            if columns is None:
-                if "index" in [_HEADER_UNIT.sub("", c) for c in cells] or "timestamp" in cells:
-                    columns = [_HEADER_UNIT.sub("", c) for c in cells]
+            if _is_header(cells):
+                columns = [_HEADER_UNIT.sub("", c).strip() for c in cells]
                 continue
-            if len(cells) != len(columns):
-                continue  # an error message or a line cut off when the sampler was stopped
+            if columns is None or len(cells) != len(columns):
+                continue  # a prompt, an error message, or a line cut off when the sampler was stopped
             records.append([_cell(c) for c in cells])
     frame = pd.DataFrame(records, columns=columns or list(SAMPLER_FIELDS))
     if "timestamp" in frame:
         frame["timestamp"] = pd.to_datetime(frame["timestamp"], format=TIMESTAMP_FORMAT, errors="coerce")
     return frame
+
+
+def _is_header(cells: list[str]) -> bool:
+    names = [_HEADER_UNIT.sub("", c).strip() for c in cells]
+    return len(cells) > 1 and all(re.fullmatch(r"[a-z_]+(?:\.[a-z_]+)*", n) for n in names) and (
+        "index" in names or "timestamp" in names or any(n.startswith(("memory.", "utilization.")) for n in names))
 
 
 def tidy(frame: pd.DataFrame, run_id: str, t0: datetime | None) -> pd.DataFrame:

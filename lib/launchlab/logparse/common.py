@@ -1,7 +1,13 @@
-"""What every server-log parser shares: line cleaning, the phase vocabulary, and the ParsedLog record.
+"""What every server-log parser shares: streaming, line cleaning, the vocabularies and the ParsedLog record.
 
-Lines are read lazily (a server that ran for days writes hundreds of MB), ANSI colour codes are removed and
-`\\r`-separated progress-bar updates are split so a log line glued after a bar is seen on its own.
+A server that ran for days writes hundreds of MB of decode-progress lines, so files are read in chunks and
+a chunk is only decoded and handed to the line parser when one of its lines could matter. The test is
+exact and cheap: with digits removed, the thousands of progress lines of a chunk collapse into a handful of
+distinct templates; only if one of those templates contains an anchor word of a parser (or the parser is in
+the middle of a traceback) is the chunk parsed line by line. Memory stays bounded by the chunk size.
+
+Line cleaning: ANSI colour codes are removed and `\\r`-separated progress-bar updates are split, so a log
+line glued after a bar is seen on its own.
 """
 
 from __future__ import annotations
@@ -11,13 +17,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 PHASES = ("startup", "dist_init", "weights", "kv_cache", "cuda_graph", "warmup", "http", "ready")
 REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_failed", "custom_allreduce_failed",
            "nccl_error", "exception")
+CHUNK_BYTES = 256 * 1024  # small enough to stay in cache; measured fastest in bench/parse_vs_grep.py
+_DIGITS = b"0123456789"
+_MAX_TEMPLATES = 20_000  # bounds the memory of the template cache
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
+_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,12 @@ class ParsedLog:
     first_t: datetime | None = None
     ready_t: datetime | None = None
 
+    def later(self, a: str | None, b: str | None) -> str | None:
+        """The later of two phases (None counts as earliest)."""
+        if a is None or b is None:
+            return a or b
+        return a if PHASES.index(a) >= PHASES.index(b) else b
+
     def reach(self, phase: str) -> None:
         if PHASES.index(phase) > PHASES.index(self.phase_reached):
             self.phase_reached = phase
@@ -59,37 +76,106 @@ class ParsedLog:
         self.ranks.setdefault(rank, {})[name] = value
         self.events.append(Event(t, rank, name, value, line))
 
+    def add_debug(self, records: list[dict], t: datetime | None, rank: str, line: int) -> None:
+        """Instrumentation records: kept for `parse --json` and recorded as events `debug.<name>.<key>`."""
+        self.debug.extend(records)
+        for r in records:
+            self.record(t, rank, f"debug.{r['name']}.{r['key']}", r["value"], line)
+
     def fail(self, reason: str, phase: str | None, message: str) -> None:
         """Keep the strongest evidence: a specific reason replaces a generic `exception`, never the reverse."""
         if self.failure is None or (self.failure.reason == "exception" and reason != "exception"):
-            self.failure = Failure(reason, phase or self.phase_reached, message.strip()[:2000])
-            self.reach(self.failure.phase)  # the failing phase was reached, even if it printed nothing before
+            self.failure = Failure(reason, phase or (self.failure.phase if self.failure else self.phase_reached),
+                                   message.strip()[:2000])
 
     def to_json(self) -> dict:
         """The stable `launchlab parse --json` object (ARCHITECTURE.md section 4.3)."""
+        def order(item: tuple[str, dict]) -> tuple[int, str]:
+            return (int(item[0]), "") if item[0].isdigit() else (1 << 30, item[0])
+
         return {
             "server": self.server,
             "ready": self.ready,
             "phase_reached": self.phase_reached,
             "failure": None if self.failure is None else {
                 "reason": self.failure.reason, "phase": self.failure.phase, "message": self.failure.message},
-            "ranks": {r: dict(sorted(f.items())) for r, f in sorted(self.ranks.items(), key=lambda kv: int(kv[0]))},
+            "ranks": {r: dict(sorted(f.items())) for r, f in sorted(self.ranks.items(), key=order)},
             "debug": self.debug,
         }
 
 
-def clean_lines(raw_lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    """(line number, text) for every line and every `\\r`-separated segment, without ANSI codes."""
+class LineParser(Protocol):
+    """What the streaming reader drives: one parser per server kind."""
+
+    anchors: re.Pattern[bytes]  # a line that matches none of these (digits removed) cannot matter
+    wants_every_line: bool  # True while inside a multi-line message (a traceback)
+
+    def feed(self, number: int, text: str) -> None: ...
+    def result(self) -> ParsedLog: ...
+
+
+def anchors(words: Iterable[str]) -> re.Pattern[bytes]:
+    """The anchor regex of a parser: literal words, matched against lines whose digits were removed."""
+    return re.compile(b"|".join(re.escape(w.encode()) for w in words))
+
+
+def clean(text: str) -> list[str]:
+    """A raw line as the segments a reader saw: ANSI codes removed, split at carriage returns."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    if "\r" in text:
+        return [s for s in text.split("\r") if s.strip()]
+    return [text] if text else []
+
+
+def feed_lines(parser: LineParser, raw_lines: Iterable[str]) -> ParsedLog:
+    """Parse text lines already in memory (every line is fed; used for short logs and tests)."""
     for number, raw in enumerate(raw_lines, start=1):
-        text = raw.rstrip("\n")
-        if "\x1b" in text:
-            text = _ANSI.sub("", text)
-        if "\r" in text:
-            for segment in text.split("\r"):
-                if segment.strip():
-                    yield number, segment
-        elif text:
-            yield number, text
+        for segment in clean(raw.rstrip("\n")):
+            parser.feed(number, segment)
+    return parser.result()
+
+
+def scan_file(parser: LineParser, path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> ParsedLog:
+    """Stream a log file through a parser, skipping chunks whose every line is boring (see module doc)."""
+    boring: set[bytes] = set()
+    number = 0
+    rest = b""
+    with open(path, "rb") as fh:
+        while True:
+            block = fh.read(chunk_bytes)
+            if not block:
+                if rest:
+                    _feed_block(parser, rest, number)
+                break
+            cut = block.rfind(b"\n") + 1
+            if rest:
+                block, cut = rest + block, cut + len(rest)
+            if cut == 0:  # one line longer than the chunk: keep reading
+                rest = block
+                continue
+            block, rest = block[:cut], block[cut:]
+            if parser.wants_every_line or _matters(parser.anchors, block, boring):
+                _feed_block(parser, block, number)
+            number += block.count(b"\n")
+    return parser.result()
+
+
+def _matters(rx: re.Pattern[bytes], block: bytes, boring: set[bytes]) -> bool:
+    templates = set(block.translate(None, _DIGITS).split(b"\n"))
+    templates -= boring
+    for template in templates:
+        if rx.search(template):
+            return True
+        if len(boring) < _MAX_TEMPLATES:
+            boring.add(template)
+    return False
+
+
+def _feed_block(parser: LineParser, block: bytes, first_number: int) -> None:
+    for offset, raw in enumerate(block.decode("utf-8", errors="replace").split("\n"), start=1):
+        for segment in clean(raw):
+            parser.feed(first_number + offset, segment)
 
 
 def open_lines(path: str | Path) -> Iterator[str]:
@@ -98,7 +184,7 @@ def open_lines(path: str | Path) -> Iterator[str]:
         yield from fh
 
 
-def debug_record(text: str) -> list[dict] | None:
+def debug_records(text: str) -> list[dict] | None:
     """`DEBUG name: k=v unit, …` instrumentation lines → one record per key, or None."""
     m = _DEBUG.search(text)
     if not m:
@@ -108,3 +194,30 @@ def debug_record(text: str) -> list[dict] | None:
         for p in _PAIR.finditer(m["pairs"])
     ]
     return records or None
+
+
+def exception_line(text: str) -> tuple[str, str] | None:
+    """(type, message) when a line is the last line of a Python traceback, e.g. `RuntimeError: …`."""
+    m = _EXCEPTION_LINE.match(text.strip())
+    if m is None:
+        return None
+    return m["type"], (m["msg"] or "")
+
+
+def classify(message: str) -> str:
+    """The failure reason of an error message or traceback line (ARCHITECTURE.md section 4.3 vocabulary)."""
+    if re.search(r"max seq len|max_model_len|maximum number of tokens that can be stored in KV cache", message):
+        return "max_len_exceeds_kv"
+    if re.search(r"Not enough memory|Loaded weights leave no GPU memory|Memory pool size is too small"
+                 r"|No available memory for the cache blocks|raise_if_cache_size_invalid|No positive solution"
+                 r"|Free memory on device", message):
+        return "kv_cache_no_memory"
+    if re.search(r"Capture (?:cuda|CUDA) graph failed|CUDA_GRAPH_CAPTURE_FAILED", message):
+        return "cuda_graph_failed"
+    if re.search(r"CUDA out of memory|OutOfMemoryError", message):
+        return "cuda_oom"
+    if re.search(r"custom_all_reduce|Custom ?[Aa]ll[Rr]educe", message):
+        return "custom_allreduce_failed"
+    if re.search(r"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError", message):
+        return "nccl_error"
+    return "exception"

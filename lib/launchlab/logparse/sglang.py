@@ -1,8 +1,9 @@
 """SGLang startup logs → per-rank memory fields, phase reached, readiness and failure.
 
-Covers the SGLang 0.4.3–0.5.x statement formats of reference/log-formats.md section 2: the `[date time TPn]`
-prefix found anywhere in a line (foreign prefixes before it are ignored), GB read as GiB, tracebacks that
-continue unprefixed after "Scheduler hit an exception".
+Covers the SGLang 0.3–0.5.23 statement formats of reference/log-formats.md section 2: the `[date time TPn]`
+prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored),
+bare messages without a prefix, GB read as GiB, tracebacks that continue unprefixed after
+"Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from launchlab.logparse.common import ParsedLog, clean_lines, debug_record
+from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
 
 READY_PATTERN = r"The server is fired up and ready to roll!"
 FATAL_PATTERNS = (
@@ -21,43 +22,54 @@ FATAL_PATTERNS = (
     r"Received sigquit from a child process",
     r"Initialization failed\. warmup error",
 )
+ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weight", "KV Cache", "Memory pool",
+           "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
+           "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
+           "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
+           "allreduce", "AllReduce")
 
 _PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
     r"(?P<tags>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] (?P<msg>.*)"
 )
 _TP = re.compile(r"TP(\d+)")
-_NUM = r"(-?[\d.]+)"
+_N = r"(-?[\d.]+)"
 
-# (compiled regex, phase it belongs to, [(group, field)])
+# (regex on the message, phase, [(group, field)])
 _STATEMENTS = [
-    (re.compile(r"Init torch distributed begin|Init nccl begin"), "dist_init", []),
-    (re.compile(rf"(?:Init torch distributed ends\.|Memory baseline taken\.).*?mem usage={_NUM} GB"), "dist_init",
+    (re.compile(r"Init torch distributed begin|Init nccl begin|sglang is using nccl|Setup Custom allreduce failed"
+                r"|Custom ?[Aa]ll[Rr]educe(?:V2)? is disabled"), "dist_init", []),
+    (re.compile(rf"(?:Init torch distributed ends\.|Memory baseline taken\.).*?mem usage={_N} GB"), "dist_init",
      [(1, "dist_init_mem_gib")]),
-    (re.compile(rf"Load weight begin\. avail mem={_NUM} GB"), "weights", [(1, "weights_begin_avail_gib")]),
-    (re.compile(rf"Load weight end\..*?avail mem={_NUM} GB(?:, mem usage={_NUM} GB)?"), "weights",
-     [(1, "weights_end_avail_gib"), (2, "weights_mem_gib")]),
-    (re.compile(rf"KV Cache is allocated\.(?: dtype: [\w.]+,)? (?:#tokens: (\d+), )?"
-                rf"(?:K size: {_NUM} GB, V size: {_NUM} GB|KV size: {_NUM} GB)"), "kv_cache",
+    (re.compile(rf"Load weight begin\. avail mem={_N} GB"), "weights", [(1, "weights_begin_avail_gib")]),
+    (re.compile(rf"Load weight end\..*?avail mem={_N} GB(?:, mem usage={_N} GB)?"), "weights",
+     [(1, "weights_end_avail_gib"), (2, "weights_mem_gib")]),  # weights done: what fails next is the KV pool
+    (re.compile(rf"The available memory for KV cache is {_N} GB"), "kv_cache", [(1, "kv_avail_gib")]),
+    (re.compile(rf"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)? (?:#tokens: (\d+), )?"
+                rf"(?:K size: {_N} GB, V size: {_N} GB|KV size: {_N} GB)"), "kv_cache",
      [(1, "kv_tokens"), (2, "kv_k_gib"), (3, "kv_v_gib"), (4, "kv_gib")]),
-    (re.compile(rf"Memory pool end\. avail mem={_NUM} GB"), "kv_cache", [(1, "pool_end_avail_gib")]),
-    (re.compile(rf"Capture (?:[\w ]+? )?(?:cuda|CUDA|cpu|npu) graph begin\..*?avail mem={_NUM} GB"), "cuda_graph",
+    (re.compile(rf"Memory pool end\. avail mem={_N} GB"), "kv_cache", [(1, "pool_end_avail_gib")]),
+    (re.compile(rf"Capture (?:[\w ]+? )?(?:cuda|CUDA|cpu|CPU|npu|NPU) graph begin\.(?:.*?avail mem={_N} GB)?"), "cuda_graph",
      [(1, "graph_begin_avail_gib")]),
-    (re.compile(rf"Capture (?:[\w ]+? )?(?:cuda|CUDA|cpu|npu) graph end\.(?: Time elapsed: {_NUM} s\.| bs=\[[^\]]*\], "
-                rf"elapsed={_NUM} s,)?(?: avail mem={_NUM} GB\.)?(?: mem usage={_NUM} GB[.,])?"
-                rf"(?: avail mem={_NUM} GB\.)?"), "cuda_graph",
-     [(1, "graph_s"), (2, "graph_s"), (3, "graph_end_avail_gib"), (4, "graph_mem_gib"), (5, "graph_end_avail_gib")]),
+    (re.compile(rf"Capture (?:[\w ]+? )?(?:cuda|CUDA|cpu|CPU|npu|NPU) graph end\.(?: Time elapsed: {_N} s\.| bs=\[[^\]]*\],"
+                rf"(?: elapsed={_N} s,)?| elapsed={_N} s,)?(?: avail mem={_N} GB\.)?(?: mem usage={_N} GB[.,])?"
+                rf"(?: avail mem={_N} GB\.)?"), "cuda_graph",
+     [(1, "graph_s"), (2, "graph_s"), (3, "graph_s"), (4, "graph_end_avail_gib"), (5, "graph_mem_gib"),
+      (6, "graph_end_avail_gib")]),
     (re.compile(r"max_total_num_tokens=(\d+)"), "kv_cache", [(1, "max_total_num_tokens")]),
     (re.compile(r"Uvicorn running on|Application startup complete\."), "http", []),
 ]
+# A statement that ends a phase: a failure right after it belongs to the next phase.
+_NEXT = {"Load weight end": "kv_cache", "Memory pool end": "cuda_graph"}
+_OVER_CAP = re.compile(r"max_total_tokens=\d+ is larger than the profiled value (-?\d+)")
 _SERVER_ARGS = re.compile(r"server_args=ServerArgs\(")
-_ARG = {
+_ARGS = {
     "mem_fraction_static": re.compile(r"\bmem_fraction_static=([\d.]+)"),
     "tp_size": re.compile(r"\btp_size=(\d+)"),
     "port": re.compile(r"\bport=(\d+)"),
     "disable_custom_all_reduce": re.compile(r"\bdisable_custom_all_reduce=(True|False)"),
 }
-_EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w+(?:Error|Exception|Interrupt))(?::\s*(?P<msg>.*))?$")
+_NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory")
 
 
 def _timestamp(text: str) -> datetime | None:
@@ -69,91 +81,82 @@ def _timestamp(text: str) -> datetime | None:
     return None  # HH:MM:SS only (SGLang ≤ 0.3.3): no date to anchor it
 
 
-def classify(message: str) -> str:
-    """The failure reason of an error message (vocabulary of ARCHITECTURE.md section 4.3)."""
-    if re.search(r"Not enough memory|Loaded weights leave no GPU memory|Memory pool size is too small", message):
-        return "kv_cache_no_memory"
-    if re.search(r"Capture (?:cuda|CUDA) graph failed", message):
-        return "cuda_graph_failed"
-    if re.search(r"CUDA out of memory|OutOfMemoryError", message):
-        return "cuda_oom"
-    if re.search(r"custom_all_reduce|Custom allreduce", message):
-        return "custom_allreduce_failed"
-    if re.search(r"NCCL error|ncclInternalError|ncclSystemError", message):
-        return "nccl_error"
-    return "exception"
+class SGLangParser:
+    anchors = anchors(ANCHORS)
 
+    def __init__(self) -> None:
+        self.log = ParsedLog(server="sglang")
+        self.wants_every_line = False  # inside a traceback that continues without the SGLang prefix
+        self.current: str | None = None  # the phase in progress: after "Load weight end" it is the KV pool
 
-def parse(raw_lines: Iterable[str]) -> ParsedLog:
-    log = ParsedLog(server="sglang")
-    traceback_rank: str | None = None
-    traceback_last = ""
-    for number, text in clean_lines(raw_lines):
+    def feed(self, number: int, text: str) -> None:
+        log = self.log
         m = _PREFIX.search(text)
         if m is None:
-            if traceback_rank is not None and text.strip():
-                traceback_last = text.strip()
-                _maybe_exception_line(log, traceback_last)
-            elif (records := debug_record(text)) is not None:
-                log.debug.extend(records)
-            continue
-        traceback_rank = None
+            self._unprefixed(number, text)
+            return
+        self.wants_every_line = False
         msg = m["msg"]
         t = _timestamp(m["ts"])
         if log.first_t is None:
             log.first_t = t
         tp = _TP.search(m["tags"])
-        rank = tp.group(1) if tp else "0"
-        _statement(log, msg, t, rank, number)
-        if "Scheduler hit an exception" in msg or msg.rstrip().endswith("Traceback (most recent call last):"):
-            traceback_rank = rank
-            log.fail("exception", None, msg)
-    return log
+        self._message(number, msg, t, tp.group(1) if tp else "0")
+
+    def _unprefixed(self, number: int, text: str) -> None:
+        if self.wants_every_line:
+            if exception_line(text) is not None:
+                reason = classify(text)
+                self.log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, text.strip())
+                self.wants_every_line = False
+            return
+        # a bare message (pasted without its prefix) or a line of another program
+        self._message(number, text.strip(), None, "0", bare=True)
+
+    def _message(self, number: int, msg: str, t: datetime | None, rank: str, bare: bool = False) -> None:
+        log = self.log
+        if (records := debug_records(msg)) is not None:
+            log.add_debug(records, t, rank, number)
+            return
+        if _SERVER_ARGS.search(msg):
+            for name, rx in _ARGS.items():
+                if (a := rx.search(msg)) is not None:
+                    log.config[name] = a.group(1)
+            return
+        if "ready to roll" in msg:
+            log.ready, log.ready_t = True, t
+            log.reach("ready")
+            return
+        for rx, phase, groups in _STATEMENTS:
+            s = rx.search(msg)
+            if s is None:
+                continue
+            log.reach(phase)
+            self.current = _NEXT.get(msg[: msg.find(".")], phase)
+            for index, name in groups:
+                if s.group(index) is not None:
+                    log.record(t, rank, name, float(s.group(index)), number)
+            if any(n == "kv_k_gib" for _, n in groups) and s.group(2) is not None:
+                log.record(t, rank, "kv_gib", round(float(s.group(2)) + float(s.group(3)), 2), number)
+            return
+        if (over := _OVER_CAP.search(msg)) is not None and int(over.group(1)) <= 0:
+            log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
+        elif _NOT_ENOUGH.search(msg):
+            log.fail("kv_cache_no_memory", "kv_cache", msg)
+        elif "Scheduler hit an exception" in msg or msg.rstrip().endswith("Traceback (most recent call last):"):
+            log.fail(classify(msg), self.current, msg)
+            self.wants_every_line = True
+        elif "Capture cuda graph failed" in msg or "Capture CUDA graph failed" in msg:
+            log.fail("cuda_graph_failed", "cuda_graph", msg)
+        elif "Initialization failed. warmup error" in msg:
+            log.fail(classify(msg), "warmup", msg)
+        elif not bare and exception_line(msg) is not None:
+            reason = classify(msg)
+            log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
+
+    def result(self) -> ParsedLog:
+        return self.log
 
 
-def _maybe_exception_line(log: ParsedLog, line: str) -> None:
-    m = _EXCEPTION_LINE.match(line)
-    if m:
-        reason = classify(line)
-        phase = "kv_cache" if reason == "kv_cache_no_memory" else None
-        log.fail(reason, phase, line)
-
-
-def _statement(log: ParsedLog, msg: str, t: datetime | None, rank: str, number: int) -> None:
-    if (records := debug_record(msg)) is not None:
-        log.debug.extend(records)
-        for r in records:
-            log.record(t, rank, f"debug.{r['name']}.{r['key']}", r["value"], number)
-        return
-    if _SERVER_ARGS.search(msg):
-        for name, rx in _ARG.items():
-            if (a := rx.search(msg)) is not None:
-                log.config[name] = a.group(1)
-        return
-    if "ready to roll" in msg:
-        log.ready = True
-        log.ready_t = t
-        log.reach("ready")
-        return
-    for rx, phase, groups in _STATEMENTS:
-        s = rx.search(msg)
-        if s is None:
-            continue
-        log.reach(phase)
-        for index, name in groups:
-            if s.group(index) is not None:
-                log.record(t, rank, name, float(s.group(index)), number)
-        if name_kv := _kv_total(log.ranks.get(rank, {}), groups):
-            log.record(t, rank, "kv_gib", name_kv, number)
-        return
-    if re.search(r"Not enough memory\. Please try to increase --mem-fraction-static"
-                 r"|Loaded weights leave no GPU memory", msg):
-        log.fail("kv_cache_no_memory", "kv_cache", msg)
-
-
-def _kv_total(fields: dict[str, float], groups: list[tuple[int, str]]) -> float | None:
-    """K + V as `kv_gib` when the pool printed them separately (MHA models)."""
-    names = {n for _, n in groups}
-    if "kv_k_gib" in names and "kv_k_gib" in fields and "kv_v_gib" in fields:
-        return round(fields["kv_k_gib"] + fields["kv_v_gib"], 2)
-    return None
+def parse(raw_lines: Iterable[str]) -> ParsedLog:
+    return feed_lines(SGLangParser(), raw_lines)

@@ -1,0 +1,201 @@
+"""vLLM startup logs (V0 and V1, 0.4–0.33) → per-rank memory fields, phase reached, readiness and failure.
+
+Formats: reference/log-formats.md section 3. The line is `[(<process> pid=N)] LEVEL MM-DD HH:MM:SS [file:line] msg`
+with the process tag naming the TP rank (`Worker_TP3`, `VllmWorker TP3`, `VllmWorker rank=3`); V0 worker
+processes carry only a pid (`VllmWorkerProcess pid=N`) and get ranks 1, 2, … in order of appearance, the
+untagged driver being rank 0. Bare messages, uvicorn lines and unprefixed tracebacks are read too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import datetime
+
+from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
+
+READY_PATTERN = r"Application startup complete\."
+FATAL_PATTERNS = (
+    r"EngineCore failed to start", r"EngineCore hit an exception", r"Engine core initialization failed",
+    r"No available memory for the cache blocks", r"died unexpectedly", r"Error executing method",
+    r"CUDA out of memory", r"custom_all_reduce\.cuh",
+)
+BLOCK_SIZE = 16  # vLLM's default tokens per KV block
+ANCHORS = ("Loading model weights", "Model loading took", "Starting to load model", "KV cache", "KV Cache",
+           "memory", "blocks:", "Maximum concurrency", "Graph capturing", "Capturing", "init engine",
+           "Starting vLLM", "Uvicorn running", "Available routes", "Application startup complete", "torch.compile",
+           "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
+           "max seq len", "world_size", "NCCL", "nccl",
+           "allreduce", "num_gpu_blocks", "profile run", "dummy")
+
+_TAG = re.compile(r"\((?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\)\s?")
+_LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
+                   r"\[?(?P<file>[\w./-]+):(?P<line>\d+)\] (?P<msg>.*)")
+_TP_IN_TAG = re.compile(r"TP(\d+)")
+_N = r"([\d.]+)"
+
+# (regex on the message, phase, [(group, field, converter)])
+_STATEMENTS = [
+    (re.compile(r"world_size=\d+ rank=\d+|Custom allreduce is disabled|NCCL version|nccl=="), "dist_init", []),
+    (re.compile(r"Starting to load model|Loading weights took"), "weights", []),
+    (re.compile(rf"(?:Loading model weights|Model loading) took {_N} Gi?B(?: memory)?(?: and {_N} seconds)?"), "weights",
+     [(1, "weights_mem_gib"), (2, "weights_s")]),
+    (re.compile(rf"Memory profiling takes {_N} seconds"), "kv_cache", [(1, "profile_s")]),
+    (re.compile(rf"total_gpu_memory \({_N}GiB\) x gpu_memory_utilization \({_N}\) = {_N}GiB"), "kv_cache",
+     [(1, "total_gpu_gib"), (2, "gpu_memory_utilization"), (3, "usable_gib")]),
+    (re.compile(rf"model weights take {_N}GiB; non_torch_memory takes {_N}GiB; PyTorch activation peak memory takes "
+                rf"{_N}GiB; the rest of the memory reserved for KV Cache is {_N}GiB"), "kv_cache",
+     [(1, "profile_weights_gib"), (2, "non_torch_gib"), (3, "activation_peak_gib"), (4, "kv_avail_gib")]),
+    (re.compile(rf"Free memory on device \({_N}/{_N} GiB\) on startup\. Desired GPU memory utilization is "
+                rf"\({_N}, {_N} GiB\)"), "kv_cache",
+     [(1, "startup_free_gib"), (2, "total_gpu_gib"), (3, "gpu_memory_utilization"), (4, "requested_gib")]),
+    (re.compile(rf"Available KV cache memory: {_N} GiB"), "kv_cache", [(1, "kv_avail_gib")]),
+    (re.compile(r"torch\.compile takes ([\d.]+) s in total"), "kv_cache", [(1, "torch_compile_s")]),
+    (re.compile(r"(?:GPU|GPU \+ host) KV cache size: ([\d,]+) tokens"), "kv_cache", [(1, "kv_tokens")]),
+    (re.compile(r"# (?:GPU|cuda|\w+) blocks: (\d+)|num_gpu_blocks is: (\d+)"), "kv_cache", [(1, "kv_blocks"), (2, "kv_blocks")]),
+    (re.compile(r"Starting profile run|Memory profiling"), "kv_cache", []),
+    (re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"), "kv_cache",
+     [(1, "max_model_len"), (2, "max_concurrency")]),
+    (re.compile(r"Capturing (?:cudagraphs|the model for CUDA graphs|CUDA graphs)"), "cuda_graph", []),
+    (re.compile(rf"Graph capturing finished in {_N} secs(?:, took {_N} GiB)?"), "cuda_graph",
+     [(1, "graph_s"), (2, "graph_mem_gib")]),
+    (re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_N} s"), "warmup", [(1, "init_engine_s")]),
+    (re.compile(r"Starting vLLM (?:API )?server|Uvicorn running on|Available routes are"), "http", []),
+]
+# Error lines that decide the failure without a traceback: (regex, reason, phase or None for "where it got to")
+_FAILURES = [
+    (re.compile(r"No available memory for the cache blocks"), "kv_cache_no_memory", "kv_cache"),
+    (re.compile(r"is larger than the maximum number of tokens that can be stored in KV cache"
+                r"|To serve at least one request with the models's max seq len"), "max_len_exceeds_kv", "kv_cache"),
+    (re.compile(r"Free memory on device \([\d./ ]+GiB\) on startup is less than desired"), "kv_cache_no_memory", "startup"),
+    (re.compile(r"custom_all_reduce\.cuh:\d+ '[^']+'"), "custom_allreduce_failed", None),
+    (re.compile(r"CUDA out of memory"), "cuda_oom", None),
+    (re.compile(r"NCCL error|ncclInternalError|ncclSystemError"), "nccl_error", None),
+]
+_WRAPPERS = re.compile(r"EngineCore failed to start|EngineCore hit an exception|Error executing method"
+                       r"|WorkerProc hit an exception|Worker proc \S+ died unexpectedly|Worker VllmWorkerProcess pid \d+ died"
+                       r"|Engine core initialization failed|Traceback \(most recent call last\)")
+# Functions whose frame in a traceback says which phase failed (the deepest one seen wins).
+_FRAME = re.compile(r'File "[^"]+", line \d+, in (\w+)')
+_FRAME_PHASES = {
+    "init_distributed_environment": "dist_init", "initialize_model_parallel": "dist_init",
+    "load_model": "weights", "load_weights": "weights",
+    "determine_num_available_blocks": "kv_cache", "determine_available_memory": "kv_cache",
+    "_initialize_kv_caches": "kv_cache", "profile_run": "kv_cache", "_dummy_sampler_run": "kv_cache",
+    "initialize_cache": "kv_cache", "get_kv_cache_config": "kv_cache", "check_enough_kv_cache_memory": "kv_cache",
+    "raise_if_cache_size_invalid": "kv_cache",
+    "capture_model": "cuda_graph", "_capture_cudagraphs": "cuda_graph",
+}
+_DUMMY = re.compile(r"\b_?dummy_")  # vLLM's memory profiling runs the model on dummy inputs
+_MAX_LEN = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
+                      r"\((\d+)\)")
+_FRAME_EVIDENCE = re.compile(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")
+
+
+class VLLMParser:
+    anchors = anchors(ANCHORS)
+
+    def __init__(self) -> None:
+        self.log = ParsedLog(server="vllm")
+        self.wants_every_line = False
+        self.worker_ranks: dict[str, str] = {}
+        self.frame_phase: str | None = None
+
+    def _rank(self, tag: re.Match | None) -> str:
+        if tag is None:
+            return "0"
+        if tag["rank"] is not None:
+            return tag["rank"]
+        if (tp := _TP_IN_TAG.search(tag["proc"])) is not None:
+            return tp.group(1)
+        if tag["proc"].startswith(("VllmWorkerProcess", "RayWorker")):
+            return self.worker_ranks.setdefault(tag["pid"], str(len(self.worker_ranks) + 1))
+        return "0"  # EngineCore, APIServer, …: engine-level lines
+
+    def feed(self, number: int, text: str) -> None:
+        tag = _TAG.search(text)
+        rest = text[tag.end():] if tag else text
+        m = _LINE.search(rest)
+        rank = self._rank(tag)
+        if m is None:
+            self._unprefixed(number, rest.strip(), rank)
+            return
+        t = _timestamp(m["md"], m["hms"])
+        if self.log.first_t is None:
+            self.log.first_t = t
+        self._message(number, m["msg"], t, rank, m["lvl"])
+
+    def _unprefixed(self, number: int, text: str, rank: str) -> None:
+        if text.startswith("INFO:") and "Application startup complete" in text:
+            self.log.ready = True
+            self.log.reach("ready")
+            return
+        self._message(number, text, None, rank, None)
+
+    def _message(self, number: int, msg: str, t: datetime | None, rank: str, level: str | None) -> None:
+        log = self.log
+        if (records := debug_records(msg)) is not None:
+            log.add_debug(records, t, rank, number)
+            return
+        if "Application startup complete" in msg:
+            log.ready, log.ready_t = True, t
+            log.reach("ready")
+            return
+        for rx, phase, groups in _STATEMENTS:
+            s = rx.search(msg)
+            if s is None:
+                continue
+            log.reach(phase)
+            for index, name in groups:
+                if s.group(index) is not None:
+                    log.record(t, rank, name, float(s.group(index).replace(",", "")), number)
+            return
+        self._failure(msg)
+
+    def _failure(self, msg: str) -> None:
+        log = self.log
+        if (frame := _FRAME.search(msg)) is not None:
+            self.frame_phase = log.later(self.frame_phase, _FRAME_PHASES.get(frame.group(1)))
+        if _DUMMY.search(msg):
+            self.frame_phase = log.later(self.frame_phase, "kv_cache")
+        if (too_long := _MAX_LEN.search(msg)) is not None:
+            log.record(None, "0", "max_model_len", float(too_long.group(1)), 0)
+            log.record(None, "0", "kv_tokens", float(too_long.group(2)), 0)
+        for rx, reason, phase in _FAILURES:
+            if rx.search(msg):
+                log.fail(reason, phase or self.frame_phase, msg)
+                return
+        if self.wants_every_line and _FRAME_EVIDENCE.search(msg):
+            log.fail("kv_cache_no_memory", "kv_cache", msg)
+            return
+        if _WRAPPERS.search(msg):
+            log.fail("exception", None, msg)
+            self.wants_every_line = True
+            return
+        found = exception_line(msg)
+        if found is not None:
+            reason = classify(msg)
+            phase = self.frame_phase or ("kv_cache" if reason in ("kv_cache_no_memory", "max_len_exceeds_kv") else None)
+            log.fail(reason, phase, msg)
+            self.wants_every_line = False
+
+    def result(self) -> ParsedLog:
+        log = self.log
+        for fields in log.ranks.values():
+            if "kv_blocks" in fields and "kv_tokens" not in fields:
+                fields["kv_tokens"] = fields["kv_blocks"] * BLOCK_SIZE
+        if log.failure is not None and self.frame_phase and log.failure.reason == "exception":
+            log.failure = type(log.failure)(log.failure.reason, self.frame_phase, log.failure.message)
+        return log
+
+
+def _timestamp(month_day: str, hms: str) -> datetime | None:
+    """vLLM prints no year; the current year is assumed (the run pipeline re-anchors to the launch date)."""
+    try:
+        return datetime.strptime(f"{datetime.now().year}-{month_day} {hms}", "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+
+
+def parse(raw_lines: Iterable[str]) -> ParsedLog:
+    return feed_lines(VLLMParser(), raw_lines)
