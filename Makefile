@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint check-notebooks clean
+.PHONY: help setup demo test bench lint check-notebooks clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -24,8 +24,11 @@ demo: $(STAMP)  ## run the embedded default experiment (simulated 8-GPU host) an
 test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check)
 	$(BIN)/python -m pytest -q
 
+bench: $(STAMP)  ## benchmarks: parsing a 200 MB log vs grep -E (prints the ratio)
+	$(BIN)/python bench/parse_vs_grep.py
+
 lint: $(STAMP)  ## ruff
-	$(BIN)/ruff check lib tests
+	$(BIN)/ruff check lib tests bench
 
 check-notebooks: $(STAMP)  ## committed notebooks must carry no outputs
 	$(BIN)/python -m launchlab.nbcheck notebooks

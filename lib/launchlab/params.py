@@ -116,6 +116,12 @@ class ServerSpec(_Strict):
 
     _env_names = field_validator("env")(_check_env_names)
 
+    @model_validator(mode="after")
+    def _generic_needs_a_ready_rule(self) -> ServerSpec:
+        if self.kind == "generic" and not (self.ready.log_pattern or self.ready.health_url):
+            raise ValueError("a generic server needs ready.log_pattern or ready.health_url to know when it is ready")
+        return self
+
 
 class DrainSpec(_Strict):
     """After stopping: wait until every GPU's memory.used is back within tolerance of its preflight value."""
