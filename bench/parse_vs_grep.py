@@ -83,7 +83,8 @@ def main() -> int:
     print(f"launchlab parse:     best {best(parse_s):.3f} s of {args.repeat}  ({', '.join(f'{t:.3f}' for t in parse_s)})")
     print(f"ratio parse / grep:  {ratio:.2f}   (target ≤ 5)")
     print(f"parser peak memory:  {rss:.0f} MB  (target < 200 MB; the whole process, interpreter included)")
-    print(f"parsed: ready={result['ready']} ranks={result['ranks']} failure={result['failure']['reason'] if result['failure'] else None}")
+    reason = result["failure"]["reason"] if result["failure"] else None
+    print(f"parsed: ready={result['ready']} ranks={result['ranks']} failure={reason}")
     ok = ratio <= 5 and rss < 200 and result["failure"] is not None
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
