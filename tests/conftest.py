@@ -106,3 +106,24 @@ def demo_run(demo_env):
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
     return run_dir, proc.stderr
+
+
+@pytest.fixture
+def sshd(tmp_path, sim_root, monkeypatch):
+    """A real sshd on 127.0.0.1 whose sessions see a simulated 2-GPU box; the client trusts only its key."""
+    import sshd as sshd_helper
+    from launchlab import params
+    from launchlab.hosts.sim import prepare_box
+
+    if sshd_helper.SSHD is None or sshd_helper.SSH_KEYGEN is None:
+        if os.environ.get("LAUNCHLAB_REQUIRE_SSHD") == "1":
+            pytest.fail("sshd is required here (LAUNCHLAB_REQUIRE_SSHD=1) but not installed: apt-get install openssh-server")
+        pytest.skip("no sshd binary (apt-get install openssh-server); .ci/run installs it and requires these tests")
+    spec = params.SimHost(transport="sim", gpus=2, pace=0.3)
+    env = prepare_box(sim_root / "sshbox", "sshbox", spec)
+    server = sshd_helper.make_server(tmp_path / "sshd", env)
+    server.start()
+    monkeypatch.setenv("LAUNCHLAB_KNOWN_HOSTS", str(server.known_hosts))
+    monkeypatch.setenv("LAUNCHLAB_SSH_CONFIG", str(server.ssh_config))
+    yield server
+    server.stop()

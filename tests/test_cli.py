@@ -50,3 +50,9 @@ def test_parse_without_json_prints_a_table():
 def test_parse_of_a_missing_file_is_a_clear_error(tmp_path):
     res = cli("parse", str(tmp_path / "nope.log"))
     assert res.returncode == 1 and "no such log file" in res.stderr
+
+
+def test_the_real_seed_experiment_validates():
+    res = cli("validate", str(ROOT / "params/sglang-custom-ar.yaml"))
+    assert res.returncode == 0, res.stderr
+    assert "8 runs on host 'box'" in res.stdout and "simulated" not in res.stdout

@@ -39,7 +39,7 @@ def _stderr(line: str) -> None:
 
 
 def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
-              say: Say = _stderr) -> Path:
+              say: Say = _stderr, stop_leftovers: bool = False) -> Path:
     """Run every planned run of a params file; return the run directory."""
     exp = params.load(params_path)
     plan = make_plan(exp)
@@ -48,6 +48,7 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
         host.run("true", timeout=30)
     except HostError as exc:
         raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
+    _handle_leftovers(host, stop_leftovers, say)
     run_dir = _open_run_dir(exp, plan, params_path, out_root, resume)
     say(f"launchlab: {exp.experiment}: {len(plan)} runs on host {host.name!r}"
         f"{' (SIMULATED)' if exp.simulated else ''} → {run_dir}")
@@ -67,6 +68,25 @@ def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
         return outputs.check_run_dir(Path(run_dir))
     exp = params.load(params_path)
     return _open_run_dir(exp, make_plan(exp), params_path, None, None)
+
+
+def _handle_leftovers(host, stop: bool, say: Say) -> None:
+    """Processes an earlier run left on the host (it lost the host mid-run) would skew this experiment's
+    memory figures: stop them when asked to, otherwise refuse to launch and say how."""
+    left = lifecycle.leftovers(host)
+    if not left:
+        return
+    listing = "; ".join(f"pgid {g['pgid']} (pids {', '.join(map(str, g['pids']))}) from run {g['run']}" for g in left)
+    if not stop and sys.stdin.isatty():
+        answer = input(f"launchlab: host {host.name!r} still runs processes of earlier runs: {listing}. Stop them? [y/N] ")
+        stop = answer.strip().lower() in ("y", "yes")
+    if not stop:
+        raise HostError(host.name, f"processes of earlier launchlab runs are still running there: {listing}. "
+                                   "Nothing was launched. Stop them with `launchlab run PARAMS --stop-leftovers`, "
+                                   "or by hand with kill -TERM -- -PGID.")
+    for group in left:
+        signal = host.kill_group(group["pgid"], 10)
+        say(f"launchlab: stopped leftover process group {group['pgid']} of run {group['run']} ({signal})")
 
 
 def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root, resume) -> Path:

@@ -31,7 +31,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from launchlab import batch, outputs
 
-    run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume)
+    run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume, stop_leftovers=args.stop_leftovers)
     print(run_dir)
     print(f"report: {run_dir / outputs.SUMMARY_HTML}", file=sys.stderr)
     return 0
@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, default=None, help="root of run directories (default: outputs/)")
     r.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                    help="continue an interrupted run directory: runs that finished are skipped")
+    r.add_argument("--stop-leftovers", action="store_true",
+                   help="stop processes that earlier runs left on the host (found by their run id) before launching")
     r.set_defaults(func=_run)
     rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory")
     rep.add_argument("run_dir")

@@ -26,6 +26,7 @@ from launchlab.errors import HostError, LaunchlabError
 from launchlab.hosts import Host, ProcessRef, commands
 from launchlab.plan import Run
 
+RUN_ID_ENV = "LAUNCHLAB_RUN_ID"
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASS|AUTH", re.IGNORECASE)
 POLL_S = 0.2
 FATAL_GRACE_S = 3.0  # after a fatal line, let the server finish writing its traceback before stopping it
@@ -100,10 +101,14 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> RunR
         _write_provenance(folder, exp, host, launch, preflight)
 
         state("starting")
+        # The run id travels in the environment of everything the kit starts, so a process left behind by a
+        # run that lost its host can be found again on that host (`leftovers`).
+        tag = {RUN_ID_ENV: run_tag(exp, run_dir, run.run_id)}
+        host.write_text(f"{host_dir}/sampler.env", commands.env_file_text(tag))
         started.append(host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms),
-                                           cwd=host_dir, log_name=outputs.TELEMETRY_CSV))
+                                           cwd=host_dir, log_name=outputs.TELEMETRY_CSV, env_file="sampler.env"))
         _write_processes(folder, host, started)
-        host.write_text(f"{host_dir}/server.env", commands.env_file_text(launch.env))
+        host.write_text(f"{host_dir}/server.env", commands.env_file_text({**launch.env, **tag}))
         result.server_started_at = host.clock()
         t_launch = time.monotonic()
         started.append(host.start_detached("server", launch.argv, cwd=host_dir, log_name=outputs.SERVER_LOG,
@@ -112,7 +117,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> RunR
 
         state("watching")
         rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
-        outcome = _watch(host, started[-1], f"{host_dir}/{outputs.SERVER_LOG}", rules, launch.health_url,
+        outcome = _watch(host, started[-1], host_dir, folder, rules, launch.health_url,
                          t_launch + exp.server.ready.timeout_s, t_launch)
     except KeyboardInterrupt:
         outcome = _Outcome("error", None, "interrupted by the user (Ctrl-C); the server was stopped")
@@ -128,6 +133,24 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> RunR
             outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
                                                         "kit_version": __version__})
     return result
+
+
+def run_tag(exp: params.Experiment, run_dir: Path, run_id: str) -> str:
+    """The value of LAUNCHLAB_RUN_ID for a run: experiment/run-directory/run-id."""
+    return f"{exp.experiment}/{Path(run_dir).name}/{run_id}"
+
+
+def leftovers(host: Host) -> list[dict]:
+    """Process groups on the host that a launchlab run started and nobody stopped: [{pgid, pids, run}]."""
+    out = host.run(commands.find_tagged(RUN_ID_ENV), timeout=60, check=False).stdout
+    groups: dict[int, dict] = {}
+    for line in out.splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+            continue
+        pid, pgid, run = int(parts[0]), int(parts[1]), parts[2]
+        groups.setdefault(pgid, {"pgid": pgid, "pids": [], "run": run})["pids"].append(pid)
+    return list(groups.values())
 
 
 def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) -> str:
@@ -191,41 +214,52 @@ def _write_processes(folder: Path, host: Host, refs: list[ProcessRef], stopped: 
     ])
 
 
-class _LogTail:
-    """Reads a growing log on the host incrementally and reports complete lines."""
+class _Mirror:
+    """Follows a growing file on the host: returns its new complete lines and appends every new byte to a
+    local copy, so what was seen survives a host or connection that goes away mid-run."""
 
-    def __init__(self, host: Host, path: str):
-        self.host, self.path, self.offset, self.partial = host, path, 0, ""
+    def __init__(self, host: Host, remote: str, local: Path):
+        self.host, self.remote, self.local, self.offset, self.partial = host, remote, local, 0, ""
+        local.write_bytes(b"")
 
     def new_lines(self) -> list[str]:
-        chunk = self.host.read_bytes(self.path, self.offset)
+        chunk = self.host.read_bytes(self.remote, self.offset)
+        if not chunk:
+            return []
         self.offset += len(chunk)
+        with open(self.local, "ab") as fh:
+            fh.write(chunk)
         text = self.partial + chunk.decode("utf-8", errors="replace")
         lines = re.split(r"[\r\n]", text)
         self.partial = lines.pop()
         return lines
 
 
-def _watch(host: Host, server: ProcessRef, log_path: str, rules: logparse.ReadyRules, health_url: str | None,
-           deadline: float, t_launch: float) -> _Outcome:
+def _watch(host: Host, server: ProcessRef, host_dir: str, folder: Path, rules: logparse.ReadyRules,
+           health_url: str | None, deadline: float, t_launch: float) -> _Outcome:
     """Poll until ready, failed (fatal line or exit) or the deadline. Ready means: alive, the ready line seen
     (when the kind has one) and the health URL answering 200 (when one is given)."""
     ready_rx = re.compile(rules.ready_pattern) if rules.ready_pattern else None
     fatal_rx = re.compile("|".join(f"(?:{p})" for p in rules.fatal_patterns)) if rules.fatal_patterns else None
-    tail = _LogTail(host, log_path)
+    log = _Mirror(host, f"{host_dir}/{outputs.SERVER_LOG}", folder / outputs.SERVER_LOG)
+    samples = _Mirror(host, f"{host_dir}/{outputs.TELEMETRY_CSV}", folder / outputs.TELEMETRY_CSV)
     ready_line = ready_rx is None
     fatal_line, fatal_at = None, None
+    polls = 0
     while True:
-        for line in tail.new_lines():
+        for line in log.new_lines():
             if ready_rx is not None and ready_rx.search(line):
                 ready_line = True
             if fatal_line is None and fatal_rx is not None and fatal_rx.search(line):
                 fatal_line, fatal_at = line.strip(), time.monotonic()
+        polls += 1
+        if polls % 5 == 0:
+            samples.new_lines()
         alive = host.group_alive(server.pgid)
         if fatal_line is not None and (not alive or time.monotonic() - fatal_at > FATAL_GRACE_S):
             return _Outcome("failed", None, fatal_line)
         if not alive:
-            tail.new_lines()
+            log.new_lines()
             return _Outcome("failed", "process_exited", "the server exited before it was ready")
         if fatal_line is None and ready_line and (health_url is None or host.http_status(health_url) == 200):
             return _Outcome("ready", None, "", time.monotonic() - t_launch)
@@ -250,13 +284,22 @@ def _cleanup(exp: params.Experiment, host: Host, started: list[ProcessRef], fold
             result.notes.append(f"stopping the {ref.role} failed: {exc}")
     if started:
         _write_processes(folder, host, started, stopped)
+    collected = 0
     for name in (outputs.SERVER_LOG, outputs.TELEMETRY_CSV):
+        partial = folder / f".{name}.fetching"
         try:
-            host.fetch(f"{host_dir}/{name}", str(folder / name))
+            host.fetch(f"{host_dir}/{name}", str(partial))
+            partial.replace(folder / name)  # only a complete copy replaces what was mirrored during the run
+            collected += 1
         except (OSError, LaunchlabError) as exc:
-            result.notes.append(f"could not collect {name}: {exc}")
-    if all((folder / n).exists() for n in (outputs.SERVER_LOG, outputs.TELEMETRY_CSV)):
-        host.remove_dir(host_dir)
+            partial.unlink(missing_ok=True)
+            kept = " (the part seen during the run is kept)" if (folder / name).exists() else ""
+            result.notes.append(f"could not collect {name}{kept}: {exc}")
+    if collected == 2:
+        try:
+            host.remove_dir(host_dir)
+        except LaunchlabError as exc:
+            result.notes.append(f"could not remove the run folder on the host: {exc}")
 
 
 def _drain(exp: params.Experiment, host: Host, folder: Path, result: RunResult) -> None:

@@ -87,7 +87,20 @@ class LocalHost(_Strict):
     workdir: str | None = None
 
 
-HostSpec = Annotated[SimHost | LocalHost, Field(discriminator="transport")]
+class SshHost(_Strict):
+    """A GPU box over SSH. `address` may be an alias of ~/.ssh/config (or of $LAUNCHLAB_SSH_CONFIG)."""
+
+    transport: Literal["ssh"]
+    address: str = Field(min_length=1)
+    port: int | None = Field(None, ge=1, le=65535)
+    user: str | None = None
+    identity_file: str | None = None
+    gpus: int | None = Field(None, ge=0)
+    workdir: str | None = Field(None, description="where run files live on the host (default ~/.launchlab/work)")
+    reconnect_s: float = Field(30, ge=0, description="how long to keep reopening a dropped connection")
+
+
+HostSpec = Annotated[SimHost | LocalHost | SshHost, Field(discriminator="transport")]
 
 
 class ReadySpec(_Strict):
@@ -262,7 +275,7 @@ def loads(text: str, source: str = "<params>") -> Experiment:
 
 def _all_field_names() -> set[str]:
     names: set[str] = set()
-    for model in (Level, SimHost, LocalHost, ReadySpec, ServerSpec, DrainSpec, SamplerSpec, Experiment):
+    for model in (Level, SimHost, LocalHost, SshHost, ReadySpec, ServerSpec, DrainSpec, SamplerSpec, Experiment):
         names |= set(model.model_fields)
     return names
 
@@ -278,7 +291,8 @@ def _user_path(loc: tuple, data: Any) -> tuple:
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             path.append(part)
             node = node[part]
-        elif isinstance(node, dict) and not isinstance(part, int) and part not in ("sim", "local") and "[" not in str(part):
+        elif (isinstance(node, dict) and not isinstance(part, int) and part not in ("sim", "local", "ssh")
+              and "[" not in str(part)):
             path.append(part)  # a missing or unknown key: keep it, it is what the message is about
             node = None
     return tuple(path)
@@ -301,9 +315,9 @@ def _describe(err: dict, data: Any, text: str) -> str:
         msg = (f"must be a quoted string, got the number {value!r}: YAML reads unquoted numbers as numbers "
                f"(0.10 becomes 0.1); write it in quotes")
     elif kind == "union_tag_invalid":
-        msg = f"unknown transport {err.get('ctx', {}).get('tag')!r}; use one of: sim, local"
+        msg = f"unknown transport {err.get('ctx', {}).get('tag')!r}; use one of: sim, local, ssh"
     elif kind == "union_tag_not_found":
-        msg = "needs `transport:` (sim or local)"
+        msg = "needs `transport:` (sim, local or ssh)"
     else:
         msg = err["msg"].removeprefix("Value error, ")
     return f"{where}{dotted}: {msg}"

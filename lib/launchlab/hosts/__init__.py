@@ -1,4 +1,4 @@
-"""Hosts: one protocol for every transport (sim, local; ssh later) and the factory that picks one."""
+"""Hosts: one protocol for every transport (sim, local, ssh) and the factory that picks one."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ def connect(exp: Experiment, name: str | None = None) -> Host:
         from launchlab.hosts.sim import SimHost
 
         return SimHost(name, spec)
+    if spec.transport == "ssh":
+        from launchlab.hosts.ssh import SshHost
+
+        return SshHost(name, spec)
     from launchlab.hosts.local import LocalHost
 
     return LocalHost(name, workdir=spec.workdir)

@@ -70,3 +70,22 @@ def kill_group(pgid: int, signal: str) -> str:
 def host_clock() -> str:
     """The host's wall clock as a naive local ISO timestamp: the time base of its logs and nvidia-smi rows."""
     return "date +%Y-%m-%dT%H:%M:%S.%N"
+
+
+def find_tagged(env_name: str) -> str:
+    """Print `pid pgid value` for every live process whose environment has env_name set (POSIX sh).
+
+    Reads /proc/PID/environ, which a process may only read for its own user's processes: the kit finds the
+    processes it started as that user, which is what it must clean up.
+    """
+    if not _ENV_NAME.match(env_name):
+        raise ValueError(env_name)
+    return (
+        "for f in /proc/[0-9]*/environ; do "
+        "p=${f#/proc/}; p=${p%/environ}; "
+        f"v=$(tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep '^{env_name}=') || continue; "
+        "s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); [ \"$s\" = Z ] && continue; "
+        "g=$(ps -o pgid= -p $p 2>/dev/null | tr -d ' '); [ -n \"$g\" ] || continue; "
+        f"echo \"$p $g ${{v#{env_name}=}}\"; "
+        "done"
+    )

@@ -23,27 +23,33 @@ def sim_root() -> Path:
     return Path(os.environ.get(SIM_ROOT_ENV) or Path(tempfile.gettempdir()) / f"launchlab-sim-{os.getuid()}")
 
 
+def prepare_box(state_dir: Path, name: str, spec: params.SimHost) -> dict[str, str]:
+    """Create (or refresh) a simulated box's state and nvidia-smi stand-in; return the environment its
+    commands need. Also used by tests to make an SSH host look like a GPU box."""
+    bin_dir = state_dir / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    state.write_host(state_dir, {
+        "name": name,
+        "pace": spec.pace,
+        "weights_gib_per_rank": spec.weights_gib_per_rank,
+        "gpus": [
+            {"index": i, "name": spec.gpu_name, "uuid": state.gpu_uuid(name, i),
+             "bus_id": f"00000000:{0x18 + i * 0x10:02X}:00.0", "mem_total_mib": spec.mem_total_mib,
+             "mem_reserved_mib": spec.mem_reserved_mib}
+            for i in range(spec.gpus)
+        ],
+    })
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m launchlab.sim.nvidia_smi "$@"\n')
+    smi.chmod(0o755)
+    path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    return {"PATH": path, state.STATE_ENV: str(state_dir)}
+
+
 class SimHost(LocalHost):
     transport = "sim"
     simulated = True
 
     def __init__(self, name: str, spec: params.SimHost):
         self.state_dir = sim_root() / name
-        bin_dir = self.state_dir / "bin"
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        state.write_host(self.state_dir, {
-            "name": name,
-            "pace": spec.pace,
-            "weights_gib_per_rank": spec.weights_gib_per_rank,
-            "gpus": [
-                {"index": i, "name": spec.gpu_name, "uuid": state.gpu_uuid(name, i),
-                 "bus_id": f"00000000:{0x18 + i * 0x10:02X}:00.0", "mem_total_mib": spec.mem_total_mib,
-                 "mem_reserved_mib": spec.mem_reserved_mib}
-                for i in range(spec.gpus)
-            ],
-        })
-        smi = bin_dir / "nvidia-smi"
-        smi.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m launchlab.sim.nvidia_smi "$@"\n')
-        smi.chmod(0o755)
-        path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-        super().__init__(name, workdir=spec.workdir, env={"PATH": path, state.STATE_ENV: str(self.state_dir)})
+        super().__init__(name, workdir=spec.workdir, env=prepare_box(self.state_dir, name, spec))

@@ -1,0 +1,200 @@
+"""The `ssh` transport: a GPU box reached over SSH with fabric, strict about host keys, robust to drops.
+
+Fabric accepts any host key unless told otherwise (it hard-codes paramiko's AutoAddPolicy and never reads
+known_hosts), so the connection loads the user's known_hosts files and rejects unknown or changed keys.
+It also ignores ServerAliveInterval, so keepalive is set on the transport. Every command is one shell string
+built in hosts/commands.py and run with pty=False; a dropped connection is reopened (bounded) before a
+command is given up, and a host that stays unreachable raises HostError.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import socket
+import time
+from pathlib import Path
+
+import paramiko
+from fabric import Config, Connection
+from invoke.exceptions import CommandTimedOut
+
+from launchlab import params
+from launchlab.errors import HostError
+from launchlab.hosts.base import CommandResult, ShellHost
+
+SSH_CONFIG_ENV = "LAUNCHLAB_SSH_CONFIG"
+KNOWN_HOSTS_ENV = "LAUNCHLAB_KNOWN_HOSTS"
+KEEPALIVE_S = 15
+log = logging.getLogger(__name__)
+_DROPPED = (paramiko.SSHException, EOFError, OSError, socket.timeout)
+
+
+def _known_hosts_files() -> list[Path]:
+    if os.environ.get(KNOWN_HOSTS_ENV):
+        return [Path(p) for p in os.environ[KNOWN_HOSTS_ENV].split(os.pathsep)]
+    return [Path("~/.ssh/known_hosts").expanduser(), Path("/etc/ssh/ssh_known_hosts")]
+
+
+class SshHost(ShellHost):
+    transport = "ssh"
+    simulated = False
+
+    def __init__(self, name: str, spec: params.SshHost):
+        self.name = name
+        self.spec = spec
+        self.workdir = spec.workdir or ".launchlab/work"
+        self.reconnect_s = spec.reconnect_s
+        self._conn: Connection | None = None
+        self._lost = False
+
+    # -- connection ---------------------------------------------------------------------------------------
+
+    def _connect(self) -> Connection:
+        overrides = {"load_ssh_configs": True}
+        config = Config(overrides=overrides, runtime_ssh_path=os.environ.get(SSH_CONFIG_ENV) or None)
+        kwargs: dict = {"banner_timeout": 15, "auth_timeout": 15}
+        if self.spec.identity_file:
+            kwargs["key_filename"] = [str(Path(self.spec.identity_file).expanduser())]
+        conn = Connection(self.spec.address, user=self.spec.user, port=self.spec.port, config=config,
+                          connect_kwargs=kwargs, connect_timeout=15)
+        # fabric would trust any key: load known_hosts and refuse what is not in it
+        for path in _known_hosts_files():
+            if path.is_file():
+                conn.client.load_host_keys(str(path))
+        conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as exc:
+            raise HostError(self.name, f"the host key of {self._where()} CHANGED since it was trusted ({exc}). "
+                                       "If the host was reinstalled, remove its old line with "
+                                       f"`ssh-keygen -R {self._known_name()}` and connect once with ssh to trust it again; "
+                                       "otherwise someone may be intercepting the connection.") from None
+        except paramiko.SSHException as exc:
+            if "not found in known_hosts" in str(exc):
+                raise HostError(self.name, f"the host key of {self._where()} is unknown, so the host cannot be "
+                                           f"verified. Trust it by connecting once with `ssh {self._ssh_args()}` "
+                                           "and accepting the key (it is then in ~/.ssh/known_hosts), or add it "
+                                           f"with `ssh-keyscan -p {conn.port} {conn.host} >> ~/.ssh/known_hosts` "
+                                           "after checking its fingerprint.") from None
+            raise HostError(self.name, f"cannot connect to {self._where()}: {exc}") from None
+        except (TimeoutError, OSError) as exc:
+            raise HostError(self.name, f"cannot connect to {self._where()}: {exc}") from None
+        conn.transport.set_keepalive(KEEPALIVE_S)
+        return conn
+
+    def _where(self) -> str:
+        user = f"{self.spec.user}@" if self.spec.user else ""
+        port = f":{self.spec.port}" if self.spec.port else ""
+        return f"{user}{self.spec.address}{port}"
+
+    def _known_name(self) -> str:
+        return f"[{self.spec.address}]:{self.spec.port}" if self.spec.port else self.spec.address
+
+    def _ssh_args(self) -> str:
+        port = f"-p {self.spec.port} " if self.spec.port else ""
+        user = f"{self.spec.user}@" if self.spec.user else ""
+        return f"{port}{user}{self.spec.address}"
+
+    def connection(self) -> Connection:
+        if self._conn is None or not self._conn.is_connected:
+            self._conn = self._connect()
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _with_reconnect(self, what: str, action):
+        """Run action(connection); on a dropped connection reopen it and retry until reconnect_s has passed."""
+        # once the host was given up on, later calls (the cleanup's) try once each instead of waiting again
+        deadline = time.monotonic() + (0 if self._lost else self.reconnect_s)
+        delay = 0.5
+        dropped = self._lost
+        while True:
+            if self._conn is not None and not self._conn.is_connected:
+                dropped = True
+                self.close()
+            try:
+                result = action(self.connection())
+                self._lost = False
+                return result
+            except HostError as exc:
+                if not dropped:
+                    raise  # the first connection failed: unknown key, bad address, … (no retrying those)
+                if time.monotonic() > deadline:
+                    self._lost = True
+                    raise HostError(self.name, f"{what}: the connection to {self._where()} dropped and could not be "
+                                               f"reopened within {self.reconnect_s:.0f} s (last error: {exc})") from None
+            except _DROPPED as exc:
+                dropped = True
+                self.close()
+                if time.monotonic() > deadline:
+                    self._lost = True
+                    raise HostError(self.name, f"{what}: the connection to {self._where()} dropped and could not be "
+                                               f"reopened within {self.reconnect_s:.0f} s ({exc})") from None
+                log.warning("host %s: connection dropped during %s (%s); reconnecting", self.name, what, exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    # -- commands and files -------------------------------------------------------------------------------
+
+    def run(self, command: str, *, timeout: float = 60, check: bool = True) -> CommandResult:
+        def action(conn: Connection):
+            try:
+                return conn.run(command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout)
+            except CommandTimedOut:
+                raise HostError(self.name, f"command timed out after {timeout:.0f} s: {command}") from None
+
+        res = self._with_reconnect("running a command", action)
+        result = CommandResult(command, res.stdout, res.stderr, res.exited)
+        if check and res.exited != 0:
+            raise HostError(self.name, f"command exited {res.exited}: {command}\n{res.stderr.strip()}")
+        return result
+
+    def make_dir(self, path: str) -> None:
+        self.run(f"mkdir -p {shlex.quote(path)}")
+
+    def write_text(self, path: str, text: str) -> None:
+        def action(conn: Connection):
+            with conn.sftp().open(path, "w") as fh:
+                fh.write(text.encode("utf-8"))
+
+        self._with_reconnect(f"writing {path}", action)
+
+    def read_bytes(self, path: str, offset: int = 0) -> bytes:
+        def action(conn: Connection):
+            try:
+                with conn.sftp().open(path, "rb") as fh:
+                    fh.seek(offset)
+                    return fh.read()
+            except FileNotFoundError:
+                return b""
+
+        return self._with_reconnect(f"reading {path}", action)
+
+    def fetch(self, remote_path: str, local_path: str) -> None:
+        self._with_reconnect(f"fetching {remote_path}", lambda conn: conn.get(remote_path, local_path))
+
+    def remove_dir(self, path: str) -> None:
+        self.run(f"rm -rf -- {shlex.quote(path)}", check=False)
+
+    def free_port(self) -> int:
+        out = self.run("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); "
+                       "print(s.getsockname()[1])'").stdout.strip()
+        return int(out)
+
+    def http_status(self, url: str, timeout: float = 2.0) -> int | None:
+        """Asked from the host itself: servers often bind 127.0.0.1 only."""
+        script = ("import sys, urllib.request, urllib.error\n"
+                  "try:\n"
+                  f"    print(urllib.request.urlopen(sys.argv[1], timeout={timeout}).status)\n"
+                  "except urllib.error.HTTPError as e:\n"
+                  "    print(e.code)\n"
+                  "except Exception:\n"
+                  "    print(0)\n")
+        out = self.run(f"python3 -c {shlex.quote(script)} {shlex.quote(url)}", timeout=timeout + 10, check=False)
+        code = out.stdout.strip()
+        return int(code) if code.isdigit() and code != "0" else None

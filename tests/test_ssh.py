@@ -1,0 +1,154 @@
+"""The ssh transport against a real OpenSSH server on 127.0.0.1."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import LAUNCHLAB, write_params
+from launchlab import batch, lifecycle, outputs, params
+from launchlab.errors import HostError
+from launchlab.hosts import connect
+from launchlab.plan import make_plan
+
+pytestmark = pytest.mark.ssh
+
+
+def ssh_params(tmp_path, server, body_server: str, address: str | None = None, extra: str = "") -> params.Experiment:
+    host = (f"{{transport: ssh, address: {address}, workdir: {tmp_path / 'remote'}{extra}}}" if address else
+            f"{{transport: ssh, address: 127.0.0.1, port: {server.port}, identity_file: {server.client_key}, "
+            f"workdir: {tmp_path / 'remote'}{extra}}}")
+    path = write_params(tmp_path, f"experiment: over-ssh\nhosts:\n  gpu: {host}\n{body_server}")
+    return path
+
+
+# An absolute interpreter path, as on a real host: sshd runs the login shell non-interactively, and its rc
+# files (here pyenv's) decide what a bare `python3` means.
+SIM_SERVER = f"""\
+server:
+  kind: sglang
+  command: [{sys.executable}, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}"]
+  ready: {{timeout_s: 60, health_url: "http://127.0.0.1:{{port}}/health"}}
+  stop_grace_s: 5
+factors:
+  mem_fraction:
+    "0.55": {{flags: {{--mem-fraction-static: "0.55"}}}}
+    "0.85": {{flags: {{--mem-fraction-static: "0.85"}}}}
+baseline: {{mem_fraction: "0.85"}}
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+
+HTTP_SERVER = """\
+server:
+  kind: generic
+  command: [python3, -m, http.server, "{port}", --bind, 127.0.0.1]
+  ready: {timeout_s: 30, health_url: "http://127.0.0.1:{port}/"}
+  stop_grace_s: 5
+"""
+
+
+def test_commands_run_over_ssh_and_the_ssh_config_alias_is_honoured(tmp_path, sshd):
+    exp = params.load(ssh_params(tmp_path, sshd, HTTP_SERVER, address=sshd.host_alias))
+    host = connect(exp)
+    assert host.run("echo $LAUNCHLAB_SIM_STATE").stdout.strip().endswith("sshbox")
+    assert "2 runs" not in host.run("nvidia-smi -L").stdout and host.run("nvidia-smi -L").stdout.count("GPU ") == 2
+    host.close()
+
+
+def test_an_unknown_host_key_is_refused_with_how_to_trust_it(tmp_path, sshd, monkeypatch):
+    other = tmp_path / "empty_known_hosts"
+    other.write_text("")
+    monkeypatch.setenv("LAUNCHLAB_KNOWN_HOSTS", str(other))
+    exp = params.load(ssh_params(tmp_path, sshd, HTTP_SERVER))
+    with pytest.raises(HostError, match="unknown") as info:
+        connect(exp).run("true")
+    assert "ssh-keyscan" in str(info.value) or "known_hosts" in str(info.value)
+
+
+def test_a_changed_host_key_is_refused(tmp_path, sshd, monkeypatch):
+    forged = tmp_path / "forged_known_hosts"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    forged.write_text(f"[127.0.0.1]:{sshd.port} {' '.join((tmp_path / 'other.pub').read_text().split()[:2])}\n")
+    monkeypatch.setenv("LAUNCHLAB_KNOWN_HOSTS", str(forged))
+    exp = params.load(ssh_params(tmp_path, sshd, HTTP_SERVER))
+    with pytest.raises(HostError, match="CHANGED"):
+        connect(exp).run("true")
+
+
+def test_a_generic_server_runs_over_ssh_and_nothing_is_left_behind(tmp_path, sshd):
+    path = ssh_params(tmp_path, sshd, HTTP_SERVER)
+    exp = params.load(path)
+    run = make_plan(exp)[0]
+    host = connect(exp)
+    result = lifecycle.run_one(exp, run, batch.ensure_run_dir(path), host)
+    assert result.status == "ready", result
+    assert result.stopped_with == "TERM"
+    assert lifecycle.leftovers(host) == []
+    host.close()
+
+
+def test_the_demo_design_runs_over_ssh_end_to_end(tmp_path, sshd):
+    path = ssh_params(tmp_path, sshd, SIM_SERVER)
+    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = outputs.check_run_dir(__import__("pathlib").Path(proc.stdout.strip()))
+    statuses = {f.name: json.loads((f / "status.json").read_text()) for f in (run_dir / "runs").iterdir()}
+    by_level = {s["levels"]["mem_fraction"]: s for s in statuses.values()}
+    assert by_level["0.55"]["status"] == "failed" and by_level["0.55"]["failure_reason"] == "kv_cache_no_memory"
+    assert by_level["0.85"]["status"] == "ready"
+    for folder in (run_dir / "runs").iterdir():
+        assert (folder / "server.log").stat().st_size > 0 and (folder / "nvidia-smi.csv").stat().st_size > 0
+        provenance = json.loads((folder / "provenance.json").read_text())
+        assert provenance["transport"] == "ssh"
+    assert (run_dir / "summary.html").is_file()
+    assert not list((tmp_path / "remote").rglob("server.log")), "run folders on the host are removed after collection"
+
+
+def test_a_dropped_connection_keeps_what_was_seen_and_the_leftover_is_found_next_time(tmp_path, sshd):
+    path = ssh_params(tmp_path, sshd, SIM_SERVER.replace("timeout_s: 60", "timeout_s: 120"), extra=", reconnect_s: 3")
+    exp = params.load(path)
+    run = make_plan(exp)[1]  # 0.85: would become ready
+    run_dir = batch.ensure_run_dir(path)
+    host = connect(exp)
+    spec = exp.hosts["gpu"]
+    import threading
+
+    def cut() -> None:
+        folder = outputs.run_folder(run_dir, run.run_id)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if (folder / "server.log").exists() and (folder / "server.log").stat().st_size > 200:
+                break
+            time.sleep(0.05)
+        sshd.stop()
+
+    # a slow box, so the server is still starting when the connection goes
+    state = json.loads((tmp_path / "sim/sshbox/host.json").read_text())
+    state["pace"] = 4.0
+    (tmp_path / "sim/sshbox/host.json").write_text(json.dumps(state))
+    cutter = threading.Thread(target=cut)
+    cutter.start()
+    result = lifecycle.run_one(exp, run, run_dir, host)
+    cutter.join()
+    assert result.status == "error"
+    assert "could not be reopened" in result.failure_message or "dropped" in result.failure_message
+    folder = outputs.run_folder(run_dir, run.run_id)
+    assert "SIMULATED SGLang server" in (folder / "server.log").read_text()  # what was seen before the cut is kept
+    assert any("could not collect" in n for n in result.notes)
+    host.close()
+
+    sshd.start()  # the host is back: the next run finds what the lost run left behind
+    host = connect(params.load(path))
+    left = lifecycle.leftovers(host)
+    assert [g["run"] for g in left] and all(g["run"].endswith(run.run_id) for g in left)
+    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out2")], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "--stop-leftovers" in proc.stderr
+    for group in left:
+        host.kill_group(group["pgid"], 5)
+    assert lifecycle.leftovers(host) == []
+    host.close()
+    del spec
