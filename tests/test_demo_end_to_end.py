@@ -186,3 +186,40 @@ def test_resume_skips_finished_runs_and_repeats_the_rest(small_params, tmp_path)
     refused = subprocess.run([*LAUNCHLAB, "run", str(other), "--resume", str(run_dir)], capture_output=True, text=True,
                              env=env, timeout=120)
     assert refused.returncode == 1 and "different plan" in refused.stderr
+
+
+def test_runs_of_different_hosts_proceed_in_parallel(tmp_path, sim_root):
+    """A slow host does not hold up a fast one: the fast host finishes its replicate while the slow one works."""
+    text = f"""\
+experiment: two-boxes
+host: [slow, fast]
+hosts:
+  slow: {{transport: sim, gpus: 2, pace: 3.0, workdir: {tmp_path / 'w1'}}}
+  fast: {{transport: sim, gpus: 2, pace: 0.2, workdir: {tmp_path / 'w2'}}}
+server:
+  kind: sglang
+  command: [python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}",
+            --mem-fraction-static, "0.85"]
+  ready: {{timeout_s: 120, health_url: "http://127.0.0.1:{{port}}/health"}}
+factors:
+  graphs:
+    "128": {{flags: {{--cuda-graph-max-bs: "128"}}}}
+    "256": {{flags: {{--cuda-graph-max-bs: "256"}}}}
+baseline: {{graphs: "128"}}
+repetitions: 2
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+    path = tmp_path / "two.yaml"
+    path.write_text(text)
+    t0 = time.monotonic()
+    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    finished = [line for line in proc.stderr.splitlines() if re.search(r"\]\s\S+\s+ready\s+[\d.]+ s$", line)]
+    order = [line.split()[1] for line in finished]
+    assert len(order) == 4
+    # the fast host's two runs (replicate 2) are both done before the slow host's second run is
+    assert order.index("04_graphs-256_rep2") < order.index("02_graphs-256_rep1")
+    runs = pd.read_parquet(Path(proc.stdout.strip()) / "runs.parquet")
+    assert sorted(runs["host"]) == ["fast", "fast", "slow", "slow"]
+    assert time.monotonic() - t0 < 300

@@ -43,23 +43,72 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
     """Run every planned run of a params file; return the run directory."""
     exp = params.load(params_path)
     plan = make_plan(exp)
-    host = hosts.connect(exp)
-    try:
-        host.run("true", timeout=30)
-    except HostError as exc:
-        raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
-    _handle_leftovers(host, stop_leftovers, say)
+    connected = {name: hosts.connect(exp, name) for name in exp.host_names}
+    for host in connected.values():  # every host reachable and clean before anything is launched anywhere
+        try:
+            host.run("true", timeout=30)
+        except HostError as exc:
+            raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
+        _handle_leftovers(host, stop_leftovers, say)
     run_dir = _open_run_dir(exp, plan, params_path, out_root, resume)
-    say(f"launchlab: {exp.experiment}: {len(plan)} runs on host {host.name!r}"
+    say(f"launchlab: {exp.experiment}: {len(plan)} runs on host(s) {', '.join(repr(h) for h in connected)}"
         f"{' (SIMULATED)' if exp.simulated else ''} → {run_dir}")
+    todo = []
     for run in plan:
-        folder = outputs.run_folder(run_dir, run.run_id)
-        if resume and _finished(folder):
+        if resume and _finished(outputs.run_folder(run_dir, run.run_id)):
             say(f"[{run.seq}/{len(plan)}] {run.run_id}  already done, skipped")
-            continue
-        _run_notebook(exp, run, run_dir, host, len(plan), say)
+        else:
+            todo.append(run)
+    _run_all(exp, todo, run_dir, connected, len(plan), say)
     report(run_dir, say)
     return run_dir
+
+
+def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, total: int, say: Say) -> None:
+    """One worker thread per host, each running its host's runs in plan order: hosts proceed in parallel, and
+    a slow or failing host does not hold the others up. Ctrl-C (which only the main thread sees) stops the
+    servers of the runs in flight, lets their notebooks finish, and marks those runs interrupted."""
+    lock = threading.Lock()
+    in_flight: dict[str, Run] = {}
+    stop = threading.Event()
+    finished = {name: threading.Event() for name in connected}
+
+    def worker(name: str) -> None:
+        try:
+            for run in (r for r in runs if r.host == name):
+                if stop.is_set():
+                    return
+                with lock:
+                    in_flight[name] = run
+                try:
+                    _run_notebook(exp, run, run_dir, connected[name], total, say)
+                finally:
+                    with lock:
+                        in_flight.pop(name, None)
+        finally:
+            finished[name].set()
+
+    def wait_all() -> None:
+        # Polling with sleep, not Thread.join: a join interrupted by Ctrl-C can make the next join return
+        # while the thread still runs (CPython < 3.13), and the interrupted runs must be waited for.
+        while not all(e.is_set() for e in finished.values()):
+            time.sleep(0.2)
+
+    for name in connected:
+        threading.Thread(target=worker, args=(name,), name=f"host-{name}", daemon=True).start()
+    try:
+        wait_all()
+    except KeyboardInterrupt:
+        stop.set()
+        with lock:
+            current = dict(in_flight)
+        for name, run in current.items():
+            say(f"[{run.seq}/{total}] {run.run_id}  interrupted: stopping what the run started")
+            lifecycle.stop_recorded(exp, run, run_dir, connected[name])
+        wait_all()  # the notebooks end quickly once their servers are gone
+        for name, run in current.items():
+            lifecycle.recover(exp, run, run_dir, connected[name], "interrupted by the user (Ctrl-C); the server was stopped")
+        raise
 
 
 def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
@@ -107,6 +156,7 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         "kit_version": __version__,
         "simulated": exp.simulated,
         "host": exp.host_name,
+        "hosts": exp.host_names,
         "factors": {f: list(levels) for f, levels in exp.factors.items()},
         "baseline": params.baseline_variant(exp).name,
         "order": "interleaved",
@@ -146,7 +196,7 @@ class _Progress(threading.Thread):
                 last = state
 
 
-def _execute(template: str, output: Path, parameters: dict) -> None:
+def _papermill(template: str, output: Path, parameters: dict) -> None:
     """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
     silenced so the progress lines stay readable. Cell errors still land in the executed notebook."""
     papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
@@ -163,13 +213,8 @@ def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, host, total: 
     progress.start()
     problem = None
     try:
-        _execute("run_variant.ipynb", folder / outputs.RUN_NOTEBOOK,
+        _papermill("run_variant.ipynb", folder / outputs.RUN_NOTEBOOK,
                  {"experiment": str(run_dir / outputs.EXPERIMENT_FILE), "run_id": run.run_id, "run_dir": str(run_dir)})
-    except KeyboardInterrupt:
-        progress.stop_event.set()
-        say(f"{label}  interrupted: stopping what the run started")
-        lifecycle.recover(exp, run, run_dir, host, "interrupted by the user (Ctrl-C); the server was stopped")
-        raise
     except Exception as exc:  # noqa: BLE001 - any notebook failure becomes this run's error, the batch goes on
         problem = f"the run notebook failed: {type(exc).__name__}: {str(exc).strip()[:500]}"
     finally:
@@ -196,7 +241,7 @@ def report(run_dir: Path, say: Say = _stderr) -> Path:
     say("launchlab: frames written; rendering the summary")
     nb = run_dir / outputs.SUMMARY_NOTEBOOK
     try:
-        _execute("summary.ipynb", nb, {"run_dir": str(run_dir)})
+        _papermill("summary.ipynb", nb, {"run_dir": str(run_dir)})
     except papermill.PapermillExecutionError as exc:
         raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
     html = export.notebook_to_html(nb, run_dir / outputs.SUMMARY_HTML)

@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("traitlets").setLevel(logging.ERROR)  # nbconvert's per-export accessibility hints
     try:
         return args.func(args)
     except ParamsError as exc:

@@ -158,6 +158,19 @@ def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) ->
     return f"{host.workdir}/{exp.experiment}/{run_dir.name}/{run_id}"
 
 
+def stop_recorded(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> None:
+    """Stop every process group a run recorded (used when its notebook cannot be trusted to do it)."""
+    try:
+        recorded = outputs.read_json(outputs.run_folder(run_dir, run.run_id) / outputs.PROCESSES)
+    except LaunchlabError:
+        return
+    for p in recorded:
+        try:
+            host.kill_group(p["pgid"], exp.server.stop_grace_s)
+        except LaunchlabError:
+            pass  # recover() tries again and records what failed
+
+
 def recover(exp: params.Experiment, run: Run, run_dir: Path, host: Host, message: str) -> RunResult:
     """Finish a run whose kernel died or was killed: stop every process group it recorded, collect its files
     and write its status as `error` with the reason. Safe to call on a run that already finished."""
@@ -176,7 +189,8 @@ def recover(exp: params.Experiment, run: Run, run_dir: Path, host: Host, message
     refs = [ProcessRef(p["role"], p["pid"], p["pgid"]) for p in recorded]
     host_dir = _host_dir(host, exp, run_dir, run.run_id)
     with _sigint_deferred():
-        _cleanup(exp, host, refs, folder, host_dir, result)
+        # a run whose notebook finished already collected its files (and removed them from the host)
+        _cleanup(exp, host, refs, folder, host_dir, result, collect=status.get("state") != "done")
         _conclude(exp, result, _Outcome("error", None, message), folder)
         outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
                                                     "kit_version": __version__})
@@ -269,7 +283,7 @@ def _watch(host: Host, server: ProcessRef, host_dir: str, folder: Path, rules: l
 
 
 def _cleanup(exp: params.Experiment, host: Host, started: list[ProcessRef], folder: Path, host_dir: str,
-             result: RunResult) -> None:
+             result: RunResult, collect: bool = True) -> None:
     """Stop the server, wait for the GPUs to drain, stop the sampler, fetch the raw files. Every step runs
     even when an earlier one failed; failures become notes on the run."""
     stopped: dict[int, str] = {}
@@ -284,6 +298,8 @@ def _cleanup(exp: params.Experiment, host: Host, started: list[ProcessRef], fold
             result.notes.append(f"stopping the {ref.role} failed: {exc}")
     if started:
         _write_processes(folder, host, started, stopped)
+    if not collect:
+        return
     collected = 0
     for name in (outputs.SERVER_LOG, outputs.TELEMETRY_CSV):
         partial = folder / f".{name}.fetching"

@@ -151,7 +151,8 @@ class Experiment(_Strict):
     experiment: str = Field(pattern=_SLUG)
     question: str = ""
     hosts: dict[str, HostSpec] = Field(min_length=1)
-    host: str | None = Field(None, description="the host every run uses; default: the only host")
+    host: str | list[str] | None = Field(None, description="the host(s) the runs use; default: the only host. With "
+                                         "several, repetition r runs on host r mod n, so every host runs whole replicates")
     server: ServerSpec
     factors: dict[str, dict[str, Level]] = {}
     variants: list[dict[str, StrictStr]] | None = None
@@ -177,9 +178,11 @@ class Experiment(_Strict):
     def _design_is_consistent(self) -> Experiment:
         problems = []
         if self.host is None and len(self.hosts) > 1:
-            problems.append(f"several hosts are defined ({', '.join(self.hosts)}): say which one with `host:`")
-        if self.host is not None and self.host not in self.hosts:
-            problems.append(f"host `{self.host}` is not defined under hosts: ({', '.join(self.hosts)})")
+            problems.append(f"several hosts are defined ({', '.join(self.hosts)}): say which to use with `host:` "
+                            "(a name, or a list: repetitions are spread over them)")
+        for name in [self.host] if isinstance(self.host, str) else self.host or []:
+            if name not in self.hosts:
+                problems.append(f"host `{name}` is not defined under hosts: ({', '.join(self.hosts)})")
         for i, variant in enumerate(self.variants or []):
             problems += [f"variants[{i}]: {p}" for p in self._level_problems(variant)]
         if self.baseline is not None:
@@ -207,12 +210,19 @@ class Experiment(_Strict):
         return problems
 
     @property
+    def host_names(self) -> list[str]:
+        if self.host is None:
+            return [next(iter(self.hosts))]
+        return [self.host] if isinstance(self.host, str) else list(dict.fromkeys(self.host))
+
+    @property
     def host_name(self) -> str:
-        return self.host or next(iter(self.hosts))
+        """The first host used (the only one in most experiments)."""
+        return self.host_names[0]
 
     @property
     def simulated(self) -> bool:
-        return self.hosts[self.host_name].transport == "sim"
+        return any(self.hosts[h].transport == "sim" for h in self.host_names)
 
 
 def _placeholder_problems(exp: Experiment) -> list[str]:

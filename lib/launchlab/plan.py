@@ -20,13 +20,16 @@ class Run:
 
 def make_plan(exp: Experiment) -> list[Run]:
     """Every repetition round runs every variant once, so drift over time (thermal state, caches, other users
-    of the box) spreads over all variants instead of landing on one."""
+    of the box) spreads over all variants instead of landing on one. With several hosts, each repetition
+    round runs on one host, so no variant sees one host more than another."""
     variants = expand(exp)
+    hosts = exp.host_names
     runs = []
     for rep in range(1, exp.repetitions + 1):
+        host = hosts[(rep - 1) % len(hosts)]  # a whole replicate per host: hosts are balanced over variants
         for variant in variants:
             seq = len(runs) + 1
-            runs.append(Run(f"{seq:02d}_{variant.slug}_rep{rep}", seq, variant, rep, exp.host_name))
+            runs.append(Run(f"{seq:02d}_{variant.slug}_rep{rep}", seq, variant, rep, host))
     return runs
 
 
