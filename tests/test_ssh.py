@@ -152,3 +152,20 @@ def test_a_dropped_connection_keeps_what_was_seen_and_the_leftover_is_found_next
     assert lifecycle.leftovers(host) == []
     host.close()
     del spec
+
+
+def test_provenance_over_ssh_names_the_host_gpus_driver_topology_and_packages(tmp_path, sshd):
+    from launchlab import provenance
+
+    exp = params.load(ssh_params(tmp_path, sshd, SIM_SERVER))
+    host = connect(exp)
+    facts = provenance.host_facts(host)
+    assert facts["hostname"] and facts["kernel"]
+    assert (facts["driver"], facts["cuda"]) == ("580.159.04", "13.0")
+    assert [g["index"] for g in facts["gpus"]] == [0, 1] and all(g["uuid"].startswith("GPU-") for g in facts["gpus"])
+    assert facts["topology"] and facts["nvlink_pairs"] == 0  # the simulated box is PCIe-only
+    interp = provenance.interpreter_facts(host, [sys.executable, "-m", "launchlab.sim.sglang_server"])
+    assert interp["executable"] == sys.executable
+    assert "pydantic" in interp["packages"] and interp["python"].startswith("3.")
+    assert provenance.interpreter_facts(host, ["bash", "-c", "true"]) is None
+    host.close()

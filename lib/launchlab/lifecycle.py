@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from launchlab import __version__, logparse, outputs, params, telemetry
+from launchlab import __version__, logparse, outputs, params, provenance, telemetry
 from launchlab.errors import HostError, LaunchlabError
 from launchlab.hosts import Host, ProcessRef, commands
 from launchlab.plan import Run
@@ -206,13 +206,15 @@ def _preflight(host: Host) -> dict:
 
 def _write_provenance(folder: Path, exp: params.Experiment, host: Host, launch: params.LaunchSpec,
                       preflight: dict) -> None:
-    hostname = host.run("hostname", timeout=30, check=False).stdout.strip()
+    facts = provenance.host_facts(host)
     outputs.write_json(folder / outputs.PROVENANCE, {
         "kit_version": __version__,
         "host": host.name,
         "transport": host.transport,
         "simulated": host.simulated,
-        "hostname": hostname,
+        "hostname": facts["hostname"],
+        "host_facts": facts,
+        "interpreter": provenance.interpreter_facts(host, launch.argv),
         "server_kind": exp.server.kind,
         "argv": list(launch.argv),
         "env": masked_env(launch.env),

@@ -62,6 +62,12 @@ def _cell(text: str) -> float | str:
         return text
 
 
+def parse_number(text: str) -> float:
+    """A numeric cell (units allowed) as a float; NaN for `N/A`, `[…]` or anything else."""
+    value = _cell(text)
+    return value if isinstance(value, float) else math.nan
+
+
 def _rows(text: str, n: int) -> list[list[str]]:
     return [cells for line in text.splitlines() if len(cells := line.split(", ")) == n]
 

@@ -1,10 +1,10 @@
-"""The simulated host's `nvidia-smi`: the real command's CSV query formats over the simulated GPU state.
+"""The simulated host's `nvidia-smi`: the real command's formats over the simulated GPU state.
 
 Supported: `--query-gpu=…` and `--query-compute-apps=…` with `--format=csv[,noheader][,nounits]`,
-`-l SEC` / `-lms MS` loops, `-i` GPU selection, and `-L`. Output follows driver 580 exactly: ", " separated
-cells, canonical field names in the header with ` [unit]` suffixes that stay even with `nounits`, the
-timestamp as `YYYY/MM/DD HH:MM:SS.mmm`, one row per GPU per sample, an invalid field rejected with the real
-message on stdout and exit code 2.
+`-l SEC` / `-lms MS` loops, `-i` GPU selection, `-L`, the default table and `topo -m` (a PCIe-only box).
+Output follows driver 580 exactly: ", " separated cells, canonical field names in the header with ` [unit]`
+suffixes that stay even with `nounits`, the timestamp as `YYYY/MM/DD HH:MM:SS.mmm`, one row per GPU per
+sample, an invalid field rejected with the real message on stdout and exit code 2.
 """
 
 from __future__ import annotations
@@ -132,10 +132,69 @@ def _parse_args(argv: list[str]) -> dict:
     return opts
 
 
+def _table(host: dict, allocs: list[dict]) -> str:
+    """The default `nvidia-smi` table in the R580 layout (names are cut to fit, as the real one does)."""
+    bar = "+-----------------------------------------+------------------------+----------------------+"
+    lines = [datetime.now().strftime("%a %b %d %H:%M:%S %Y       "),
+             "+-----------------------------------------------------------------------------------------+",
+             f"| NVIDIA-SMI {state.SIM_DRIVER}             Driver Version: {state.SIM_DRIVER}     "
+             f"CUDA Version: {state.SIM_CUDA}     |",
+             bar,
+             "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |",
+             "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |",
+             "|                                         |                        |               MIG M. |",
+             "|=========================================+========================+======================|"]
+    for g in host["gpus"]:
+        v = _gpu_values(host, g, allocs)
+        name = g["name"] if len(g["name"]) <= 29 else g["name"][:26] + "..."
+        lines += [f"|{g['index']:>4}  {name:<29}  On  |   {g['bus_id']} Off |                    0 |",
+                  f"| N/A   {v['temperature.gpu']}C    P0  {float(v['power.draw']):>13.0f}W /  600W | "
+                  f"{v['memory.used']:>8}MiB / {g['mem_total_mib']}MiB | {v['utilization.gpu']:>6}%      Default |",
+                  "|                                         |                        |             Disabled |", bar]
+    lines += ["", "+-----------------------------------------------------------------------------------------+",
+              "| Processes:                                                                              |",
+              "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |",
+              "|        ID   ID                                                               Usage      |",
+              "|=========================================================================================|"]
+    rows = [a for a in allocs if a["mib"] > 0]
+    if not rows:
+        lines.append("|  No running processes found                                                             |")
+    for a in rows:
+        lines.append(f"|  {a['gpu']:>3}   N/A  N/A  {a['pid']:>14}      C   {a['name'][:34]:<34}  {a['mib']:>8}MiB |")
+    lines.append("+-----------------------------------------------------------------------------------------+")
+    return "\n".join(lines) + "\n"
+
+
+def _topo(host: dict) -> str:
+    """`nvidia-smi topo -m` of a PCIe-only box (no NVLink): NODE within a CPU socket's half, SYS across."""
+    n = len(host["gpus"])
+    half = max(1, n // 2)
+    head = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    rows = [head]
+    for i in range(n):
+        cells = [" X " if i == j else ("NODE" if i // half == j // half else "SYS") for j in range(n)]
+        cpus = "0-31" if i < half else "32-63"
+        rows.append(f"GPU{i}\t" + "\t".join(cells) + f"\t{cpus}\t{i // half}\t\tN/A")
+    rows += ["", "Legend:", "", "  X    = Self",
+             "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+             "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
+             "  NV#  = Connection traversing a bonded set of # NVLinks"]
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     root = state.state_dir()
     host = state.read_host(root)
+    if not argv:
+        sys.stdout.write(_table(host, state.allocations(root)))
+        return 0
+    if argv[0] == "topo":
+        if argv[1:] != ["-m"]:
+            print("launchlab simulated nvidia-smi: only `topo -m` is simulated")
+            return 2
+        sys.stdout.write(_topo(host))
+        return 0
     opts = _parse_args(argv)
     selected = set(range(len(host["gpus"])))
     if opts["ids"] is not None:
@@ -152,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"GPU {g['index']}: {g['name']} (UUID: {g['uuid']})")
         return 0
     if opts["kind"] is None:
-        print("launchlab simulated nvidia-smi: only --query-gpu, --query-compute-apps and -L are simulated")
+        print("launchlab simulated nvidia-smi: only --query-gpu, --query-compute-apps, -L, topo -m and the table "
+              "are simulated")
         return 2
     table = GPU_FIELDS if opts["kind"] == "gpu" else APP_FIELDS
     fields = [f.strip() for f in opts["query"].split(",") if f.strip()]
