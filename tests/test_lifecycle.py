@@ -17,7 +17,8 @@ def run_first(path, index=0):
     exp = params.load(path)
     run = make_plan(exp)[index]
     run_dir = batch.ensure_run_dir(path)
-    return lifecycle.run_one(exp, run, run_dir, connect(exp)), outputs.run_folder(run_dir, run.run_id)
+    hosts = {name: connect(exp, name) for name in run.hosts}
+    return lifecycle.run_one(exp, run, run_dir, hosts), outputs.run_folder(run_dir, run.run_id)
 
 
 def test_a_ready_run_is_stopped_drained_and_collected(small_params):
@@ -94,3 +95,51 @@ def test_ctrl_c_during_a_run_stops_the_server_and_records_the_interruption(small
     recorded = json.loads((folder / "processes.json").read_text())
     host = connect(params.load(path))
     assert not any(host.group_alive(p["pgid"]) for p in recorded)
+
+
+MULTI_NODE = """\
+experiment: two-nodes
+nodes: [head, worker]
+hosts:
+  head: {{transport: sim, gpus: 1, workdir: {w}/head}}
+  worker: {{transport: sim, gpus: 1, workdir: {w}/worker}}
+server:
+  kind: generic
+  command: [python3, -c, "{script}", "{{node_rank}}", "{{nnodes}}", "{{master_addr}}", "{{port}}"]
+  ready: {{timeout_s: 20, log_pattern: "serving", health_url: "http://127.0.0.1:{{port}}/"}}
+  stop_grace_s: 5
+"""
+# node 0 serves HTTP after "rendezvous"; node 1 just stays up, or exits when asked to fail.
+NODE_SCRIPT = ("import http.server, sys, time; rank, n, master, port = sys.argv[1:5]; "
+               "print('node', rank, 'of', n, 'master', master, flush=True); "
+               "time.sleep(0.5); "
+               "[sys.exit(3) for _ in [0] if rank == '1' and FAIL]; "
+               "print('serving', flush=True) if rank == '0' else None; "
+               "http.server.HTTPServer(('127.0.0.1', int(port)), http.server.SimpleHTTPRequestHandler).serve_forever() "
+               "if rank == '0' else time.sleep(600)")
+
+
+def test_a_multi_node_server_starts_on_every_node_and_is_ready_when_node_0_is(tmp_path, sim_root):
+    path = write_params(tmp_path, MULTI_NODE.format(w=tmp_path, script=NODE_SCRIPT.replace("FAIL", "False")))
+    result, folder = run_first(path)
+    assert result.status == "ready", result
+    assert result.nodes == ["head", "worker"]
+    assert (folder / "server.log").read_text().startswith("node 0 of 2 master 127.0.0.1")
+    assert (folder / "server.node1.log").read_text().startswith("node 1 of 2 master 127.0.0.1")
+    assert (folder / "nvidia-smi.node1.csv").is_file()
+    processes = json.loads((folder / "processes.json").read_text())
+    assert sorted((p["node"], p["role"]) for p in processes) == [(0, "sampler"), (0, "server"), (1, "sampler"),
+                                                                 (1, "server")]
+    assert all(p["stopped_with"] for p in processes)
+    provenance = json.loads((folder / "provenance.json").read_text())
+    assert [n["host"] for n in provenance["nodes"]] == ["head", "worker"]
+
+
+def test_when_one_node_fails_every_node_is_stopped(tmp_path, sim_root):
+    path = write_params(tmp_path, MULTI_NODE.format(w=tmp_path, script=NODE_SCRIPT.replace("FAIL", "True")))
+    result, folder = run_first(path)
+    assert result.status == "failed"
+    assert "node 1 (worker)" in result.failure_message
+    processes = json.loads((folder / "processes.json").read_text())
+    head_server = next(p for p in processes if p["node"] == 0 and p["role"] == "server")
+    assert head_server["stopped_with"] in ("TERM", "KILL")

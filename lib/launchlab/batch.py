@@ -71,7 +71,8 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
     lock = threading.Lock()
     in_flight: dict[str, Run] = {}
     stop = threading.Event()
-    finished = {name: threading.Event() for name in connected}
+    # one worker per host; a multi-node run belongs to the worker of its node 0 and uses all its nodes' hosts
+    finished = {name: threading.Event() for name in dict.fromkeys(r.host for r in runs)}
 
     def worker(name: str) -> None:
         try:
@@ -81,7 +82,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
                 with lock:
                     in_flight[name] = run
                 try:
-                    _run_notebook(exp, run, run_dir, connected[name], total, say)
+                    _run_notebook(exp, run, run_dir, connected, total, say)
                 finally:
                     with lock:
                         in_flight.pop(name, None)
@@ -94,7 +95,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         while not all(e.is_set() for e in finished.values()):
             time.sleep(0.2)
 
-    for name in connected:
+    for name in finished:
         threading.Thread(target=worker, args=(name,), name=f"host-{name}", daemon=True).start()
     try:
         wait_all()
@@ -102,12 +103,12 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         stop.set()
         with lock:
             current = dict(in_flight)
-        for name, run in current.items():
+        for run in current.values():
             say(f"[{run.seq}/{total}] {run.run_id}  interrupted: stopping what the run started")
-            lifecycle.stop_recorded(exp, run, run_dir, connected[name])
+            lifecycle.stop_recorded(exp, run, run_dir, connected)
         wait_all()  # the notebooks end quickly once their servers are gone
-        for name, run in current.items():
-            lifecycle.recover(exp, run, run_dir, connected[name], "interrupted by the user (Ctrl-C); the server was stopped")
+        for run in current.values():
+            lifecycle.recover(exp, run, run_dir, connected, "interrupted by the user (Ctrl-C); the server was stopped")
         raise
 
 
@@ -204,7 +205,7 @@ def _papermill(template: str, output: Path, parameters: dict) -> None:
                                extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
 
 
-def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, host, total: int, say: Say) -> None:
+def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say) -> None:
     folder = outputs.run_folder(run_dir, run.run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / outputs.STATUS).unlink(missing_ok=True)
@@ -220,7 +221,7 @@ def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, host, total: 
     finally:
         progress.stop_event.set()
     if not _done(folder) or problem:
-        lifecycle.recover(exp, run, run_dir, host, problem or "the run notebook ended without a final status")
+        lifecycle.recover(exp, run, run_dir, hosts, problem or "the run notebook ended without a final status")
     status = outputs.read_json(folder / outputs.STATUS)
     why = f" ({status['failure_reason']})" if status.get("failure_reason") else ""
     say(f"{label}  {status['status']}{why}  {time.monotonic() - progress.t0:.1f} s")

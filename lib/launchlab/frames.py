@@ -4,8 +4,8 @@
                        failure_phase, failure_message, startup_s, peak_mem_used_mib, phase_reached,
                        simulated, then one column per factor
     events.parquet     run_id, t_s, rank, field, value: every metric parsed from the server log
-    telemetry.parquet  run_id, t_s, gpu_index, gpu_uuid, mem_used_mib, mem_total_mib, mem_free_mib,
-                       util_gpu_pct: the nvidia-smi samples
+    telemetry.parquet  run_id, t_s, node, gpu_index, gpu_uuid, mem_used_mib, mem_total_mib, mem_free_mib,
+                       util_gpu_pct: the nvidia-smi samples (node: 0 unless the server spans several hosts)
 
 t_s is seconds since the server was started, on the host's clock (the clock of its log and nvidia-smi).
 """
@@ -23,7 +23,7 @@ from launchlab import logparse, outputs, params, telemetry
 RUN_COLUMNS = ["run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase",
                "failure_message", "startup_s", "peak_mem_used_mib", "phase_reached", "simulated"]
 EVENT_COLUMNS = ["run_id", "t_s", "rank", "field", "value"]
-TELEMETRY_COLUMNS = ["run_id", "t_s", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "mem_free_mib",
+TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "mem_free_mib",
                      "util_gpu_pct"]
 
 
@@ -55,14 +55,19 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         row.update({f: status["levels"].get(f) for f in exp.factors})
         run_rows.append(row)
         t0 = _started(status)
-        if (folder / outputs.SERVER_LOG).exists():
-            parsed = logparse.parse_file(folder / outputs.SERVER_LOG, exp.server.kind, rules)
-            event_frames.append(pd.DataFrame(
-                [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
-                  "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events],
-                columns=EVENT_COLUMNS))
-        if (folder / outputs.TELEMETRY_CSV).exists():
-            telemetry_frames.append(telemetry.tidy(telemetry.read_query_csv(folder / outputs.TELEMETRY_CSV), run_id, t0))
+        for node in range(max(1, len(status.get("nodes") or []))):
+            suffix = "" if node == 0 else f".node{node}"
+            log, csv = folder / f"server{suffix}.log", folder / f"nvidia-smi{suffix}.csv"
+            if log.exists():  # TP ranks are global across nodes, so events of every node share one frame
+                parsed = logparse.parse_file(log, exp.server.kind, rules)
+                event_frames.append(pd.DataFrame(
+                    [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
+                      "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events],
+                    columns=EVENT_COLUMNS))
+            if csv.exists():
+                samples = telemetry.tidy(telemetry.read_query_csv(csv), run_id, t0)
+                samples.insert(2, "node", node)
+                telemetry_frames.append(samples)
     runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + list(exp.factors))
     for col in ("startup_s", "peak_mem_used_mib"):
         runs[col] = pd.to_numeric(runs[col])

@@ -1,8 +1,10 @@
 """One run, start to finish: preflight → sampler → server → watch → stop → drain → collect → parse → status.
 
-Whatever happens (a failed launch, a kit error, Ctrl-C), the `finally` block stops the server's process
-group, waits for the GPUs to drain, stops the sampler and collects the raw files; a second Ctrl-C during
-that cleanup is deferred until it is done. The kit writes status.json from what it observed, never from
+A run has one node (one host) or, for a multi-node server, several: every node gets its own sampler and
+server process, they are watched together, and when one fails they are all stopped. Whatever happens (a
+failed launch, a kit error, a lost host, Ctrl-C), the `finally` block stops every server's process group,
+waits for the GPUs to drain, stops the samplers and collects the raw files; a second Ctrl-C during that
+cleanup is deferred until it is done. The kit writes status.json from what it observed, never from
 papermill's view of the notebook (which can report success for a run whose kernel died).
 """
 
@@ -16,10 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-
-import pandas as pd
 
 from launchlab import __version__, logparse, outputs, params, provenance, telemetry
 from launchlab.errors import HostError, LaunchlabError
@@ -53,6 +52,7 @@ class RunResult:
     drained: bool | None = None
     drain_s: float | None = None
     simulated: bool = False
+    nodes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -64,8 +64,46 @@ class _Outcome:
     ready_after_s: float | None = None
 
 
+@dataclass
+class _Node:
+    """One host of a run: where its files live there and what was started on it."""
+
+    rank: int
+    host: Host
+    dir: str
+    refs: list[ProcessRef] = field(default_factory=list)
+    preflight: dict | None = None
+
+    @property
+    def log_name(self) -> str:
+        return outputs.SERVER_LOG if self.rank == 0 else f"server.node{self.rank}.log"
+
+    @property
+    def csv_name(self) -> str:
+        return outputs.TELEMETRY_CSV if self.rank == 0 else f"nvidia-smi.node{self.rank}.csv"
+
+    @property
+    def label(self) -> str:
+        return f"node {self.rank} ({self.host.name})"
+
+
 def masked_env(env: dict[str, str]) -> dict[str, str]:
     return {k: ("****" if SECRET_NAME.search(k) else v) for k, v in env.items()}
+
+
+def run_tag(exp: params.Experiment, run_dir: Path, run_id: str) -> str:
+    """The value of LAUNCHLAB_RUN_ID for a run: experiment/run-directory/run-id."""
+    return f"{exp.experiment}/{Path(run_dir).name}/{run_id}"
+
+
+def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) -> str:
+    """Where the run's raw files are written on a host before they are collected."""
+    return f"{host.workdir}/{exp.experiment}/{Path(run_dir).name}/{run_id}"
+
+
+def _nodes(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host]) -> list[_Node]:
+    return [_Node(rank, hosts[name], _host_dir(hosts[name], exp, run_dir, run.run_id))
+            for rank, name in enumerate(run.hosts)]
 
 
 def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path) -> RunResult:
@@ -75,16 +113,17 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path) -> Run
 
     exp = params.load(experiment)
     run = find_run(make_plan(exp), run_id) if run_id else make_plan(exp)[0]
-    return run_one(exp, run, Path(run_dir), hosts.connect(exp, run.host))
+    return run_one(exp, run, Path(run_dir), {name: hosts.connect(exp, name) for name in run.hosts})
 
 
-def run_one(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> RunResult:
+def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host]) -> RunResult:
+    """Run one planned run on its host (a Host) or its nodes (a dict of the run's hosts by name)."""
+    hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
     folder = outputs.run_folder(run_dir, run.run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    result = RunResult(run.run_id, run.variant.name, run.repetition, host.name, dict(run.variant.levels),
-                       simulated=host.simulated)
-    host_dir = _host_dir(host, exp, run_dir, run.run_id)
-    started: list[ProcessRef] = []
+    nodes = _nodes(exp, run, run_dir, hosts)
+    result = RunResult(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
+                       simulated=any(n.host.simulated for n in nodes), nodes=list(run.hosts))
     outcome: _Outcome | None = None
     t_start = time.monotonic()
 
@@ -94,31 +133,34 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> RunR
 
     try:
         state("preflight")
-        host.make_dir(host_dir)
-        preflight = _preflight(host)
-        port = host.free_port()
-        launch = params.render(exp, run.variant, port=port, run_id=run.run_id, host=host.name)
-        _write_provenance(folder, exp, host, launch, preflight)
+        for node in nodes:
+            node.host.make_dir(node.dir)
+            node.preflight = _preflight(node.host)
+        port = nodes[0].host.free_port()
+        launches = [params.render(exp, run.variant, port=port, run_id=run.run_id, host=n.host.name, node_rank=n.rank,
+                                  nnodes=len(nodes)) for n in nodes]
+        _write_provenance(folder, exp, nodes, launches)
 
         state("starting")
         # The run id travels in the environment of everything the kit starts, so a process left behind by a
         # run that lost its host can be found again on that host (`leftovers`).
         tag = {RUN_ID_ENV: run_tag(exp, run_dir, run.run_id)}
-        host.write_text(f"{host_dir}/sampler.env", commands.env_file_text(tag))
-        started.append(host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms),
-                                           cwd=host_dir, log_name=outputs.TELEMETRY_CSV, env_file="sampler.env"))
-        _write_processes(folder, host, started)
-        host.write_text(f"{host_dir}/server.env", commands.env_file_text({**launch.env, **tag}))
-        result.server_started_at = host.clock()
+        for node in nodes:
+            node.host.write_text(f"{node.dir}/sampler.env", commands.env_file_text(tag))
+            node.refs.append(node.host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms),
+                                                      cwd=node.dir, log_name=node.csv_name, env_file="sampler.env"))
+            _write_processes(folder, nodes)
+        result.server_started_at = nodes[0].host.clock()
         t_launch = time.monotonic()
-        started.append(host.start_detached("server", launch.argv, cwd=host_dir, log_name=outputs.SERVER_LOG,
-                                           env_file="server.env"))
-        _write_processes(folder, host, started)
+        for node, launch in zip(nodes, launches, strict=True):
+            node.host.write_text(f"{node.dir}/server.env", commands.env_file_text({**launch.env, **tag}))
+            node.refs.append(node.host.start_detached("server", launch.argv, cwd=node.dir, log_name=node.log_name,
+                                                      env_file="server.env"))
+            _write_processes(folder, nodes)
 
         state("watching")
         rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
-        outcome = _watch(host, started[-1], host_dir, folder, rules, launch.health_url,
-                         t_launch + exp.server.ready.timeout_s, t_launch)
+        outcome = _watch(nodes, folder, rules, launches[0].health_url, t_launch + exp.server.ready.timeout_s, t_launch)
     except KeyboardInterrupt:
         outcome = _Outcome("error", None, "interrupted by the user (Ctrl-C); the server was stopped")
         raise
@@ -127,17 +169,65 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> RunR
     finally:
         with _sigint_deferred():
             state("stopping")
-            _cleanup(exp, host, started, folder, host_dir, result)
+            _cleanup(exp, nodes, folder, result)
             state("collecting")
-            _conclude(exp, result, outcome, folder)
+            _conclude(exp, result, outcome, folder, nodes)
             outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
                                                         "kit_version": __version__})
     return result
 
 
-def run_tag(exp: params.Experiment, run_dir: Path, run_id: str) -> str:
-    """The value of LAUNCHLAB_RUN_ID for a run: experiment/run-directory/run-id."""
-    return f"{exp.experiment}/{Path(run_dir).name}/{run_id}"
+def _recorded_nodes(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host]) -> list[_Node]:
+    """The run's nodes with the processes and preflight its folder recorded."""
+    folder = outputs.run_folder(run_dir, run.run_id)
+    nodes = _nodes(exp, run, run_dir, hosts)
+    try:
+        recorded = outputs.read_json(folder / outputs.PROCESSES)
+    except LaunchlabError:
+        recorded = []
+    for p in recorded:
+        node = nodes[p.get("node", 0)]
+        node.refs.append(ProcessRef(p["role"], p["pid"], p["pgid"]))
+    try:
+        prov = outputs.read_json(folder / outputs.PROVENANCE)
+        for node, facts in zip(nodes, prov.get("nodes") or [prov], strict=False):
+            node.preflight = facts.get("preflight")
+    except LaunchlabError:
+        pass
+    return nodes
+
+
+def stop_recorded(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host]) -> None:
+    """Stop every process group a run recorded (used when its notebook cannot be trusted to do it)."""
+    hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
+    for node in _recorded_nodes(exp, run, run_dir, hosts):
+        for ref in node.refs:
+            try:
+                node.host.kill_group(ref.pgid, exp.server.stop_grace_s)
+            except LaunchlabError:
+                pass  # recover() tries again and records what failed
+
+
+def recover(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host], message: str) -> RunResult:
+    """Finish a run whose kernel died or was killed: stop every process group it recorded, collect its files
+    and write its status as `error` with the reason. Safe to call on a run that already finished."""
+    hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
+    folder = outputs.run_folder(run_dir, run.run_id)
+    nodes = _recorded_nodes(exp, run, run_dir, hosts)
+    result = RunResult(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
+                       simulated=any(n.host.simulated for n in nodes), nodes=list(run.hosts))
+    try:
+        status = outputs.read_json(folder / outputs.STATUS)
+    except LaunchlabError:
+        status = {}
+    result.server_started_at = status.get("server_started_at")
+    with _sigint_deferred():
+        # a run whose notebook finished already collected its files (and removed them from the host)
+        _cleanup(exp, nodes, folder, result, collect=status.get("state") != "done")
+        _conclude(exp, result, _Outcome("error", None, message), folder, nodes)
+        outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
+                                                    "kit_version": __version__})
+    return result
 
 
 def leftovers(host: Host) -> list[dict]:
@@ -153,50 +243,6 @@ def leftovers(host: Host) -> list[dict]:
     return list(groups.values())
 
 
-def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) -> str:
-    """Where the run's raw files are written on the host before they are collected."""
-    return f"{host.workdir}/{exp.experiment}/{run_dir.name}/{run_id}"
-
-
-def stop_recorded(exp: params.Experiment, run: Run, run_dir: Path, host: Host) -> None:
-    """Stop every process group a run recorded (used when its notebook cannot be trusted to do it)."""
-    try:
-        recorded = outputs.read_json(outputs.run_folder(run_dir, run.run_id) / outputs.PROCESSES)
-    except LaunchlabError:
-        return
-    for p in recorded:
-        try:
-            host.kill_group(p["pgid"], exp.server.stop_grace_s)
-        except LaunchlabError:
-            pass  # recover() tries again and records what failed
-
-
-def recover(exp: params.Experiment, run: Run, run_dir: Path, host: Host, message: str) -> RunResult:
-    """Finish a run whose kernel died or was killed: stop every process group it recorded, collect its files
-    and write its status as `error` with the reason. Safe to call on a run that already finished."""
-    folder = outputs.run_folder(run_dir, run.run_id)
-    result = RunResult(run.run_id, run.variant.name, run.repetition, host.name, dict(run.variant.levels),
-                       simulated=host.simulated)
-    try:
-        status = outputs.read_json(folder / outputs.STATUS)
-    except LaunchlabError:
-        status = {}
-    result.server_started_at = status.get("server_started_at")
-    try:
-        recorded = outputs.read_json(folder / outputs.PROCESSES)
-    except LaunchlabError:
-        recorded = []
-    refs = [ProcessRef(p["role"], p["pid"], p["pgid"]) for p in recorded]
-    host_dir = _host_dir(host, exp, run_dir, run.run_id)
-    with _sigint_deferred():
-        # a run whose notebook finished already collected its files (and removed them from the host)
-        _cleanup(exp, host, refs, folder, host_dir, result, collect=status.get("state") != "done")
-        _conclude(exp, result, _Outcome("error", None, message), folder)
-        outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
-                                                    "kit_version": __version__})
-    return result
-
-
 def _preflight(host: Host) -> dict:
     """GPU memory in use and compute processes before launch: evidence of a dirty start, kept with the run."""
     gpus = telemetry.parse_snapshot(host.run(telemetry.snapshot_command(), timeout=60).stdout)
@@ -204,29 +250,33 @@ def _preflight(host: Host) -> dict:
     return {"gpus": [dataclasses.asdict(g) for g in gpus], "compute_apps": apps}
 
 
-def _write_provenance(folder: Path, exp: params.Experiment, host: Host, launch: params.LaunchSpec,
-                      preflight: dict) -> None:
-    facts = provenance.host_facts(host)
-    outputs.write_json(folder / outputs.PROVENANCE, {
-        "kit_version": __version__,
-        "host": host.name,
-        "transport": host.transport,
-        "simulated": host.simulated,
-        "hostname": facts["hostname"],
-        "host_facts": facts,
-        "interpreter": provenance.interpreter_facts(host, launch.argv),
-        "server_kind": exp.server.kind,
-        "argv": list(launch.argv),
-        "env": masked_env(launch.env),
-        "health_url": launch.health_url,
-        "preflight": preflight,
-    })
+def _write_provenance(folder: Path, exp: params.Experiment, nodes: list[_Node], launches: list[params.LaunchSpec]) -> None:
+    per_node = []
+    for node, launch in zip(nodes, launches, strict=True):
+        facts = provenance.host_facts(node.host)
+        per_node.append({
+            "node": node.rank,
+            "host": node.host.name,
+            "transport": node.host.transport,
+            "simulated": node.host.simulated,
+            "hostname": facts["hostname"],
+            "host_facts": facts,
+            "interpreter": provenance.interpreter_facts(node.host, launch.argv),
+            "argv": list(launch.argv),
+            "env": masked_env(launch.env),
+            "health_url": launch.health_url,
+            "preflight": node.preflight,
+        })
+    # node 0 at the top level (the whole story for single-host runs), every node under "nodes"
+    outputs.write_json(folder / outputs.PROVENANCE, {"kit_version": __version__, "server_kind": exp.server.kind,
+                                                     **per_node[0], "nodes": per_node if len(nodes) > 1 else None})
 
 
-def _write_processes(folder: Path, host: Host, refs: list[ProcessRef], stopped: dict[int, str] | None = None) -> None:
+def _write_processes(folder: Path, nodes: list[_Node], stopped: dict[tuple[int, int], str] | None = None) -> None:
     outputs.write_json(folder / outputs.PROCESSES, [
-        {"role": r.role, "pid": r.pid, "pgid": r.pgid, "host": host.name, "stopped_with": (stopped or {}).get(r.pgid)}
-        for r in refs
+        {"role": r.role, "pid": r.pid, "pgid": r.pgid, "host": n.host.name, "node": n.rank,
+         "stopped_with": (stopped or {}).get((n.rank, r.pgid))}
+        for n in nodes for r in n.refs
     ])
 
 
@@ -251,62 +301,80 @@ class _Mirror:
         return lines
 
 
-def _watch(host: Host, server: ProcessRef, host_dir: str, folder: Path, rules: logparse.ReadyRules,
-           health_url: str | None, deadline: float, t_launch: float) -> _Outcome:
-    """Poll until ready, failed (fatal line or exit) or the deadline. Ready means: alive, the ready line seen
-    (when the kind has one) and the health URL answering 200 (when one is given)."""
+def _watch(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_url: str | None, deadline: float,
+           t_launch: float) -> _Outcome:
+    """Poll until ready, failed (a fatal line or an exit on any node) or the deadline. Ready means: every node
+    alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
+    answering 200 (when one is given)."""
     ready_rx = re.compile(rules.ready_pattern) if rules.ready_pattern else None
     fatal_rx = re.compile("|".join(f"(?:{p})" for p in rules.fatal_patterns)) if rules.fatal_patterns else None
-    log = _Mirror(host, f"{host_dir}/{outputs.SERVER_LOG}", folder / outputs.SERVER_LOG)
-    samples = _Mirror(host, f"{host_dir}/{outputs.TELEMETRY_CSV}", folder / outputs.TELEMETRY_CSV)
+    logs = [_Mirror(n.host, f"{n.dir}/{n.log_name}", folder / n.log_name) for n in nodes]
+    samples = [_Mirror(n.host, f"{n.dir}/{n.csv_name}", folder / n.csv_name) for n in nodes]
     ready_line = ready_rx is None
     fatal_line, fatal_at = None, None
     polls = 0
     while True:
-        for line in log.new_lines():
-            if ready_rx is not None and ready_rx.search(line):
-                ready_line = True
-            if fatal_line is None and fatal_rx is not None and fatal_rx.search(line):
-                fatal_line, fatal_at = line.strip(), time.monotonic()
+        for node, log in zip(nodes, logs, strict=True):
+            for line in log.new_lines():
+                if node.rank == 0 and ready_rx is not None and ready_rx.search(line):
+                    ready_line = True
+                if fatal_line is None and fatal_rx is not None and fatal_rx.search(line):
+                    fatal_line = line.strip() if node.rank == 0 else f"{node.label}: {line.strip()}"
+                    fatal_at = time.monotonic()
         polls += 1
         if polls % 5 == 0:
-            samples.new_lines()
-        alive = host.group_alive(server.pgid)
-        if fatal_line is not None and (not alive or time.monotonic() - fatal_at > FATAL_GRACE_S):
+            for mirror in samples:
+                mirror.new_lines()
+        dead = [n for n in nodes if not n.host.group_alive(n.refs[-1].pgid)]
+        if fatal_line is not None and (dead or time.monotonic() - fatal_at > FATAL_GRACE_S):
             return _Outcome("failed", None, fatal_line)
-        if not alive:
-            log.new_lines()
-            return _Outcome("failed", "process_exited", "the server exited before it was ready")
-        if fatal_line is None and ready_line and (health_url is None or host.http_status(health_url) == 200):
+        if dead:
+            for log in logs:
+                log.new_lines()
+            where = "" if len(nodes) == 1 else f" on {', '.join(n.label for n in dead)}"
+            return _Outcome("failed", "process_exited", f"the server exited{where} before it was ready")
+        if fatal_line is None and ready_line and (health_url is None or nodes[0].host.http_status(health_url) == 200):
             return _Outcome("ready", None, "", time.monotonic() - t_launch)
         if time.monotonic() > deadline:
             return _Outcome("timeout", None, f"not ready after {deadline - t_launch:.0f} s")
         time.sleep(POLL_S)
 
 
-def _cleanup(exp: params.Experiment, host: Host, started: list[ProcessRef], folder: Path, host_dir: str,
-             result: RunResult, collect: bool = True) -> None:
-    """Stop the server, wait for the GPUs to drain, stop the sampler, fetch the raw files. Every step runs
-    even when an earlier one failed; failures become notes on the run."""
-    stopped: dict[int, str] = {}
-    for ref in [r for r in started if r.role != "sampler"] + [r for r in started if r.role == "sampler"]:
-        if ref.role == "sampler":
-            _drain(exp, host, folder, result)
+def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: RunResult, collect: bool = True) -> None:
+    """Stop every server, wait for the GPUs to drain, stop the samplers, fetch the raw files. Every step runs
+    even when an earlier one failed (a lost host); failures become notes on the run."""
+    stopped: dict[tuple[int, int], str] = {}
+
+    def stop(node: _Node, ref: ProcessRef) -> None:
         try:
-            stopped[ref.pgid] = host.kill_group(ref.pgid, exp.server.stop_grace_s)
-            if ref.role == "server":
-                result.stopped_with = stopped[ref.pgid]
+            stopped[(node.rank, ref.pgid)] = node.host.kill_group(ref.pgid, exp.server.stop_grace_s)
+            if ref.role == "server" and node.rank == 0:
+                result.stopped_with = stopped[(node.rank, ref.pgid)]
         except LaunchlabError as exc:
-            result.notes.append(f"stopping the {ref.role} failed: {exc}")
-    if started:
-        _write_processes(folder, host, started, stopped)
-    if not collect:
-        return
+            result.notes.append(f"stopping the {ref.role} on {node.label} failed: {exc}")
+
+    for node in nodes:  # all servers first: one failed node must not keep the others' GPUs busy
+        for ref in node.refs:
+            if ref.role != "sampler":
+                stop(node, ref)
+    for node in nodes:
+        _drain(exp, node, result)
+        for ref in node.refs:
+            if ref.role == "sampler":
+                stop(node, ref)
+    if any(n.refs for n in nodes):
+        _write_processes(folder, nodes, stopped)
+    if collect:
+        for node in nodes:
+            _collect(node, folder, result)
+
+
+def _collect(node: _Node, folder: Path, result: RunResult) -> None:
     collected = 0
-    for name in (outputs.SERVER_LOG, outputs.TELEMETRY_CSV):
+    for name in (node.log_name, node.csv_name):
         partial = folder / f".{name}.fetching"
         try:
-            host.fetch(f"{host_dir}/{name}", str(partial))
+            node.host.fetch(f"{node.dir}/{name}", str(partial))
             partial.replace(folder / name)  # only a complete copy replaces what was mirrored during the run
             collected += 1
         except (OSError, LaunchlabError) as exc:
@@ -315,72 +383,85 @@ def _cleanup(exp: params.Experiment, host: Host, started: list[ProcessRef], fold
             result.notes.append(f"could not collect {name}{kept}: {exc}")
     if collected == 2:
         try:
-            host.remove_dir(host_dir)
+            node.host.remove_dir(node.dir)
         except LaunchlabError as exc:
-            result.notes.append(f"could not remove the run folder on the host: {exc}")
+            result.notes.append(f"could not remove the run folder on {node.label}: {exc}")
 
 
-def _drain(exp: params.Experiment, host: Host, folder: Path, result: RunResult) -> None:
-    """Wait (bounded) until every GPU's memory.used is back near its preflight value."""
-    try:
-        before = {g["index"]: g["mem_used_mib"] for g in outputs.read_json(folder / outputs.PROVENANCE)["preflight"]["gpus"]}
-    except LaunchlabError:
+def _drain(exp: params.Experiment, node: _Node, result: RunResult) -> None:
+    """Wait (bounded) until every GPU's memory.used on the node is back near its preflight value."""
+    if not node.preflight:
         return
+    before = {g["index"]: g["mem_used_mib"] for g in node.preflight["gpus"]}
     tic = time.monotonic()
     while True:
         try:
             now = {g.index: g.mem_used_mib for g in telemetry.parse_snapshot(
-                host.run(telemetry.snapshot_command(), timeout=30).stdout)}
+                node.host.run(telemetry.snapshot_command(), timeout=30).stdout)}
         except HostError as exc:
-            result.notes.append(f"drain check failed: {exc}")
+            result.notes.append(f"drain check on {node.label} failed: {exc}")
+            result.drained = False
             return
         over = {i: now[i] - before.get(i, 0) for i in now if now[i] - before.get(i, 0) > exp.drain.tolerance_mib}
+        elapsed = round(time.monotonic() - tic, 2)
         if not over:
-            result.drained, result.drain_s = True, round(time.monotonic() - tic, 2)
+            result.drained = result.drained is not False
+            result.drain_s = max(result.drain_s or 0.0, elapsed)
             return
-        if time.monotonic() - tic > exp.drain.timeout_s:
-            result.drained, result.drain_s = False, round(time.monotonic() - tic, 2)
-            result.notes.append("GPU memory did not return to its preflight level within "
+        if elapsed > exp.drain.timeout_s:
+            result.drained, result.drain_s = False, max(result.drain_s or 0.0, elapsed)
+            result.notes.append(f"GPU memory on {node.label} did not return to its preflight level within "
                                 f"{exp.drain.timeout_s:.0f} s: " + ", ".join(f"GPU {i} +{v:.0f} MiB" for i, v in over.items()))
             return
         time.sleep(0.25)
 
 
-def _conclude(exp: params.Experiment, result: RunResult, outcome: _Outcome | None, folder: Path) -> None:
-    """Status, failure and figures from the outcome and the collected files."""
-    parsed = None
-    if (folder / outputs.SERVER_LOG).exists():
+def _conclude(exp: params.Experiment, result: RunResult, outcome: _Outcome | None, folder: Path,
+              nodes: list[_Node]) -> None:
+    """Status, failure and figures from the outcome and the collected files (node 0's log first)."""
+    rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
+    parsed_nodes = []
+    for node in nodes:
+        if not (folder / node.log_name).exists():
+            continue
         try:
-            rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern,
-                                       tuple(exp.server.ready.fatal_patterns))
-            parsed = logparse.parse_file(folder / outputs.SERVER_LOG, exp.server.kind, rules)
+            parsed = logparse.parse_file(folder / node.log_name, exp.server.kind, rules)
+        except LaunchlabError as exc:
+            result.notes.append(f"parsing {node.log_name} failed: {exc}")
+            continue
+        if node.rank == 0:
             outputs.write_json(folder / outputs.PARSED, parsed.to_json())
             result.phase_reached = parsed.phase_reached
-        except LaunchlabError as exc:
-            result.notes.append(f"parsing the server log failed: {exc}")
-    if (folder / outputs.TELEMETRY_CSV).exists():
-        frame = telemetry.read_query_csv(folder / outputs.TELEMETRY_CSV)
-        if "memory.used" in frame and frame["memory.used"].notna().any():
-            result.peak_mem_used_mib = float(frame["memory.used"].max())
+        parsed_nodes.append((node, parsed))
+    peaks = []
+    for node in nodes:
+        if (folder / node.csv_name).exists():
+            frame = telemetry.read_query_csv(folder / node.csv_name)
+            if "memory.used" in frame and frame["memory.used"].notna().any():
+                peaks.append(float(frame["memory.used"].max()))
+    result.peak_mem_used_mib = max(peaks) if peaks else None
     if outcome is None:
         result.status, result.failure_message = "error", "the run stopped before the server was watched"
         return
     result.status = outcome.status
+    failing = next(((n, p) for n, p in parsed_nodes if p.failure is not None), None)
     if outcome.status == "ready":
         result.startup_s = round(outcome.ready_after_s, 2)
     elif outcome.status == "failed":
-        if parsed is not None and parsed.failure is not None:
+        if failing is not None:
+            node, parsed = failing
             result.failure_reason = parsed.failure.reason
             result.failure_phase = parsed.failure.phase
-            result.failure_message = parsed.failure.message
+            where = "" if node.rank == 0 else f"{node.label}: "
+            result.failure_message = where + parsed.failure.message
         else:
             result.failure_reason = outcome.reason or "exception"
-            result.failure_phase = parsed.phase_reached if parsed else None
+            result.failure_phase = result.phase_reached
             result.failure_message = outcome.message
     else:
         result.failure_message = outcome.message
-        if parsed is not None and outcome.status == "timeout":
-            result.failure_phase = parsed.phase_reached
+        if outcome.status == "timeout":
+            result.failure_phase = result.phase_reached
 
 
 @contextlib.contextmanager
@@ -397,28 +478,3 @@ def _sigint_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if pressed:
         raise KeyboardInterrupt
-
-
-def started_at(result: RunResult) -> datetime | None:
-    return datetime.fromisoformat(result.server_started_at[:26]) if result.server_started_at else None
-
-
-def summary_table(result: RunResult) -> pd.DataFrame:
-    """The run's result as a two-column table for a notebook."""
-    rows = {k: v for k, v in dataclasses.asdict(result).items() if v not in (None, [], {})}
-    return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=list(rows))
-
-
-def rank_table(run_dir: str | Path, run_id: str) -> pd.DataFrame:
-    """Per-rank fields parsed from a run's server log (one row per TP rank)."""
-    parsed = outputs.read_json(outputs.run_folder(Path(run_dir), run_id) / outputs.PARSED)
-    return pd.DataFrame.from_dict(parsed["ranks"], orient="index").rename_axis("rank")
-
-
-def log_tail(run_dir: str | Path, run_id: str, lines: int = 15) -> str:
-    path = outputs.run_folder(Path(run_dir), run_id) / outputs.SERVER_LOG
-    if not path.exists():
-        return "(no server log was collected)"
-    with open(path, "rb") as fh:
-        fh.seek(max(0, path.stat().st_size - 64 * 1024))
-        return "\n".join(fh.read().decode("utf-8", errors="replace").splitlines()[-lines:])

@@ -30,7 +30,7 @@ from pydantic import (
 from launchlab import yamlfile
 from launchlab.errors import ParamsError
 
-PLACEHOLDERS = ("port", "run_id", "host")
+PLACEHOLDERS = ("port", "run_id", "host", "node_rank", "nnodes", "master_addr")
 _SLUG = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -153,6 +153,10 @@ class Experiment(_Strict):
     hosts: dict[str, HostSpec] = Field(min_length=1)
     host: str | list[str] | None = Field(None, description="the host(s) the runs use; default: the only host. With "
                                          "several, repetition r runs on host r mod n, so every host runs whole replicates")
+    nodes: list[str] | None = Field(None, description="a multi-node server: every run spans these hosts, in "
+                                                       "node-rank order; excludes `host:`")
+    master_addr: str | None = Field(None, description="{master_addr} for multi-node servers; default: the address "
+                                                      "of the first node")
     server: ServerSpec
     factors: dict[str, dict[str, Level]] = {}
     variants: list[dict[str, StrictStr]] | None = None
@@ -177,12 +181,19 @@ class Experiment(_Strict):
     @model_validator(mode="after")
     def _design_is_consistent(self) -> Experiment:
         problems = []
-        if self.host is None and len(self.hosts) > 1:
+        if self.host is None and self.nodes is None and len(self.hosts) > 1:
             problems.append(f"several hosts are defined ({', '.join(self.hosts)}): say which to use with `host:` "
                             "(a name, or a list: repetitions are spread over them)")
         for name in [self.host] if isinstance(self.host, str) else self.host or []:
             if name not in self.hosts:
                 problems.append(f"host `{name}` is not defined under hosts: ({', '.join(self.hosts)})")
+        if self.nodes is not None:
+            if self.host is not None:
+                problems.append("`nodes:` (one server over several hosts) and `host:` exclude each other")
+            if len(self.nodes) < 2 or len(set(self.nodes)) != len(self.nodes):
+                problems.append("nodes: list two or more different hosts, node rank 0 first")
+            problems += [f"node `{n}` is not defined under hosts: ({', '.join(self.hosts)})"
+                         for n in self.nodes if n not in self.hosts]
         for i, variant in enumerate(self.variants or []):
             problems += [f"variants[{i}]: {p}" for p in self._level_problems(variant)]
         if self.baseline is not None:
@@ -211,6 +222,8 @@ class Experiment(_Strict):
 
     @property
     def host_names(self) -> list[str]:
+        if self.nodes is not None:
+            return list(self.nodes)
         if self.host is None:
             return [next(iter(self.hosts))]
         return [self.host] if isinstance(self.host, str) else list(dict.fromkeys(self.host))
@@ -411,8 +424,18 @@ def apply_flags(argv: list[str], flags: dict[str, str | bool]) -> list[str]:
     return out
 
 
-def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: str) -> LaunchSpec:
-    values = {"port": str(port), "run_id": run_id, "host": host}
+def master_addr(exp: Experiment) -> str:
+    """{master_addr}: as given, else the first node's SSH address, else loopback (sim and local nodes)."""
+    if exp.master_addr:
+        return exp.master_addr
+    first = exp.hosts[exp.host_names[0]]
+    return first.address if first.transport == "ssh" else "127.0.0.1"
+
+
+def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: str, node_rank: int = 0,
+           nnodes: int = 1) -> LaunchSpec:
+    values = {"port": str(port), "run_id": run_id, "host": host, "node_rank": str(node_rank), "nnodes": str(nnodes),
+              "master_addr": master_addr(exp)}
     argv = [t.format_map(values) for t in apply_flags(list(exp.server.command), {
         k: (v.format_map(values) if isinstance(v, str) else v) for k, v in variant.flags.items()})]
     env = {k: v.format_map(values) for k, v in {**exp.server.env, **variant.env}.items()}

@@ -16,6 +16,11 @@ class Run:
     variant: Variant
     repetition: int
     host: str
+    nodes: tuple[str, ...] = ()  # a multi-node run: its hosts in node-rank order (host is nodes[0])
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self.nodes or (self.host,)
 
 
 def make_plan(exp: Experiment) -> list[Run]:
@@ -24,12 +29,13 @@ def make_plan(exp: Experiment) -> list[Run]:
     round runs on one host, so no variant sees one host more than another."""
     variants = expand(exp)
     hosts = exp.host_names
+    nodes = tuple(exp.nodes or ())
     runs = []
     for rep in range(1, exp.repetitions + 1):
-        host = hosts[(rep - 1) % len(hosts)]  # a whole replicate per host: hosts are balanced over variants
+        host = hosts[0] if nodes else hosts[(rep - 1) % len(hosts)]  # a whole replicate per host: balanced
         for variant in variants:
             seq = len(runs) + 1
-            runs.append(Run(f"{seq:02d}_{variant.slug}_rep{rep}", seq, variant, rep, host))
+            runs.append(Run(f"{seq:02d}_{variant.slug}_rep{rep}", seq, variant, rep, host, nodes))
     return runs
 
 

@@ -23,7 +23,7 @@ def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool
             samples = telemetry[telemetry["run_id"] == run["run_id"]]
             if samples.empty:
                 continue
-            fullest = samples.groupby("t_s")["mem_used_mib"].max() / 1024
+            fullest = samples.groupby("t_s")["mem_used_mib"].max().sort_index() / 1024
             ax.plot(fullest.index, fullest.values, color=STATUS_COLOURS.get(run["status"], "black"),
                     alpha=0.55 + 0.45 / run["repetition"], label=f"rep {run['repetition']}: {run['status']}")
         if total_gib:
