@@ -143,3 +143,19 @@ def test_when_one_node_fails_every_node_is_stopped(tmp_path, sim_root):
     processes = json.loads((folder / "processes.json").read_text())
     head_server = next(p for p in processes if p["node"] == 0 and p["role"] == "server")
     assert head_server["stopped_with"] in ("TERM", "KILL")
+
+
+def test_launchlab_run_handles_a_multi_node_experiment(tmp_path, sim_root):
+    import subprocess
+
+    import pandas as pd
+
+    from conftest import LAUNCHLAB
+
+    path = write_params(tmp_path, MULTI_NODE.format(w=tmp_path, script=NODE_SCRIPT.replace("FAIL", "False")))
+    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_dir = __import__("pathlib").Path(proc.stdout.strip())
+    assert list(pd.read_parquet(run_dir / "runs.parquet")["status"]) == ["ready"]
+    assert sorted(pd.read_parquet(run_dir / "telemetry.parquet")["node"].unique()) == [0, 1]
