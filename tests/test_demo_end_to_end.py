@@ -223,3 +223,43 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
     runs = pd.read_parquet(Path(proc.stdout.strip()) / "runs.parquet")
     assert sorted(runs["host"]) == ["fast", "fast", "slow", "slow"]
     assert time.monotonic() - t0 < 300
+
+
+def test_gpu_slots_run_two_variants_at_once_on_different_gpus(tmp_path, sim_root):
+    from datetime import datetime
+
+    text = f"""\
+experiment: slots
+hosts:
+  box: {{transport: sim, gpus: 4, pace: 1.0, gpu_slots: [[0, 1], [2, 3]], workdir: {tmp_path / 'w'}}}
+server:
+  kind: sglang
+  command: [python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}"]
+  ready: {{timeout_s: 120, health_url: "http://127.0.0.1:{{port}}/health"}}
+factors:
+  mem_fraction:
+    "0.80": {{flags: {{--mem-fraction-static: "0.80"}}}}
+    "0.85": {{flags: {{--mem-fraction-static: "0.85"}}}}
+baseline: {{mem_fraction: "0.80"}}
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+    path = tmp_path / "slots.yaml"
+    path.write_text(text)
+    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip())
+    runs = pd.read_parquet(run_dir / "runs.parquet")
+    assert list(runs["status"]) == ["ready", "ready"]
+    telemetry = pd.read_parquet(run_dir / "telemetry.parquet")
+    seen = {run_id: sorted(g["gpu_index"].unique()) for run_id, g in telemetry.groupby("run_id")}
+    assert sorted(seen.values()) == [[0, 1], [2, 3]]
+    windows = []
+    for folder in sorted((run_dir / "runs").iterdir()):
+        status = json.loads((folder / "status.json").read_text())
+        env = json.loads((folder / "provenance.json").read_text())["env"]
+        assert env["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, status["gpus"]))
+        start = datetime.fromisoformat(status["server_started_at"][:26]).timestamp()
+        windows.append((start, (folder / "status.json").stat().st_mtime))
+    (a0, a1), (b0, b1) = windows
+    assert a0 < b1 and b0 < a1, f"the two runs did not overlap: {windows}"

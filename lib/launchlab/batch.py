@@ -69,25 +69,31 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
     a slow or failing host does not hold the others up. Ctrl-C (which only the main thread sees) stops the
     servers of the runs in flight, lets their notebooks finish, and marks those runs interrupted."""
     lock = threading.Lock()
-    in_flight: dict[str, Run] = {}
+    in_flight: dict[tuple[str, int], Run] = {}
     stop = threading.Event()
-    # one worker per host; a multi-node run belongs to the worker of its node 0 and uses all its nodes' hosts
-    finished = {name: threading.Event() for name in dict.fromkeys(r.host for r in runs)}
+    # One worker per host, or per GPU slot of a host that has `gpu_slots`: the slots of a host take that
+    # host's runs in plan order, one each at a time. A multi-node run belongs to the worker of its node 0.
+    queues = {name: [r for r in runs if r.host == name] for name in dict.fromkeys(r.host for r in runs)}
+    slots = {name: exp.hosts[name].gpu_slots or [None] for name in queues}
+    finished = {(name, i): threading.Event() for name in queues for i in range(len(slots[name]))}
 
-    def worker(name: str) -> None:
+    def next_run(name: str) -> Run | None:
+        with lock:
+            return queues[name].pop(0) if queues[name] and not stop.is_set() else None
+
+    def worker(name: str, slot: int) -> None:
+        gpus = slots[name][slot]
         try:
-            for run in (r for r in runs if r.host == name):
-                if stop.is_set():
-                    return
+            while (run := next_run(name)) is not None:
                 with lock:
-                    in_flight[name] = run
+                    in_flight[(name, slot)] = run
                 try:
-                    _run_notebook(exp, run, run_dir, connected, total, say)
+                    _run_notebook(exp, run, run_dir, connected, total, say, gpus)
                 finally:
                     with lock:
-                        in_flight.pop(name, None)
+                        in_flight.pop((name, slot), None)
         finally:
-            finished[name].set()
+            finished[(name, slot)].set()
 
     def wait_all() -> None:
         # Polling with sleep, not Thread.join: a join interrupted by Ctrl-C can make the next join return
@@ -95,8 +101,8 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         while not all(e.is_set() for e in finished.values()):
             time.sleep(0.2)
 
-    for name in finished:
-        threading.Thread(target=worker, args=(name,), name=f"host-{name}", daemon=True).start()
+    for name, slot in finished:
+        threading.Thread(target=worker, args=(name, slot), name=f"host-{name}-{slot}", daemon=True).start()
     try:
         wait_all()
     except KeyboardInterrupt:
@@ -205,17 +211,19 @@ def _papermill(template: str, output: Path, parameters: dict) -> None:
                                extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
 
 
-def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say) -> None:
+def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say,
+                  gpus: list[int] | None = None) -> None:
     folder = outputs.run_folder(run_dir, run.run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / outputs.STATUS).unlink(missing_ok=True)
-    label = f"[{run.seq}/{total}] {run.run_id}"
+    label = f"[{run.seq}/{total}] {run.run_id}" + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
     progress = _Progress(label, folder, say)
     progress.start()
     problem = None
     try:
         _papermill("run_variant.ipynb", folder / outputs.RUN_NOTEBOOK,
-                 {"experiment": str(run_dir / outputs.EXPERIMENT_FILE), "run_id": run.run_id, "run_dir": str(run_dir)})
+                 {"experiment": str(run_dir / outputs.EXPERIMENT_FILE), "run_id": run.run_id, "run_dir": str(run_dir),
+                  "gpus": ",".join(str(g) for g in gpus) if gpus else ""})
     except Exception as exc:  # noqa: BLE001 - any notebook failure becomes this run's error, the batch goes on
         problem = f"the run notebook failed: {type(exc).__name__}: {str(exc).strip()[:500]}"
     finally:

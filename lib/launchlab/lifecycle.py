@@ -53,6 +53,7 @@ class RunResult:
     drain_s: float | None = None
     simulated: bool = False
     nodes: list[str] = field(default_factory=list)
+    gpus: list[int] | None = None  # the GPU slot the run was given (CUDA_VISIBLE_DEVICES); None: the whole host
     notes: list[str] = field(default_factory=list)
 
 
@@ -73,6 +74,7 @@ class _Node:
     dir: str
     refs: list[ProcessRef] = field(default_factory=list)
     preflight: dict | None = None
+    gpus: list[int] | None = None
 
     @property
     def log_name(self) -> str:
@@ -101,29 +103,34 @@ def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) ->
     return f"{host.workdir}/{exp.experiment}/{Path(run_dir).name}/{run_id}"
 
 
-def _nodes(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host]) -> list[_Node]:
-    return [_Node(rank, hosts[name], _host_dir(hosts[name], exp, run_dir, run.run_id))
+def _nodes(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host],
+           gpus: list[int] | None = None) -> list[_Node]:
+    return [_Node(rank, hosts[name], _host_dir(hosts[name], exp, run_dir, run.run_id), gpus=gpus)
             for rank, name in enumerate(run.hosts)]
 
 
-def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path) -> RunResult:
-    """Run one planned run of a params file into run_dir/runs/<run_id>/ (what run_variant.ipynb calls)."""
+def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: str = "") -> RunResult:
+    """Run one planned run of a params file into run_dir/runs/<run_id>/ (what run_variant.ipynb calls).
+    gpus: "0,1" to give the run only those GPUs of its host (CUDA_VISIBLE_DEVICES), "" for all of them."""
     from launchlab import hosts
     from launchlab.plan import find_run, make_plan
 
     exp = params.load(experiment)
     run = find_run(make_plan(exp), run_id) if run_id else make_plan(exp)[0]
-    return run_one(exp, run, Path(run_dir), {name: hosts.connect(exp, name) for name in run.hosts})
+    slot = [int(g) for g in gpus.split(",")] if gpus else None
+    return run_one(exp, run, Path(run_dir), {name: hosts.connect(exp, name) for name in run.hosts}, gpus=slot)
 
 
-def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host]) -> RunResult:
-    """Run one planned run on its host (a Host) or its nodes (a dict of the run's hosts by name)."""
+def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host],
+            gpus: list[int] | None = None) -> RunResult:
+    """Run one planned run on its host (a Host) or its nodes (a dict of the run's hosts by name), optionally
+    on a slot of the host's GPUs only."""
     hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
     folder = outputs.run_folder(run_dir, run.run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    nodes = _nodes(exp, run, run_dir, hosts)
+    nodes = _nodes(exp, run, run_dir, hosts, gpus)
     result = RunResult(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
-                       simulated=any(n.host.simulated for n in nodes), nodes=list(run.hosts))
+                       simulated=any(n.host.simulated for n in nodes), nodes=list(run.hosts), gpus=gpus)
     outcome: _Outcome | None = None
     t_start = time.monotonic()
 
@@ -135,10 +142,10 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         state("preflight")
         for node in nodes:
             node.host.make_dir(node.dir)
-            node.preflight = _preflight(node.host)
+            node.preflight = _preflight(node.host, node.gpus)
         port = nodes[0].host.free_port()
         launches = [params.render(exp, run.variant, port=port, run_id=run.run_id, host=n.host.name, node_rank=n.rank,
-                                  nnodes=len(nodes)) for n in nodes]
+                                  nnodes=len(nodes), gpus=n.gpus) for n in nodes]
         _write_provenance(folder, exp, nodes, launches)
 
         state("starting")
@@ -147,7 +154,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         tag = {RUN_ID_ENV: run_tag(exp, run_dir, run.run_id)}
         for node in nodes:
             node.host.write_text(f"{node.dir}/sampler.env", commands.env_file_text(tag))
-            node.refs.append(node.host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms),
+            node.refs.append(node.host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms, node.gpus),
                                                       cwd=node.dir, log_name=node.csv_name, env_file="sampler.env"))
             _write_processes(folder, nodes)
         result.server_started_at = nodes[0].host.clock()
@@ -243,10 +250,10 @@ def leftovers(host: Host) -> list[dict]:
     return list(groups.values())
 
 
-def _preflight(host: Host) -> dict:
+def _preflight(host: Host, slot: list[int] | None = None) -> dict:
     """GPU memory in use and compute processes before launch: evidence of a dirty start, kept with the run."""
-    gpus = telemetry.parse_snapshot(host.run(telemetry.snapshot_command(), timeout=60).stdout)
-    apps = telemetry.parse_apps(host.run(telemetry.apps_command(), timeout=60).stdout)
+    gpus = telemetry.parse_snapshot(host.run(telemetry.snapshot_command(slot), timeout=60).stdout)
+    apps = telemetry.parse_apps(host.run(telemetry.apps_command(slot), timeout=60).stdout)
     return {"gpus": [dataclasses.asdict(g) for g in gpus], "compute_apps": apps}
 
 
@@ -397,7 +404,7 @@ def _drain(exp: params.Experiment, node: _Node, result: RunResult) -> None:
     while True:
         try:
             now = {g.index: g.mem_used_mib for g in telemetry.parse_snapshot(
-                node.host.run(telemetry.snapshot_command(), timeout=30).stdout)}
+                node.host.run(telemetry.snapshot_command(node.gpus), timeout=30).stdout)}
         except HostError as exc:
             result.notes.append(f"drain check on {node.label} failed: {exc}")
             result.drained = False

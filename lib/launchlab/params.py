@@ -77,6 +77,7 @@ class SimHost(_Strict):
     weights_gib_per_rank: float = Field(70.0, ge=0)
     pace: float = Field(1.0, gt=0, description="multiplies the simulated startup durations")
     workdir: str | None = None
+    gpu_slots: list[list[int]] | None = None
 
 
 class LocalHost(_Strict):
@@ -85,6 +86,8 @@ class LocalHost(_Strict):
     transport: Literal["local"]
     gpus: int | None = Field(None, ge=0)
     workdir: str | None = None
+    gpu_slots: list[list[int]] | None = Field(None, description="run this many runs at once, each on its own GPUs "
+                                                                  "(CUDA_VISIBLE_DEVICES), e.g. [[0], [1]]")
 
 
 class SshHost(_Strict):
@@ -98,6 +101,7 @@ class SshHost(_Strict):
     gpus: int | None = Field(None, ge=0)
     workdir: str | None = Field(None, description="where run files live on the host (default ~/.launchlab/work)")
     reconnect_s: float = Field(30, ge=0, description="how long to keep reopening a dropped connection")
+    gpu_slots: list[list[int]] | None = None
 
 
 HostSpec = Annotated[SimHost | LocalHost | SshHost, Field(discriminator="transport")]
@@ -187,6 +191,13 @@ class Experiment(_Strict):
         for name in [self.host] if isinstance(self.host, str) else self.host or []:
             if name not in self.hosts:
                 problems.append(f"host `{name}` is not defined under hosts: ({', '.join(self.hosts)})")
+        for name, spec in self.hosts.items():
+            slots = spec.gpu_slots or []
+            used = [g for slot in slots for g in slot]
+            if any(not slot for slot in slots) or len(used) != len(set(used)) or any(g < 0 for g in used):
+                problems.append(f"hosts.{name}.gpu_slots: every slot needs its own GPUs (no GPU in two slots)")
+            if slots and self.nodes is not None:
+                problems.append(f"hosts.{name}.gpu_slots: not supported for multi-node servers")
         if self.nodes is not None:
             if self.host is not None:
                 problems.append("`nodes:` (one server over several hosts) and `host:` exclude each other")
@@ -433,12 +444,15 @@ def master_addr(exp: Experiment) -> str:
 
 
 def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: str, node_rank: int = 0,
-           nnodes: int = 1) -> LaunchSpec:
+           nnodes: int = 1, gpus: list[int] | None = None) -> LaunchSpec:
+    """The launch of a variant; `gpus` (a GPU slot of the host) becomes CUDA_VISIBLE_DEVICES."""
     values = {"port": str(port), "run_id": run_id, "host": host, "node_rank": str(node_rank), "nnodes": str(nnodes),
               "master_addr": master_addr(exp)}
     argv = [t.format_map(values) for t in apply_flags(list(exp.server.command), {
         k: (v.format_map(values) if isinstance(v, str) else v) for k, v in variant.flags.items()})]
     env = {k: v.format_map(values) for k, v in {**exp.server.env, **variant.env}.items()}
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     url = exp.server.ready.health_url.format_map(values) if exp.server.ready.health_url else None
     return LaunchSpec(tuple(argv), env, url)
 

@@ -28,16 +28,24 @@ TIDY_COLUMNS = {"index": "gpu_index", "uuid": "gpu_uuid", "memory.used": "mem_us
                 "memory.total": "mem_total_mib", "memory.free": "mem_free_mib", "utilization.gpu": "util_gpu_pct"}
 
 
-def sampler_argv(interval_ms: int) -> list[str]:
-    return ["nvidia-smi", f"--query-gpu={','.join(SAMPLER_FIELDS)}", "--format=csv,nounits", "-lms", str(interval_ms)]
+def _select(gpus: list[int] | None) -> list[str]:
+    """`-i 0,1`: only the GPUs a run was given (all of them when it was given none)."""
+    return ["-i", ",".join(str(g) for g in gpus)] if gpus else []
 
 
-def snapshot_command() -> str:
-    return shlex.join(["nvidia-smi", f"--query-gpu={','.join(SNAPSHOT_FIELDS)}", "--format=csv,noheader,nounits"])
+def sampler_argv(interval_ms: int, gpus: list[int] | None = None) -> list[str]:
+    return ["nvidia-smi", f"--query-gpu={','.join(SAMPLER_FIELDS)}", "--format=csv,nounits", "-lms", str(interval_ms),
+            *_select(gpus)]
 
 
-def apps_command() -> str:
-    return shlex.join(["nvidia-smi", f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits"])
+def snapshot_command(gpus: list[int] | None = None) -> str:
+    return shlex.join(["nvidia-smi", f"--query-gpu={','.join(SNAPSHOT_FIELDS)}", "--format=csv,noheader,nounits",
+                       *_select(gpus)])
+
+
+def apps_command(gpus: list[int] | None = None) -> str:
+    return shlex.join(["nvidia-smi", f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits",
+                       *_select(gpus)])
 
 
 @dataclass(frozen=True)
