@@ -39,6 +39,86 @@ print(json.dumps({"python": platform.python_version(), "executable": sys.executa
 """
 
 
+# Run by the server's interpreter: the server package's installed files against the sha256 in its wheel
+# RECORD (a debug print left in site-packages shows up here), files added next to them, and the git
+# commit and dirty state when the package lives in a checkout (an editable install).
+_INTEGRITY = """\
+import base64, hashlib, importlib.util, json, os, subprocess, sys
+from importlib import metadata
+top = sys.argv[1]
+names = metadata.packages_distributions().get(top) or [top]
+dist = metadata.distribution(names[0])
+root = str(dist.locate_file(""))
+modified, listed, checked = [], set(), 0
+for f in dist.files or []:
+    path = os.path.normpath(str(f.locate()))
+    listed.add(path)
+    if f.hash is None or f.hash.mode != "sha256":
+        continue
+    checked += 1
+    try:
+        data = open(path, "rb").read()
+    except OSError:
+        modified.append(str(f) + " (missing)")
+        continue
+    if base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() != f.hash.value:
+        modified.append(str(f))
+added = []
+tops = {str(f).split("/")[0] for f in dist.files or [] if "/" in str(f)}
+for t in sorted(x for x in tops if not x.endswith((".dist-info", ".data")) and x != ".."):
+    for here, dirs, files in os.walk(os.path.join(root, t)):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        added += [os.path.relpath(os.path.join(here, n), root) for n in files
+                  if os.path.normpath(os.path.join(here, n)) not in listed and not n.endswith(".pyc")]
+spec = importlib.util.find_spec(top)
+location = os.path.dirname(spec.origin) if spec and spec.origin else root
+def git(*args):
+    try:
+        out = subprocess.run(["git", "-C", location, *args], capture_output=True, text=True, timeout=20)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except OSError:
+        return None
+commit = git("rev-parse", "HEAD")
+dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
+print(json.dumps({"package": dist.metadata["Name"], "version": dist.version, "files_checked": checked,
+                  "modified": sorted(modified), "added": sorted(added)[:200], "location": location,
+                  "git_commit": commit, "git_dirty": dirty}))
+"""
+_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
+
+
+def server_package(argv: list[str] | tuple[str, ...]) -> str | None:
+    """The top-level package a `python -m pkg.module` command runs (None for other commands)."""
+    argv = list(argv)
+    if "-m" in argv and argv.index("-m") + 1 < len(argv):
+        return argv[argv.index("-m") + 1].split(".")[0]
+    return None
+
+
+def integrity(host: Host, argv: list[str] | tuple[str, ...]) -> dict | None:
+    package = server_package(argv)
+    if package is None or not _is_python(argv):
+        return None
+    res = host.run(f"{shlex.quote(argv[0])} -c {shlex.quote(_INTEGRITY)} {shlex.quote(package)}", timeout=300, check=False)
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"package": package, "error": (res.stderr or res.stdout).strip()[-500:]}
+
+
+def host_env(host: Host, mask) -> dict[str, str]:
+    """The environment a process started on the host inherits (before the run's env file), secrets masked."""
+    res = host.run(f"python3 -c {shlex.quote(_ENV)}", timeout=60, check=False)
+    try:
+        return mask(json.loads(res.stdout.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return {}
+
+
+def _is_python(argv) -> bool:
+    return bool(argv) and re.match(r"python(\d+(\.\d+)*)?$", posixpath.basename(argv[0])) is not None
+
+
 def host_script() -> str:
     return "; ".join(f"echo '{_MARK}{name}'; {cmd} 2>&1" for name, cmd in _SECTIONS.items())
 
@@ -80,7 +160,7 @@ def host_facts(host: Host) -> dict:
 
 def interpreter_facts(host: Host, argv: list[str] | tuple[str, ...]) -> dict | None:
     """The server interpreter's Python and packages, when the command starts with a Python interpreter."""
-    if not argv or not re.match(r"python(\d+(\.\d+)*)?$", posixpath.basename(argv[0])):
+    if not _is_python(argv):
         return None
     res = host.run(f"{shlex.quote(argv[0])} -c {shlex.quote(_PYTHON)}", timeout=120, check=False)
     try:

@@ -76,6 +76,10 @@ class ParsedLog:
         self.ranks.setdefault(rank, {})[name] = value
         self.events.append(Event(t, rank, name, value, line))
 
+    def setting(self, t: datetime | None, name: str, value: float, line: int) -> None:
+        """A launch setting read from the log (e.g. mem_fraction_static): an event, not a per-rank field."""
+        self.events.append(Event(t, "0", name, value, line))
+
     def add_debug(self, records: list[dict], t: datetime | None, rank: str, line: int) -> None:
         """Instrumentation records: kept for `parse --json` and recorded as events `debug.<name>.<key>`."""
         self.debug.extend(records)

@@ -122,6 +122,8 @@ class SGLangParser:
             for name, rx in _ARGS.items():
                 if (a := rx.search(msg)) is not None:
                     log.config[name] = a.group(1)
+                    if name in ("mem_fraction_static", "tp_size"):
+                        log.setting(t, name, float(a.group(1)), number)
             return
         if "ready to roll" in msg:
             log.ready, log.ready_t = True, t

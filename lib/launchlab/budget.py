@@ -1,0 +1,106 @@
+"""Memory budgets recomputed from the server's own numbers: why a launch had (no) room for its KV cache.
+
+SGLang (reference/log-formats.md 2.4): rest = avail − total × (1 − mem_fraction_static), where total is the
+pre-load free memory (the MIN over ranks of "Load weight begin" avail) and avail the post-load free memory
+(the MIN of "Load weight end" avail). A launch has a KV cache iff rest > 0; the break-even fraction is
+1 − avail / total. vLLM (section 3.2): kv = total × gpu_memory_utilization − (weights + non-torch +
+activation peak); the utilization needed is (weights + non-torch + activation) / total.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+DISAGREE_GIB = 0.02  # logged and recomputed values are printed with 2-3 decimals
+GAP_EXPLAIN_GIB = 1.0
+
+
+def _per_run(events: pd.DataFrame) -> pd.DataFrame:
+    """run_id × field: the MIN over ranks (what SGLang's distributed MIN uses) of each logged number."""
+    if events.empty:
+        return pd.DataFrame()
+    return events.pivot_table(index="run_id", columns="field", values="value", aggfunc="min")
+
+
+def sglang_budget(events: pd.DataFrame, runs: pd.DataFrame, telemetry: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per run with the numbers needed: total_gib, avail_gib, fraction, rest_gib (recomputed),
+    logged_rest_gib (from a `DEBUG profile_max_num_token` line, if any), agrees, break_even_fraction,
+    and the card's capacity from nvidia-smi with the gap explained."""
+    table = _per_run(events)
+    rows = []
+    for _, run in runs.iterrows():
+        if run["run_id"] not in table.index:
+            continue
+        v = table.loc[run["run_id"]]
+        total, avail = v.get("weights_begin_avail_gib"), v.get("weights_end_avail_gib")
+        fraction = v.get("mem_fraction_static")
+        if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (total, avail, fraction)):
+            continue
+        rest = avail - total * (1 - fraction)
+        logged = v.get("debug.profile_max_num_token.rest")
+        logged = None if logged is None or math.isnan(logged) else float(logged)
+        row = {"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
+               "avail_gib": avail, "fraction": fraction, "reserved_gib": total * (1 - fraction), "rest_gib": rest,
+               "logged_rest_gib": logged,
+               "agrees": None if logged is None else abs(logged - rest) <= DISAGREE_GIB,
+               "break_even_fraction": 1 - avail / total,
+               "kv_gib": v.get("kv_gib") if "kv_gib" in v else None}
+        row.update(_card_gap(telemetry, run["run_id"], total, v.get("dist_init_mem_gib")))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _card_gap(telemetry: pd.DataFrame | None, run_id: str, total_gib: float, dist_gib: float | None) -> dict:
+    """The formula's `total` against the card's memory.total at the same moment (nvidia-smi)."""
+    if telemetry is None or telemetry.empty:
+        return {"card_total_gib": None, "gap_gib": None, "gap_note": ""}
+    samples = telemetry[telemetry["run_id"] == run_id]
+    if samples.empty:
+        return {"card_total_gib": None, "gap_gib": None, "gap_note": ""}
+    card = float(samples["mem_total_mib"].min()) / 1024
+    gap = card - total_gib
+    note = ""
+    if gap > GAP_EXPLAIN_GIB:
+        dist = f"{dist_gib:.2f} GiB by distributed init (logged), " if dist_gib and not math.isnan(dist_gib) else ""
+        note = (f"{gap:.2f} GiB of the {card:.1f} GiB card was not free before the weights: {dist}the rest by the "
+                "driver's reserved memory, the CUDA context and any other process on the GPU (see the preflight)")
+    return {"card_total_gib": card, "gap_gib": gap, "gap_note": note}
+
+
+def vllm_budget(events: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per run that logged vLLM's memory profile: the KV budget recomputed and the utilization needed."""
+    table = _per_run(events)
+    rows = []
+    for _, run in runs.iterrows():
+        if run["run_id"] not in table.index:
+            continue
+        v = table.loc[run["run_id"]]
+        total, util = v.get("total_gpu_gib"), v.get("gpu_memory_utilization")
+        parts = [v.get("profile_weights_gib", v.get("weights_mem_gib")), v.get("non_torch_gib"), v.get("activation_peak_gib")]
+        if any(x is None or math.isnan(x) for x in (total, util, *parts)):
+            continue
+        used = sum(parts)
+        kv = total * util - used
+        logged = v.get("kv_avail_gib")
+        rows.append({"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
+                     "utilization": util, "non_kv_gib": used, "kv_gib": kv, "logged_kv_gib": logged,
+                     "agrees": None if logged is None or math.isnan(logged) else abs(logged - kv) <= DISAGREE_GIB,
+                     "break_even_utilization": used / total})
+    return pd.DataFrame(rows)
+
+
+def summarize(budget: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant: mean of the budget figures, and whether logged and recomputed values agreed."""
+    if budget.empty:
+        return budget
+    numeric = [c for c in budget.columns if c not in ("run_id", "variant", "status", "agrees", "gap_note")
+               and pd.api.types.is_numeric_dtype(budget[c])]
+    out = budget.groupby("variant", sort=False)[numeric].mean()
+    out.insert(0, "n", budget.groupby("variant", sort=False)["run_id"].count())
+    out["outcome"] = budget.groupby("variant", sort=False)["status"].agg(lambda s: ", ".join(sorted(set(s))))
+    if "agrees" in budget:
+        out["logged_agrees"] = budget.groupby("variant", sort=False)["agrees"].agg(
+            lambda s: None if s.isna().all() else bool(s.dropna().all()))
+    return out.reset_index()
