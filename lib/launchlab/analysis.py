@@ -160,17 +160,21 @@ def variant_effects(runs: pd.DataFrame, events: pd.DataFrame, baseline_variant: 
 
 
 def effect_warnings(effects: list[dict]) -> list[str]:
-    """What to do when n is too small or the spread too large to trust a difference."""
+    """What to do when n is too small or the spread too large to trust a difference (one line per level)."""
+    small: dict[str, tuple[int, list[str]]] = {}
     warnings = []
     for e in effects:
-        where = f"{e['factor']}={e['level']} vs {e['baseline_level']}, {e['metric']}"
-        if min(e["n"], e["baseline_n"]) < SMALL_N:
-            warnings.append(f"{where}: only n={min(e['n'], e['baseline_n'])} runs per side; a difference this small "
-                            f"sample cannot separate from run-to-run noise — raise `repetitions:` to {SMALL_N} or more")
+        where = f"{e['factor']}={e['level']} vs {e['baseline_level']}"
+        n = min(e["n"], e["baseline_n"])
+        if n < SMALL_N:
+            small.setdefault(where, (n, []))[1].append(e["metric"])
         elif e["sd"] and e["mean"] and e["sd"] / abs(e["mean"]) > LARGE_SPREAD:
-            warnings.append(f"{where}: the spread (sd {e['sd']:.3g}) is over {LARGE_SPREAD:.0%} of the mean; look for "
-                            "a confound (other processes, thermal state) before trusting the difference")
-    return sorted(set(warnings))
+            warnings.append(f"{where}, {e['metric']}: the spread (sd {e['sd']:.3g}) is over {LARGE_SPREAD:.0%} of the "
+                            "mean; look for a confound (other processes, thermal state) before trusting the difference")
+    for where, (n, metrics) in small.items():
+        warnings.append(f"{where}: only n={n} runs per side ({', '.join(metrics)}); too few to tell a small "
+                        f"difference from run-to-run noise — raise `repetitions:` to {SMALL_N} or more")
+    return sorted(warnings)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -257,6 +261,15 @@ def confounds(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str,
     return found
 
 
+def _number(value):
+    """numpy scalars → Python numbers, NaN → None (for JSON)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
 def provenance_notes(facts: dict[str, dict]) -> list[str]:
     """What is the same in every run but worth saying: all runs ran modified or uncommitted code."""
     notes = []
@@ -289,8 +302,8 @@ def verdict(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseli
         "outcome_factors": list(deciders[deciders["changes_launch_outcome"]]["factor"]),
         "neutral_factors": list(deciders[~deciders["changes_launch_outcome"]]["factor"]),
         "confounds": found,
-        "effects": [{k: e[k] for k in ("factor", "level", "metric", "n", "mean", "sd", "baseline_mean", "diff", "ratio")}
-                    for e in effects],
+        "effects": [{k: _number(e[k]) for k in ("factor", "level", "metric", "n", "mean", "sd", "baseline_mean", "diff",
+                                                 "ratio")} for e in effects],
         "budget": budget_rows,
         "warnings": warnings,
     }

@@ -18,6 +18,7 @@ from pathlib import Path
 import papermill
 
 from launchlab import __version__, export, frames, hosts, lifecycle, outputs, params
+from launchlab import report as report_md
 from launchlab.errors import HostError, NotebookFailed, RunDirError
 from launchlab.plan import Run, make_plan
 
@@ -247,7 +248,9 @@ def report(run_dir: Path, say: Say = _stderr) -> Path:
     run_dir = outputs.check_run_dir(run_dir)
     exp = params.load(run_dir / outputs.EXPERIMENT_FILE)
     frames.write(run_dir, frames.build(run_dir, exp))
-    say("launchlab: frames written; rendering the summary")
+    verdict = report_md.write(run_dir)
+    say(f"launchlab: frames, verdict.json and report.md written ({'controlled' if verdict['controlled'] else 'NOT controlled'}; "
+        f"decides the launch: {', '.join(verdict['outcome_factors']) or 'nothing'}); rendering the summary")
     nb = run_dir / outputs.SUMMARY_NOTEBOOK
     try:
         _papermill("summary.ipynb", nb, {"run_dir": str(run_dir)})

@@ -40,3 +40,69 @@ def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool
     fig.suptitle(title + (" — SIMULATED host" if simulated else ""), fontsize=11)
     fig.tight_layout()
     return fig
+
+
+PHASE_ENDS = {"dist_init_mem_gib": "dist init", "weights_mem_gib": "weights", "kv_gib": "KV pool",
+              "graph_mem_gib": "CUDA graphs"}
+BUDGET_PARTS = (("dist_init_mem_gib", "distributed init + all-reduce buffers", "tab:purple"),
+                ("weights_mem_gib", "weights", "tab:blue"), ("kv_gib", "KV cache", "tab:green"),
+                ("graph_mem_gib", "CUDA graphs", "tab:orange"), ("free_gib", "free", "lightgray"))
+
+
+def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
+    """Dotted lines where the server's log says each startup phase ended (median over a variant's runs)."""
+    variants = list(runs["variant"].drop_duplicates())
+    for ax, variant in zip(fig.axes, variants, strict=False):
+        ids = runs[runs["variant"] == variant]["run_id"]
+        sel = events[events["run_id"].isin(ids) & events["field"].isin(PHASE_ENDS)]
+        for field, label in PHASE_ENDS.items():
+            t = sel[sel["field"] == field]["t_s"].median()
+            if pd.notna(t):
+                ax.axvline(t, color="gray", linestyle=":", linewidth=0.8)
+                ax.text(t, ax.get_ylim()[1] * 0.98, f" {label}", rotation=90, va="top", fontsize=7, color="dimgray")
+    return fig
+
+
+def memory_budget(rank_memory: pd.DataFrame, card_gib: float | None) -> plt.Figure:
+    """Stacked memory budget per variant (the mean rank, from the server's log): where the card's memory went."""
+    data = rank_memory.set_index("variant")
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.55 * len(data)))
+    left = pd.Series(0.0, index=data.index)
+    for column, label, colour in BUDGET_PARTS:
+        if column == "free_gib":
+            end = data["graph_end_avail_gib"] if "graph_end_avail_gib" in data else None
+            values = end.fillna(data.get("weights_end_avail_gib", 0) - data.get("kv_gib", 0).fillna(0)) \
+                if end is not None else data.get("weights_end_avail_gib", pd.Series(0.0, index=data.index))
+        else:
+            values = data[column] if column in data else pd.Series(0.0, index=data.index)
+        values = values.fillna(0.0)
+        ax.barh(data.index, values, left=left, color=colour, label=label)
+        left = left + values
+    if card_gib:
+        ax.axvline(card_gib, color="black", linestyle="--", linewidth=0.8, label="card capacity")
+    ax.set_xlabel("GiB per GPU (server log; free = what was left after the last phase that ran)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8, ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(data) < 4 else -0.15))
+    fig.tight_layout()
+    return fig
+
+
+def outcome_grid(runs: pd.DataFrame, factors: list[str]) -> plt.Figure | None:
+    """Ready runs out of all, for every combination of two factors (None unless the design has two)."""
+    if len(factors) != 2:
+        return None
+    rows, cols = (list(runs[f].drop_duplicates()) for f in factors)
+    fig, ax = plt.subplots(figsize=(1.8 + 1.4 * len(cols), 1.2 + 0.9 * len(rows)))
+    share = [[0.0] * len(cols) for _ in rows]
+    for i, a in enumerate(rows):
+        for j, b in enumerate(cols):
+            cell = runs[(runs[factors[0]] == a) & (runs[factors[1]] == b)]
+            k, n = int((cell["status"] == "ready").sum()), len(cell)
+            share[i][j] = k / n if n else float("nan")
+            ax.text(j, i, f"{k}/{n} ready", ha="center", va="center", fontsize=10)
+    ax.imshow(share, cmap="RdYlGn", vmin=0, vmax=1)
+    ax.set_xticks(range(len(cols)), [f"{factors[1]}={c}" for c in cols])
+    ax.set_yticks(range(len(rows)), [f"{factors[0]}={r}" for r in rows])
+    ax.set_title("launch outcome per combination", fontsize=10)
+    fig.tight_layout()
+    return fig
