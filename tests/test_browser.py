@@ -1,8 +1,10 @@
 """The HTML report opens in a real headless Chromium with the network blocked."""
 
 import os
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -25,15 +27,34 @@ def chromium():
     return CHROMIUM
 
 
+ARTIFACTS = Path(__file__).resolve().parents[1] / "outputs" / "test-artifacts"  # git-ignored
+
+
 def test_the_report_renders_offline_with_its_tables_and_plots(chromium, demo_run, tmp_path):
     run_dir, _ = demo_run
-    url = (run_dir / "summary.html").as_uri()
+    # a copy with a probe that records, once loaded, whether every image decoded
+    probe = ("<script>window.addEventListener('load', () => { const imgs = [...document.images]; "
+             "document.body.setAttribute('data-images', imgs.length + ':' + "
+             "imgs.filter(i => i.complete && i.naturalWidth > 0).length); });</script></body>")
+    page = tmp_path / "summary.html"
+    page.write_text((run_dir / "summary.html").read_text().replace("</body>", probe))
+    url = page.as_uri()
+    netlog = tmp_path / "netlog.json"
     base = [chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([*base, "--virtual-time-budget=5000", f"--log-net-log={netlog}", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert "Outcome per variant" in dom.stdout
+    assert "Outcome" in dom.stdout and "Verdict" in dom.stdout
     assert "kv_cache_no_memory" in dom.stdout
     assert "2/2 ready" in dom.stdout and "0/2 ready" in dom.stdout
+    images = re.search(r'data-images="(\d+):(\d+)"', dom.stdout)
+    assert images and int(images.group(1)) >= 3 and images.group(1) == images.group(2), "an image did not render"
+    # Chromium itself calls Google services (updates, accounts, time) whatever the page; everything else would
+    # have come from the report. None may be there.
+    urls = set(re.findall(r'"url":"([a-z]+://[^/"]*)', netlog.read_text())) if netlog.exists() else set()
+    page_requests = {u for u in urls if u.split("://")[0] in ("http", "https", "ws", "wss")
+                     and not re.search(r"\.(google\.com|googleapis\.com|gstatic\.com|gvt1\.com)$", u)}
+    assert page_requests == set(), f"the report asked the network: {page_requests}"
     shot = tmp_path / "report.png"
     res = subprocess.run([*base, "--window-size=1280,2400", f"--screenshot={shot}", url],
                          capture_output=True, text=True, timeout=120)
@@ -42,3 +63,6 @@ def test_the_report_renders_offline_with_its_tables_and_plots(chromium, demo_run
 
     image = Image.open(shot).convert("L")
     assert sum(1 for count in image.histogram() if count) > 20, "the screenshot is blank"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, ARTIFACTS / "summary.png")
+    print(f"screenshot of the report: {ARTIFACTS / 'summary.png'}")

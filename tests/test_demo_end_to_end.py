@@ -263,3 +263,25 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
         windows.append((start, (folder / "status.json").stat().st_mtime))
     (a0, a1), (b0, b1) = windows
     assert a0 < b1 and b0 < a1, f"the two runs did not overlap: {windows}"
+
+
+def test_the_demo_verdict_names_the_deciding_factor_and_the_neutral_one_with_its_kv_effect(demo_run):
+    run_dir, _ = demo_run
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert set(verdict) == {"controlled", "baseline", "outcome_factors", "neutral_factors", "confounds", "effects",
+                            "budget", "warnings"}
+    assert verdict["controlled"] is True, verdict["confounds"]
+    assert verdict["baseline"] == "custom_ar=off, mem_fraction=0.55"
+    assert verdict["outcome_factors"] == ["mem_fraction"] and verdict["neutral_factors"] == ["custom_ar"]
+    [kv] = [e for e in verdict["effects"] if (e["factor"], e["level"], e["metric"]) == ("custom_ar", "on", "kv_tokens")]
+    assert kv["n"] == 2 and kv["diff"] < 0 and 0.9 < kv["ratio"] < 1
+    assert any("n=2" in w for w in verdict["warnings"])
+    # the budget recomputed from the logged numbers explains both outcomes
+    by_variant = {b["variant"]: b for b in verdict["budget"]}
+    low, high = by_variant["custom_ar=off, mem_fraction=0.55"], by_variant["custom_ar=off, mem_fraction=0.85"]
+    assert low["rest_gib"] < 0 < high["rest_gib"]
+    assert 0.55 < low["break_even_fraction"] < 0.85
+    assert high["kv_gib"] == pytest.approx(high["rest_gib"], abs=0.05)
+    html = (run_dir / "summary.html").read_text()
+    assert "Break-even" in html and f"{low['break_even_fraction']:.3f}" in html
+    assert "Controlled comparison" in (run_dir / "report.md").read_text()

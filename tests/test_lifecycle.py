@@ -159,3 +159,35 @@ def test_launchlab_run_handles_a_multi_node_experiment(tmp_path, sim_root):
     run_dir = __import__("pathlib").Path(proc.stdout.strip())
     assert list(pd.read_parquet(run_dir / "runs.parquet")["status"]) == ["ready"]
     assert sorted(pd.read_parquet(run_dir / "telemetry.parquet")["node"].unique()) == [0, 1]
+
+
+def test_a_leftover_process_holding_gpu_memory_before_a_run_is_a_confound(small_params):
+    """A real process holds simulated GPU memory before one run: the preflight records it, the verdict names it."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from launchlab import analysis
+    from launchlab.sim import state
+
+    path = small_params()
+    exp = params.load(path)
+    host = connect(exp)
+    run_dir = batch.ensure_run_dir(path)
+    plan = make_plan(exp)
+    first = lifecycle.run_one(exp, plan[1], run_dir, host)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        state.set_allocation(host.state_dir, holder.pid, 0, 3000, "python3")
+        second = lifecycle.run_one(exp, plan[0], run_dir, host)
+    finally:
+        holder.kill()
+        holder.wait()
+    facts = {r.run_id: json.loads((outputs.run_folder(run_dir, r.run_id) / "provenance.json").read_text())
+             for r in (first, second)}
+    runs = pd.DataFrame([{"run_id": r.run_id, "variant": r.variant, "status": r.status} for r in (first, second)])
+    found = analysis.confounds(runs, facts, first.variant)
+    gpu = [c for c in found if c["kind"] == "gpu state"]
+    assert gpu and gpu[0]["runs"] == [second.run_id]
+    assert f"pid {holder.pid}" in gpu[0]["detail"] and "GPU 0 3000 MiB" in gpu[0]["detail"]
