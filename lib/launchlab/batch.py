@@ -17,7 +17,7 @@ from pathlib import Path
 
 import papermill
 
-from launchlab import __version__, export, frames, hosts, lifecycle, outputs, params
+from launchlab import __version__, export, frames, hosts, lifecycle, outputs, params, patching
 from launchlab import report as report_md
 from launchlab.errors import HostError, NotebookFailed, RunDirError
 from launchlab.plan import Run, make_plan
@@ -51,6 +51,7 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
         except HostError as exc:
             raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
         _handle_leftovers(host, stop_leftovers, say)
+    _check_patches(exp, connected)
     run_dir = _open_run_dir(exp, plan, params_path, out_root, resume)
     say(f"launchlab: {exp.experiment}: {len(plan)} runs on host(s) {', '.join(repr(h) for h in connected)}"
         f"{' (SIMULATED)' if exp.simulated else ''} → {run_dir}")
@@ -125,6 +126,16 @@ def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
         return outputs.check_run_dir(Path(run_dir))
     exp = params.load(params_path)
     return _open_run_dir(exp, make_plan(exp), params_path, None, None)
+
+
+def _check_patches(exp: params.Experiment, connected: dict) -> None:
+    """Every patch of every variant must apply on every host before anything is launched."""
+    for variant in params.expand(exp):
+        if not variant.patches:
+            continue
+        for host in connected.values():
+            argv = params.render(exp, variant, port=0, run_id="check", host=host.name).argv
+            patching.check(host, argv, variant.patches, f"{host.workdir}/.patch-check")
 
 
 def _handle_leftovers(host, stop: bool, say: Say) -> None:

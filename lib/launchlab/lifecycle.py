@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launchlab import __version__, logparse, outputs, params, provenance, telemetry
+from launchlab import __version__, logparse, outputs, params, patching, provenance, telemetry
 from launchlab.errors import HostError, LaunchlabError
 from launchlab.hosts import Host, ProcessRef, commands
 from launchlab.plan import Run
@@ -75,6 +75,9 @@ class _Node:
     refs: list[ProcessRef] = field(default_factory=list)
     preflight: dict | None = None
     gpus: list[int] | None = None
+    argv: tuple[str, ...] = ()
+    patch_root: str | None = None
+    patches_applied: list[str] = field(default_factory=list)
 
     @property
     def log_name(self) -> str:
@@ -147,6 +150,15 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         launches = [params.render(exp, run.variant, port=port, run_id=run.run_id, host=n.host.name, node_rank=n.rank,
                                   nnodes=len(nodes), gpus=n.gpus) for n in nodes]
         _write_provenance(folder, exp, nodes, launches)
+        if run.variant.patches:
+            state("patching")
+            for node, launch in zip(nodes, launches, strict=True):
+                node.argv = launch.argv
+                node.patch_root, node.patches_applied = patching.apply(node.host, launch.argv, run.variant.patches,
+                                                                       node.dir)
+            prov = outputs.read_json(folder / outputs.PROVENANCE)
+            outputs.write_json(folder / outputs.PROVENANCE, {**prov, "patched": True,
+                                                             "patches": list(run.variant.patches)})
 
         state("starting")
         # The run id travels in the environment of everything the kit starts, so a process left behind by a
@@ -366,6 +378,16 @@ def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: R
         for ref in node.refs:
             if ref.role != "sampler":
                 stop(node, ref)
+    for node in nodes:  # then the installed package back to how it was released
+        if node.patches_applied:
+            try:
+                patching.revert(node.host, node.patch_root, node.patches_applied)
+                ok, facts = patching.pristine(node.host, node.argv)
+                result.notes.append(f"patches reverted on {node.label}; package pristine (RECORD check): {ok}")
+                if not ok:
+                    result.notes.append(f"NOT pristine after reverting on {node.label}: {facts}")
+            except LaunchlabError as exc:
+                result.notes.append(f"reverting the patches on {node.label} FAILED, the package is still modified: {exc}")
     for node in nodes:
         _drain(exp, node, result)
         for ref in node.refs:

@@ -50,10 +50,12 @@ def _check_env_names(env: dict[str, str]) -> dict[str, str]:
 
 
 class Level(_Strict):
-    """What one level of a factor changes: command-line flags and environment variables."""
+    """What one level of a factor changes: command-line flags, environment variables, and patches (unified
+    diffs against the server's installed package, applied before the launch and reverted after it)."""
 
     flags: dict[str, FlagValue] = {}
     env: dict[str, StrictStr] = {}
+    patches: list[StrictStr] = []
 
     @field_validator("flags")
     @classmethod
@@ -297,6 +299,7 @@ def loads(text: str, source: str = "<params>") -> Experiment:
     problems = [f"line {p.line}: {p.message}" for p in surprises]
     if not isinstance(data, dict):
         raise ParamsError(source, problems + ["the file must be a YAML mapping (experiment:, hosts:, server:, …)"])
+    problems += _resolve_patches(data, Path(source).parent if source != "<params>" else Path.cwd(), text)
     try:
         experiment = Experiment.model_validate(data)
     except ValidationError as exc:
@@ -305,6 +308,30 @@ def loads(text: str, source: str = "<params>") -> Experiment:
     if problems:
         raise ParamsError(source, problems)
     return experiment
+
+
+def _resolve_patches(data: dict, base: Path, text: str) -> list[str]:
+    """Patch paths are relative to the params file: make them absolute (the resolved experiment.yaml in a run
+    directory must still find them) and check that each one is there."""
+    problems = []
+    factors = data.get("factors")
+    if not isinstance(factors, dict):
+        return problems
+    for factor, levels in factors.items():
+        for level, spec in (levels or {}).items() if isinstance(levels, dict) else []:
+            patches = spec.get("patches") if isinstance(spec, dict) else None
+            if not isinstance(patches, list):
+                continue
+            for i, patch in enumerate(patches):
+                if not isinstance(patch, str):
+                    continue
+                path = (base / patch).resolve()
+                patches[i] = str(path)
+                if not path.is_file():
+                    line = yamlfile.line_of(text, ("factors", factor, level, "patches"))
+                    problems.append(f"line {line}: factors.{factor}.{level}.patches[{i}]: no such file {path}; "
+                                    "give the path of a unified diff relative to this params file")
+    return problems
 
 
 def _all_field_names() -> set[str]:
@@ -369,6 +396,7 @@ class Variant:
     levels: dict[str, str]
     flags: dict[str, str | bool] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    patches: tuple[str, ...] = ()
 
     @property
     def slug(self) -> str:
@@ -396,7 +424,8 @@ def expand(exp: Experiment) -> list[Variant]:
         for factor, level in ordered.items():
             flags.update(exp.factors[factor][level].flags)
             env.update(exp.factors[factor][level].env)
-        variants.append(Variant(variant_name(ordered), ordered, flags, env))
+        patches = tuple(p for factor, level in ordered.items() for p in exp.factors[factor][level].patches)
+        variants.append(Variant(variant_name(ordered), ordered, flags, env, patches))
     return variants
 
 

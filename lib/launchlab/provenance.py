@@ -81,7 +81,7 @@ def git(*args):
 commit = git("rev-parse", "HEAD")
 dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
 print(json.dumps({"package": dist.metadata["Name"], "version": dist.version, "files_checked": checked,
-                  "modified": sorted(modified), "added": sorted(added)[:200], "location": location,
+                  "modified": sorted(modified), "added": sorted(added)[:200], "location": location, "root": root,
                   "git_commit": commit, "git_dirty": dirty}))
 """
 _ENV = "import json, os; print(json.dumps(dict(os.environ)))"
