@@ -42,7 +42,7 @@ def outcome_deciders(runs: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
             levels = "; ".join(f"{lv}: {c} ready" for lv, c in counts.items())
             evidence.append(f"[{held}] {levels}")
         rows.append({"factor": factor, "changes_launch_outcome": flips, "evidence": " | ".join(evidence)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["factor", "changes_launch_outcome", "evidence"])
 
 
 def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...] = MEMORY_FIELDS) -> pd.DataFrame:

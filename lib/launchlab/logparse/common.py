@@ -123,6 +123,24 @@ def anchors(words: Iterable[str]) -> re.Pattern[bytes]:
     return re.compile(b"|".join(re.escape(w.encode()) for w in words))
 
 
+def match_statement(log: ParsedLog, statements: list, msg: str, t: datetime | None, rank: str,
+                    line: int) -> tuple[str, re.Match] | None:
+    """Record the first statement of a parser's table that matches msg: (phase, match), or None.
+
+    A table row is (regex, phase, [(group, field)]): the phase the statement belongs to, and which regex
+    group holds which field (numbers may carry thousands separators)."""
+    for rx, phase, groups in statements:
+        m = rx.search(msg)
+        if m is None:
+            continue
+        log.reach(phase)
+        for index, name in groups:
+            if m.group(index) is not None:
+                log.record(t, rank, name, float(m.group(index).replace(",", "")), line)
+        return phase, m
+    return None
+
+
 def clean(text: str) -> list[str]:
     """A raw line as the segments a reader saw: ANSI codes removed, split at carriage returns."""
     if "\x1b" in text:

@@ -12,7 +12,15 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
+from launchlab.logparse.common import (
+    ParsedLog,
+    anchors,
+    classify,
+    debug_records,
+    exception_line,
+    feed_lines,
+    match_statement,
+)
 
 READY_PATTERN = r"The server is fired up and ready to roll!"
 FATAL_PATTERNS = (
@@ -35,6 +43,8 @@ _PREFIX = re.compile(
 _TP = re.compile(r"TP(\d+)")
 _N = r"(-?[\d.]+)"
 
+_KV_ALLOCATED = re.compile(rf"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)? (?:#tokens: (\d+), )?"
+                          rf"(?:K size: {_N} GB, V size: {_N} GB|KV size: {_N} GB)")
 # (regex on the message, phase, [(group, field)])
 _STATEMENTS = [
     (re.compile(r"Init torch distributed begin|Init nccl begin|sglang is using nccl|Setup Custom allreduce failed"
@@ -45,8 +55,7 @@ _STATEMENTS = [
     (re.compile(rf"Load weight end\..*?avail mem={_N} GB(?:, mem usage={_N} GB)?"), "weights",
      [(1, "weights_end_avail_gib"), (2, "weights_mem_gib")]),  # weights done: what fails next is the KV pool
     (re.compile(rf"The available memory for KV cache is {_N} GB"), "kv_cache", [(1, "kv_avail_gib")]),
-    (re.compile(rf"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)? (?:#tokens: (\d+), )?"
-                rf"(?:K size: {_N} GB, V size: {_N} GB|KV size: {_N} GB)"), "kv_cache",
+    (_KV_ALLOCATED, "kv_cache",
      [(1, "kv_tokens"), (2, "kv_k_gib"), (3, "kv_v_gib"), (4, "kv_gib")]),
     (re.compile(rf"Memory pool end\. avail mem={_N} GB"), "kv_cache", [(1, "pool_end_avail_gib")]),
     (re.compile(rf"Capture (?:[\w ]+? )?(?:cuda|CUDA|cpu|CPU|npu|NPU) graph begin\.(?:.*?avail mem={_N} GB)?"), "cuda_graph",
@@ -129,17 +138,11 @@ class SGLangParser:
             log.ready, log.ready_t = True, t
             log.reach("ready")
             return
-        for rx, phase, groups in _STATEMENTS:
-            s = rx.search(msg)
-            if s is None:
-                continue
-            log.reach(phase)
+        if (matched := match_statement(log, _STATEMENTS, msg, t, rank, number)) is not None:
+            phase, m = matched
             self.current = _NEXT.get(msg[: msg.find(".")], phase)
-            for index, name in groups:
-                if s.group(index) is not None:
-                    log.record(t, rank, name, float(s.group(index)), number)
-            if any(n == "kv_k_gib" for _, n in groups) and s.group(2) is not None:
-                log.record(t, rank, "kv_gib", round(float(s.group(2)) + float(s.group(3)), 2), number)
+            if m.re is _KV_ALLOCATED and m.group(2) is not None:  # MHA pools print K and V: their sum is the pool
+                log.record(t, rank, "kv_gib", round(float(m.group(2)) + float(m.group(3)), 2), number)
             return
         if (over := _OVER_CAP.search(msg)) is not None and int(over.group(1)) <= 0:
             log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain

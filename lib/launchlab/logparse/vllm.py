@@ -12,7 +12,15 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
+from launchlab.logparse.common import (
+    ParsedLog,
+    anchors,
+    classify,
+    debug_records,
+    exception_line,
+    feed_lines,
+    match_statement,
+)
 
 READY_PATTERN = r"Application startup complete\."
 FATAL_PATTERNS = (
@@ -141,14 +149,7 @@ class VLLMParser:
             log.ready, log.ready_t = True, t
             log.reach("ready")
             return
-        for rx, phase, groups in _STATEMENTS:
-            s = rx.search(msg)
-            if s is None:
-                continue
-            log.reach(phase)
-            for index, name in groups:
-                if s.group(index) is not None:
-                    log.record(t, rank, name, float(s.group(index).replace(",", "")), number)
+        if match_statement(log, _STATEMENTS, msg, t, rank, number) is not None:
             return
         self._failure(msg)
 
