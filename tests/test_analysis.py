@@ -67,3 +67,14 @@ def test_a_baseline_that_is_not_reproducible(demo_facts):
     runs.loc[runs["run_id"] == runs["run_id"][0], "status"] = "ready"
     kinds = [c["kind"] for c in analysis.confounds(runs, facts, BASELINE)]
     assert kinds == ["baseline"]
+
+
+def test_hosts_that_are_not_balanced_over_the_variants(demo_facts):
+    runs, facts = demo_facts
+    runs = runs.copy()
+    runs.loc[runs["run_id"] == runs["run_id"][0], "host"] = "other-box"
+    [found] = analysis.confounds(runs, facts, BASELINE)
+    assert found["kind"] == "host" and "other-box×1" in found["detail"]
+    balanced = runs.copy()
+    balanced["host"] = ["a"] * 4 + ["b"] * 4  # one replicate per host, as the plan spreads them
+    assert analysis.confounds(balanced, facts, BASELINE) == []

@@ -254,6 +254,12 @@ def confounds(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str,
             what = ", ".join(f"GPU {g['index']} {g['mem_used_mib']:.0f} MiB" for g in busy)
             procs = ", ".join(f"pid {a['pid']} ({a['process_name']})" for a in apps)
             add("gpu state", f"before run {r} the GPUs were not idle: {what}{'; ' if what and procs else ''}{procs}", [r])
+    if "host" in runs and runs["host"].nunique() > 1:
+        per_variant = runs.groupby("variant")["host"].apply(lambda h: tuple(sorted(h.value_counts().items())))
+        if per_variant.nunique() > 1:
+            add("host", "the hosts are not balanced over the variants: "
+                + "; ".join(f"{v}: {', '.join(f'{h}×{n}' for h, n in c)}" for v, c in per_variant.items()),
+                list(runs["run_id"]))
     base = runs[runs["variant"] == baseline_variant]
     if base["status"].nunique() > 1:
         add("baseline", f"the baseline ({baseline_variant}) is not reproducible: "
@@ -299,8 +305,8 @@ def verdict(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseli
     return {
         "controlled": not found,
         "baseline": baseline_variant,
-        "outcome_factors": list(deciders[deciders["changes_launch_outcome"]]["factor"]),
-        "neutral_factors": list(deciders[~deciders["changes_launch_outcome"]]["factor"]),
+        "outcome_factors": [d.factor for d in deciders.itertuples() if d.changes_launch_outcome],
+        "neutral_factors": [d.factor for d in deciders.itertuples() if not d.changes_launch_outcome],
         "confounds": found,
         "effects": [{k: _number(e[k]) for k in ("factor", "level", "metric", "n", "mean", "sd", "baseline_mean", "diff",
                                                  "ratio")} for e in effects],
