@@ -191,3 +191,41 @@ def test_a_leftover_process_holding_gpu_memory_before_a_run_is_a_confound(small_
     gpu = [c for c in found if c["kind"] == "gpu state"]
     assert gpu and gpu[0]["runs"] == [second.run_id]
     assert f"pid {holder.pid}" in gpu[0]["detail"] and "GPU 0 3000 MiB" in gpu[0]["detail"]
+
+
+def test_a_smoke_request_that_succeeds_keeps_the_run_ready(tmp_path, small_params):
+    path = small_params()
+    smoke = '  smoke: {url: "http://127.0.0.1:{port}/v1/completions", body: {prompt: hi, max_tokens: 4}}'
+    text = path.read_text().replace("  stop_grace_s: 5", "  stop_grace_s: 5\n" + smoke)
+    path.write_text(text)
+    result, _ = run_first(path, index=1)
+    assert result.status == "ready" and result.smoke_status == 200
+    assert "simulated" in result.smoke_response
+
+
+def test_a_ready_server_whose_smoke_request_fails_is_degraded_with_the_reason(tmp_path, sim_root):
+    # a server that is healthy but cannot serve: like `transformers serve` when its KV cache cannot be sized
+    script = ("import http.server, sys\n"
+              "class H(http.server.BaseHTTPRequestHandler):\n"
+              "    def do_GET(self):\n"
+              "        self.send_response(200); self.end_headers()\n"
+              "    def do_POST(self):\n"
+              "        print('ValueError: No positive solution (root = -16382.7)', flush=True)\n"
+              "        self.send_response(503); self.end_headers(); self.wfile.write(b'{\"error\": \"CB worker died\"}')\n"
+              "print('Application startup complete.', flush=True)\n"
+              "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+    path = write_params(tmp_path, f"""\
+        experiment: degraded
+        hosts:
+          box: {{transport: sim, gpus: 1, workdir: {tmp_path / "w"}}}
+        server:
+          kind: transformers
+          command: [python3, -c, {json.dumps(script.replace("{", "{{").replace("}", "}}"))}, "{{port}}"]
+          ready: {{timeout_s: 20, health_url: "http://127.0.0.1:{{port}}/health"}}
+          smoke: {{url: "http://127.0.0.1:{{port}}/v1/completions", body: {{prompt: hi}}, timeout_s: 10}}
+        """)
+    result, folder = run_first(path)
+    assert result.status == "degraded"
+    assert result.smoke_status == 503 and "CB worker died" in result.smoke_response
+    assert (result.failure_reason, result.failure_phase) == ("kv_cache_no_memory", "kv_cache")
+    assert result.startup_s > 0

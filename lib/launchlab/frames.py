@@ -2,7 +2,7 @@
 
     runs.parquet       one row per run: run_id, variant, repetition, host, status, failure_reason,
                        failure_phase, failure_message, startup_s, peak_mem_used_mib, phase_reached,
-                       simulated, then one column per factor
+                       simulated, smoke_status, then one column per factor
     events.parquet     run_id, t_s, rank, field, value: every metric parsed from the server log
     telemetry.parquet  run_id, t_s, node, gpu_index, gpu_uuid, mem_used_mib, mem_total_mib, mem_free_mib,
                        util_gpu_pct: the nvidia-smi samples (node: 0 unless the server spans several hosts)
@@ -21,7 +21,7 @@ import pandas as pd
 from launchlab import logparse, outputs, params, telemetry
 
 RUN_COLUMNS = ["run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase",
-               "failure_message", "startup_s", "peak_mem_used_mib", "phase_reached", "simulated"]
+               "failure_message", "startup_s", "peak_mem_used_mib", "phase_reached", "simulated", "smoke_status"]
 EVENT_COLUMNS = ["run_id", "t_s", "rank", "field", "value"]
 TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "mem_free_mib",
                      "util_gpu_pct"]

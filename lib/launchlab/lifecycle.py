@@ -54,6 +54,9 @@ class RunResult:
     simulated: bool = False
     nodes: list[str] = field(default_factory=list)
     gpus: list[int] | None = None  # the GPU slot the run was given (CUDA_VISIBLE_DEVICES); None: the whole host
+    smoke_status: int | None = None
+    smoke_s: float | None = None
+    smoke_response: str | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -180,6 +183,9 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         state("watching")
         rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
         outcome = _watch(nodes, folder, rules, launches[0].health_url, t_launch + exp.server.ready.timeout_s, t_launch)
+        if outcome.status == "ready" and exp.server.smoke is not None:
+            state("smoke request")
+            outcome = _smoke(exp.server.smoke, nodes[0], launches[0].smoke_url, outcome, result)
     except KeyboardInterrupt:
         outcome = _Outcome("error", None, "interrupted by the user (Ctrl-C); the server was stopped")
         raise
@@ -361,6 +367,19 @@ def _watch(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_
         time.sleep(POLL_S)
 
 
+def _smoke(spec: params.SmokeSpec, node: _Node, url: str, ready: _Outcome, result: RunResult) -> _Outcome:
+    """One request to the ready server, from its own host; an unexpected answer makes the run `degraded`."""
+    tic = time.monotonic()
+    status, text = node.host.http_post(url, spec.body, spec.timeout_s)
+    result.smoke_status, result.smoke_s, result.smoke_response = status, round(time.monotonic() - tic, 2), text[:500]
+    if status == spec.expect_status:
+        return ready
+    time.sleep(1.0)  # let the server log why before it is stopped
+    answer = f"answered {status}" if status is not None else f"got no answer ({text[:200]})"
+    return _Outcome("degraded", "smoke_request_failed", f"ready, but the smoke request to {url} {answer}: {text[:300]}",
+                    ready.ready_after_s)
+
+
 def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: RunResult, collect: bool = True) -> None:
     """Stop every server, wait for the GPUs to drain, stop the samplers, fetch the raw files. Every step runs
     even when an earlier one failed (a lost host); failures become notes on the run."""
@@ -476,8 +495,15 @@ def _conclude(exp: params.Experiment, result: RunResult, outcome: _Outcome | Non
         return
     result.status = outcome.status
     failing = next(((n, p) for n, p in parsed_nodes if p.failure is not None), None)
-    if outcome.status == "ready":
+    if outcome.status in ("ready", "degraded"):
         result.startup_s = round(outcome.ready_after_s, 2)
+    if outcome.status == "degraded":
+        # the server's own reason when its log has one (e.g. the KV cache could not be sized at the first request)
+        if failing is not None:
+            result.failure_reason, result.failure_phase = failing[1].failure.reason, failing[1].failure.phase
+        else:
+            result.failure_reason, result.failure_phase = outcome.reason, result.phase_reached
+        result.failure_message = outcome.message
     elif outcome.status == "failed":
         if failing is not None:
             node, parsed = failing
@@ -489,7 +515,7 @@ def _conclude(exp: params.Experiment, result: RunResult, outcome: _Outcome | Non
             result.failure_reason = outcome.reason or "exception"
             result.failure_phase = result.phase_reached
             result.failure_message = outcome.message
-    else:
+    elif outcome.status != "ready":
         result.failure_message = outcome.message
         if outcome.status == "timeout":
             result.failure_phase = result.phase_reached

@@ -126,11 +126,22 @@ class ReadySpec(_Strict):
         return value
 
 
+class SmokeSpec(_Strict):
+    """A request sent once the server is ready: some servers allocate memory, or fail, only on the first one.
+    A ready server whose smoke request does not answer `expect_status` is `degraded`."""
+
+    url: str = Field(description="e.g. http://127.0.0.1:{port}/v1/completions")
+    body: dict[str, Any] = {}
+    timeout_s: float = Field(120, gt=0)
+    expect_status: int = 200
+
+
 class ServerSpec(_Strict):
     kind: Literal["sglang", "vllm", "transformers", "generic"]
     command: list[StrictStr] = Field(min_length=1)
     env: dict[str, StrictStr] = {}
     ready: ReadySpec = ReadySpec()
+    smoke: SmokeSpec | None = None
     stop_grace_s: float = Field(10, gt=0)
 
     _env_names = field_validator("env")(_check_env_names)
@@ -256,6 +267,8 @@ def _placeholder_problems(exp: Experiment) -> list[str]:
     texts += [(f"server.env.{k}", v) for k, v in exp.server.env.items()]
     if exp.server.ready.health_url:
         texts.append(("server.ready.health_url", exp.server.ready.health_url))
+    if exp.server.smoke:
+        texts.append(("server.smoke.url", exp.server.smoke.url))
     for factor, levels in exp.factors.items():
         for name, level in levels.items():
             texts += [(f"factors.{factor}.{name}.flags.{k}", v) for k, v in level.flags.items() if isinstance(v, str)]
@@ -336,7 +349,7 @@ def _resolve_patches(data: dict, base: Path, text: str) -> list[str]:
 
 def _all_field_names() -> set[str]:
     names: set[str] = set()
-    for model in (Level, SimHost, LocalHost, SshHost, ReadySpec, ServerSpec, DrainSpec, SamplerSpec, Experiment):
+    for model in (Level, SimHost, LocalHost, SshHost, SmokeSpec, ReadySpec, ServerSpec, DrainSpec, SamplerSpec, Experiment):
         names |= set(model.model_fields)
     return names
 
@@ -444,6 +457,7 @@ class LaunchSpec:
     argv: tuple[str, ...]
     env: dict[str, str]
     health_url: str | None
+    smoke_url: str | None = None
 
 
 def apply_flags(argv: list[str], flags: dict[str, str | bool]) -> list[str]:
@@ -483,7 +497,8 @@ def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: s
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
     url = exp.server.ready.health_url.format_map(values) if exp.server.ready.health_url else None
-    return LaunchSpec(tuple(argv), env, url)
+    smoke = exp.server.smoke.url.format_map(values) if exp.server.smoke else None
+    return LaunchSpec(tuple(argv), env, url, smoke)
 
 
 def dump_resolved(exp: Experiment) -> str:

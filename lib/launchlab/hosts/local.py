@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -66,6 +67,18 @@ class LocalHost(ShellHost):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", 0))
             return sock.getsockname()[1]
+
+    def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]:
+        """POST a JSON body from this machine: (status or None when nothing answered, response text)."""
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - a URL from the params
+                return resp.status, resp.read(4096).decode("utf-8", errors="replace")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read(4096).decode("utf-8", errors="replace")
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return None, str(exc)
 
     def http_status(self, url: str, timeout: float = 2.0) -> int | None:
         try:

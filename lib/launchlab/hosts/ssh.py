@@ -9,6 +9,7 @@ command is given up, and a host that stays unreachable raises HostError.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -185,6 +186,26 @@ class SshHost(ShellHost):
         out = self.run("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); "
                        "print(s.getsockname()[1])'").stdout.strip()
         return int(out)
+
+    def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]:
+        """POST a JSON body from the host itself."""
+        script = ("import json, sys, urllib.request, urllib.error\n"
+                  "req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), "
+                  "headers={'Content-Type': 'application/json'}, method='POST')\n"
+                  "try:\n"
+                  f"    r = urllib.request.urlopen(req, timeout={timeout})\n"
+                  "    print(json.dumps([r.status, r.read(4096).decode('utf-8', 'replace')]))\n"
+                  "except urllib.error.HTTPError as e:\n"
+                  "    print(json.dumps([e.code, e.read(4096).decode('utf-8', 'replace')]))\n"
+                  "except Exception as e:\n"
+                  "    print(json.dumps([None, str(e)]))\n")
+        out = self.run(f"python3 -c {shlex.quote(script)} {shlex.quote(url)} {shlex.quote(json.dumps(body))}",
+                       timeout=timeout + 30, check=False)
+        try:
+            status, text = json.loads(out.stdout.strip().splitlines()[-1])
+            return status, text
+        except (ValueError, IndexError):
+            return None, (out.stderr or out.stdout)[-500:]
 
     def http_status(self, url: str, timeout: float = 2.0) -> int | None:
         """Asked from the host itself: servers often bind 127.0.0.1 only."""
