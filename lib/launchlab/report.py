@@ -113,6 +113,20 @@ class Report:
     def budget_summary(self) -> pd.DataFrame:
         return budget.summarize(self.budget)
 
+    def budget_intro(self) -> Markdown:
+        """How the server sizes its KV cache, for the kinds whose logs carry the numbers."""
+        if self.exp.server.kind == "sglang":
+            return Markdown("SGLang sizes its KV cache as `rest = avail − total × (1 − mem_fraction_static)` with "
+                            "`total` the free memory before the weights and `avail` after them (MIN over ranks). "
+                            "`rest ≤ 0` is \"Not enough memory\"; the break-even fraction is `1 − avail/total`. "
+                            "`logged_agrees` compares with a `DEBUG profile_max_num_token` line when the server "
+                            "printed one.")
+        if self.exp.server.kind == "vllm":
+            return Markdown("vLLM sizes its KV cache as `total × gpu_memory_utilization − (weights + non-torch + "
+                            "activation peak)`; the break-even utilization is `(weights + non-torch + activation) / total`.")
+        return Markdown(f"The `{self.exp.server.kind}` server prints no memory budget in its log; the GPU memory it "
+                        "took is in the effects above (`peak_mem_used_mib`, from nvidia-smi) and the timelines below.")
+
     def budget_table(self) -> Styler:
         summary = self.budget_summary()
         if summary.empty:
@@ -120,6 +134,8 @@ class Report:
         return _table(summary, precision=3)
 
     def budget_gap(self) -> Markdown:
+        if self.budget.empty:
+            return Markdown("")
         notes = sorted({n for n in self.budget.get("gap_note", pd.Series(dtype=str)) if n})
         return Markdown("\n".join(f"- {n}" for n in notes) or "The formula's numbers match the card within 1 GiB.")
 
@@ -127,8 +143,12 @@ class Report:
         return _table(analysis.rank_memory(self.frames.events, self.frames.runs))
 
     def budget_plot(self):
+        """The stacked budget per variant, when the server's log gave the numbers (None otherwise)."""
+        memory = analysis.rank_memory(self.frames.events, self.frames.runs)
+        if memory.empty:
+            return None
         card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
-        return plots.memory_budget(analysis.rank_memory(self.frames.events, self.frames.runs), card)
+        return plots.memory_budget(memory, card)
 
     def kv_summary(self) -> Styler:
         return _table(analysis.metric_summary(self.frames.events, self.frames.runs, "kv_tokens"), precision=0)
