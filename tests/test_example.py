@@ -1,0 +1,56 @@
+"""The committed real-GPU example (examples/h200-transformers-kv) holds what issue 6 says it shows."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from launchlab import export
+
+EXAMPLE = next((Path(__file__).resolve().parents[1] / "examples" / "h200-transformers-kv").glob("2*"))
+GIB = 1024
+
+
+def test_provenance_names_the_real_gpu_and_driver():
+    for folder in (EXAMPLE / "runs").iterdir():
+        prov = json.loads((folder / "provenance.json").read_text())
+        assert prov["simulated"] is False and prov["transport"] == "local"
+        facts = prov["host_facts"]
+        assert [g["name"] for g in facts["gpus"]] == ["NVIDIA H200"]
+        assert facts["driver"].startswith("580.") and facts["cuda"]
+        assert prov["interpreter"]["packages"]["transformers"]
+
+
+def test_the_90_percent_variant_takes_tens_of_gib_more_in_the_trace_and_the_report():
+    runs = pd.read_parquet(EXAMPLE / "runs.parquet")
+    telemetry = pd.read_parquet(EXAMPLE / "telemetry.parquet")
+    auto = runs[(runs["batching"] == "continuous") & (runs["num_blocks"] == "auto")]
+    by_level = {lv: auto[auto["memory_percent"] == lv]["run_id"] for lv in ("0.5", "0.9")}
+    trace_peak = {lv: telemetry[telemetry["run_id"].isin(ids)].groupby("run_id")["mem_used_mib"].max()
+                  for lv, ids in by_level.items()}
+    assert trace_peak["0.9"].min() - trace_peak["0.5"].max() > 20 * GIB  # every 0.9 run above every 0.5 run
+    assert len(trace_peak["0.5"]) == len(trace_peak["0.9"]) == 2
+    samples = telemetry.groupby("run_id")["t_s"].apply(lambda t: t.sort_values().diff().median())
+    assert (samples < 0.5).all()  # sampled every ~100 ms
+    html = (EXAMPLE / "summary.html").read_text()
+    assert "124,197" in html and "70,049" in html
+    assert export.remote_references(html) == []
+
+
+def test_the_over_asking_variant_is_degraded_with_its_reason():
+    runs = pd.read_parquet(EXAMPLE / "runs.parquet")
+    over = runs[runs["num_blocks"] == "50M"]
+    assert list(over["status"]) == ["degraded", "degraded"]
+    assert set(over["failure_reason"]) == {"kv_cache_no_memory"}
+    assert over["failure_message"].str.contains("No positive solution").all()
+    assert set(runs[runs["num_blocks"] == "auto"]["status"]) == {"ready"}
+
+
+def test_the_verdict_attributes_the_kv_memory_to_the_memory_percent_factor():
+    verdict = json.loads((EXAMPLE / "verdict.json").read_text())
+    assert verdict["controlled"] is True
+    [effect] = [e for e in verdict["effects"]
+                if (e["factor"], e["level"], e["metric"]) == ("memory_percent", "0.9", "peak_mem_used_mib")]
+    assert effect["n"] == 2 and effect["diff"] > 40 * GIB and effect["ratio"] == pytest.approx(1.77, abs=0.1)
+    assert verdict["outcome_factors"] == ["num_blocks"]
