@@ -169,7 +169,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         tag = {RUN_ID_ENV: run_tag(exp, run_dir, run.run_id)}
         for node in nodes:
             node.host.write_text(f"{node.dir}/sampler.env", commands.env_file_text(tag))
-            node.refs.append(node.host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms, node.gpus),
+            node.refs.append(node.host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms, node.gpus,
+                                                                            exp.sampler.kind),
                                                       cwd=node.dir, log_name=node.csv_name, env_file="sampler.env"))
             _write_processes(folder, nodes)
         result.server_started_at = nodes[0].host.clock()

@@ -161,7 +161,11 @@ class DrainSpec(_Strict):
 
 
 class SamplerSpec(_Strict):
-    interval_ms: int = Field(100, ge=10)
+    """nvidia-smi every 100 ms by default; `kind: nvml` samples through NVML (nvidia-ml-py on the host), fast
+    enough to see allocations that last tens of milliseconds."""
+
+    kind: Literal["nvidia-smi", "nvml"] = "nvidia-smi"
+    interval_ms: int = Field(100, ge=1)
 
 
 class Experiment(_Strict):

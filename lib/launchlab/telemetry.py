@@ -33,7 +33,9 @@ def _select(gpus: list[int] | None) -> list[str]:
     return ["-i", ",".join(str(g) for g in gpus)] if gpus else []
 
 
-def sampler_argv(interval_ms: int, gpus: list[int] | None = None) -> list[str]:
+def sampler_argv(interval_ms: int, gpus: list[int] | None = None, kind: str = "nvidia-smi") -> list[str]:
+    if kind == "nvml":  # same CSV, through NVML (launchlab and nvidia-ml-py on the host's python3)
+        return ["python3", "-m", "launchlab.nvml_sampler", "--interval-ms", str(interval_ms), *_select(gpus)]
     return ["nvidia-smi", f"--query-gpu={','.join(SAMPLER_FIELDS)}", "--format=csv,nounits", "-lms", str(interval_ms),
             *_select(gpus)]
 
