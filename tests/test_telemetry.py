@@ -56,3 +56,14 @@ def test_the_measured_loop_file_without_header_or_units(tmp_path):
                                      ["timestamp", "memory.used"])
     assert len(frame) == 10 and frame["timestamp"].is_monotonic_increasing
     assert frame["timestamp"].diff().dt.total_seconds().dropna().median() < 0.05
+
+
+def test_the_fast_sampler_is_chosen_in_params_and_prints_the_same_csv(tmp_path):
+    from launchlab import nvml_sampler, params
+
+    exp = params.loads((DATA.parents[1] / "params/demo.yaml").read_text().replace(
+        "repetitions: 2", "repetitions: 2\nsampler: {kind: nvml, interval_ms: 5}"))
+    assert telemetry.sampler_argv(exp.sampler.interval_ms, [1], exp.sampler.kind) == [
+        "python3", "-m", "launchlab.nvml_sampler", "--interval-ms", "5", "-i", "1"]
+    header = nvml_sampler.HEADER.split(", ")
+    assert [telemetry._HEADER_UNIT.sub("", h) for h in header] == list(telemetry.SAMPLER_FIELDS)
