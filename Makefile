@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)  ## create .venv with the project and its tools
 
 demo: $(STAMP)  ## run the embedded default experiment (simulated 8-GPU host) and print where the report is
-	@run_dir=$$($(BIN)/launchlab run params/demo.yaml) && echo "report: $$run_dir/summary.html"
+	@$(BIN)/launchlab run params/demo.yaml > /dev/null  # progress and "report: …/summary.html" go to stderr
 
 test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check)
 	$(BIN)/python -m pytest -q
