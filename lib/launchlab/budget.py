@@ -17,26 +17,30 @@ DISAGREE_GIB = 0.02  # logged and recomputed values are printed with 2-3 decimal
 GAP_EXPLAIN_GIB = 1.0
 
 
-def _per_run(events: pd.DataFrame) -> pd.DataFrame:
-    """run_id × field: the MIN over ranks (what SGLang's distributed MIN uses) of each logged number."""
+def _logged(events: pd.DataFrame, runs: pd.DataFrame):
+    """(run, numbers) for every run whose log gave numbers: per field the MIN over ranks (what SGLang's
+    distributed MIN uses)."""
     if events.empty:
-        return pd.DataFrame()
-    return events.pivot_table(index="run_id", columns="field", values="value", aggfunc="min")
+        return
+    table = events.pivot_table(index="run_id", columns="field", values="value", aggfunc="min")
+    for _, run in runs.iterrows():
+        if run["run_id"] in table.index:
+            yield run, table.loc[run["run_id"]]
+
+
+def _missing(*values) -> bool:
+    return any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values)
 
 
 def sglang_budget(events: pd.DataFrame, runs: pd.DataFrame, telemetry: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per run with the numbers needed: total_gib, avail_gib, fraction, rest_gib (recomputed),
     logged_rest_gib (from a `DEBUG profile_max_num_token` line, if any), agrees, break_even_fraction,
     and the card's capacity from nvidia-smi with the gap explained."""
-    table = _per_run(events)
     rows = []
-    for _, run in runs.iterrows():
-        if run["run_id"] not in table.index:
-            continue
-        v = table.loc[run["run_id"]]
+    for run, v in _logged(events, runs):
         total, avail = v.get("weights_begin_avail_gib"), v.get("weights_end_avail_gib")
         fraction = v.get("mem_fraction_static")
-        if any(x is None or (isinstance(x, float) and math.isnan(x)) for x in (total, avail, fraction)):
+        if _missing(total, avail, fraction):
             continue
         rest = avail - total * (1 - fraction)
         logged = v.get("debug.profile_max_num_token.rest")
@@ -71,22 +75,19 @@ def _card_gap(telemetry: pd.DataFrame | None, run_id: str, total_gib: float, dis
 
 def vllm_budget(events: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per run that logged vLLM's memory profile: the KV budget recomputed and the utilization needed."""
-    table = _per_run(events)
     rows = []
-    for _, run in runs.iterrows():
-        if run["run_id"] not in table.index:
-            continue
-        v = table.loc[run["run_id"]]
+    for run, v in _logged(events, runs):
         total, util = v.get("total_gpu_gib"), v.get("gpu_memory_utilization")
         parts = [v.get("profile_weights_gib", v.get("weights_mem_gib")), v.get("non_torch_gib"), v.get("activation_peak_gib")]
-        if any(x is None or math.isnan(x) for x in (total, util, *parts)):
+        if _missing(total, util, *parts):
             continue
         used = sum(parts)
         kv = total * util - used
         logged = v.get("kv_avail_gib")
+        logged = None if _missing(logged) else logged
         rows.append({"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
                      "utilization": util, "non_kv_gib": used, "kv_gib": kv, "logged_kv_gib": logged,
-                     "agrees": None if logged is None or math.isnan(logged) else abs(logged - kv) <= DISAGREE_GIB,
+                     "agrees": None if logged is None else abs(logged - kv) <= DISAGREE_GIB,
                      "break_even_utilization": used / total})
     return pd.DataFrame(rows)
 
