@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from launchlab import analysis
+from launchlab import confounds
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ BASELINE = "custom_ar=off, mem_fraction=0.55"
 
 def test_the_real_demo_runs_have_no_confound(demo_facts):
     runs, facts = demo_facts
-    assert analysis.confounds(runs, facts, BASELINE) == []
+    assert confounds.find(runs, facts, BASELINE) == []
 
 
 def test_a_package_version_that_differs_between_runs(demo_facts):
@@ -30,7 +30,7 @@ def test_a_package_version_that_differs_between_runs(demo_facts):
     facts = copy.deepcopy(facts)
     target = runs["run_id"][3]
     facts[target]["interpreter"]["packages"]["pydantic"] = "1.10.0"
-    [found] = analysis.confounds(runs, facts, BASELINE)
+    [found] = confounds.find(runs, facts, BASELINE)
     assert found["kind"] == "versions" and "pydantic" in found["detail"] and found["runs"] == [target]
 
 
@@ -39,7 +39,7 @@ def test_a_modified_installed_file(demo_facts):
     facts = copy.deepcopy(facts)
     target = runs["run_id"][5]
     facts[target]["integrity"]["modified"] = ["launchlab/sim/sglang_server.py"]
-    [found] = analysis.confounds(runs, facts, BASELINE)
+    [found] = confounds.find(runs, facts, BASELINE)
     assert found["kind"] == "modified files" and "sglang_server.py" in found["detail"] and found["runs"] == [target]
 
 
@@ -48,7 +48,7 @@ def test_an_undeclared_environment_variable(demo_facts):
     facts = copy.deepcopy(facts)
     target = runs["run_id"][2]
     facts[target]["host_env"]["NCCL_P2P_DISABLE"] = "1"
-    [found] = analysis.confounds(runs, facts, BASELINE)
+    [found] = confounds.find(runs, facts, BASELINE)
     assert found["kind"] == "environment" and "NCCL_P2P_DISABLE" in found["detail"] and found["runs"] == [target]
 
 
@@ -57,15 +57,15 @@ def test_every_run_running_modified_code_is_a_warning_not_a_confound(demo_facts)
     facts = copy.deepcopy(facts)
     for f in facts.values():
         f["integrity"]["modified"] = ["launchlab/sim/sglang_server.py"]
-    assert analysis.confounds(runs, facts, BASELINE) == []
-    assert any("every run ran a modified" in n for n in analysis.provenance_notes(facts))
+    assert confounds.find(runs, facts, BASELINE) == []
+    assert any("every run ran a modified" in n for n in confounds.provenance_notes(facts))
 
 
 def test_a_baseline_that_is_not_reproducible(demo_facts):
     runs, facts = demo_facts
     runs = runs.copy()
     runs.loc[runs["run_id"] == runs["run_id"][0], "status"] = "ready"
-    kinds = [c["kind"] for c in analysis.confounds(runs, facts, BASELINE)]
+    kinds = [c["kind"] for c in confounds.find(runs, facts, BASELINE)]
     assert kinds == ["baseline"]
 
 
@@ -73,8 +73,8 @@ def test_hosts_that_are_not_balanced_over_the_variants(demo_facts):
     runs, facts = demo_facts
     runs = runs.copy()
     runs.loc[runs["run_id"] == runs["run_id"][0], "host"] = "other-box"
-    [found] = analysis.confounds(runs, facts, BASELINE)
+    [found] = confounds.find(runs, facts, BASELINE)
     assert found["kind"] == "host" and "other-box×1" in found["detail"]
     balanced = runs.copy()
     balanced["host"] = ["a"] * 4 + ["b"] * 4  # one replicate per host, as the plan spreads them
-    assert analysis.confounds(balanced, facts, BASELINE) == []
+    assert confounds.find(balanced, facts, BASELINE) == []

@@ -168,7 +168,7 @@ def test_a_leftover_process_holding_gpu_memory_before_a_run_is_a_confound(small_
 
     import pandas as pd
 
-    from launchlab import analysis
+    from launchlab import confounds
     from launchlab.sim import state
 
     path = small_params()
@@ -187,7 +187,7 @@ def test_a_leftover_process_holding_gpu_memory_before_a_run_is_a_confound(small_
     facts = {r.run_id: json.loads((outputs.run_folder(run_dir, r.run_id) / "provenance.json").read_text())
              for r in (first, second)}
     runs = pd.DataFrame([{"run_id": r.run_id, "variant": r.variant, "status": r.status} for r in (first, second)])
-    found = analysis.confounds(runs, facts, first.variant)
+    found = confounds.find(runs, facts, first.variant)
     gpu = [c for c in found if c["kind"] == "gpu state"]
     assert gpu and gpu[0]["runs"] == [second.run_id]
     assert f"pid {holder.pid}" in gpu[0]["detail"] and "GPU 0 3000 MiB" in gpu[0]["detail"]

@@ -1,48 +1,199 @@
-"""Comparisons of runs: pure DataFrame → DataFrame functions over the frames of a run directory."""
+"""Comparisons of runs: pure DataFrame → DataFrame functions over the frames of a run directory.
+
+Only valid observations count. A run that ended in a kit `error`, that was interrupted, or that the manifest
+lists but that never finished is not an observation of the server: it is excluded from every comparison,
+and counted and named instead. Comparisons are matched: a factor's levels are compared within strata (one
+combination of the other factors' levels at a time), and a stratum that has valid runs of one side only
+contributes nothing.
+"""
 
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 
 STATUSES = ("ready", "failed", "timeout", "degraded", "error")
+VALID_STATUSES = ("ready", "failed", "timeout", "degraded")  # what the server did; `error` is the kit's
 MEMORY_FIELDS = ("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib", "kv_tokens", "kv_gib",
                  "pool_end_avail_gib", "graph_mem_gib", "graph_end_avail_gib")
+MISSING, INTERRUPTED, KIT_ERROR = "missing", "interrupted", "kit error"
 
 
-def outcomes(runs: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
-    """One row per variant: how many runs ended in each status, and why the failed ones failed."""
+# ---------------------------------------------------------------------------------------------------------
+# Which runs are observations
+
+
+def observations(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
+    """Every planned run (finished or not) with `valid` and, for the others, `invalid_kind` (kit error,
+    interrupted, missing) and `invalid_detail`. planned: the manifest's runs ({run_id, variant, levels})."""
+    obs = runs.copy()
+    message = obs["failure_message"].fillna("").astype(str) if "failure_message" in obs else pd.Series("", obs.index)
+    obs["valid"] = obs["status"].isin(VALID_STATUSES)
+    obs["invalid_kind"] = None
+    obs.loc[~obs["valid"], "invalid_kind"] = KIT_ERROR
+    obs.loc[~obs["valid"] & message.str.startswith("interrupted"), "invalid_kind"] = INTERRUPTED
+    obs["invalid_detail"] = None
+    obs.loc[~obs["valid"], "invalid_detail"] = message[~obs["valid"]]
+    done = set(obs["run_id"])
+    missing = [p for p in (planned or []) if p["run_id"] not in done]
+    if missing:
+        extra = pd.DataFrame([{"run_id": p["run_id"], "variant": p["variant"], **{f: p["levels"].get(f) for f in factors},
+                               "status": None, "valid": False, "invalid_kind": MISSING,
+                               "invalid_detail": "listed in the manifest but it has no final status (the batch was "
+                                                 "interrupted or is still running)"} for p in missing])
+        order = {p["run_id"]: i for i, p in enumerate(planned)}
+        obs = pd.concat([obs, extra], ignore_index=True)
+        obs = obs.sort_values("run_id", key=lambda s: s.map(order).fillna(len(order))).reset_index(drop=True)
+    obs["valid"] = obs["valid"].astype(bool)
+    return obs
+
+
+def excluded(obs: pd.DataFrame) -> list[dict]:
+    """The runs that are not observations, with why."""
+    rows = obs[~obs["valid"]]
+    return [{"run_id": r.run_id, "variant": r.variant, "why": r.invalid_kind, "detail": r.invalid_detail or ""}
+            for r in rows.itertuples()]
+
+
+def _tally(rows: pd.DataFrame) -> str:
+    """'4 kit errors — the sampler could not start: …; 2 missing' for invalid runs."""
+    parts = []
+    for kind, group in rows.groupby("invalid_kind", sort=False):
+        n = len(group)
+        noun = {KIT_ERROR: "kit error", INTERRUPTED: "interrupted run", MISSING: "missing run"}[kind]
+        text = f"{n} {noun}{'s' if n != 1 else ''}"
+        if kind == KIT_ERROR:
+            common = group["invalid_detail"].fillna("").value_counts()
+            if len(common) and common.index[0]:
+                text += f" — {common.index[0][:200]}"
+        parts.append(text)
+    return "; ".join(parts) or "no runs planned"
+
+
+def _held(others: list[str], key: tuple) -> dict[str, str]:
+    return dict(zip(others, key, strict=True))
+
+
+def _label(held: dict[str, str]) -> str:
+    return ", ".join(f"{f}={lv}" for f, lv in held.items()) or "alone"
+
+
+def strata(obs: pd.DataFrame, factor: str, factors: list[str]) -> list[tuple[dict[str, str], pd.DataFrame]]:
+    """The planned combinations of the other factors' levels, each with its runs (valid or not)."""
+    others = [f for f in factors if f != factor]
+    if not others:
+        return [({}, obs)]
+    return [(_held(others, key if isinstance(key, tuple) else (key,)), group)
+            for key, group in obs.groupby(others, sort=False)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Outcomes
+
+
+def outcomes(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
+    """One row per variant: how many runs ended in each status (and were missing), and why the failed ones
+    failed. `outcome` counts ready runs among the valid ones."""
+    obs = observations(runs, factors, planned)
     rows = []
-    for variant, group in runs.groupby("variant", sort=False):
+    for variant, group in obs.groupby("variant", sort=False):
+        valid = group[group["valid"]]
         counts = group["status"].value_counts()
-        reasons = sorted({r for r in group["failure_reason"].dropna()})
+        reasons = sorted({r for r in group.get("failure_reason", pd.Series(dtype=object)).dropna()})
         row = {"variant": variant, **{f: group[f].iloc[0] for f in factors}, "n": len(group)}
         row.update({s: int(counts.get(s, 0)) for s in STATUSES})
-        row["outcome"] = f"{row['ready']}/{len(group)} ready"
+        row["missing"] = int((group["invalid_kind"] == MISSING).sum())
+        row["outcome"] = (f"{int((valid['status'] == 'ready').sum())}/{len(valid)} ready" if len(valid)
+                          else "no valid run")
         row["failure_reasons"] = ", ".join(reasons)
-        row["startup_s_mean"] = group["startup_s"].mean()
-        row["peak_mem_used_mib_max"] = group["peak_mem_used_mib"].max()
+        row["startup_s_mean"] = valid["startup_s"].mean() if len(valid) else math.nan
+        row["peak_mem_used_mib_max"] = valid["peak_mem_used_mib"].max() if len(valid) else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def outcome_deciders(runs: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
-    """For each factor: does changing only its level change the share of ready runs, the others held fixed?"""
+def _level_outcomes(group: pd.DataFrame, factor: str, levels: list[str]) -> dict[str, dict]:
+    out = {}
+    for level in levels:
+        runs = group[group[factor] == level]
+        valid = runs[runs["valid"]]
+        out[level] = {"planned": len(runs), "valid": len(valid), "ready": int((valid["status"] == "ready").sum()),
+                      "invalid": _tally(runs[~runs["valid"]]) if len(valid) < len(runs) else ""}
+    return out
+
+
+def decide(obs: pd.DataFrame, factor: str, factors: list[str]) -> dict:
+    """Whether changing only `factor` changes the share of ready runs, stratum by stratum.
+
+    status: `decides` (in every stratum), `decides_in_some` (in some, not in others where it was compared),
+    `neutral` (every level compared in every stratum, never a change), `undetermined` (no change seen, but
+    some level lacks valid runs somewhere, so it may decide there)."""
+    levels = list(dict.fromkeys(obs[factor]))
+    detail = []
+    for held, group in strata(obs, factor, factors):
+        present = [lv for lv in levels if (group[factor] == lv).any()]
+        per = _level_outcomes(group, factor, present)
+        compared = [lv for lv in present if per[lv]["valid"]]
+        rates = {lv: per[lv]["ready"] / per[lv]["valid"] for lv in compared}
+        changes = (len(set(rates.values())) > 1) if len(compared) >= 2 else None
+        detail.append({"held": held, "levels": per, "compared": compared, "changes": changes,
+                       "complete": len(compared) == len(present)})
+    changed = [s for s in detail if s["changes"]]
+    same = [s for s in detail if s["changes"] is False]
+    if changed and len(changed) == len(detail):
+        status = "decides"
+    elif changed:
+        status = "decides_in_some"
+    elif detail and all(s["changes"] is False and s["complete"] for s in detail):
+        status = "neutral"
+    else:
+        status = "undetermined"
+    where = [_label(s["held"]) for s in changed]
+    if status == "decides_in_some":
+        summary = f"{factor} decides the launch only at {', '.join(where)}"
+        if same:
+            summary += f" (not at {', '.join(_label(s['held']) for s in same)})"
+    elif status == "decides":
+        others = [f for f in detail[0]["held"]] if detail else []
+        summary = f"{factor} decides the launch" + (f" at every level of {', '.join(others)}" if len(detail) > 1 else "")
+    elif status == "neutral":
+        summary = f"{factor} does not change the launch outcome"
+    else:
+        summary = f"{factor} is undetermined: " + _undetermined_why(factor, detail)
+    return {"factor": factor, "status": status, "summary": summary, "strata": detail}
+
+
+def _undetermined_why(factor: str, detail: list[dict]) -> str:
+    reasons = []
+    for s in detail:
+        where = f" at {_label(s['held'])}" if s["held"] else ""
+        for level, per in s["levels"].items():
+            if per["valid"] == 0:
+                reasons.append(f"no valid runs of {factor}={level}{where}: {per['invalid']}")
+    if not reasons:
+        return "no comparison had both of its levels"
+    if any(s["changes"] is False for s in detail):
+        same = [_label(s["held"]) for s in detail if s["changes"] is False]
+        reasons.insert(0, f"it did not change the outcome where it was compared ({', '.join(same)}), but")
+    return "; ".join(reasons)
+
+
+def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
+    """For each factor: does changing only its level change the share of ready runs, the others held fixed?
+    `changes_launch_outcome` is True where it does in at least one stratum (see `status`)."""
+    obs = observations(runs, factors, planned)
     rows = []
     for factor in factors:
-        others = [f for f in factors if f != factor]
-        evidence, flips = [], False
-        groups = runs.groupby(others, sort=False) if others else [((), runs)]
-        for key, group in groups:
-            key = key if isinstance(key, tuple) else (key,)
-            rates = group.groupby(factor, sort=False)["status"].apply(lambda s: (s == "ready").sum() / len(s))
-            counts = group.groupby(factor, sort=False)["status"].apply(lambda s: f"{(s == 'ready').sum()}/{len(s)}")
-            if rates.nunique() > 1:
-                flips = True
-            held = ", ".join(f"{o}={k}" for o, k in zip(others, key, strict=True)) or "alone"
-            levels = "; ".join(f"{lv}: {c} ready" for lv, c in counts.items())
-            evidence.append(f"[{held}] {levels}")
-        rows.append({"factor": factor, "changes_launch_outcome": flips, "evidence": " | ".join(evidence)})
-    return pd.DataFrame(rows, columns=["factor", "changes_launch_outcome", "evidence"])
+        d = decide(obs, factor, factors)
+        evidence = []
+        for s in d["strata"]:
+            levels = "; ".join(f"{lv}: {p['ready']}/{p['valid']} ready" + (f" ({p['invalid']})" if p["invalid"] else "")
+                               for lv, p in s["levels"].items())
+            evidence.append(f"[{_label(s['held'])}] {levels}")
+        rows.append({"factor": factor, "changes_launch_outcome": d["status"] in ("decides", "decides_in_some"),
+                     "status": d["status"], "summary": d["summary"], "evidence": " | ".join(evidence)})
+    return pd.DataFrame(rows, columns=["factor", "changes_launch_outcome", "status", "summary", "evidence"])
 
 
 def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...] = MEMORY_FIELDS) -> pd.DataFrame:
@@ -75,21 +226,13 @@ def rank_memory(events: pd.DataFrame, runs: pd.DataFrame, tolerance: float = 0.0
     return pd.DataFrame(rows, columns=keep)
 
 
-def metric_summary(events: pd.DataFrame, runs: pd.DataFrame, field: str, rank: str = "0") -> pd.DataFrame:
-    """mean ± sd, min … max and n of one logged metric per variant (one value per run, from one rank)."""
-    sel = events[(events["field"] == field) & (events["rank"] == rank)].groupby("run_id")["value"].last()
-    data = runs[["run_id", "variant"]].merge(sel.rename(field), left_on="run_id", right_index=True, how="left")
-    out = data.groupby("variant", sort=False)[field].agg(["count", "mean", "std", "min", "max"])
-    return out.rename(columns={"count": "n"}).reset_index()
-
-
 def failures(runs: pd.DataFrame) -> pd.DataFrame:
     cols = ["run_id", "variant", "status", "failure_reason", "failure_phase", "failure_message"]
     return runs.loc[runs["status"] != "ready", cols].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Effects against the baseline, hyperfine-style
+# Effects against the baseline, hyperfine-style, matched within strata
 
 EFFECT_METRICS = ("weights_mem_gib", "kv_tokens", "kv_gib", "graph_mem_gib", "peak_mem_used_mib", "startup_s")
 SMALL_N = 3
@@ -107,65 +250,75 @@ def run_metrics(runs: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _summary(values: pd.Series) -> dict:
-    values = values.dropna()
-    return {"n": int(len(values)), "mean": values.mean() if len(values) else None,
-            "sd": values.std() if len(values) > 1 else None,
-            "min": values.min() if len(values) else None, "max": values.max() if len(values) else None}
+def _pooled_sd(groups: list[pd.Series]) -> float | None:
+    """The within-stratum sd: strata differ on purpose (another factor's level), so their means are not noise."""
+    dof = sum(len(g) - 1 for g in groups)
+    if dof <= 0:
+        return None
+    return math.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / dof)
 
 
-def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str]) -> list[dict]:
-    """For each factor level other than the baseline's: its runs against the runs that differ from them only in
-    that factor (set to the baseline's level), pooled over the levels of the other factors."""
-    metrics = run_metrics(runs, events)
-    table = runs.set_index("run_id")[factors].join(metrics)
+def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
+                   planned: list[dict] | None = None) -> list[dict]:
+    """For each factor level other than the baseline's and each metric: the level's valid runs against the
+    valid runs at the baseline level, within each stratum (the other factors held at one combination) where
+    both sides have a value. Per-stratum differences are combined by their unweighted mean; `mean` and
+    `baseline_mean` are the means of the per-stratum means, `n` / `baseline_n` count the values compared,
+    `sd` is the within-stratum (pooled) sd of the level's values."""
+    obs = observations(runs, factors, planned)
+    valid = obs[obs["valid"]]
+    table = valid.set_index("run_id")[factors].join(run_metrics(valid, events))
     effects = []
     for factor in factors:
         others = [f for f in factors if f != factor]
-        for level in table[factor].drop_duplicates():
+        for level in dict.fromkeys(obs[factor]):
             if level == baseline[factor]:
                 continue
-            treated, control = [], []
-            keys = table[table[factor] == level][others].drop_duplicates().itertuples(index=False) if others else [()]
-            for key in keys:
-                same = (table[others] == pd.Series(dict(zip(others, key, strict=True)))).all(axis=1) if others else True
-                treated.append(table[same & (table[factor] == level)])
-                control.append(table[same & (table[factor] == baseline[factor])])
-            treated_rows, control_rows = pd.concat(treated), pd.concat(control)
             for metric in EFFECT_METRICS:
-                t, c = _summary(treated_rows[metric]), _summary(control_rows[metric])
-                if t["n"] == 0 or c["n"] == 0:
-                    continue
-                diff = t["mean"] - c["mean"]
-                effects.append({"factor": factor, "level": level, "baseline_level": baseline[factor], "metric": metric,
-                                **t, "baseline_n": c["n"], "baseline_mean": c["mean"], "diff": diff,
-                                "ratio": t["mean"] / c["mean"] if c["mean"] else None})
+                effect = _matched(table, factor, level, baseline[factor], others, metric)
+                if effect is not None:
+                    effects.append(effect)
     return effects
 
 
-def variant_effects(runs: pd.DataFrame, events: pd.DataFrame, baseline_variant: str) -> pd.DataFrame:
-    """Per variant and metric: mean ± sd, min … max, n, and the difference and ratio to the baseline variant."""
-    metrics = run_metrics(runs, events)
-    base = metrics[metrics["variant"] == baseline_variant]
-    rows = []
-    for variant, group in metrics.groupby("variant", sort=False):
-        for metric in EFFECT_METRICS:
-            s, b = _summary(group[metric]), _summary(base[metric])
-            if s["n"] == 0:
-                continue
-            rows.append({"variant": variant, "metric": metric, **s, "baseline_mean": b["mean"],
-                         "diff": None if b["mean"] is None else s["mean"] - b["mean"],
-                         "ratio": None if not b["mean"] else s["mean"] / b["mean"]})
-    return pd.DataFrame(rows)
+def _matched(table: pd.DataFrame, factor: str, level: str, base: str, others: list[str], metric: str) -> dict | None:
+    groups = table.groupby(others, sort=False) if others else [((), table)]
+    used = []
+    for key, group in groups:
+        t = group.loc[group[factor] == level, metric].dropna()
+        c = group.loc[group[factor] == base, metric].dropna()
+        if len(t) and len(c):
+            held = _held(others, key if isinstance(key, tuple) else (key,))
+            used.append((held, t, c))
+    if not used:
+        return None
+    mean = sum(t.mean() for _, t, _ in used) / len(used)
+    base_mean = sum(c.mean() for _, _, c in used) / len(used)
+    diffs = [t.mean() - c.mean() for _, t, c in used]
+    values = pd.concat([t for _, t, _ in used])
+    return {"factor": factor, "level": level, "baseline_level": base, "metric": metric,
+            "n": int(len(values)), "mean": mean, "sd": _pooled_sd([t for _, t, _ in used]),
+            "min": values.min(), "max": values.max(),
+            "baseline_n": int(sum(len(c) for _, _, c in used)), "baseline_mean": base_mean,
+            "baseline_sd": _pooled_sd([c for _, _, c in used]),
+            "diff": mean - base_mean, "ratio": mean / base_mean if base_mean else None,
+            "strata": [_label(h) for h, _, _ in used],
+            "stratum_diffs": [{"stratum": _label(h), "n": int(len(t)), "baseline_n": int(len(c)),
+                               "diff": float(t.mean() - c.mean())} for h, t, c in used],
+            "signs_disagree": any(d > 0 for d in diffs) and any(d < 0 for d in diffs)}
 
 
 def effect_warnings(effects: list[dict]) -> list[str]:
-    """What to do when n is too small or the spread too large to trust a difference (one line per level)."""
+    """What to do when n is too small, the spread too large, or strata disagree (one line per level)."""
     small: dict[str, tuple[int, list[str]]] = {}
     warnings = []
     for e in effects:
         where = f"{e['factor']}={e['level']} vs {e['baseline_level']}"
         n = min(e["n"], e["baseline_n"])
+        if e.get("signs_disagree"):
+            parts = ", ".join(f"{d['diff']:+,.4g} at {d['stratum']}" for d in e["stratum_diffs"])
+            warnings.append(f"{where}, {e['metric']}: the effect changes sign between strata ({parts}); it depends "
+                            "on the other factors — read it per stratum, not as one number")
         if n < SMALL_N:
             small.setdefault(where, (n, []))[1].append(e["metric"])
         elif e["sd"] and e["mean"] and e["sd"] / abs(e["mean"]) > LARGE_SPREAD:
@@ -175,141 +328,3 @@ def effect_warnings(effects: list[dict]) -> list[str]:
         warnings.append(f"{where}: only n={n} runs per side ({', '.join(metrics)}); too few to tell a small "
                         f"difference from run-to-run noise — raise `repetitions:` to {SMALL_N} or more")
     return sorted(warnings)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Confounds: what differs between runs besides the declared factors
-
-VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHLVL", "_", "LAUNCHLAB_RUN_ID",
-                "JPY_PARENT_PID", "PYDEVD_USE_FRAME_EVAL", "TERM", "COLUMNS", "LINES"}
-
-
-def _differs(values: dict[str, object]) -> dict[object, list[str]] | None:
-    """Group run ids by value; None when every run has the same value."""
-    groups: dict[object, list[str]] = {}
-    for run_id, value in values.items():
-        groups.setdefault(json_key(value), []).append(run_id)
-    return groups if len(groups) > 1 else None
-
-
-def json_key(value: object) -> object:
-    import json
-
-    return value if isinstance(value, (str, int, float, type(None))) else json.dumps(value, sort_keys=True)
-
-
-def confounds(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tolerance_mib: float = 256) -> list[dict]:
-    """Every difference between runs that the design did not declare, with the runs it touches."""
-    found: list[dict] = []
-
-    def add(kind: str, detail: str, run_ids: list[str]) -> None:
-        found.append({"kind": kind, "detail": detail, "runs": sorted(run_ids)})
-
-    ids = [r for r in runs["run_id"] if r in facts]
-    host_facts = {r: facts[r].get("host_facts") or {} for r in ids}
-    for key, label in (("driver", "driver version"), ("cuda", "CUDA version"), ("os", "operating system"),
-                       ("kernel", "kernel")):
-        if groups := _differs({r: host_facts[r].get(key) for r in ids}):
-            add("host", f"{label} differs: " + "; ".join(f"{v}: {', '.join(rs)}" for v, rs in groups.items()),
-                [r for rs in list(groups.values())[1:] for r in rs])
-    interp = {r: facts[r].get("interpreter") or {} for r in ids}
-    if groups := _differs({r: interp[r].get("python") for r in ids}):
-        add("versions", "Python differs: " + "; ".join(f"{v}: {', '.join(rs)}" for v, rs in groups.items()),
-            [r for rs in list(groups.values())[1:] for r in rs])
-    packages = sorted({p for r in ids for p in (interp[r].get("packages") or {})})
-    for package in packages:
-        if groups := _differs({r: (interp[r].get("packages") or {}).get(package) for r in ids}):
-            add("versions", f"package {package} differs: " + "; ".join(f"{v}: {', '.join(rs)}" for v, rs in groups.items()),
-                [r for rs in list(groups.values())[1:] for r in rs])
-    def changed(r: str) -> list[str]:
-        integrity = facts[r].get("integrity") or {}
-        return sorted((integrity.get("modified") or []) + (integrity.get("added") or []))
-
-    # patches declared as a factor level change files on purpose: those runs are compared by the factor
-    unpatched = [r for r in ids if not facts[r].get("patched")]
-    if groups := _differs({r: changed(r) for r in unpatched}):
-        for rs in groups.values():
-            files = changed(rs[0])
-            if files:
-                add("modified files", f"installed files differ from the release in runs {', '.join(rs)} only: "
-                    f"{', '.join(files[:5])}{' …' if len(files) > 5 else ''}", rs)
-    if groups := _differs({r: (facts[r].get("integrity") or {}).get("git_dirty") for r in ids}):
-        add("modified files", "the server's git checkout had uncommitted changes in some runs only: "
-            + "; ".join(f"dirty={v}: {', '.join(rs)}" for v, rs in groups.items()),
-            [r for rs in list(groups.values())[1:] for r in rs])
-    if groups := _differs({r: (facts[r].get("integrity") or {}).get("git_commit") for r in ids}):
-        add("versions", "git commit of the server differs: " + "; ".join(f"{v}: {', '.join(rs)}" for v, rs in groups.items()),
-            [r for rs in list(groups.values())[1:] for r in rs])
-    env_names = sorted({k for r in ids for k in (facts[r].get("host_env") or {})} - VOLATILE_ENV)
-    for name in env_names:
-        if groups := _differs({r: (facts[r].get("host_env") or {}).get(name) for r in ids}):
-            add("environment", f"undeclared environment variable {name} differs between runs: "
-                + "; ".join(f"{v!r}: {', '.join(rs)}" for v, rs in groups.items()),
-                [r for rs in list(groups.values())[1:] for r in rs])
-    for r in ids:
-        pre = facts[r].get("preflight") or {}
-        busy = [g for g in pre.get("gpus", []) if (g.get("mem_used_mib") or 0) > tolerance_mib]
-        apps = pre.get("compute_apps") or []
-        if busy or apps:
-            what = ", ".join(f"GPU {g['index']} {g['mem_used_mib']:.0f} MiB" for g in busy)
-            procs = ", ".join(f"pid {a['pid']} ({a['process_name']})" for a in apps)
-            add("gpu state", f"before run {r} the GPUs were not idle: {what}{'; ' if what and procs else ''}{procs}", [r])
-    if "host" in runs and runs["host"].nunique() > 1:
-        per_variant = runs.groupby("variant")["host"].apply(lambda h: tuple(sorted(h.value_counts().items())))
-        if per_variant.nunique() > 1:
-            add("host", "the hosts are not balanced over the variants: "
-                + "; ".join(f"{v}: {', '.join(f'{h}×{n}' for h, n in c)}" for v, c in per_variant.items()),
-                list(runs["run_id"]))
-    base = runs[runs["variant"] == baseline_variant]
-    if base["status"].nunique() > 1:
-        add("baseline", f"the baseline ({baseline_variant}) is not reproducible: "
-            + ", ".join(f"{r}: {s}" for r, s in zip(base["run_id"], base["status"], strict=True)), list(base["run_id"]))
-    return found
-
-
-def _number(value):
-    """numpy scalars → Python numbers, NaN → None (for JSON)."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and value != value:
-        return None
-    return value
-
-
-def provenance_notes(facts: dict[str, dict]) -> list[str]:
-    """What is the same in every run but worth saying: all runs ran modified or uncommitted code."""
-    notes = []
-    ids = list(facts)
-    if not ids:
-        return notes
-    first = facts[ids[0]].get("integrity") or {}
-    files = sorted((first.get("modified") or []) + (first.get("added") or []))
-    if files and all(not facts[r].get("patched") for r in ids):
-        notes.append(f"every run ran a modified {first.get('package')} ({', '.join(files[:5])}): the results describe "
-                     "that code, not the release")
-    if all((facts[r].get("integrity") or {}).get("git_dirty") for r in ids):
-        notes.append(f"every run ran {first.get('package')} from a git checkout with uncommitted changes "
-                     f"({(first.get('git_commit') or '')[:12]}): commit them to make the experiment repeatable")
-    return notes
-
-
-def verdict(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
-            baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256) -> dict:
-    """The machine-readable conclusion of an experiment (verdict.json)."""
-    deciders = outcome_deciders(runs, factors)
-    effects = factor_effects(runs, events, factors, baseline)
-    found = confounds(runs, facts, baseline_variant, tolerance_mib)
-    warnings = provenance_notes(facts) + effect_warnings(effects)
-    if found:
-        warnings.insert(0, f"{len(found)} confound(s): the comparison is not controlled — see `confounds`")
-    return {
-        "controlled": not found,
-        "baseline": baseline_variant,
-        "outcome_factors": [d.factor for d in deciders.itertuples() if d.changes_launch_outcome],
-        "neutral_factors": [d.factor for d in deciders.itertuples() if not d.changes_launch_outcome],
-        "confounds": found,
-        "effects": [{k: _number(e[k]) for k in ("factor", "level", "metric", "n", "mean", "sd", "baseline_mean", "diff",
-                                                 "ratio")} for e in effects],
-        "budget": budget_rows,
-        "warnings": warnings,
-    }

@@ -55,11 +55,14 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         row.update({f: status["levels"].get(f) for f in exp.factors})
         run_rows.append(row)
         t0 = _started(status)
+        summary: dict | None = None
+        peaks: list[float] = []
         for node in range(max(1, len(status.get("nodes") or []))):
             suffix = "" if node == 0 else f".node{node}"
             log, csv = folder / f"server{suffix}.log", folder / f"nvidia-smi{suffix}.csv"
             if log.exists():  # TP ranks are global across nodes, so events of every node share one frame
                 parsed = logparse.parse_file(log, exp.server.kind, rules)
+                summary = _merge_parsed(summary, parsed.to_json())
                 event_frames.append(pd.DataFrame(
                     [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
                       "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events],
@@ -68,6 +71,12 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
                 samples = telemetry.tidy(telemetry.read_query_csv(csv), run_id, t0)
                 samples.insert(2, "node", node)
                 telemetry_frames.append(samples)
+                if samples["mem_used_mib"].notna().any():
+                    peaks.append(float(samples["mem_used_mib"].max()))
+        # from the samples, like every derived figure: no sample is no peak (NaN), never 0
+        row["peak_mem_used_mib"] = max(peaks) if peaks else None
+        if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
+            outputs.write_json(folder / outputs.PARSED, summary)
     runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + list(exp.factors))
     for col in ("startup_s", "peak_mem_used_mib"):
         runs[col] = pd.to_numeric(runs[col])
@@ -75,6 +84,18 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
     events["t_s"] = pd.to_numeric(events["t_s"])
     events["value"] = pd.to_numeric(events["value"])
     return Frames(runs, events, _concat(telemetry_frames, TELEMETRY_COLUMNS))
+
+
+def _merge_parsed(first: dict | None, more: dict) -> dict:
+    """parsed.json of a run: node 0's log, with the per-rank facts of the other nodes' logs added (TP ranks are
+    global across nodes)."""
+    if first is None:
+        return more
+    for key in ("ranks", "custom_ar"):
+        first.setdefault(key, {})
+        for rank, value in (more.get(key) or {}).items():
+            first[key].setdefault(rank, value)
+    return first
 
 
 def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:

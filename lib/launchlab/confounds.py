@@ -1,0 +1,163 @@
+"""Confounds: what differs between runs besides the declared factors, from each run's provenance.
+
+Each check is a small function of (runs, facts) that returns what it found as `{kind, detail, runs}`;
+`find` runs them all. `facts` is provenance.json of each run, by run id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pandas as pd
+
+VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHLVL", "_", "LAUNCHLAB_RUN_ID",
+                "JPY_PARENT_PID", "PYDEVD_USE_FRAME_EVAL", "TERM", "COLUMNS", "LINES"}
+HOST_FACTS = (("driver", "driver version"), ("cuda", "CUDA version"), ("os", "operating system"), ("kernel", "kernel"))
+VALID_STATUSES = ("ready", "failed", "timeout", "degraded")
+
+
+def _key(value: object) -> object:
+    """A hashable stand-in for a fact's value (lists and dicts as sorted JSON)."""
+    return value if isinstance(value, (str, int, float, type(None))) else json.dumps(value, sort_keys=True)
+
+
+def _groups(values: dict[str, object]) -> dict[object, list[str]] | None:
+    """Run ids grouped by value; None when every run has the same value."""
+    groups: dict[object, list[str]] = {}
+    for run_id, value in values.items():
+        groups.setdefault(_key(value), []).append(run_id)
+    return groups if len(groups) > 1 else None
+
+
+def _differs(kind: str, label: str, values: dict[str, object]) -> list[dict]:
+    """One confound when the runs disagree on a fact: every value with its runs; the runs of all but the
+    first value are the ones touched."""
+    groups = _groups(values)
+    if groups is None:
+        return []
+    detail = f"{label} differs: " + "; ".join(f"{v}: {', '.join(rs)}" for v, rs in groups.items())
+    return [{"kind": kind, "detail": detail, "runs": sorted(r for rs in list(groups.values())[1:] for r in rs)}]
+
+
+def _of(facts: dict, *path: str) -> object:
+    for key in path:
+        facts = (facts or {}).get(key)
+    return facts
+
+
+def host_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    return [c for key, label in HOST_FACTS for c in _differs("host", label, {r: _of(facts[r], "host_facts", key)
+                                                                          for r in ids})]
+
+
+def version_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    found = _differs("versions", "Python", {r: _of(facts[r], "interpreter", "python") for r in ids})
+    packages = sorted({p for r in ids for p in (_of(facts[r], "interpreter", "packages") or {})})
+    for package in packages:
+        found += _differs("versions", f"package {package}",
+                          {r: (_of(facts[r], "interpreter", "packages") or {}).get(package) for r in ids})
+    found += _differs("versions", "git commit of the server", {r: _of(facts[r], "integrity", "git_commit") for r in ids})
+    return found
+
+
+def _changed_files(facts: dict) -> list[str]:
+    integrity = facts.get("integrity") or {}
+    return sorted((integrity.get("modified") or []) + (integrity.get("added") or []))
+
+
+def file_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """Installed files that differ from the release in some runs only (patches declared as a factor level
+    change files on purpose: those runs are compared by the factor), and a git checkout dirty in some."""
+    found = []
+    unpatched = [r for r in ids if not facts[r].get("patched")]
+    for rs in (_groups({r: _changed_files(facts[r]) for r in unpatched}) or {}).values():
+        files = _changed_files(facts[rs[0]])
+        if files:
+            found.append({"kind": "modified files", "runs": sorted(rs),
+                          "detail": f"installed files differ from the release in runs {', '.join(rs)} only: "
+                                    f"{', '.join(files[:5])}{' …' if len(files) > 5 else ''}"})
+    dirty = _groups({r: _of(facts[r], "integrity", "git_dirty") for r in ids})
+    if dirty:
+        found.append({"kind": "modified files", "runs": sorted(r for rs in list(dirty.values())[1:] for r in rs),
+                      "detail": "the server's git checkout had uncommitted changes in some runs only: "
+                                + "; ".join(f"dirty={v}: {', '.join(rs)}" for v, rs in dirty.items())})
+    return found
+
+
+def env_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    names = sorted({k for r in ids for k in (facts[r].get("host_env") or {})} - VOLATILE_ENV)
+    found = []
+    for name in names:
+        groups = _groups({r: (facts[r].get("host_env") or {}).get(name) for r in ids})
+        if groups:
+            found.append({"kind": "environment", "runs": sorted(r for rs in list(groups.values())[1:] for r in rs),
+                          "detail": f"undeclared environment variable {name} differs between runs: "
+                                    + "; ".join(f"{v!r}: {', '.join(rs)}" for v, rs in groups.items())})
+    return found
+
+
+def busy_gpus(ids: list[str], facts: dict[str, dict], tolerance_mib: float) -> list[dict]:
+    found = []
+    for r in ids:
+        pre = facts[r].get("preflight") or {}
+        busy = [g for g in pre.get("gpus", []) if (g.get("mem_used_mib") or 0) > tolerance_mib]
+        apps = pre.get("compute_apps") or []
+        if busy or apps:
+            what = ", ".join(f"GPU {g['index']} {g['mem_used_mib']:.0f} MiB" for g in busy)
+            procs = ", ".join(f"pid {a['pid']} ({a['process_name']})" for a in apps)
+            found.append({"kind": "gpu state", "runs": [r],
+                          "detail": f"before run {r} the GPUs were not idle: {what}{'; ' if what and procs else ''}{procs}"})
+    return found
+
+
+def unbalanced_hosts(runs: pd.DataFrame) -> list[dict]:
+    if "host" not in runs or runs["host"].nunique() <= 1:
+        return []
+    per_variant = runs.groupby("variant")["host"].apply(lambda h: tuple(sorted(h.value_counts().items())))
+    if per_variant.nunique() <= 1:
+        return []
+    return [{"kind": "host", "runs": sorted(runs["run_id"]), "detail": "the hosts are not balanced over the variants: "
+             + "; ".join(f"{v}: {', '.join(f'{h}×{n}' for h, n in c)}" for v, c in per_variant.items())}]
+
+
+def unreproducible_baseline(runs: pd.DataFrame, baseline_variant: str) -> list[dict]:
+    """Valid baseline runs that disagree on the outcome (a kit error says nothing about the server)."""
+    base = runs[(runs["variant"] == baseline_variant) & runs["status"].isin(VALID_STATUSES)]
+    if base["status"].nunique() <= 1:
+        return []
+    return [{"kind": "baseline", "runs": sorted(base["run_id"]),
+             "detail": f"the baseline ({baseline_variant}) is not reproducible: "
+                       + ", ".join(f"{r}: {s}" for r, s in zip(base["run_id"], base["status"], strict=True))}]
+
+
+Check = Callable[[list[str], dict[str, dict]], list[dict]]
+
+
+def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tolerance_mib: float = 256) -> list[dict]:
+    """Every difference between runs that the design did not declare, with the runs it touches."""
+    ids = [r for r in runs["run_id"] if r in facts]
+    found: list[dict] = []
+    for check in (host_differences, version_differences, file_differences, env_differences):
+        found += check(ids, facts)
+    found += busy_gpus(ids, facts, tolerance_mib)
+    found += unbalanced_hosts(runs)
+    found += unreproducible_baseline(runs, baseline_variant)
+    return found
+
+
+def provenance_notes(facts: dict[str, dict]) -> list[str]:
+    """What is the same in every run but worth saying: all runs ran modified or uncommitted code."""
+    ids = list(facts)
+    if not ids:
+        return []
+    notes = []
+    first = facts[ids[0]].get("integrity") or {}
+    files = _changed_files(facts[ids[0]])
+    if files and all(not facts[r].get("patched") for r in ids):
+        notes.append(f"every run ran a modified {first.get('package')} ({', '.join(files[:5])}): the results describe "
+                     "that code, not the release")
+    if all(_of(facts[r], "integrity", "git_dirty") for r in ids):
+        notes.append(f"every run ran {first.get('package')} from a git checkout with uncommitted changes "
+                     f"({(first.get('git_commit') or '')[:12]}): commit them to make the experiment repeatable")
+    return notes
