@@ -254,14 +254,22 @@ def _done(folder: Path) -> bool:
         return False
 
 
+def _verdict_line(verdict: dict) -> str:
+    """The verdict in one line, inconclusive first."""
+    if not verdict["conclusive"]:
+        return f"INCONCLUSIVE: {verdict['inconclusive_reasons'][0]}"
+    control = "controlled" if verdict["controlled"] else "NOT controlled"
+    decides = ", ".join(verdict["outcome_factors"]) or "no factor"
+    return f"{control}; decides the launch: {decides}"
+
+
 def report(run_dir: Path, say: Say = _stderr) -> Path:
     """Rebuild the frames from the raw files, execute summary.ipynb and export summary.html."""
     run_dir = outputs.check_run_dir(run_dir)
     exp = params.load(run_dir / outputs.EXPERIMENT_FILE)
     frames.write(run_dir, frames.build(run_dir, exp))
     verdict = report_md.write(run_dir)
-    say(f"launchlab: frames, verdict.json and report.md written ({'controlled' if verdict['controlled'] else 'NOT controlled'}; "
-        f"decides the launch: {', '.join(verdict['outcome_factors']) or 'nothing'}); rendering the summary")
+    say(f"launchlab: frames, verdict.json and report.md written ({_verdict_line(verdict)}); rendering the summary")
     nb = run_dir / outputs.SUMMARY_NOTEBOOK
     try:
         _papermill("summary.ipynb", nb, {"run_dir": str(run_dir)})

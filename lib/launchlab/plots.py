@@ -88,7 +88,9 @@ def memory_budget(rank_memory: pd.DataFrame, card_gib: float | None) -> plt.Figu
 
 
 def outcome_grid(runs: pd.DataFrame, factors: list[str]) -> plt.Figure | None:
-    """Ready runs out of all, for every combination of two factors (None unless the design has two)."""
+    """Ready runs out of the valid ones, for every combination of two factors (None unless the design has two).
+    runs: every planned run; a `valid` column (analysis.observations) marks the observations, and a cell
+    without any says so instead of showing a share."""
     if len(factors) != 2:
         return None
     rows, cols = (list(runs[f].drop_duplicates()) for f in factors)
@@ -97,9 +99,12 @@ def outcome_grid(runs: pd.DataFrame, factors: list[str]) -> plt.Figure | None:
     for i, a in enumerate(rows):
         for j, b in enumerate(cols):
             cell = runs[(runs[factors[0]] == a) & (runs[factors[1]] == b)]
-            k, n = int((cell["status"] == "ready").sum()), len(cell)
+            valid = cell[cell["valid"]] if "valid" in cell else cell
+            k, n = int((valid["status"] == "ready").sum()), len(valid)
             share[i][j] = k / n if n else float("nan")
-            ax.text(j, i, f"{k}/{n} ready", ha="center", va="center", fontsize=10)
+            left = len(cell) - n
+            label = f"{k}/{n} ready" if n else "no valid run"
+            ax.text(j, i, label + (f"\n({left} excluded)" if left else ""), ha="center", va="center", fontsize=9)
     ax.imshow(share, cmap="RdYlGn", vmin=0, vmax=1)
     ax.set_xticks(range(len(cols)), [f"{factors[1]}={c}" for c in cols])
     ax.set_yticks(range(len(rows)), [f"{factors[0]}={r}" for r in rows])

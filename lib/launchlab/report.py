@@ -4,15 +4,19 @@ reader needs it — verdict, design, confounds, outcomes, effects, budget, timel
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
-from IPython.display import Markdown
+from IPython.display import HTML, Markdown
 from pandas.io.formats.style import Styler
 
-from launchlab import analysis, budget, frames, outputs, params, plots
+from launchlab import analysis, budget, frames, levelchecks, outputs, params, plots, verdict
+from launchlab.escaping import html_text, md, md_block, md_code
+from launchlab.lifecycle import SECRET_NAME
 
 VERDICT = "verdict.json"
 REPORT_MD = "report.md"
@@ -33,28 +37,58 @@ class Report:
     def baseline_levels(self) -> dict[str, str]:
         return params.baseline_variant(self.exp).levels
 
-    @cached_property
-    def facts(self) -> dict[str, dict]:
-        """provenance.json of every finished run, by run id."""
+    @property
+    def planned(self) -> list[dict]:
+        """The manifest's runs: every run the plan asked for, finished or not."""
+        return self.manifest.get("runs") or []
+
+    def _per_run(self, name: str) -> dict[str, dict]:
         out = {}
         for run_id in self.frames.runs["run_id"]:
-            path = outputs.run_folder(self.run_dir, run_id) / outputs.PROVENANCE
+            path = outputs.run_folder(self.run_dir, run_id) / name
             if path.exists():
                 out[run_id] = outputs.read_json(path)
         return out
 
     @cached_property
+    def facts(self) -> dict[str, dict]:
+        """provenance.json of every finished run, by run id."""
+        return self._per_run(outputs.PROVENANCE)
+
+    @cached_property
+    def parsed(self) -> dict[str, dict]:
+        """parsed.json (what the server's log says) of every finished run, by run id."""
+        return self._per_run(outputs.PARSED)
+
+    @cached_property
+    def observations(self) -> pd.DataFrame:
+        return analysis.observations(self.frames.runs, self.factors, self.planned)
+
+    @cached_property
+    def valid_runs(self) -> pd.DataFrame:
+        """The finished runs that are observations of the server (not kit errors or interrupted runs)."""
+        valid = set(self.observations.loc[self.observations["valid"], "run_id"])
+        return self.frames.runs[self.frames.runs["run_id"].isin(valid)]
+
+    @cached_property
     def budget(self) -> pd.DataFrame:
         f = self.frames
         if self.exp.server.kind == "vllm":
-            return budget.vllm_budget(f.events, f.runs)
-        return budget.sglang_budget(f.events, f.runs, f.telemetry)
+            return budget.vllm_budget(f.events, self.valid_runs)
+        return budget.sglang_budget(f.events, self.valid_runs, f.telemetry)
+
+    @cached_property
+    def level_checks(self) -> list[dict]:
+        runs = [{"run_id": r, "levels": {f: self.frames.runs.loc[i, f] for f in self.factors}}
+                for i, r in self.frames.runs["run_id"].items()]
+        return levelchecks.level_checks(self.exp, runs, self.parsed)
 
     @cached_property
     def verdict(self) -> dict:
         rows = [{k: _plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
-        return analysis.verdict(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
-                                self.manifest["baseline"], self.facts, rows, self.exp.drain.tolerance_mib)
+        return verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
+                             self.manifest["baseline"], self.facts, rows, self.exp.drain.tolerance_mib,
+                             self.planned, self.level_checks)
 
     # -- sections ---------------------------------------------------------------------------------------
 
@@ -63,52 +97,89 @@ class Report:
         sim = ("\n\n> **SIMULATED host.** The GPUs, nvidia-smi and the SGLang server of this experiment are "
                "simulated by launchlab (real processes, simulated memory). Use it to learn the kit, "
                "not as evidence about a real server.") if self.exp.simulated else ""
-        return Markdown(f"# {self.exp.experiment}\n\n**Question:** {self.exp.question or '(none given)'}{sim}\n\n"
-                        f"{len(runs)} of {len(self.manifest['run_ids'])} planned runs finished · run directory "
-                        f"`{self.run_dir.name}`")
+        finished = f"{len(runs)} of {len(self.manifest['run_ids'])} planned runs finished"
+        return Markdown(f"# {md(self.exp.experiment)}\n\n**Question:** {md(self.exp.question or '(none given)')}{sim}"
+                        f"\n\n{finished} · run directory {md_code(self.run_dir.name)}")
 
     def verdict_text(self) -> Markdown:
-        return Markdown(verdict_markdown(self.verdict, self.budget_summary()))
+        return Markdown(verdict.markdown(self.verdict, self.budget_summary()))
 
     def design(self) -> Markdown:
-        factors = "\n".join(f"- `{f}`: {', '.join(f'`{lv}`' for lv in levels)}"
+        factors = "\n".join(f"- {md_code(f)}: {', '.join(md_code(lv) for lv in levels)}"
                             for f, levels in self.manifest["factors"].items()) or "- none"
         order = " → ".join(self.manifest["run_ids"][: len(self.manifest["run_ids"]) // max(1, self.exp.repetitions)])
-        return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {self.manifest['baseline']} · "
-                        f"**repetitions:** {self.exp.repetitions}, interleaved (one round: {order}) · "
-                        f"**host(s):** {', '.join(self.manifest.get('hosts') or [self.manifest['host']])}")
+        hosts = self.manifest.get("hosts") or [self.manifest["host"]]
+        return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {md(self.manifest['baseline'])} · "
+                        f"**repetitions:** {self.exp.repetitions}, interleaved (one round: {md(order)}) · "
+                        f"**host(s):** {md(', '.join(hosts))}")
+
+    def level_checks_table(self) -> Styler:
+        checks = self.verdict["level_checks"]
+        if not checks:
+            return _table(pd.DataFrame({"note": ["no level sets a flag the server's log records, and no factor is "
+                                                 "about custom all-reduce: nothing to check"]}))
+        frame = pd.DataFrame([{"factor": c["factor"], "level": c["level"], "check": c["check"],
+                               "confirmed": len(c["runs_confirmed"]), "contradicted": len(c["runs_contradicted"]),
+                               "not shown": len(c["runs_unknown"]), "detail": c["detail"]} for c in checks])
+        return _table(frame)
+
+    def commands(self) -> HTML:
+        """Each variant's command, and its environment and patches where they differ from the baseline's."""
+        base = params.baseline_variant(self.exp)
+        base_env = {**self.exp.server.env, **base.env}
+        parts = []
+        for variant in params.expand(self.exp):
+            argv = params.apply_flags(list(self.exp.server.command), variant.flags)
+            env = {**self.exp.server.env, **variant.env}
+            changed = {k: ("****" if SECRET_NAME.search(k) else v) for k, v in env.items() if base_env.get(k) != v}
+            dropped = [k for k in base_env if k not in env]
+            extra = [f"env {k}={v}" for k, v in changed.items()] + [f"env {k} unset" for k in dropped]
+            extra += [f"patch {p}" for p in variant.patches]
+            tag = " (baseline)" if variant.name == base.name else ""
+            parts.append(f"<p><b>{html_text(variant.name)}</b>{tag}</p><pre>{html_text(shlex.join(argv))}</pre>"
+                         + (f"<p>{'<br>'.join(html_text(e) for e in extra)}</p>" if extra else ""))
+        return HTML("\n".join(parts))
 
     def confounds(self) -> Markdown:
         found = self.verdict["confounds"]
         if not found:
+            if self.valid_runs.empty:
+                return Markdown("No valid run to compare: confounds cannot be looked for.")
             return Markdown("No confound found: versions, installed files, environment, host, driver and the GPUs' "
-                            "state before each launch are the same in every run (besides the declared factors).")
-        lines = [f"- **{c['kind']}** — {c['detail']} (runs: {', '.join(c['runs'])})" for c in found]
+                            "state before each launch are the same in every valid run (besides the declared "
+                            "factors), and every level checked took effect.")
+        lines = [f"- **{md(c['kind'])}** — {md(c['detail'])} (runs: {md(', '.join(c['runs']))})" for c in found]
         return Markdown("**The comparison is not controlled.**\n\n" + "\n".join(lines))
 
     def outcomes(self) -> Styler:
-        return _table(analysis.outcomes(self.frames.runs, self.factors))
+        return _table(analysis.outcomes(self.frames.runs, self.factors, self.planned))
 
     def outcome_grid(self):
-        return plots.outcome_grid(self.frames.runs, self.factors)
+        return plots.outcome_grid(self.observations, self.factors)
 
     def deciders(self) -> Styler:
-        return _table(analysis.outcome_deciders(self.frames.runs, self.factors))
+        return _table(analysis.outcome_deciders(self.frames.runs, self.factors, self.planned))
 
     def effects(self) -> Styler:
         effects = pd.DataFrame(analysis.factor_effects(self.frames.runs, self.frames.events, self.factors,
-                                                       self.baseline_levels))
+                                                       self.baseline_levels, self.planned))
         if effects.empty:
-            return _table(pd.DataFrame({"note": ["no metric was measured on both sides of any factor"]}))
-        return _table(effects[["factor", "level", "baseline_level", "metric", "n", "mean", "sd", "min", "max",
-                               "baseline_n", "baseline_mean", "diff", "ratio"]], precision=3)
-
-    def variant_effects(self) -> Styler:
-        return _table(analysis.variant_effects(self.frames.runs, self.frames.events, self.manifest["baseline"]), 3)
+            return _table(pd.DataFrame({"note": ["no metric was measured on both sides of any factor in one stratum"]}))
+        effects["strata"] = effects["strata"].map("; ".join)
+        return _table(effects[["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
+                               "baseline_n", "baseline_mean", "diff", "ratio", "signs_disagree"]], precision=3)
 
     def warnings(self) -> Markdown:
         items = self.verdict["warnings"]
-        return Markdown("\n".join(f"- ⚠ {w}" for w in items) if items else "No warnings.")
+        return Markdown("\n".join(f"- ⚠ {md(w)}" for w in items) if items else "No warnings.")
+
+    def excluded(self) -> Markdown:
+        rows = self.verdict["excluded_runs"]
+        if not rows:
+            return Markdown("Every planned run finished and is a valid observation.")
+        lines = [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in rows]
+        return Markdown(f"**{len(rows)} run(s) are not observations of the server** and are left out of every "
+                        "comparison:\n\n" + "\n".join(lines))
 
     def budget_summary(self) -> pd.DataFrame:
         return budget.summarize(self.budget)
@@ -150,9 +221,6 @@ class Report:
         card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
         return plots.memory_budget(memory, card)
 
-    def kv_summary(self) -> Styler:
-        return _table(analysis.metric_summary(self.frames.events, self.frames.runs, "kv_tokens"), precision=0)
-
     def timeline(self):
         fig = plots.memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated)
         return plots.mark_phases(fig, self.frames.events, self.frames.runs)
@@ -160,8 +228,29 @@ class Report:
     def failures(self) -> Styler:
         return _table(analysis.failures(self.frames.runs))
 
+    def failure_logs(self, lines: int = 20) -> HTML:
+        """The last lines of the server log of every run that did not become ready."""
+        parts = []
+        for run in self.frames.runs[self.frames.runs["status"] != "ready"].itertuples():
+            path = outputs.run_folder(self.run_dir, run.run_id) / outputs.SERVER_LOG
+            tail = log_tail(path, lines) if path.exists() else "(no server log was collected)"
+            parts.append(f"<details><summary>{html_text(run.run_id)} — {html_text(run.status)}</summary>"
+                         f"<pre>{html_text(tail)}</pre></details>")
+        return HTML("\n".join(parts) or "<p>Every run became ready.</p>")
+
     def runs_table(self) -> Styler:
         return _table(self.frames.runs)
+
+    def run_links(self) -> HTML:
+        """Relative links to each run's raw files (they work where the run directory is opened whole)."""
+        items = []
+        for run_id in self.manifest["run_ids"]:
+            folder = outputs.run_folder(self.run_dir, run_id)
+            links = [f'<a href="{html_text(quote(f"runs/{run_id}/{name}"))}">{name}</a>'
+                     for name in (outputs.SERVER_LOG, outputs.STATUS, outputs.RUN_NOTEBOOK, outputs.PROVENANCE)
+                     if (folder / name).exists()]
+            items.append(f"<li>{html_text(run_id)}: {' · '.join(links) or 'no files (the run never started)'}</li>")
+        return HTML(f"<ul>{''.join(items)}</ul>")
 
 
 def _plain(value):
@@ -176,41 +265,27 @@ def _plain(value):
 
 
 def _table(frame: pd.DataFrame, precision: int = 2) -> Styler:
-    """A table as the report shows it: no index column, fixed decimals, long texts in full, NaN as blank."""
-    return frame.style.hide(axis="index").format(precision=precision, na_rep="", thousands=",")
+    """A table as the report shows it: no index column, fixed decimals, long texts in full, NaN as blank, and
+    every cell and header HTML-escaped (cells hold log lines and params values)."""
+    frame = frame.rename(columns=lambda c: html_text(c))
+    return frame.style.hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
 
 
-def verdict_markdown(v: dict, budget_summary: pd.DataFrame) -> str:
-    """The verdict as prose: what decided the launch, what did not, and whether the comparison is controlled."""
-    lines = []
-    lines.append("**Controlled comparison.**" if v["controlled"] else
-                 f"**Not a controlled comparison** — {len(v['confounds'])} confound(s), see below.")
-    if v["outcome_factors"]:
-        lines.append(f"**Decides the launch:** {', '.join(f'`{f}`' for f in v['outcome_factors'])}.")
-    if v["neutral_factors"]:
-        lines.append(f"**Does not change the launch outcome:** {', '.join(f'`{f}`' for f in v['neutral_factors'])}.")
-    for e in v["effects"]:
-        if e["metric"] == "kv_tokens" and e["mean"] is not None and e["baseline_mean"]:
-            lines.append(f"`{e['factor']}={e['level']}` changes the KV capacity by {e['diff']:+,.0f} tokens "
-                         f"({e['ratio']:.3f}× of {e['baseline_mean']:,.0f}; n={e['n']}).")
-    if not budget_summary.empty and "break_even_fraction" in budget_summary:
-        be = budget_summary["break_even_fraction"].dropna()
-        if len(be):
-            pairs = zip(budget_summary["variant"], budget_summary["break_even_fraction"], strict=True)
-            lines.append("**Break-even `mem_fraction_static`** (from the logged numbers: 1 − avail/total): "
-                         + ", ".join(f"{name}: {b:.3f}" for name, b in pairs if pd.notna(b))
-                         + ". A launch has room for a KV cache only above it.")
-    return "\n\n".join(lines)
+def log_tail(path: Path, lines: int = 20) -> str:
+    """The last lines of a (possibly huge) log file."""
+    with open(path, "rb") as fh:
+        fh.seek(max(0, path.stat().st_size - 64 * 1024))
+        return "\n".join(fh.read().decode("utf-8", errors="replace").splitlines()[-lines:])
 
 
 def _markdown_table(frame: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table (pandas' to_markdown needs an extra package for this)."""
+    """A GitHub-flavoured Markdown table, every cell escaped (pandas' to_markdown needs an extra package)."""
     def cell(v) -> str:
         if isinstance(v, float):
             return "" if math.isnan(v) else f"{v:.3f}"
-        return str(v).replace("|", "\\|")
+        return md(v)
 
-    head = "| " + " | ".join(map(str, frame.columns)) + " |"
+    head = "| " + " | ".join(md(c) for c in frame.columns) + " |"
     rule = "|" + "---|" * len(frame.columns)
     body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([head, rule, *body])
@@ -229,17 +304,29 @@ def write(run_dir: Path) -> dict:
     rep = load(run_dir)
     v = rep.verdict
     outputs.write_json(rep.run_dir / VERDICT, v)
-    md = [f"# {rep.exp.experiment}", "", f"Question: {rep.exp.question}", ""]
+    text = [f"# {md(rep.exp.experiment)}", "", f"Question: {md(rep.exp.question)}", ""]
     if rep.exp.simulated:
-        md += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]
-    md += [verdict_markdown(v, rep.budget_summary()), "", "## Outcomes", "",
-           _markdown_table(analysis.outcomes(rep.frames.runs, rep.factors)), ""]
+        text += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]
+    text += [verdict.markdown(v, rep.budget_summary()), ""]
+    if v["excluded_runs"]:
+        text += ["## Runs that are not observations", ""]
+        text += [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in v["excluded_runs"]] + [""]
+    text += ["## Outcomes", "", _markdown_table(analysis.outcomes(rep.frames.runs, rep.factors, rep.planned)), ""]
+    if v["level_checks"]:
+        checks = pd.DataFrame([{"factor": c["factor"], "level": c["level"], "check": c["check"],
+                                "confirmed": len(c["runs_confirmed"]), "contradicted": len(c["runs_contradicted"]),
+                                "not shown": len(c["runs_unknown"])} for c in v["level_checks"]])
+        text += ["## Did each level take effect? (the server's own log)", "", _markdown_table(checks), ""]
     if v["confounds"]:
-        md += ["## Confounds", ""] + [f"- {c['kind']}: {c['detail']}" for c in v["confounds"]] + [""]
+        text += ["## Confounds", ""] + [f"- {md(c['kind'])}: {md(c['detail'])}" for c in v["confounds"]] + [""]
     if v["warnings"]:
-        md += ["## Warnings", ""] + [f"- {w}" for w in v["warnings"]] + [""]
+        text += ["## Warnings", ""] + [f"- {md(w)}" for w in v["warnings"]] + [""]
     summary = rep.budget_summary()
     if not summary.empty:
-        md += ["## Memory budget (from the server's log)", "", _markdown_table(summary), ""]
-    outputs.write_text(rep.run_dir / REPORT_MD, "\n".join(md))
+        text += ["## Memory budget (from the server's log)", "", _markdown_table(summary), ""]
+    text += ["## Commands", ""]
+    for variant in params.expand(rep.exp):
+        argv = params.apply_flags(list(rep.exp.server.command), variant.flags)
+        text += [f"{md(variant.name)}:", "", md_block(shlex.join(argv), "sh"), ""]
+    outputs.write_text(rep.run_dir / REPORT_MD, "\n".join(text))
     return v

@@ -1,0 +1,183 @@
+"""Did each factor level take effect? What the params asked for, against what the server's own log says.
+
+Two kinds of check, both pure functions of the params and the parsed logs (parsed.json of each run):
+
+- **argument**: every flag a factor's levels set is looked up in the server's own record of its arguments
+  (SGLang's `server_args=ServerArgs(…)`, vLLM's `non-default args` / engine config). A level that sets
+  `--mem-fraction-static 0.55` is confirmed by `mem_fraction_static=0.55`. A level that omits a flag another
+  level sets bare (`--disable-custom-all-reduce`) expects it off (`False`); one that omits a valued flag
+  leaves the server's default, which the kit cannot know, so nothing is checked.
+- **custom all-reduce**: when a factor is about custom all-reduce (a level sets `--disable-custom-all-reduce`,
+  or the factor's name says so and its levels are named on/off), each run's per-rank state from the log
+  (active, disabled with a reason, failed) is compared with what the level meant. A server that disables
+  custom all-reduce by itself (PCIe-only boxes with more than two GPUs) contradicts an "on" level: the
+  comparison is then not of custom all-reduce at all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from launchlab.params import Experiment, Variant, apply_flags, expand
+
+CONFIRMED, CONTRADICTED, UNKNOWN = "confirmed", "contradicted", "unknown"
+CUSTOM_AR_FLAG = "--disable-custom-all-reduce"
+CUSTOM_AR_CHECK = "custom all-reduce"
+_CUSTOM_AR_NAME = re.compile(r"custom.?a(ll.?)?r(educe)?|\bcar\b|allreduce|all_reduce", re.IGNORECASE)
+_ON = {"on", "true", "enabled", "enable", "1", "yes"}
+_OFF = {"off", "false", "disabled", "disable", "0", "no"}
+# flags whose server attribute is not the flag's own name (SGLang and vLLM short forms)
+_ALIASES = {"tp": "tp_size", "tp-size": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size",
+            "model": "model_path", "tensor-parallel-size": "tensor_parallel_size",
+            "pipeline-parallel-size": "pipeline_parallel_size"}
+_GRAPH_DONE = ("graph_end_avail_gib", "graph_mem_gib", "graph_s")
+
+
+def arg_name(flag: str) -> str:
+    """The attribute a server records a flag under: `--mem-fraction-static` → `mem_fraction_static`."""
+    bare = flag.lstrip("-")
+    return _ALIASES.get(bare, bare.replace("-", "_"))
+
+
+def _expected_flags(exp: Experiment, variant: Variant, flags: Iterable[str], boolean: set[str]) -> dict[str, object]:
+    """What the rendered command says of each flag: its value, True (bare), False (absent but boolean)."""
+    argv = apply_flags(list(exp.server.command), variant.flags)
+    out: dict[str, object] = {}
+    for flag in flags:
+        if flag not in argv:
+            if flag in boolean:
+                out[flag] = False
+            continue
+        i = argv.index(flag)
+        value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else True
+        if isinstance(value, str) and "{" in value:
+            continue  # a placeholder filled in per run ({port}): nothing fixed to compare
+        out[flag] = value
+    return out
+
+
+def _same(expected: object, logged: str) -> bool:
+    logged = logged.strip().strip("'\"")
+    if isinstance(expected, bool):
+        return logged.lower() == str(expected).lower()
+    try:
+        return abs(float(str(expected)) - float(logged)) < 1e-9
+    except ValueError:
+        return str(expected) == logged
+
+
+def _custom_ar_intent(exp: Experiment, factor: str, level: str, variant: Variant) -> str | None:
+    """"active" / "inactive" when the factor is about custom all-reduce, else None."""
+    touched = any(CUSTOM_AR_FLAG in lv.flags for lv in exp.factors[factor].values())
+    if touched:
+        argv = apply_flags(list(exp.server.command), variant.flags)
+        return "inactive" if CUSTOM_AR_FLAG in argv else "active"
+    if _CUSTOM_AR_NAME.search(factor):
+        if level.lower() in _ON:
+            return "active"
+        if level.lower() in _OFF:
+            return "inactive"
+    return None
+
+
+def ranks_text(ranks: Iterable[str]) -> str:
+    """0, 1, 2, 3 → "0–3"; 0, 2, 5 → "0, 2, 5"."""
+    nums = sorted(int(r) for r in ranks if str(r).isdigit())
+    if not nums:
+        return ", ".join(sorted(map(str, ranks)))
+    if nums == list(range(nums[0], nums[-1] + 1)) and len(nums) > 2:
+        return f"{nums[0]}–{nums[-1]}"
+    return ", ".join(map(str, nums))
+
+
+def custom_ar_observed(parsed: dict) -> tuple[str | None, str]:
+    """A run's custom all-reduce as its log shows it: ("active" | "inactive" | None, what the log says)."""
+    states = parsed.get("custom_ar") or {}
+    failed = {r: s for r, s in states.items() if s.get("state") == "failed"}
+    disabled = {r: s for r, s in states.items() if s.get("state") == "disabled"}
+    active = [r for r, s in states.items() if s.get("state") == "active"]
+    if failed:
+        why = next(iter(failed.values()))
+        return "inactive", (f"failed to initialise on ranks {ranks_text(failed)}"
+                            f" ({why.get('reason') or 'error'}: {why.get('message', '')[:160]})")
+    if disabled:
+        why = next(iter(disabled.values()))
+        return "inactive", f"disabled on ranks {ranks_text(disabled)} ({why.get('reason') or 'no reason given'})"
+    if active:
+        return "active", f"active on ranks {ranks_text(active)}"
+    args = parsed.get("args") or {}
+    tp = args.get("tp_size") or args.get("tensor_parallel_size")
+    if tp is not None and str(tp).strip("'\"") == "1":
+        return "inactive", "not used: one GPU (tp_size=1)"
+    captured = [r for r, fields in (parsed.get("ranks") or {}).items() if any(f in fields for f in _GRAPH_DONE)]
+    if captured and tp is not None and str(tp).isdigit() and int(tp) > 1:
+        return "inactive", (f"CUDA graphs captured on ranks {ranks_text(captured)} without a "
+                            "`Registering … cuda graph addresses` line")
+    return None, "the log does not show it (the run ended before CUDA-graph capture, or it is not logged)"
+
+
+def level_checks(exp: Experiment, runs: list[dict], parsed: dict[str, dict]) -> list[dict]:
+    """One row per (factor, level, check): the runs whose log confirms, contradicts or does not show it.
+
+    runs: the finished runs ({run_id, levels}); parsed: parsed.json of each run, by run id."""
+    variants = {v.name: v for v in expand(exp)}
+    by_levels = {tuple(sorted(v.levels.items())): v for v in variants.values()}
+    rows: dict[tuple[str, str, str], dict] = {}
+
+    def note(factor: str, level: str, check: str, run_id: str, verdict: str, why: str = "") -> None:
+        row = rows.setdefault((factor, level, check), {
+            "factor": factor, "level": level, "check": check,
+            "runs_confirmed": [], "runs_contradicted": [], "runs_unknown": [], "_why": []})
+        row[f"runs_{verdict}"].append(run_id)
+        if verdict == CONTRADICTED:
+            row["_why"].append(f"{factor}={level}: {why} in run {run_id}")
+
+    for run in runs:
+        variant = by_levels.get(tuple(sorted(run["levels"].items())))
+        if variant is None:
+            continue
+        log = parsed.get(run["run_id"]) or {}
+        args = log.get("args") or {}
+        for factor, level in variant.levels.items():
+            touched = {f for lv in exp.factors[factor].values() for f in lv.flags}
+            boolean = {f for lv in exp.factors[factor].values() for f, v in lv.flags.items() if v is True}
+            for flag, want in _expected_flags(exp, variant, sorted(touched), boolean).items():
+                name = arg_name(flag)
+                check = f"{name}={want}"
+                if name not in args:
+                    note(factor, level, check, run["run_id"], UNKNOWN)
+                elif _same(want, str(args[name])):
+                    note(factor, level, check, run["run_id"], CONFIRMED)
+                else:
+                    note(factor, level, check, run["run_id"], CONTRADICTED,
+                         f"the server ran with {name}={args[name]}, not {want}")
+            intent = _custom_ar_intent(exp, factor, level, variant)
+            if intent is not None:
+                seen, what = custom_ar_observed(log)
+                check = f"{CUSTOM_AR_CHECK} {intent}"
+                if seen is None:
+                    note(factor, level, check, run["run_id"], UNKNOWN)
+                elif seen == intent:
+                    note(factor, level, check, run["run_id"], CONFIRMED)
+                else:
+                    note(factor, level, check, run["run_id"], CONTRADICTED, f"custom all-reduce was {what}")
+    out = []
+    for row in rows.values():
+        why = row.pop("_why")
+        n = sum(len(row[k]) for k in ("runs_confirmed", "runs_contradicted", "runs_unknown"))
+        if why:
+            row["detail"] = "; ".join(why)
+        elif row["runs_confirmed"]:
+            unknown = f"; not shown in {len(row['runs_unknown'])}" if row["runs_unknown"] else ""
+            row["detail"] = f"the server's log confirms it in {len(row['runs_confirmed'])} of {n} runs{unknown}"
+        else:
+            row["detail"] = f"the server's log does not show it in any of the {n} runs"
+        out.append(row)
+    return out
+
+
+def contradictions(checks: list[dict]) -> list[dict]:
+    """Contradicted levels as confounds: the runs did not vary what the design says they varied."""
+    return [{"kind": "level", "detail": c["detail"], "runs": sorted(c["runs_contradicted"])}
+            for c in checks if c["runs_contradicted"]]
