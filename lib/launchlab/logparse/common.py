@@ -51,6 +51,13 @@ class Failure:
 
 @dataclass
 class ParsedLog:
+    """Everything a server log says about a launch.
+
+    `args`: the server's own account of its arguments (SGLang `server_args=ServerArgs(…)`, vLLM `non-default args`,
+    `args: Namespace(…)` and the engine config line), keyed by Python attribute name, every value as the text the
+    server printed (`'0.55'`, `'True'`, `'None'`; strings without their quotes).
+    """
+
     server: str
     ready: bool = False
     phase_reached: str = "startup"
@@ -58,7 +65,7 @@ class ParsedLog:
     ranks: dict[str, dict[str, float]] = field(default_factory=dict)
     debug: list[dict] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    config: dict[str, object] = field(default_factory=dict)
+    args: dict[str, str] = field(default_factory=dict)
     first_t: datetime | None = None
     ready_t: datetime | None = None
 
@@ -94,18 +101,21 @@ class ParsedLog:
 
     def to_json(self) -> dict:
         """The stable `launchlab parse --json` object (ARCHITECTURE.md section 4.3)."""
-        def order(item: tuple[str, dict]) -> tuple[int, str]:
-            return (int(item[0]), "") if item[0].isdigit() else (1 << 30, item[0])
-
         return {
             "server": self.server,
             "ready": self.ready,
             "phase_reached": self.phase_reached,
             "failure": None if self.failure is None else {
                 "reason": self.failure.reason, "phase": self.failure.phase, "message": self.failure.message},
-            "ranks": {r: dict(sorted(f.items())) for r, f in sorted(self.ranks.items(), key=order)},
+            "ranks": {r: dict(sorted(self.ranks[r].items())) for r in sorted(self.ranks, key=rank_order)},
             "debug": self.debug,
+            "args": dict(self.args),
         }
+
+
+def rank_order(rank: str) -> tuple[int, str]:
+    """Ranks in numeric order ("2" before "10"), anything not a number last."""
+    return (int(rank), "") if rank.isdigit() else (1 << 30, rank)
 
 
 class LineParser(Protocol):

@@ -3,7 +3,8 @@
 Covers the SGLang 0.3–0.5.23 statement formats of reference/log-formats.md section 2: the `[date time TPn]`
 prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored),
 bare messages without a prefix, GB read as GiB, tracebacks that continue unprefixed after
-"Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure.
+"Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure. Also read:
+the `server_args=ServerArgs(…)` line (→ `args`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
+from launchlab.logparse.arguments import call_arguments
 from launchlab.logparse.common import (
     ParsedLog,
     anchors,
@@ -71,13 +73,8 @@ _STATEMENTS = [
 # A statement that ends a phase: a failure right after it belongs to the next phase.
 _NEXT = {"Load weight end": "kv_cache", "Memory pool end": "cuda_graph"}
 _OVER_CAP = re.compile(r"max_total_tokens=\d+ is larger than the profiled value (-?\d+)")
-_SERVER_ARGS = re.compile(r"server_args=ServerArgs\(")
-_ARGS = {
-    "mem_fraction_static": re.compile(r"\bmem_fraction_static=([\d.]+)"),
-    "tp_size": re.compile(r"\btp_size=(\d+)"),
-    "port": re.compile(r"\bport=(\d+)"),
-    "disable_custom_all_reduce": re.compile(r"\bdisable_custom_all_reduce=(True|False)"),
-}
+_SERVER_ARGS = "server_args=ServerArgs("
+_SETTINGS = ("mem_fraction_static", "tp_size")  # also kept as events, for the frames
 _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory")
 
 
@@ -127,12 +124,8 @@ class SGLangParser:
         if (records := debug_records(msg)) is not None:
             log.add_debug(records, t, rank, number)
             return
-        if _SERVER_ARGS.search(msg):
-            for name, rx in _ARGS.items():
-                if (a := rx.search(msg)) is not None:
-                    log.config[name] = a.group(1)
-                    if name in ("mem_fraction_static", "tp_size"):
-                        log.setting(t, name, float(a.group(1)), number)
+        if (start := msg.find(_SERVER_ARGS)) >= 0:
+            self._server_args(number, msg[start + len(_SERVER_ARGS):], t)
             return
         if "ready to roll" in msg:
             log.ready, log.ready_t = True, t
@@ -158,6 +151,15 @@ class SGLangParser:
         elif not bare and exception_line(msg) is not None:
             reason = classify(msg)
             log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
+
+    def _server_args(self, number: int, text: str, t: datetime | None) -> None:
+        log = self.log
+        log.args.update(call_arguments(text))
+        for name in _SETTINGS:
+            try:
+                log.setting(t, name, float(log.args[name]), number)
+            except (KeyError, ValueError):
+                pass  # not printed, or None (not yet resolved)
 
     def result(self) -> ParsedLog:
         return self.log

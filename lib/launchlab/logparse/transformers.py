@@ -42,7 +42,7 @@ class TransformersParser:
             log.ready = True
             log.reach("ready")
         elif (cb := _CB.search(msg)) is not None:
-            log.config["continuous_batching"] = cb.group(1)
+            log.args["continuous_batching"] = cb.group(1)  # the server prints no argument line; requests say it
         elif (access := _ACCESS.search(msg)) is not None:
             if access["method"] == "POST":
                 self.requests += 1

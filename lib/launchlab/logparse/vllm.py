@@ -3,7 +3,8 @@
 Formats: reference/log-formats.md section 3. The line is `[(<process> pid=N)] LEVEL MM-DD HH:MM:SS [file:line] msg`
 with the process tag naming the TP rank (`Worker_TP3`, `VllmWorker TP3`, `VllmWorker rank=3`); V0 worker
 processes carry only a pid (`VllmWorkerProcess pid=N`) and get ranks 1, 2, … in order of appearance, the
-untagged driver being rank 0. Bare messages, uvicorn lines and unprefixed tracebacks are read too.
+untagged driver being rank 0. Bare messages, uvicorn lines and unprefixed tracebacks are read too. Also read: the
+server's arguments (`non-default args: {…}`, `args: Namespace(…)`, the engine config line → `args`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
+from launchlab.logparse.arguments import call_arguments, config_arguments, mapping_arguments
 from launchlab.logparse.common import (
     ParsedLog,
     anchors,
@@ -33,8 +35,8 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
            "memory", "blocks:", "Maximum concurrency", "Graph capturing", "Capturing", "init engine",
            "Starting vLLM", "Uvicorn running", "Available routes", "Application startup complete", "torch.compile",
            "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
-           "max seq len", "world_size", "NCCL", "nccl",
-           "allreduce", "num_gpu_blocks", "profile run", "dummy")
+           "max seq len", "world_size", "NCCL", "nccl", "num_gpu_blocks", "profile run", "dummy",
+           "args", "config", "allreduce")
 
 _TAG = re.compile(r"\((?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\)\s?")
 _LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
@@ -98,6 +100,12 @@ _DUMMY = re.compile(r"\b_?dummy_")  # vLLM's memory profiling runs the model on 
 _MAX_LEN = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
                       r"\((\d+)\)")
 _FRAME_EVIDENCE = re.compile(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")
+# The server's arguments: (regex, how the text after it is split)
+_ARGUMENTS = [
+    (re.compile(r"^non-default args: \{"), mapping_arguments),
+    (re.compile(r"^args: Namespace\("), call_arguments),
+    (re.compile(r"^Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: "), config_arguments),
+]
 
 
 class VLLMParser:
@@ -149,6 +157,12 @@ class VLLMParser:
             log.ready, log.ready_t = True, t
             log.reach("ready")
             return
+        if "args" in msg or "config: " in msg:
+            for rx, split in _ARGUMENTS:
+                if (a := rx.search(msg)) is not None:
+                    found = split(msg[a.end():])
+                    log.args.update(found)
+                    return
         if match_statement(log, _STATEMENTS, msg, t, rank, number) is not None:
             return
         self._failure(msg)
