@@ -96,6 +96,7 @@ def test_vllm_namespace_and_engine_config_lines_are_read_and_the_config_wins():
     assert args["tokenizer_mode"] == "auto" and args["device_config"] == "cuda"
     assert args["decoding_config"] == "DecodingConfig(guided_decoding_backend='xgrammar')"
     assert args["compilation_config"] == '{"splitting_ops":[],"compile_sizes":[],"max_capture_size":256}'
+    assert parsed.custom_ar == {}
 
 
 def test_argument_splitters_keep_nesting_and_drop_only_the_quotes_of_whole_strings():

@@ -22,6 +22,7 @@ from typing import Protocol
 PHASES = ("startup", "dist_init", "weights", "kv_cache", "cuda_graph", "warmup", "http", "ready")
 REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_failed", "custom_allreduce_failed",
            "nccl_error", "exception")
+CUSTOM_AR_STATES = ("active", "disabled", "failed")  # weakest evidence first: a later state never loses to an earlier one
 CHUNK_BYTES = 256 * 1024  # small enough to stay in cache; measured fastest in bench/parse_vs_grep.py
 _DIGITS = b"0123456789"
 _MAX_TEMPLATES = 20_000  # bounds the memory of the template cache
@@ -49,6 +50,16 @@ class Failure:
     message: str
 
 
+@dataclass(frozen=True)
+class CustomAR:
+    """What a rank's custom all-reduce did: a state of CUSTOM_AR_STATES, a reason code (or None) and the log message
+    that says so (reason codes: logparse/custom_ar.py)."""
+
+    state: str
+    reason: str | None
+    message: str
+
+
 @dataclass
 class ParsedLog:
     """Everything a server log says about a launch.
@@ -63,6 +74,7 @@ class ParsedLog:
     phase_reached: str = "startup"
     failure: Failure | None = None
     ranks: dict[str, dict[str, float]] = field(default_factory=dict)
+    custom_ar: dict[str, CustomAR] = field(default_factory=dict)
     debug: list[dict] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     args: dict[str, str] = field(default_factory=dict)
@@ -87,6 +99,18 @@ class ParsedLog:
         """A launch setting read from the log (e.g. mem_fraction_static): an event, not a per-rank field."""
         self.events.append(Event(t, "0", name, value, line))
 
+    def note_custom_ar(self, rank: str, found: CustomAR) -> None:
+        """Keep the strongest evidence per rank: failed beats disabled beats active; at equal state a reason beats none."""
+        old = self.custom_ar.get(rank)
+        if old is None:
+            self.custom_ar[rank] = found
+            return
+        stronger = CUSTOM_AR_STATES.index(found.state) > CUSTOM_AR_STATES.index(old.state)
+        more_specific = found.state == old.state and old.reason in (None, "init_failed") and found.reason not in (
+            None, "init_failed")
+        if stronger or more_specific:
+            self.custom_ar[rank] = found
+
     def add_debug(self, records: list[dict], t: datetime | None, rank: str, line: int) -> None:
         """Instrumentation records: kept for `parse --json` and recorded as events `debug.<name>.<key>`."""
         self.debug.extend(records)
@@ -108,6 +132,8 @@ class ParsedLog:
             "failure": None if self.failure is None else {
                 "reason": self.failure.reason, "phase": self.failure.phase, "message": self.failure.message},
             "ranks": {r: dict(sorted(self.ranks[r].items())) for r in sorted(self.ranks, key=rank_order)},
+            "custom_ar": {r: {"state": c.state, "reason": c.reason, "message": c.message}
+                          for r, c in sorted(self.custom_ar.items(), key=lambda item: rank_order(item[0]))},
             "debug": self.debug,
             "args": dict(self.args),
         }

@@ -4,7 +4,7 @@ Covers the SGLang 0.3–0.5.23 statement formats of reference/log-formats.md sec
 prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored),
 bare messages without a prefix, GB read as GiB, tracebacks that continue unprefixed after
 "Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure. Also read:
-the `server_args=ServerArgs(…)` line (→ `args`).
+the `server_args=ServerArgs(…)` line (→ `args`) and custom all-reduce statements (logparse/custom_ar.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
+from launchlab.logparse import custom_ar
 from launchlab.logparse.arguments import call_arguments
 from launchlab.logparse.common import (
     ParsedLog,
@@ -36,7 +37,7 @@ ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weigh
            "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
-           "allreduce", "AllReduce")
+           *custom_ar.ANCHORS)
 
 _PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
@@ -94,6 +95,7 @@ class SGLangParser:
         self.log = ParsedLog(server="sglang")
         self.wants_every_line = False  # inside a traceback that continues without the SGLang prefix
         self.current: str | None = None  # the phase in progress: after "Load weight end" it is the KV pool
+        self.traceback_rank = "0"  # the rank whose "Scheduler hit an exception" the unprefixed lines continue
 
     def feed(self, number: int, text: str) -> None:
         log = self.log
@@ -111,6 +113,8 @@ class SGLangParser:
 
     def _unprefixed(self, number: int, text: str) -> None:
         if self.wants_every_line:
+            if (found := custom_ar.recognise(text)) is not None:  # e.g. the kernel's error inside the traceback
+                self.log.note_custom_ar(self.traceback_rank, found)
             if exception_line(text) is not None:
                 reason = classify(text)
                 self.log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, text.strip())
@@ -131,6 +135,10 @@ class SGLangParser:
             log.ready, log.ready_t = True, t
             log.reach("ready")
             return
+        if (found := custom_ar.recognise(msg)) is not None:
+            log.note_custom_ar(rank, found)
+            if found.state == "active":
+                log.reach("cuda_graph")  # addresses are registered as graphs are captured
         if (matched := match_statement(log, _STATEMENTS, msg, t, rank, number)) is not None:
             phase, m = matched
             self.current = _NEXT.get(msg[: msg.find(".")], phase)
@@ -144,6 +152,7 @@ class SGLangParser:
         elif "Scheduler hit an exception" in msg or msg.rstrip().endswith("Traceback (most recent call last):"):
             log.fail(classify(msg), self.current, msg)
             self.wants_every_line = True
+            self.traceback_rank = rank
         elif "Capture cuda graph failed" in msg or "Capture CUDA graph failed" in msg:
             log.fail("cuda_graph_failed", "cuda_graph", msg)
         elif "Initialization failed. warmup error" in msg:
@@ -162,6 +171,7 @@ class SGLangParser:
                 pass  # not printed, or None (not yet resolved)
 
     def result(self) -> ParsedLog:
+        custom_ar.disabled_by_user(self.log, self.log.args.get("tp_size"), "server_args")
         return self.log
 
 

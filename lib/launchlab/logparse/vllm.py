@@ -4,7 +4,8 @@ Formats: reference/log-formats.md section 3. The line is `[(<process> pid=N)] LE
 with the process tag naming the TP rank (`Worker_TP3`, `VllmWorker TP3`, `VllmWorker rank=3`); V0 worker
 processes carry only a pid (`VllmWorkerProcess pid=N`) and get ranks 1, 2, … in order of appearance, the
 untagged driver being rank 0. Bare messages, uvicorn lines and unprefixed tracebacks are read too. Also read: the
-server's arguments (`non-default args: {…}`, `args: Namespace(…)`, the engine config line → `args`).
+server's arguments (`non-default args: {…}`, `args: Namespace(…)`, the engine config line → `args`) and
+custom all-reduce statements (logparse/custom_ar.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
+from launchlab.logparse import custom_ar
 from launchlab.logparse.arguments import call_arguments, config_arguments, mapping_arguments
 from launchlab.logparse.common import (
     ParsedLog,
@@ -36,7 +38,7 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
            "Starting vLLM", "Uvicorn running", "Available routes", "Application startup complete", "torch.compile",
            "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
            "max seq len", "world_size", "NCCL", "nccl", "num_gpu_blocks", "profile run", "dummy",
-           "args", "config", "allreduce")
+           "args", "config", *custom_ar.ANCHORS)
 
 _TAG = re.compile(r"\((?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\)\s?")
 _LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
@@ -100,11 +102,11 @@ _DUMMY = re.compile(r"\b_?dummy_")  # vLLM's memory profiling runs the model on 
 _MAX_LEN = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
                       r"\((\d+)\)")
 _FRAME_EVIDENCE = re.compile(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")
-# The server's arguments: (regex, how the text after it is split)
+# The server's arguments: (regex, how the text after it is split, what the line is called)
 _ARGUMENTS = [
-    (re.compile(r"^non-default args: \{"), mapping_arguments),
-    (re.compile(r"^args: Namespace\("), call_arguments),
-    (re.compile(r"^Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: "), config_arguments),
+    (re.compile(r"^non-default args: \{"), mapping_arguments, "non-default args"),
+    (re.compile(r"^args: Namespace\("), call_arguments, "args"),
+    (re.compile(r"^Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: "), config_arguments, "engine config"),
 ]
 
 
@@ -116,6 +118,7 @@ class VLLMParser:
         self.wants_every_line = False
         self.worker_ranks: dict[str, str] = {}
         self.frame_phase: str | None = None
+        self.flag_source = "args"  # the line that last set disable_custom_all_reduce
 
     def _rank(self, tag: re.Match | None) -> str:
         if tag is None:
@@ -158,11 +161,17 @@ class VLLMParser:
             log.reach("ready")
             return
         if "args" in msg or "config: " in msg:
-            for rx, split in _ARGUMENTS:
+            for rx, split, source in _ARGUMENTS:
                 if (a := rx.search(msg)) is not None:
                     found = split(msg[a.end():])
                     log.args.update(found)
+                    if custom_ar.USER_FLAG in found:
+                        self.flag_source = source
                     return
+        if (found_ar := custom_ar.recognise(msg)) is not None:
+            log.note_custom_ar(rank, found_ar)
+            if found_ar.state == "active":
+                log.reach("cuda_graph")  # addresses are registered as graphs are captured
         if match_statement(log, _STATEMENTS, msg, t, rank, number) is not None:
             return
         self._failure(msg)
@@ -201,6 +210,7 @@ class VLLMParser:
                 fields["kv_tokens"] = fields["kv_blocks"] * BLOCK_SIZE
         if log.failure is not None and self.frame_phase and log.failure.reason == "exception":
             log.failure = type(log.failure)(log.failure.reason, self.frame_phase, log.failure.message)
+        custom_ar.disabled_by_user(log, log.args.get("tensor_parallel_size"), self.flag_source)
         return log
 
 
