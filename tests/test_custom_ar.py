@@ -160,6 +160,7 @@ def test_parse_json_of_the_peer_access_log_shows_both_ranks_failed():
                "devices. To silence this warning, specify --disable-custom-all-reduce explicitly.")
     assert data["custom_ar"] == {"0": {"state": "failed", "reason": "no_p2p", "message": message},
                                  "1": {"state": "failed", "reason": "no_p2p", "message": message}}
+    assert data["nccl_version"] == "2.27.3"
     assert data["failure"] is None and data["phase_reached"] == "dist_init"
 
 

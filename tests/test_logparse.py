@@ -1,6 +1,6 @@
 from conftest import DATA
 from launchlab import logparse
-from launchlab.logparse import sglang
+from launchlab.logparse import sglang, vllm
 
 LOGS = DATA / "real-logs"
 
@@ -104,3 +104,33 @@ def test_a_big_log_streams_through_chunks_and_keeps_late_lines(tmp_path):
     assert parsed.ranks["0"]["weights_mem_gib"] == 8.81
     assert (parsed.failure.reason, parsed.failure.phase) == ("cuda_oom", "kv_cache")
     assert "Tried to allocate 2.00 GiB" in parsed.failure.message
+
+
+def test_cuda_oom_message_numbers_become_fields_of_the_failing_rank():
+    parsed = logparse.parse_file(LOGS / "vllm-issue27508-enginecore-dp0-cuda-oom-sampler-warmup.log")
+    fields = parsed.ranks["0"]
+    assert fields["oom_request_gib"] == 786 / 1024 and fields["oom_total_gib"] == 79.11
+    assert fields["oom_free_gib"] == 140.75 / 1024 and fields["oom_gpu_index"] == 0
+    assert fields["oom_torch_allocated_gib"] == 68.83 and fields["oom_process_used_gib"] == 78.96
+
+
+def test_vllm_process_ids_routes_url_and_dead_workers_are_kept():
+    parsed = vllm.parse(lines(
+        "(APIServer pid=1) INFO 08-03 09:00:10 [api_server.py:680] Starting vLLM server on http://0.0.0.0:8000\n"
+        "(APIServer pid=1) INFO 08-03 09:00:10 [launcher.py:46] Route: /health, Methods: GET\n"
+        "(APIServer pid=1) INFO:     Started server process [1]\n"
+        "(EngineCore pid=123) ERROR 09-10 09:37:41 [multiproc_executor.py:314] Worker proc VllmWorker-1 died "
+        "unexpectedly (exit code: -9), shutting down executor.\n"
+        "(Worker_TP1 pid=124) INFO 09-10 09:37:40 [custom_all_reduce.py:203] Registering 42 cuda graph addresses\n"))
+    assert parsed.pids == {"api_server": 1, "http_server": 1, "engine_core": 123}
+    assert parsed.rank_pids == {"1": 124}
+    assert parsed.http_url == "http://0.0.0.0:8000" and parsed.routes == ["/health"]
+    assert [(d.name, d.pid, d.exit_code) for d in parsed.worker_deaths] == [("VllmWorker-1", None, -9)]
+    assert parsed.engine == "v1"
+
+
+def test_nccl_version_is_read_from_the_server_line_or_from_nccl_itself():
+    assert vllm.parse(lines("INFO 04-30 10:20:00 [pynccl.py:69] vLLM is using nccl==2.21.5\n")).nccl_version == "2.21.5"
+    nccl = "host:4242:4242 [0] NCCL INFO NCCL version 2.26.2+cuda12.2\n"
+    assert vllm.parse(lines(nccl)).nccl_version == "2.26.2"
+    assert sglang.parse(lines(nccl)).nccl_version == "2.26.2"

@@ -63,6 +63,16 @@ def test_a_server_args_line_cut_short_keeps_the_arguments_before_the_cut():
     assert "tp_size" not in parsed.args
 
 
+def test_sglang_automatic_reduction_is_an_adjusted_argument_not_an_argument():
+    parsed = sglang.parse(lines(
+        "[2025-07-14 14:05:12] server_args=ServerArgs(model_path='moonshotai/Kimi-VL-A3B-Thinking', "
+        "mem_fraction_static=0.6, tp_size=1)\n"
+        "[2025-07-14 14:05:13] Automatically reduce --mem-fraction-static to 0.540 because this is a multimodal model.\n"))
+    assert parsed.args["mem_fraction_static"] == "0.6"
+    assert parsed.adjusted_args == {"mem_fraction_static": "0.540"}
+    assert [e.value for e in parsed.events if e.field == "mem_fraction_static"] == [0.6, 0.54]
+
+
 def test_vllm_non_default_args_dict_is_read_with_values_as_printed():
     parsed = vllm.parse(lines(
         "(APIServer pid=3413524) INFO 12-01 19:48:40 [entrypoints/utils.py:253] non-default args: "
@@ -75,6 +85,7 @@ def test_vllm_non_default_args_dict_is_read_with_values_as_printed():
         "enforce_eager": "True", "gpu_memory_utilization": "0.9", "tensor_parallel_size": "2",
         "disable_custom_all_reduce": "True", "compilation_config": '{"level": 0, "cudagraph_capture_sizes": [1, 2]}',
         "served_model_name": "['qwen, the small one']", "kv_cache_memory_bytes": "None"}
+    assert parsed.engine == "v1" and parsed.pids == {"api_server": 3413524}
 
 
 def test_vllm_namespace_and_engine_config_lines_are_read_and_the_config_wins():
@@ -96,6 +107,7 @@ def test_vllm_namespace_and_engine_config_lines_are_read_and_the_config_wins():
     assert args["tokenizer_mode"] == "auto" and args["device_config"] == "cuda"
     assert args["decoding_config"] == "DecodingConfig(guided_decoding_backend='xgrammar')"
     assert args["compilation_config"] == '{"splitting_ops":[],"compile_sizes":[],"max_capture_size":256}'
+    assert parsed.engine == "v0"
     assert parsed.custom_ar == {}
 
 

@@ -30,6 +30,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
+_NCCL_VERSION = re.compile(r"\busing nccl==(?P<pip>[\w.]+)|\bNCCL version (?P<lib>\d+\.\d+\.\d+)")
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,25 @@ class CustomAR:
     message: str
 
 
+@dataclass(frozen=True)
+class WorkerDeath:
+    """A worker process the server reported dead (vLLM: "Worker proc VllmWorker-0 died unexpectedly (exit code: …)")."""
+
+    name: str
+    pid: int | None
+    exit_code: int | None
+
+
 @dataclass
 class ParsedLog:
     """Everything a server log says about a launch.
 
     `args`: the server's own account of its arguments (SGLang `server_args=ServerArgs(…)`, vLLM `non-default args`,
     `args: Namespace(…)` and the engine config line), keyed by Python attribute name, every value as the text the
-    server printed (`'0.55'`, `'True'`, `'None'`; strings without their quotes).
+    server printed (`'0.55'`, `'True'`, `'None'`; strings without their quotes). `adjusted_args`: settings the server
+    changed on its own after printing them (SGLang "Automatically reduce --mem-fraction-static to 0.540 …").
+    `rank_info`: what each rank says about itself in words (model_type, dtype, kv_cache_dtype, graph_kind, capture_bs).
+    `pids`: process ids by role (`http_server`, `api_server`, `engine_core`); `rank_pids`: the pid a rank's lines carry.
     """
 
     server: str
@@ -78,6 +91,16 @@ class ParsedLog:
     debug: list[dict] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     args: dict[str, str] = field(default_factory=dict)
+    adjusted_args: dict[str, str] = field(default_factory=dict)
+    nccl_version: str | None = None
+    engine: str | None = None  # vLLM only: "v0" or "v1"
+    rank_info: dict[str, dict[str, str]] = field(default_factory=dict)
+    rank_pids: dict[str, int] = field(default_factory=dict)
+    dp_ranks: set[str] = field(default_factory=set)
+    pids: dict[str, int] = field(default_factory=dict)
+    http_url: str | None = None
+    routes: list[str] = field(default_factory=list)
+    worker_deaths: list[WorkerDeath] = field(default_factory=list)
     first_t: datetime | None = None
     ready_t: datetime | None = None
 
@@ -98,6 +121,10 @@ class ParsedLog:
     def setting(self, t: datetime | None, name: str, value: float, line: int) -> None:
         """A launch setting read from the log (e.g. mem_fraction_static): an event, not a per-rank field."""
         self.events.append(Event(t, "0", name, value, line))
+
+    def describe(self, rank: str, name: str, text: str) -> None:
+        """A fact a rank states in words (e.g. model_type=Qwen3ForCausalLM): kept as text, not as an event."""
+        self.rank_info.setdefault(rank, {})[name] = text
 
     def note_custom_ar(self, rank: str, found: CustomAR) -> None:
         """Keep the strongest evidence per rank: failed beats disabled beats active; at equal state a reason beats none."""
@@ -136,6 +163,8 @@ class ParsedLog:
                           for r, c in sorted(self.custom_ar.items(), key=lambda item: rank_order(item[0]))},
             "debug": self.debug,
             "args": dict(self.args),
+            "adjusted_args": dict(self.adjusted_args),
+            "nccl_version": self.nccl_version,
         }
 
 
@@ -252,6 +281,14 @@ def debug_records(text: str) -> list[dict] | None:
         for p in _PAIR.finditer(m["pairs"])
     ]
     return records or None
+
+
+def nccl_version(text: str) -> str | None:
+    """The NCCL version a line names: SGLang/vLLM `… is using nccl==2.27.3`, NCCL's own `NCCL version 2.21.5+cuda12.4`."""
+    m = _NCCL_VERSION.search(text)
+    if m is None:
+        return None
+    return m["pip"] or m["lib"]
 
 
 def exception_line(text: str) -> tuple[str, str] | None:
