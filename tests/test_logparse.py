@@ -1,6 +1,6 @@
 from conftest import DATA
 from launchlab import logparse
-from launchlab.logparse import sglang, vllm
+from launchlab.logparse import generic, sglang, vllm
 
 LOGS = DATA / "real-logs"
 
@@ -134,3 +134,79 @@ def test_nccl_version_is_read_from_the_server_line_or_from_nccl_itself():
     nccl = "host:4242:4242 [0] NCCL INFO NCCL version 2.26.2+cuda12.2\n"
     assert vllm.parse(lines(nccl)).nccl_version == "2.26.2"
     assert sglang.parse(lines(nccl)).nccl_version == "2.26.2"
+
+
+def test_generic_server_dying_of_cuda_oom_is_a_cuda_oom_failure(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("Loading checkpoint shards: 100%|██████████| 4/4 [00:03<00:00,  1.10it/s]\n"
+                   "Warming up the model with 8 requests\n"
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                   "of 79.11 GiB of which 1.02 GiB is free.\n")
+    parsed = logparse.parse_file(log, "generic")
+    assert (parsed.failure.reason, parsed.failure.phase) == ("cuda_oom", "startup")
+    assert parsed.failure.message.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_generic_server_traceback_fails_with_its_last_line_not_the_traceback_header():
+    parsed = generic.parse(lines(
+        "INFO: loading model /models/llama\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/serve.py", line 88, in <module>\n'
+        "    engine = Engine(cfg)\n"
+        '  File "/srv/engine.py", line 12, in __init__\n'
+        "    raise ValueError(f'No available memory for the cache blocks: {free}')\n"
+        "ValueError: No available memory for the cache blocks: -1.2 GiB\n"))
+    assert parsed.failure.reason == "kv_cache_no_memory"
+    assert parsed.failure.message == "ValueError: No available memory for the cache blocks: -1.2 GiB"
+
+
+def test_generic_server_traceback_of_an_unknown_error_is_an_exception_with_that_line():
+    parsed = generic.parse(lines(
+        "Traceback (most recent call last):\n"
+        '  File "/srv/serve.py", line 3, in <module>\n'
+        "ModuleNotFoundError: No module named 'flash_attn'\n"))
+    assert (parsed.failure.reason, parsed.failure.message) == ("exception", "ModuleNotFoundError: No module named 'flash_attn'")
+
+
+def test_generic_server_killed_by_the_oom_killer_is_an_exception_failure():
+    parsed = generic.parse(lines("Loading weights 12/40\nKilled\n"))
+    assert (parsed.failure.reason, parsed.failure.message) == ("exception", "Killed")
+
+
+def test_a_line_merely_mentioning_killed_is_not_a_failure():
+    parsed = generic.parse(lines("INFO worker 3 killed the idle connection\nKilled processes: 0\n"))
+    assert parsed.failure is None
+
+
+def test_generic_server_segmentation_faults_are_exception_failures():
+    for line in ("Segmentation fault (core dumped)", "Fatal Python error: Segmentation fault",
+                 "*** SIGSEGV received at time=1718000000 on cpu 3 ***", "bash: line 1: 4242 Segmentation fault  ./server"):
+        parsed = generic.parse(lines(f"server starting\n{line}\n"))
+        assert (parsed.failure.reason, parsed.failure.message) == ("exception", line), line
+
+
+def test_generic_server_params_fatal_pattern_still_fails_the_run():
+    parsed = generic.parse(lines("engine state: WEDGED\n"), fatal_patterns=[r"state: WEDGED"])
+    assert (parsed.failure.reason, parsed.failure.message) == ("exception", "engine state: WEDGED")
+
+
+def test_generic_server_params_pattern_on_a_traceback_header_gives_way_to_the_error_line():
+    parsed = generic.parse(lines(
+        "Traceback (most recent call last):\n"
+        '  File "/srv/serve.py", line 3, in <module>\n'
+        "RuntimeError: NCCL error: unhandled system error\n"), fatal_patterns=[r"Traceback"])
+    assert (parsed.failure.reason, parsed.failure.message) == ("nccl_error", "RuntimeError: NCCL error: unhandled system error")
+
+
+def test_generic_server_ready_pattern_and_a_clean_log_have_no_failure():
+    parsed = generic.parse(lines("booting\nlistening on :9000\n"), ready_pattern=r"listening on")
+    assert parsed.ready and parsed.failure is None
+
+
+def test_old_torch_cuda_oom_message_gives_the_same_fields():
+    parsed = generic.parse(lines(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total "
+        "capacity; 14.56 GiB already allocated; 3.12 MiB free; 14.66 GiB reserved in total by PyTorch)\n"))
+    assert parsed.failure.reason == "cuda_oom"
+    assert parsed.ranks["0"] == {"oom_request_gib": 20 / 1024, "oom_gpu_index": 0, "oom_total_gib": 15.78,
+                                 "oom_torch_allocated_gib": 14.56, "oom_free_gib": 3.12 / 1024, "oom_reserved_gib": 14.66}
