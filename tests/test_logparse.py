@@ -1,6 +1,6 @@
 from conftest import DATA
 from launchlab import logparse
-from launchlab.logparse import sglang
+from launchlab.logparse import generic, sglang, vllm
 
 LOGS = DATA / "real-logs"
 
@@ -104,3 +104,109 @@ def test_a_big_log_streams_through_chunks_and_keeps_late_lines(tmp_path):
     assert parsed.ranks["0"]["weights_mem_gib"] == 8.81
     assert (parsed.failure.reason, parsed.failure.phase) == ("cuda_oom", "kv_cache")
     assert "Tried to allocate 2.00 GiB" in parsed.failure.message
+
+
+def test_cuda_oom_message_numbers_become_fields_of_the_failing_rank():
+    parsed = logparse.parse_file(LOGS / "vllm-issue27508-enginecore-dp0-cuda-oom-sampler-warmup.log")
+    fields = parsed.ranks["0"]
+    assert fields["oom_request_gib"] == 786 / 1024 and fields["oom_total_gib"] == 79.11
+    assert fields["oom_free_gib"] == 140.75 / 1024 and fields["oom_gpu_index"] == 0
+    assert fields["oom_torch_allocated_gib"] == 68.83 and fields["oom_process_used_gib"] == 78.96
+
+
+def test_vllm_process_ids_routes_url_and_dead_workers_are_kept():
+    parsed = vllm.parse(lines(
+        "(APIServer pid=1) INFO 08-03 09:00:10 [api_server.py:680] Starting vLLM server on http://0.0.0.0:8000\n"
+        "(APIServer pid=1) INFO 08-03 09:00:10 [launcher.py:46] Route: /health, Methods: GET\n"
+        "(APIServer pid=1) INFO:     Started server process [1]\n"
+        "(EngineCore pid=123) ERROR 09-10 09:37:41 [multiproc_executor.py:314] Worker proc VllmWorker-1 died "
+        "unexpectedly (exit code: -9), shutting down executor.\n"
+        "(Worker_TP1 pid=124) INFO 09-10 09:37:40 [custom_all_reduce.py:203] Registering 42 cuda graph addresses\n"))
+    assert parsed.pids == {"api_server": 1, "http_server": 1, "engine_core": 123}
+    assert parsed.rank_pids == {"1": 124}
+    assert parsed.http_url == "http://0.0.0.0:8000" and parsed.routes == ["/health"]
+    assert [(d.name, d.pid, d.exit_code) for d in parsed.worker_deaths] == [("VllmWorker-1", None, -9)]
+    assert parsed.engine == "v1"
+
+
+def test_nccl_version_is_read_from_the_server_line_or_from_nccl_itself():
+    assert vllm.parse(lines("INFO 04-30 10:20:00 [pynccl.py:69] vLLM is using nccl==2.21.5\n")).nccl_version == "2.21.5"
+    nccl = "host:4242:4242 [0] NCCL INFO NCCL version 2.26.2+cuda12.2\n"
+    assert vllm.parse(lines(nccl)).nccl_version == "2.26.2"
+    assert sglang.parse(lines(nccl)).nccl_version == "2.26.2"
+
+
+def test_generic_server_dying_of_cuda_oom_is_a_cuda_oom_failure(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("Loading checkpoint shards: 100%|██████████| 4/4 [00:03<00:00,  1.10it/s]\n"
+                   "Warming up the model with 8 requests\n"
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                   "of 79.11 GiB of which 1.02 GiB is free.\n")
+    parsed = logparse.parse_file(log, "generic")
+    assert (parsed.failure.reason, parsed.failure.phase) == ("cuda_oom", "startup")
+    assert parsed.failure.message.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def test_generic_server_traceback_fails_with_its_last_line_not_the_traceback_header():
+    parsed = generic.parse(lines(
+        "INFO: loading model /models/llama\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/serve.py", line 88, in <module>\n'
+        "    engine = Engine(cfg)\n"
+        '  File "/srv/engine.py", line 12, in __init__\n'
+        "    raise ValueError(f'No available memory for the cache blocks: {free}')\n"
+        "ValueError: No available memory for the cache blocks: -1.2 GiB\n"))
+    assert parsed.failure.reason == "kv_cache_no_memory"
+    assert parsed.failure.message == "ValueError: No available memory for the cache blocks: -1.2 GiB"
+
+
+def test_generic_server_traceback_of_an_unknown_error_is_an_exception_with_that_line():
+    parsed = generic.parse(lines(
+        "Traceback (most recent call last):\n"
+        '  File "/srv/serve.py", line 3, in <module>\n'
+        "ModuleNotFoundError: No module named 'flash_attn'\n"))
+    assert (parsed.failure.reason, parsed.failure.message) == ("exception", "ModuleNotFoundError: No module named 'flash_attn'")
+
+
+def test_generic_server_killed_by_the_oom_killer_is_an_exception_failure():
+    parsed = generic.parse(lines("Loading weights 12/40\nKilled\n"))
+    assert (parsed.failure.reason, parsed.failure.message) == ("exception", "Killed")
+
+
+def test_a_line_merely_mentioning_killed_is_not_a_failure():
+    parsed = generic.parse(lines("INFO worker 3 killed the idle connection\nKilled processes: 0\n"))
+    assert parsed.failure is None
+
+
+def test_generic_server_segmentation_faults_are_exception_failures():
+    for line in ("Segmentation fault (core dumped)", "Fatal Python error: Segmentation fault",
+                 "*** SIGSEGV received at time=1718000000 on cpu 3 ***", "bash: line 1: 4242 Segmentation fault  ./server"):
+        parsed = generic.parse(lines(f"server starting\n{line}\n"))
+        assert (parsed.failure.reason, parsed.failure.message) == ("exception", line), line
+
+
+def test_generic_server_params_fatal_pattern_still_fails_the_run():
+    parsed = generic.parse(lines("engine state: WEDGED\n"), fatal_patterns=[r"state: WEDGED"])
+    assert (parsed.failure.reason, parsed.failure.message) == ("exception", "engine state: WEDGED")
+
+
+def test_generic_server_params_pattern_on_a_traceback_header_gives_way_to_the_error_line():
+    parsed = generic.parse(lines(
+        "Traceback (most recent call last):\n"
+        '  File "/srv/serve.py", line 3, in <module>\n'
+        "RuntimeError: NCCL error: unhandled system error\n"), fatal_patterns=[r"Traceback"])
+    assert (parsed.failure.reason, parsed.failure.message) == ("nccl_error", "RuntimeError: NCCL error: unhandled system error")
+
+
+def test_generic_server_ready_pattern_and_a_clean_log_have_no_failure():
+    parsed = generic.parse(lines("booting\nlistening on :9000\n"), ready_pattern=r"listening on")
+    assert parsed.ready and parsed.failure is None
+
+
+def test_old_torch_cuda_oom_message_gives_the_same_fields():
+    parsed = generic.parse(lines(
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total "
+        "capacity; 14.56 GiB already allocated; 3.12 MiB free; 14.66 GiB reserved in total by PyTorch)\n"))
+    assert parsed.failure.reason == "cuda_oom"
+    assert parsed.ranks["0"] == {"oom_request_gib": 20 / 1024, "oom_gpu_index": 0, "oom_total_gib": 15.78,
+                                 "oom_torch_allocated_gib": 14.56, "oom_free_gib": 3.12 / 1024, "oom_reserved_gib": 14.66}

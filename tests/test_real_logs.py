@@ -1,12 +1,26 @@
-"""Every real log excerpt in fixtures/real-logs parses to the values its INDEX.md entry lists."""
+"""Every real log excerpt in fixtures/real-logs parses to the values its INDEX.md entry lists.
 
+Every key an entry gives is checked: each has a check function below, and a key without one fails the test, so an
+oracle can never be skipped silently. Keys that describe the excerpt rather than a parsed value (`line_prefix`,
+`check`, `source`) are checked for what they imply about the parse.
+"""
+
+from __future__ import annotations
+
+import ast
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import yaml
 
 from conftest import DATA
 from launchlab import logparse
+from launchlab.logparse.common import PHASES as PARSER_PHASES
+from launchlab.logparse.common import ParsedLog, exception_line, feed_lines
+from launchlab.logparse.cuda_oom import gib
 
 LOGS = DATA / "real-logs"
 # INDEX.md names → the field names of ARCHITECTURE.md section 4.3
@@ -16,12 +30,28 @@ FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail":
           "graph_begin_avail": "graph_begin_avail_gib", "kv_budget_gib": "kv_avail_gib", "kv_avail_gib": "kv_avail_gib",
           "torch_compile_s": "torch_compile_s", "model_load_gib": "weights_mem_gib", "weights_gib": "profile_weights_gib",
           "non_torch_gib": "non_torch_gib", "activation_peak_gib": "activation_peak_gib", "profile_s": "profile_s",
-          "total_gpu_gib": "total_gpu_gib", "util": "gpu_memory_utilization", "usable_gib": "usable_gib"}
+          "total_gpu_gib": "total_gpu_gib", "util": "gpu_memory_utilization", "usable_gib": "usable_gib",
+          "capture_bs_count": "capture_bs_count", "capture_bs_max": "capture_bs_max"}
 GRAPH_END = {"elapsed_s": "graph_s", "usage": "graph_mem_gib", "avail": "graph_end_avail_gib"}
+# top-level numbers the engine (or one rank for it) prints: found on some rank
 ENGINE = {"model_load_gib": "weights_mem_gib", "kv_avail_gib": "kv_avail_gib", "kv_tokens": "kv_tokens",
           "graph_gib": "graph_mem_gib", "graph_s": "graph_s", "num_gpu_blocks": "kv_blocks", "gpu_blocks": "kv_blocks",
           "max_model_len": "max_model_len", "max_concurrency": "max_concurrency", "init_engine_s": "init_engine_s",
-          "model_load_s": "weights_s", "torch_compile_s": "torch_compile_s"}
+          "model_load_s": "weights_s", "torch_compile_s": "torch_compile_s", "cpu_blocks": "kv_cpu_blocks",
+          "kv_capacity_tokens": "kv_tokens", "startup_free_gib": "startup_free_gib", "total_gib": "total_gpu_gib",
+          "util": "gpu_memory_utilization", "requested_gib": "requested_gib", "weights_gib": "profile_weights_gib",
+          "activation_peak_gib": "activation_peak_gib", "non_torch_gib": "non_torch_gib",
+          "cuda_graph_gib": "cuda_graph_gib", "current_kv_cache_gib": "kv_gib"}
+# rank facts stated in words (ParsedLog.rank_info)
+RANK_INFO = ("model_type", "dtype", "graph_kind", "kv_cache_dtype")
+SCHEDULER_SUMMARY = {"max_total_num_tokens": "max_total_num_tokens", "chunked_prefill_size": "chunked_prefill_size",
+                     "max_prefill_tokens": "max_prefill_tokens", "max_running_requests": "max_running_requests",
+                     "context_len": "context_len", "available_gpu_mem": "available_gpu_mem_gib"}
+# the PyTorch OOM message's numbers (logparse/cuda_oom.py); strings carry their unit, bare numbers are GiB
+OOM = {"tried_to_allocate": "oom_request_gib", "gpu_index": "oom_gpu_index", "total_capacity_gib": "oom_total_gib",
+       "free": "oom_free_gib", "process_in_use_gib": "oom_process_used_gib",
+       "allocated_by_pytorch_gib": "oom_torch_allocated_gib", "private_pools_cuda_graphs": "oom_private_pools_gib",
+       "reserved_unallocated": "oom_reserved_unallocated_gib"}
 PHASES = {"dist_init": "dist_init", "weights": "weights", "kv_pool": "kv_cache", "profile_run": "kv_cache",
           "kv_sizing": "kv_cache", "profile_run_sampler": "kv_cache", "cuda_graph": "cuda_graph",
           "scheduler_summary": "cuda_graph", "engine_init_done": "warmup", "http": "http", "ready": "ready"}
@@ -41,44 +71,264 @@ def oracles() -> dict[str, dict]:
 ORACLES = oracles()
 
 
+@dataclass(frozen=True)
+class Case:
+    name: str
+    oracle: dict
+    parsed: ParsedLog
+    data: dict  # parsed.to_json()
+
+
+def rank_key(rank: Any) -> str:
+    return "0" if rank == "unknown" else str(rank)
+
+
+def rank_values(case: Case, field: str) -> list[float]:
+    return [f[field] for f in case.data["ranks"].values() if field in f]
+
+
+def assert_on_some_rank(case: Case, field: str, want: float, key: str) -> None:
+    values = rank_values(case, field)
+    assert want in [pytest.approx(v) for v in values], f"{key}: {field} on the ranks is {values}"
+
+
+def no_check(key: str) -> Callable[[Case, Any], None]:
+    def fail(case: Case, want: Any) -> None:
+        pytest.fail(f"{case.name}: INDEX key {key!r} has no check in tests/test_real_logs.py — add one")
+    return fail
+
+
+# --- ranks ----------------------------------------------------------------------------------------------------------
+
+def check_rank_field(case: Case, rank: str, key: str, want: Any) -> None:
+    got = case.data["ranks"].get(rank, {})
+    if key == "graph_end":
+        for sub, ours in GRAPH_END.items():
+            assert got.get(ours) == pytest.approx(want[sub]), f"rank {rank} {ours}"
+    elif key == "capture_bs":
+        assert ast.literal_eval(case.parsed.rank_info.get(rank, {}).get("capture_bs", "None")) == want, f"rank {rank}"
+    elif key in RANK_INFO:
+        assert case.parsed.rank_info.get(rank, {}).get(key) == want, f"rank {rank} {key}: {case.parsed.rank_info}"
+    elif key in FIELDS:
+        assert got.get(FIELDS[key]) == pytest.approx(want), f"rank {rank} {key}"
+    else:
+        no_check(f"ranks.{key}")(case, want)
+
+
+def check_ranks(case: Case, want: dict) -> None:
+    for rank, fields in want.items():
+        for key, value in fields.items():
+            check_rank_field(case, rank_key(rank), key, value)
+
+
+def check_workers_by_pid(case: Case, want: dict) -> None:
+    """The rank whose lines carry that pid has those fields (V0 workers are known only by pid)."""
+    by_pid = {pid: rank for rank, pid in case.parsed.rank_pids.items()}
+    for pid, fields in want.items():
+        assert pid in by_pid, f"no rank carries pid {pid}: {case.parsed.rank_pids}"
+        for key, value in fields.items():
+            assert key in FIELDS, f"workers_by_pid.{key} has no check"
+            check_rank_field(case, by_pid[pid], key, value)
+
+
+def check_model_load_gib_per_rank(case: Case, want: float) -> None:
+    assert sorted({f["weights_mem_gib"] for f in case.data["ranks"].values()}) == [want]
+
+
+def check_min_weights_begin_avail(case: Case, want: float) -> None:
+    assert min(rank_values(case, "weights_begin_avail_gib")) == pytest.approx(want)
+
+
+def check_tp(case: Case, want: int) -> None:
+    """Every rank the log names is a TP rank below tp; where the server printed its arguments, they say tp too."""
+    seen = set(case.data["ranks"]) | set(case.data["custom_ar"]) | set(case.parsed.rank_pids)
+    assert {int(r) for r in seen} <= set(range(want)), f"ranks {sorted(seen)} with tp={want}"
+    for name in ("tp_size", "tensor_parallel_size"):
+        if name in case.parsed.args:
+            assert case.parsed.args[name] == str(want)
+
+
+def check_dp(case: Case, want: int) -> None:
+    assert case.parsed.dp_ranks == {str(i) for i in range(want)}
+
+
+def check_rank_info_everywhere(key: str) -> Callable[[Case, Any], None]:
+    """A top-level word fact (model_type, kv_cache_dtype): stated by at least one rank and contradicted by none."""
+    def check(case: Case, want: str) -> None:
+        stated = [info[key] for info in case.parsed.rank_info.values() if key in info]
+        assert stated and set(stated) == {want}, f"{key}: {case.parsed.rank_info}"
+    return check
+
+
+def check_scheduler_summary(case: Case, want: dict) -> None:
+    for key, value in want.items():
+        if key not in SCHEDULER_SUMMARY:
+            no_check(f"scheduler_summary.{key}")(case, value)
+        assert_on_some_rank(case, SCHEDULER_SUMMARY[key], value, f"scheduler_summary.{key}")
+
+
+def check_engine_number(key: str) -> Callable[[Case, Any], None]:
+    def check(case: Case, want: float) -> None:
+        assert_on_some_rank(case, ENGINE[key], want, key)
+    return check
+
+
+def check_suggested_kv_cache_memory_bytes(case: Case, want: list[int]) -> None:
+    """The two `--kv-cache-memory=` values vLLM suggests: to fit the requested memory, and to fill the GPU."""
+    fields = ("suggested_kv_cache_memory_bytes", "max_kv_cache_memory_bytes")
+    assert [v for f in fields for v in rank_values(case, f)] == want
+
+
+def check_note(case: Case, want: str) -> None:
+    """`check: "23.35 - 21.21 - 0.20 - 0.37 = 1.57"`: the sum holds, and one rank's parsed fields hold every number."""
+    left, right = want.split("=")
+    terms = re.findall(r"([-+]?)\s*([\d.]+)", left)
+    total = sum(float(n) * (-1 if sign == "-" else 1) for sign, n in terms)
+    assert total == pytest.approx(float(right), abs=0.011), want
+    numbers = [float(n) for _, n in terms] + [float(right)]
+    assert any(all(n in [pytest.approx(v) for v in f.values()] for n in numbers) for f in case.data["ranks"].values()), \
+        f"no rank parsed all of {numbers}"
+
+
+def check_line_prefix(case: Case, want: str) -> None:
+    """Lines behind a foreign prefix parse exactly as they do with the prefix taken off."""
+    lines = (LOGS / case.name).read_text().splitlines(keepends=True)
+    prefixed = [line for line in lines if line.startswith(want)]
+    assert prefixed, f"no line starts with {want!r}"
+    bare = [line[len(want):] if line.startswith(want) else line for line in lines]
+    without = feed_lines(logparse.parser_for(case.parsed.server), bare)
+    assert without.to_json() == case.data
+    assert without.custom_ar == case.parsed.custom_ar and without.rank_info == case.parsed.rank_info
+
+
+# --- custom all-reduce, processes, HTTP ------------------------------------------------------------------------------
+
+def check_custom_ar(case: Case, want: dict) -> None:
+    got = case.data["custom_ar"]
+    assert set(got) == {rank_key(r) for r in want}, got
+    for rank, fields in want.items():
+        ours = got[rank_key(rank)]
+        for key, value in fields.items():
+            if key == "state":
+                assert ours["state"] == value
+            elif key == "error":
+                assert value in ours["message"]
+            else:
+                no_check(f"custom_ar.{key}")(case, value)
+
+
+def check_pid(role: str) -> Callable[[Case, int], None]:
+    def check(case: Case, want: int) -> None:
+        assert case.parsed.pids.get(role) == want, case.parsed.pids
+    return check
+
+
+def check_http_up(case: Case, want: bool) -> None:
+    up = PARSER_PHASES.index(case.data["phase_reached"]) >= PARSER_PHASES.index("http")
+    assert up == want and (case.parsed.http_url is not None) == want
+
+
+def check_dead_worker(case: Case, want: dict) -> None:
+    deaths = [(d.pid, d.exit_code) for d in case.parsed.worker_deaths]
+    assert (want.get("dead_worker_pid"), want.get("dead_worker_exit_code")) in deaths, deaths
+
+
+# --- failure -----------------------------------------------------------------------------------------------------------
+
+def check_failure(case: Case, want: dict | None) -> None:
+    got = case.data["failure"]
+    if want is None:
+        assert got is None, got
+        return
+    assert got is not None
+    from_title = want.get("source") == "title"  # the excerpt stops before the failure: the thread's title names it
+    for key, value in want.items():
+        if key == "reason":
+            if from_title:  # the excerpt may show only a generic wrapper, but never a different specific reason
+                assert got["reason"] in ("exception", REASONS[value]), got
+            else:
+                assert got["reason"] == REASONS[value], got
+        elif key == "phase":
+            if from_title:  # the excerpt cannot have got further than where the title says it failed
+                assert PARSER_PHASES.index(got["phase"]) <= PARSER_PHASES.index(PHASES[value]), got
+            else:
+                assert got["phase"] == PHASES[value], got
+        elif key == "source":
+            assert value == "title", f"unknown failure source {value!r}"
+        elif key == "detail":
+            assert value in got["message"], got
+        elif key == "exception":
+            assert (exception_line(got["message"]) or ("", ""))[0] == value, got
+        elif key == "dead_worker":
+            assert value in [d.name for d in case.parsed.worker_deaths], case.parsed.worker_deaths
+        elif key in OOM:
+            expected = gib(value) if isinstance(value, str) else float(value)
+            assert_on_some_rank(case, OOM[key], expected, f"failure.{key}")
+        else:
+            no_check(f"failure.{key}")(case, value)
+
+
+CHECKS: dict[str, Callable[[Case, Any], None]] = {
+    "ready": lambda case, want: assert_equal(case.data["ready"], want),
+    "failure": check_failure,
+    "phase_reached": lambda case, want: assert_equal(case.data["phase_reached"], PHASES[want]),
+    "ranks": check_ranks,
+    "workers_by_pid": check_workers_by_pid,
+    "model_load_gib_per_rank": check_model_load_gib_per_rank,
+    "min_weights_begin_avail": check_min_weights_begin_avail,
+    "tp": check_tp,
+    "dp": check_dp,
+    "engine": lambda case, want: assert_equal(case.parsed.engine, want),
+    "nccl_version": lambda case, want: assert_equal(case.data["nccl_version"], want),
+    "custom_ar": check_custom_ar,
+    "mem_fraction_static_auto": lambda case, want: assert_equal(float(case.data["adjusted_args"]["mem_fraction_static"]),
+                                                                pytest.approx(want)),
+    "model_type": check_rank_info_everywhere("model_type"),
+    "kv_cache_dtype": check_rank_info_everywhere("kv_cache_dtype"),
+    "scheduler_summary": check_scheduler_summary,
+    "http_server_pid": check_pid("http_server"),
+    "api_server_pid": check_pid("api_server"),
+    "engine_core_pid": check_pid("engine_core"),
+    "http_up": check_http_up,
+    "http_url": lambda case, want: assert_equal(case.parsed.http_url, want),
+    "routes_seen": lambda case, want: assert_equal(case.parsed.routes, want),
+    "dead_worker_pid": lambda case, want: check_dead_worker(case, case.oracle),
+    "dead_worker_exit_code": lambda case, want: check_dead_worker(case, case.oracle),
+    "suggested_kv_cache_memory_bytes": check_suggested_kv_cache_memory_bytes,
+    "check": check_note,
+    "line_prefix": check_line_prefix,
+    **{key: check_engine_number(key) for key in ENGINE},
+}
+
+
+def assert_equal(got: Any, want: Any) -> None:
+    assert got == want
+
+
 def test_every_log_in_the_folder_has_an_oracle():
     assert {p.name for p in LOGS.glob("*.log")} <= set(ORACLES)
+
+
+def test_the_fixture_copies_are_the_shared_captures():
+    shared = DATA.parents[2] / "shared" / "data" / "real-logs"
+    if not shared.is_dir():
+        pytest.skip("no ../shared/data next to this checkout")
+    for path in sorted(LOGS.iterdir()):
+        assert path.read_bytes() == (shared / path.name).read_bytes(), path.name
+
+
+def test_every_index_key_has_a_check():
+    unknown = {key for oracle in ORACLES.values() for key in oracle} - set(CHECKS)
+    assert not unknown, f"INDEX keys without a check: {sorted(unknown)}"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in LOGS.glob("*.log")))
 def test_real_log_parses_to_its_index_values(name):
     oracle = ORACLES[name]
     parsed = logparse.parse_file(LOGS / name)
-    data = parsed.to_json()
-    assert data["server"] == ("sglang" if name.startswith("sglang") else "vllm")
-    ranks = data["ranks"]
-    for rank, fields in (oracle.get("ranks") or {}).items():
-        got = ranks.get("0" if rank == "unknown" else str(rank), {})
-        for key, want in fields.items():
-            if key == "graph_end":
-                for sub, ours in GRAPH_END.items():
-                    assert got.get(ours) == pytest.approx(want[sub]), f"rank {rank} {ours}"
-            elif key in FIELDS:
-                assert got.get(FIELDS[key]) == pytest.approx(want), f"rank {rank} {key}"
-    for key, ours in ENGINE.items():
-        if key in oracle and "ranks" not in oracle or (key in oracle and key in ("kv_tokens", "num_gpu_blocks",
-                                                                                   "gpu_blocks", "max_model_len",
-                                                                                   "max_concurrency", "init_engine_s")):
-            values = [f.get(ours) for f in ranks.values() if ours in f]
-            assert oracle[key] in [pytest.approx(v) for v in values], f"{key}: {values}"
-    if "model_load_gib_per_rank" in oracle:
-        assert sorted({f["weights_mem_gib"] for f in ranks.values()}) == [oracle["model_load_gib_per_rank"]]
-    for pid, fields in (oracle.get("workers_by_pid") or {}).items():
-        assert any(all(f.get(FIELDS[k]) == pytest.approx(v) for k, v in fields.items()) for f in ranks.values()), pid
-    assert data["ready"] == oracle["ready"]
-    if oracle.get("failure") is None:
-        assert data["failure"] is None, data["failure"]
-    else:
-        assert data["failure"] is not None
-        want = oracle["failure"]
-        if want.get("source") != "title":
-            assert data["failure"]["reason"] == REASONS[want["reason"]], data["failure"]
-        if want.get("phase") in PHASES and want.get("source") != "title":
-            assert data["failure"]["phase"] == PHASES[want["phase"]], data["failure"]
-    if "phase_reached" in oracle:
-        assert data["phase_reached"] == PHASES[oracle["phase_reached"]]
+    case = Case(name, oracle, parsed, parsed.to_json())
+    assert case.data["server"] == ("sglang" if name.startswith("sglang") else "vllm")
+    for key in ("ready", "failure"):
+        assert key in oracle, f"{name}: INDEX entry without {key!r}"
+    for key, want in oracle.items():
+        CHECKS.get(key, no_check(key))(case, want)

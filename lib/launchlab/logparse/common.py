@@ -22,6 +22,7 @@ from typing import Protocol
 PHASES = ("startup", "dist_init", "weights", "kv_cache", "cuda_graph", "warmup", "http", "ready")
 REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_failed", "custom_allreduce_failed",
            "nccl_error", "exception")
+CUSTOM_AR_STATES = ("active", "disabled", "failed")  # weakest evidence first: a later state never loses to an earlier one
 CHUNK_BYTES = 256 * 1024  # small enough to stay in cache; measured fastest in bench/parse_vs_grep.py
 _DIGITS = b"0123456789"
 _MAX_TEMPLATES = 20_000  # bounds the memory of the template cache
@@ -29,6 +30,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
+_NCCL_VERSION = re.compile(r"\busing nccl==(?P<pip>[\w.]+)|\bNCCL version (?P<lib>\d+\.\d+\.\d+)")
 
 
 @dataclass(frozen=True)
@@ -49,16 +51,56 @@ class Failure:
     message: str
 
 
+@dataclass(frozen=True)
+class CustomAR:
+    """What a rank's custom all-reduce did: a state of CUSTOM_AR_STATES, a reason code (or None) and the log message
+    that says so (reason codes: logparse/custom_ar.py)."""
+
+    state: str
+    reason: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class WorkerDeath:
+    """A worker process the server reported dead (vLLM: "Worker proc VllmWorker-0 died unexpectedly (exit code: …)")."""
+
+    name: str
+    pid: int | None
+    exit_code: int | None
+
+
 @dataclass
 class ParsedLog:
+    """Everything a server log says about a launch.
+
+    `args`: the server's own account of its arguments (SGLang `server_args=ServerArgs(…)`, vLLM `non-default args`,
+    `args: Namespace(…)` and the engine config line), keyed by Python attribute name, every value as the text the
+    server printed (`'0.55'`, `'True'`, `'None'`; strings without their quotes). `adjusted_args`: settings the server
+    changed on its own after printing them (SGLang "Automatically reduce --mem-fraction-static to 0.540 …").
+    `rank_info`: what each rank says about itself in words (model_type, dtype, kv_cache_dtype, graph_kind, capture_bs).
+    `pids`: process ids by role (`http_server`, `api_server`, `engine_core`); `rank_pids`: the pid a rank's lines carry.
+    """
+
     server: str
     ready: bool = False
     phase_reached: str = "startup"
     failure: Failure | None = None
     ranks: dict[str, dict[str, float]] = field(default_factory=dict)
+    custom_ar: dict[str, CustomAR] = field(default_factory=dict)
     debug: list[dict] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    config: dict[str, object] = field(default_factory=dict)
+    args: dict[str, str] = field(default_factory=dict)
+    adjusted_args: dict[str, str] = field(default_factory=dict)
+    nccl_version: str | None = None
+    engine: str | None = None  # vLLM only: "v0" or "v1"
+    rank_info: dict[str, dict[str, str]] = field(default_factory=dict)
+    rank_pids: dict[str, int] = field(default_factory=dict)
+    dp_ranks: set[str] = field(default_factory=set)
+    pids: dict[str, int] = field(default_factory=dict)
+    http_url: str | None = None
+    routes: list[str] = field(default_factory=list)
+    worker_deaths: list[WorkerDeath] = field(default_factory=list)
     first_t: datetime | None = None
     ready_t: datetime | None = None
 
@@ -80,6 +122,22 @@ class ParsedLog:
         """A launch setting read from the log (e.g. mem_fraction_static): an event, not a per-rank field."""
         self.events.append(Event(t, "0", name, value, line))
 
+    def describe(self, rank: str, name: str, text: str) -> None:
+        """A fact a rank states in words (e.g. model_type=Qwen3ForCausalLM): kept as text, not as an event."""
+        self.rank_info.setdefault(rank, {})[name] = text
+
+    def note_custom_ar(self, rank: str, found: CustomAR) -> None:
+        """Keep the strongest evidence per rank: failed beats disabled beats active; at equal state a reason beats none."""
+        old = self.custom_ar.get(rank)
+        if old is None:
+            self.custom_ar[rank] = found
+            return
+        stronger = CUSTOM_AR_STATES.index(found.state) > CUSTOM_AR_STATES.index(old.state)
+        more_specific = found.state == old.state and old.reason in (None, "init_failed") and found.reason not in (
+            None, "init_failed")
+        if stronger or more_specific:
+            self.custom_ar[rank] = found
+
     def add_debug(self, records: list[dict], t: datetime | None, rank: str, line: int) -> None:
         """Instrumentation records: kept for `parse --json` and recorded as events `debug.<name>.<key>`."""
         self.debug.extend(records)
@@ -94,18 +152,25 @@ class ParsedLog:
 
     def to_json(self) -> dict:
         """The stable `launchlab parse --json` object (ARCHITECTURE.md section 4.3)."""
-        def order(item: tuple[str, dict]) -> tuple[int, str]:
-            return (int(item[0]), "") if item[0].isdigit() else (1 << 30, item[0])
-
         return {
             "server": self.server,
             "ready": self.ready,
             "phase_reached": self.phase_reached,
             "failure": None if self.failure is None else {
                 "reason": self.failure.reason, "phase": self.failure.phase, "message": self.failure.message},
-            "ranks": {r: dict(sorted(f.items())) for r, f in sorted(self.ranks.items(), key=order)},
+            "ranks": {r: dict(sorted(self.ranks[r].items())) for r in sorted(self.ranks, key=rank_order)},
+            "custom_ar": {r: {"state": c.state, "reason": c.reason, "message": c.message}
+                          for r, c in sorted(self.custom_ar.items(), key=lambda item: rank_order(item[0]))},
             "debug": self.debug,
+            "args": dict(self.args),
+            "adjusted_args": dict(self.adjusted_args),
+            "nccl_version": self.nccl_version,
         }
+
+
+def rank_order(rank: str) -> tuple[int, str]:
+    """Ranks in numeric order ("2" before "10"), anything not a number last."""
+    return (int(rank), "") if rank.isdigit() else (1 << 30, rank)
 
 
 class LineParser(Protocol):
@@ -216,6 +281,14 @@ def debug_records(text: str) -> list[dict] | None:
         for p in _PAIR.finditer(m["pairs"])
     ]
     return records or None
+
+
+def nccl_version(text: str) -> str | None:
+    """The NCCL version a line names: SGLang/vLLM `… is using nccl==2.27.3`, NCCL's own `NCCL version 2.21.5+cuda12.4`."""
+    m = _NCCL_VERSION.search(text)
+    if m is None:
+        return None
+    return m["pip"] or m["lib"]
 
 
 def exception_line(text: str) -> tuple[str, str] | None:

@@ -1,21 +1,32 @@
-"""Logs of servers the kit knows nothing about: readiness and failure come only from the params' patterns."""
+"""Logs of servers the kit knows nothing about: readiness from the params' pattern, failure from the params' fatal
+patterns and from the deaths any Python GPU server can die (CUDA out of memory, an uncaught exception, the kernel's
+OOM killer, a segmentation fault)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 
-from launchlab.logparse.common import ParsedLog, anchors, debug_records, feed_lines
+from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
+from launchlab.logparse.cuda_oom import oom_fields
+
+ANCHORS = ("DEBUG", "Traceback", "Error", "out of memory", "Killed", "Segmentation", "SIGSEGV")
+
+_CUDA_OOM = re.compile(r"torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|CUDA out of memory")
+_KILLED = re.compile(r"^\s*Killed\s*$")  # what a shell prints when the OOM killer ended its child
+_SEGFAULT = re.compile(r"Segmentation fault|SIGSEGV")
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 class GenericParser:
-    anchors = anchors(["DEBUG"])
+    anchors = anchors(ANCHORS)
 
     def __init__(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()):
         self.log = ParsedLog(server="generic")
         self.wants_every_line = True  # a user's patterns can match anything: read every line
         self.ready_rx = re.compile(ready_pattern) if ready_pattern else None
         self.fatal_rx = [re.compile(p) for p in fatal_patterns]
+        self.in_traceback = False
 
     def feed(self, number: int, text: str) -> None:
         if (records := debug_records(text)) is not None:
@@ -26,6 +37,24 @@ class GenericParser:
         for rx in self.fatal_rx:
             if rx.search(text):
                 self.log.fail("exception", None, text)
+        self._known_death(number, text)
+
+    def _known_death(self, number: int, text: str) -> None:
+        """The fatal lines every Python GPU server prints, whatever it is (a params pattern may have matched first)."""
+        log = self.log
+        for name, value in oom_fields(text).items():
+            log.record(None, "0", name, value, number)
+        if _TRACEBACK in text:
+            self.in_traceback = True
+        elif self.in_traceback and not text[:1].isspace() and exception_line(text) is not None:
+            if log.failure is not None and log.failure.reason == "exception" and _TRACEBACK in log.failure.message:
+                log.failure = None  # a params pattern matched the header, which names no error: its last line does
+            log.fail(classify(text), None, text)
+            self.in_traceback = False
+        elif _CUDA_OOM.search(text):
+            log.fail("cuda_oom", None, text)
+        elif _KILLED.match(text) or _SEGFAULT.search(text):
+            log.fail("exception", None, text)
 
     def result(self) -> ParsedLog:
         return self.log

@@ -3,7 +3,9 @@
 Covers the SGLang 0.3–0.5.23 statement formats of reference/log-formats.md section 2: the `[date time TPn]`
 prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored),
 bare messages without a prefix, GB read as GiB, tracebacks that continue unprefixed after
-"Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure.
+"Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure. Also read:
+the `server_args=ServerArgs(…)` line (→ `args`), custom all-reduce statements (logparse/custom_ar.py), the NCCL
+version, what ranks say about their model, dtypes and graph batch sizes, and the HTTP server's pid and URL.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
+from launchlab.logparse import custom_ar
+from launchlab.logparse.arguments import call_arguments
 from launchlab.logparse.common import (
     ParsedLog,
     anchors,
@@ -20,7 +24,9 @@ from launchlab.logparse.common import (
     exception_line,
     feed_lines,
     match_statement,
+    nccl_version,
 )
+from launchlab.logparse.cuda_oom import oom_fields
 
 READY_PATTERN = r"The server is fired up and ready to roll!"
 FATAL_PATTERNS = (
@@ -34,13 +40,14 @@ ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weigh
            "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
-           "allreduce", "AllReduce")
+           "KV cache dtype", "Automatically reduce", "Started server process", *custom_ar.ANCHORS)
 
 _PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
     r"(?P<tags>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] (?P<msg>.*)"
 )
 _TP = re.compile(r"TP(\d+)")
+_DP = re.compile(r"\bDP(\d+)")  # not MOE_DP
 _N = r"(-?[\d.]+)"
 
 _KV_ALLOCATED = re.compile(rf"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)? (?:#tokens: (\d+), )?"
@@ -65,19 +72,22 @@ _STATEMENTS = [
                 rf"(?: avail mem={_N} GB\.)?"), "cuda_graph",
      [(1, "graph_s"), (2, "graph_s"), (3, "graph_s"), (4, "graph_end_avail_gib"), (5, "graph_mem_gib"),
       (6, "graph_end_avail_gib")]),
-    (re.compile(r"max_total_num_tokens=(\d+)"), "kv_cache", [(1, "max_total_num_tokens")]),
+    (re.compile(r"max_total_num_tokens=(\d+)"), "kv_cache", []),  # the scheduler summary: see _SUMMARY_PAIR
     (re.compile(r"Uvicorn running on|Application startup complete\."), "http", []),
 ]
 # A statement that ends a phase: a failure right after it belongs to the next phase.
 _NEXT = {"Load weight end": "kv_cache", "Memory pool end": "cuda_graph"}
 _OVER_CAP = re.compile(r"max_total_tokens=\d+ is larger than the profiled value (-?\d+)")
-_SERVER_ARGS = re.compile(r"server_args=ServerArgs\(")
-_ARGS = {
-    "mem_fraction_static": re.compile(r"\bmem_fraction_static=([\d.]+)"),
-    "tp_size": re.compile(r"\btp_size=(\d+)"),
-    "port": re.compile(r"\bport=(\d+)"),
-    "disable_custom_all_reduce": re.compile(r"\bdisable_custom_all_reduce=(True|False)"),
-}
+_SERVER_ARGS = "server_args=ServerArgs("
+_SETTINGS = ("mem_fraction_static", "tp_size")  # also kept as events, for the frames
+_SUMMARY_PAIR = re.compile(r"(\w+)=(-?[\d.]+)( GB)?")  # max_total_num_tokens=…, context_len=…, available_gpu_mem=… GB
+_MEM_FRACTION_AUTO = re.compile(r"Automatically reduce --mem-fraction-static to ([\d.]+)")
+_WEIGHTS_TYPE = re.compile(r"Load weight end\..*?\btype=(\w+)(?:, dtype=([\w.]+))?")
+_KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)|KV Cache (?:is allocated|VA upper bound)\. dtype: ([\w.]+),")
+_GRAPH_KIND = re.compile(r"Capture (?:[\w ]+? )?(cuda|CUDA|cpu|CPU|npu|NPU) graph begin")
+_CAPTURE_BS = re.compile(r"Capture (?:cuda|CUDA|cpu|npu) graph bs (\[[\d, ]*\])")
+_UVICORN = re.compile(r"Uvicorn running on (\S+)")
+_SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
 _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory")
 
 
@@ -97,6 +107,7 @@ class SGLangParser:
         self.log = ParsedLog(server="sglang")
         self.wants_every_line = False  # inside a traceback that continues without the SGLang prefix
         self.current: str | None = None  # the phase in progress: after "Load weight end" it is the KV pool
+        self.traceback_rank = "0"  # the rank whose "Scheduler hit an exception" the unprefixed lines continue
 
     def feed(self, number: int, text: str) -> None:
         log = self.log
@@ -110,11 +121,17 @@ class SGLangParser:
         if log.first_t is None:
             log.first_t = t
         tp = _TP.search(m["tags"])
+        if (dp := _DP.search(m["tags"])) is not None:
+            log.dp_ranks.add(dp.group(1))
         self._message(number, msg, t, tp.group(1) if tp else "0")
 
     def _unprefixed(self, number: int, text: str) -> None:
         if self.wants_every_line:
+            if (found := custom_ar.recognise(text)) is not None:  # e.g. the kernel's error inside the traceback
+                self.log.note_custom_ar(self.traceback_rank, found)
             if exception_line(text) is not None:
+                for name, value in oom_fields(text).items():
+                    self.log.record(None, self.traceback_rank, name, value, number)
                 reason = classify(text)
                 self.log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, text.strip())
                 self.wants_every_line = False
@@ -127,17 +144,20 @@ class SGLangParser:
         if (records := debug_records(msg)) is not None:
             log.add_debug(records, t, rank, number)
             return
-        if _SERVER_ARGS.search(msg):
-            for name, rx in _ARGS.items():
-                if (a := rx.search(msg)) is not None:
-                    log.config[name] = a.group(1)
-                    if name in ("mem_fraction_static", "tp_size"):
-                        log.setting(t, name, float(a.group(1)), number)
+        if (start := msg.find(_SERVER_ARGS)) >= 0:
+            self._server_args(number, msg[start + len(_SERVER_ARGS):], t)
             return
         if "ready to roll" in msg:
             log.ready, log.ready_t = True, t
             log.reach("ready")
             return
+        if (found := custom_ar.recognise(msg)) is not None:
+            log.note_custom_ar(rank, found)
+            if found.state == "active":
+                log.reach("cuda_graph")  # addresses are registered as graphs are captured
+        if (version := nccl_version(msg)) is not None:
+            log.nccl_version = version
+        self._facts(number, msg, t, rank)
         if (matched := match_statement(log, _STATEMENTS, msg, t, rank, number)) is not None:
             phase, m = matched
             self.current = _NEXT.get(msg[: msg.find(".")], phase)
@@ -151,15 +171,57 @@ class SGLangParser:
         elif "Scheduler hit an exception" in msg or msg.rstrip().endswith("Traceback (most recent call last):"):
             log.fail(classify(msg), self.current, msg)
             self.wants_every_line = True
+            self.traceback_rank = rank
         elif "Capture cuda graph failed" in msg or "Capture CUDA graph failed" in msg:
             log.fail("cuda_graph_failed", "cuda_graph", msg)
         elif "Initialization failed. warmup error" in msg:
             log.fail(classify(msg), "warmup", msg)
         elif not bare and exception_line(msg) is not None:
+            for name, value in oom_fields(msg).items():
+                log.record(t, rank, name, value, number)
             reason = classify(msg)
             log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
 
+    def _server_args(self, number: int, text: str, t: datetime | None) -> None:
+        log = self.log
+        log.args.update(call_arguments(text))
+        for name in _SETTINGS:
+            try:
+                log.setting(t, name, float(log.args[name]), number)
+            except (KeyError, ValueError):
+                pass  # not printed, or None (not yet resolved)
+
+    def _facts(self, number: int, msg: str, t: datetime | None, rank: str) -> None:
+        """What a line states besides its phase: the scheduler summary, names and dtypes, graph batch sizes, HTTP."""
+        log = self.log
+        if (summary := msg.find("max_total_num_tokens=")) >= 0:
+            for name, value, gb in _SUMMARY_PAIR.findall(msg, summary):
+                log.record(t, rank, f"{name}_gib" if gb else name, float(value), number)
+        elif (weights := _WEIGHTS_TYPE.search(msg)) is not None:
+            log.describe(rank, "model_type", weights.group(1))
+            if weights.group(2):
+                log.describe(rank, "dtype", weights.group(2))
+        elif (kind := _GRAPH_KIND.search(msg)) is not None:
+            log.describe(rank, "graph_kind", kind.group(1).lower())
+        elif (bs := _CAPTURE_BS.search(msg)) is not None:
+            sizes = [int(b) for b in re.findall(r"\d+", bs.group(1))]
+            log.describe(rank, "capture_bs", bs.group(1))
+            log.record(t, rank, "capture_bs_count", float(len(sizes)), number)
+            if sizes:
+                log.record(t, rank, "capture_bs_max", float(max(sizes)), number)
+        elif "KV cache dtype" in msg or "dtype: " in msg:
+            if (kv := _KV_DTYPE.search(msg)) is not None:
+                log.describe(rank, "kv_cache_dtype", kv.group(1) or kv.group(2))
+        elif (auto := _MEM_FRACTION_AUTO.search(msg)) is not None:
+            log.adjusted_args["mem_fraction_static"] = auto.group(1)
+            log.setting(t, "mem_fraction_static", float(auto.group(1)), number)
+        elif (url := _UVICORN.search(msg)) is not None:
+            log.http_url = url.group(1)
+        elif (pid := _SERVER_PID.search(msg)) is not None:
+            log.pids.setdefault("http_server", int(pid.group(1)))
+
     def result(self) -> ParsedLog:
+        custom_ar.disabled_by_user(self.log, self.log.args.get("tp_size"), "server_args")
         return self.log
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 
 from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
+from launchlab.logparse.cuda_oom import oom_fields
 
 READY_PATTERN = r"Application startup complete\."
 FATAL_PATTERNS = (r"Traceback \(most recent call last\)",)
@@ -42,7 +43,7 @@ class TransformersParser:
             log.ready = True
             log.reach("ready")
         elif (cb := _CB.search(msg)) is not None:
-            log.config["continuous_batching"] = cb.group(1)
+            log.args["continuous_batching"] = cb.group(1)  # the server prints no argument line; requests say it
         elif (access := _ACCESS.search(msg)) is not None:
             if access["method"] == "POST":
                 self.requests += 1
@@ -52,6 +53,8 @@ class TransformersParser:
         elif "No positive solution" in msg or "Error in generation loop" in msg:
             log.fail(classify(msg), "kv_cache" if "No positive solution" in msg else None, msg)
         elif self.wants_every_line and exception_line(msg) is not None:
+            for name, value in oom_fields(msg).items():
+                log.record(None, "0", name, value, number)
             reason = classify(msg)
             log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
             self.wants_every_line = False

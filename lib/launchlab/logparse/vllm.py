@@ -3,7 +3,10 @@
 Formats: reference/log-formats.md section 3. The line is `[(<process> pid=N)] LEVEL MM-DD HH:MM:SS [file:line] msg`
 with the process tag naming the TP rank (`Worker_TP3`, `VllmWorker TP3`, `VllmWorker rank=3`); V0 worker
 processes carry only a pid (`VllmWorkerProcess pid=N`) and get ranks 1, 2, … in order of appearance, the
-untagged driver being rank 0. Bare messages, uvicorn lines and unprefixed tracebacks are read too.
+untagged driver being rank 0. Bare messages, uvicorn lines and unprefixed tracebacks are read too. Also read: the
+server's arguments (`non-default args: {…}`, `args: Namespace(…)`, the engine config line → `args`), custom
+all-reduce statements (logparse/custom_ar.py), the NCCL version, the engine generation (V0/V1), process ids by role,
+the HTTP URL and routes, and dead workers.
 """
 
 from __future__ import annotations
@@ -12,15 +15,20 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
+from launchlab.logparse import custom_ar
+from launchlab.logparse.arguments import call_arguments, config_arguments, mapping_arguments
 from launchlab.logparse.common import (
     ParsedLog,
+    WorkerDeath,
     anchors,
     classify,
     debug_records,
     exception_line,
     feed_lines,
     match_statement,
+    nccl_version,
 )
+from launchlab.logparse.cuda_oom import oom_fields
 
 READY_PATTERN = r"Application startup complete\."
 FATAL_PATTERNS = (
@@ -33,13 +41,16 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
            "memory", "blocks:", "Maximum concurrency", "Graph capturing", "Capturing", "init engine",
            "Starting vLLM", "Uvicorn running", "Available routes", "Application startup complete", "torch.compile",
            "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
-           "max seq len", "world_size", "NCCL", "nccl",
-           "allreduce", "num_gpu_blocks", "profile run", "dummy")
+           "max seq len", "world_size", "NCCL", "nccl", "num_gpu_blocks", "profile run", "dummy",
+           "args", "config", "Route:", "Started server process", *custom_ar.ANCHORS)
 
 _TAG = re.compile(r"\((?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\)\s?")
 _LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
                    r"\[?(?P<file>[\w./-]+):(?P<line>\d+)\] (?P<msg>.*)")
 _TP_IN_TAG = re.compile(r"TP(\d+)")
+_DP_IN_TAG = re.compile(r"DP(\d+)")
+_WORKERS = ("VllmWorkerProcess", "RayWorker", "VllmWorker", "Worker")  # processes that are one TP rank
+_ROLES = {"APIServer": "api_server", "EngineCore": "engine_core"}
 _N = r"([\d.]+)"
 
 # (regex on the message, phase, [(group, field, converter)])
@@ -55,12 +66,18 @@ _STATEMENTS = [
                 rf"{_N}GiB; the rest of the memory reserved for KV Cache is {_N}GiB"), "kv_cache",
      [(1, "profile_weights_gib"), (2, "non_torch_gib"), (3, "activation_peak_gib"), (4, "kv_avail_gib")]),
     (re.compile(rf"Free memory on device \({_N}/{_N} GiB\) on startup\. Desired GPU memory utilization is "
-                rf"\({_N}, {_N} GiB\)"), "kv_cache",
-     [(1, "startup_free_gib"), (2, "total_gpu_gib"), (3, "gpu_memory_utilization"), (4, "requested_gib")]),
+                rf"\({_N}, {_N} GiB\)(?:\. Actual usage is {_N} GiB for weight, {_N} GiB for peak activation, "
+                rf"{_N} GiB for non-torch memory, and {_N} GiB for CUDAGraph memory)?(?:\. Replace "
+                r"gpu_memory_utilization config with `--kv-cache-memory=(\d+)` .*?to fit into requested memory, or "
+                r"`--kv-cache-memory=(\d+)`)?(?:.*?Current kv cache memory in use is ([\d.]+) GiB)?"), "kv_cache",
+     [(1, "startup_free_gib"), (2, "total_gpu_gib"), (3, "gpu_memory_utilization"), (4, "requested_gib"),
+      (5, "profile_weights_gib"), (6, "activation_peak_gib"), (7, "non_torch_gib"), (8, "cuda_graph_gib"),
+      (9, "suggested_kv_cache_memory_bytes"), (10, "max_kv_cache_memory_bytes"), (11, "kv_gib")]),
     (re.compile(rf"Available KV cache memory: {_N} GiB"), "kv_cache", [(1, "kv_avail_gib")]),
     (re.compile(r"torch\.compile takes ([\d.]+) s in total"), "kv_cache", [(1, "torch_compile_s")]),
     (re.compile(r"(?:GPU|GPU \+ host) KV cache size: ([\d,]+) tokens"), "kv_cache", [(1, "kv_tokens")]),
-    (re.compile(r"# (?:GPU|cuda|\w+) blocks: (\d+)|num_gpu_blocks is: (\d+)"), "kv_cache", [(1, "kv_blocks"), (2, "kv_blocks")]),
+    (re.compile(r"# (?:GPU|cuda|\w+) blocks: (\d+)(?:, # CPU blocks: (\d+))?|num_gpu_blocks is: (\d+)"), "kv_cache",
+     [(1, "kv_blocks"), (2, "kv_cpu_blocks"), (3, "kv_blocks")]),
     (re.compile(r"Starting profile run|Memory profiling"), "kv_cache", []),
     (re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"), "kv_cache",
      [(1, "max_model_len"), (2, "max_concurrency")]),
@@ -98,6 +115,21 @@ _DUMMY = re.compile(r"\b_?dummy_")  # vLLM's memory profiling runs the model on 
 _MAX_LEN = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
                       r"\((\d+)\)")
 _FRAME_EVIDENCE = re.compile(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")
+# The server's arguments: (regex, how the text after it is split, what the line is called)
+_ARGUMENTS = [
+    (re.compile(r"^non-default args: \{"), mapping_arguments, "non-default args"),
+    (re.compile(r"^args: Namespace\("), call_arguments, "args"),
+    (re.compile(r"^Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: "), config_arguments, "engine config"),
+]
+_HTTP_URL = re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (\S+)|Uvicorn running on (\S+)")
+_ROUTE = re.compile(r"Route: ([^,\s]+)")
+_SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
+_DEATH = re.compile(r"Worker proc (?P<name>\S+) died unexpectedly(?: \(exit code: (?P<code>-?\d+|None)\))?"
+                    r"|Worker (?P<v0name>VllmWorkerProcess) pid (?P<pid>\d+) died, exit code: (?P<v0code>-?\d+)")
+# Which engine wrote a line: V1-only statements settle it; V0 hints count only while nothing says V1.
+_V1 = re.compile(r"EngineCore|Initializing a V1 LLM engine|/vllm/v1/|GPU KV cache size|Available KV cache memory")
+_V0 = re.compile(r"Initializing an LLM engine|# CPU blocks|the current vLLM instance can use|Worker VllmWorkerProcess pid"
+                 r"|/vllm/(?:engine/(?:llm_engine|multiprocessing)|worker/(?:worker|model_runner|cache_engine))\b")
 
 
 class VLLMParser:
@@ -108,6 +140,7 @@ class VLLMParser:
         self.wants_every_line = False
         self.worker_ranks: dict[str, str] = {}
         self.frame_phase: str | None = None
+        self.flag_source = "args"  # the line that last set disable_custom_all_reduce
 
     def _rank(self, tag: re.Match | None) -> str:
         if tag is None:
@@ -125,13 +158,43 @@ class VLLMParser:
         rest = text[tag.end():] if tag else text
         m = _LINE.search(rest)
         rank = self._rank(tag)
+        if tag is not None:
+            self._process(tag, rank)
+        self._engine(text)
         if m is None:
             self._unprefixed(number, rest.strip(), rank)
             return
         t = _timestamp(m["md"], m["hms"])
         if self.log.first_t is None:
             self.log.first_t = t
+        if m["file"].startswith("v1/"):
+            self.log.engine = "v1"
         self._message(number, m["msg"], t, rank, m["lvl"])
+
+    def _process(self, tag: re.Match, rank: str) -> None:
+        """What a process tag tells: the pid of a role or of a rank's worker, a DP rank, the engine generation."""
+        log, proc = self.log, tag["proc"]
+        if (dp := _DP_IN_TAG.search(proc)) is not None:
+            log.dp_ranks.add(dp.group(1))
+        for prefix, role in _ROLES.items():
+            if proc.startswith(prefix):
+                log.pids.setdefault(role, int(tag["pid"]))
+                log.engine = "v1"
+                return
+        if proc.startswith(_WORKERS):
+            log.rank_pids.setdefault(rank, int(tag["pid"]))
+            if proc.startswith("VllmWorkerProcess"):
+                log.engine = log.engine or "v0"
+            elif not proc.startswith("RayWorker"):
+                log.engine = "v1"
+
+    def _engine(self, text: str) -> None:
+        if self.log.engine != "v1" and ("ngine" in text or "/vllm/" in text or "blocks" in text or "KV cache" in text
+                                        or "Worker" in text or "vLLM instance" in text):
+            if _V1.search(text):
+                self.log.engine = "v1"
+            elif self.log.engine is None and _V0.search(text):
+                self.log.engine = "v0"
 
     def _unprefixed(self, number: int, text: str, rank: str) -> None:
         if text.startswith("INFO:") and "Application startup complete" in text:
@@ -149,12 +212,44 @@ class VLLMParser:
             log.ready, log.ready_t = True, t
             log.reach("ready")
             return
+        if "args" in msg or "config: " in msg:
+            for rx, split, source in _ARGUMENTS:
+                if (a := rx.search(msg)) is not None:
+                    found = split(msg[a.end():])
+                    log.args.update(found)
+                    if custom_ar.USER_FLAG in found:
+                        self.flag_source = source
+                    return
+        if (found_ar := custom_ar.recognise(msg)) is not None:
+            log.note_custom_ar(rank, found_ar)
+            if found_ar.state == "active":
+                log.reach("cuda_graph")  # addresses are registered as graphs are captured
+        if (version := nccl_version(msg)) is not None:
+            log.nccl_version = version
+        self._server_facts(msg)
         if match_statement(log, _STATEMENTS, msg, t, rank, number) is not None:
             return
-        self._failure(msg)
+        self._failure(number, msg, t, rank)
 
-    def _failure(self, msg: str) -> None:
+    def _server_facts(self, msg: str) -> None:
+        """The HTTP side (URL, routes, uvicorn's pid) and workers reported dead."""
         log = self.log
+        if (route := _ROUTE.search(msg)) is not None:
+            log.routes.append(route.group(1))
+        elif (url := _HTTP_URL.search(msg)) is not None:
+            log.http_url = url.group(1) or url.group(2)
+        elif (pid := _SERVER_PID.search(msg)) is not None:
+            log.pids.setdefault("http_server", int(pid.group(1)))
+        elif (death := _DEATH.search(msg)) is not None:
+            code = death["code"] or death["v0code"]
+            log.worker_deaths.append(WorkerDeath(death["name"] or death["v0name"],
+                                                 int(death["pid"]) if death["pid"] else None,
+                                                 None if code in (None, "None") else int(code)))
+
+    def _failure(self, number: int, msg: str, t: datetime | None, rank: str) -> None:
+        log = self.log
+        for name, value in oom_fields(msg).items():
+            log.record(t, rank, name, value, number)
         if (frame := _FRAME.search(msg)) is not None:
             self.frame_phase = log.later(self.frame_phase, _FRAME_PHASES.get(frame.group(1)))
         if _DUMMY.search(msg):
@@ -187,6 +282,7 @@ class VLLMParser:
                 fields["kv_tokens"] = fields["kv_blocks"] * BLOCK_SIZE
         if log.failure is not None and self.frame_phase and log.failure.reason == "exception":
             log.failure = type(log.failure)(log.failure.reason, self.frame_phase, log.failure.message)
+        custom_ar.disabled_by_user(log, log.args.get("tensor_parallel_size"), self.flag_source)
         return log
 
 
