@@ -268,9 +268,12 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
 def test_the_demo_verdict_names_the_deciding_factor_and_the_neutral_one_with_its_kv_effect(demo_run):
     run_dir, _ = demo_run
     verdict = json.loads((run_dir / "verdict.json").read_text())
-    assert set(verdict) == {"controlled", "baseline", "outcome_factors", "neutral_factors", "confounds", "effects",
-                            "budget", "warnings"}
+    assert set(verdict) == {"controlled", "conclusive", "inconclusive_reasons", "baseline", "outcome_factors",
+                            "neutral_factors", "undetermined_factors", "factors", "confounds", "effects",
+                            "level_checks", "excluded_runs", "budget", "warnings"}
     assert verdict["controlled"] is True, verdict["confounds"]
+    assert verdict["conclusive"] is True and verdict["inconclusive_reasons"] == [] and verdict["excluded_runs"] == []
+    assert verdict["undetermined_factors"] == []
     assert verdict["baseline"] == "custom_ar=off, mem_fraction=0.55"
     assert verdict["outcome_factors"] == ["mem_fraction"] and verdict["neutral_factors"] == ["custom_ar"]
     [kv] = [e for e in verdict["effects"] if (e["factor"], e["level"], e["metric"]) == ("custom_ar", "on", "kv_tokens")]
@@ -285,3 +288,32 @@ def test_the_demo_verdict_names_the_deciding_factor_and_the_neutral_one_with_its
     html = (run_dir / "summary.html").read_text()
     assert "Break-even" in html and f"{low['break_even_fraction']:.3f}" in html
     assert "Controlled comparison" in (run_dir / "report.md").read_text()
+
+
+def test_the_demo_level_checks_confirm_every_level_from_the_log(demo_run):
+    run_dir, _ = demo_run
+    checks = json.loads((run_dir / "verdict.json").read_text())["level_checks"]
+    levels = {(c["factor"], c["level"]) for c in checks}
+    assert levels == {("custom_ar", "off"), ("custom_ar", "on"), ("mem_fraction", "0.55"), ("mem_fraction", "0.85")}
+    assert all(not c["runs_contradicted"] for c in checks), checks
+    by = {(c["factor"], c["level"], c["check"]): c for c in checks}
+    assert len(by[("custom_ar", "off", "disable_custom_all_reduce=True")]["runs_confirmed"]) == 4
+    assert len(by[("custom_ar", "off", "custom all-reduce inactive")]["runs_confirmed"]) == 4
+    assert len(by[("custom_ar", "on", "disable_custom_all_reduce=False")]["runs_confirmed"]) == 4
+    # the 0.55 runs fail before CUDA-graph capture, where the log shows custom all-reduce at work
+    active = by[("custom_ar", "on", "custom all-reduce active")]
+    assert len(active["runs_confirmed"]) == 2 and len(active["runs_unknown"]) == 2
+    assert len(by[("mem_fraction", "0.55", "mem_fraction_static=0.55")]["runs_confirmed"]) == 4
+
+
+def test_the_report_shows_commands_level_checks_failed_logs_and_links_to_each_run(demo_run):
+    run_dir, _ = demo_run
+    html = (run_dir / "summary.html").read_text()
+    assert "Did each level take effect?" in html and "disable_custom_all_reduce=True" in html
+    assert "--disable-custom-all-reduce" in html and "launchlab.sim.sglang_server" in html  # the commands
+    first = sorted((run_dir / "runs").iterdir())[0].name
+    assert f'href="runs/{first}/server.log"' in html and f'href="runs/{first}/run_variant.ipynb"' in html
+    assert "Not enough memory. Please try to increase --mem-fraction-static" in html  # a failed run's log tail
+    md = (run_dir / "report.md").read_text()
+    assert "## Commands" in md and "## Did each level take effect?" in md
+
