@@ -61,12 +61,13 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
             say(f"[{run.seq}/{len(plan)}] {run.run_id}  already done, skipped")
         else:
             todo.append(run)
-    _run_all(exp, todo, run_dir, connected, len(plan), say)
+    _run_all(exp, todo, run_dir, connected, len(plan), say, Path(params_path).resolve())
     report(run_dir, say)
     return run_dir
 
 
-def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, total: int, say: Say) -> None:
+def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, total: int, say: Say,
+             params_file: Path) -> None:
     """One worker thread per host, each running its host's runs in plan order: hosts proceed in parallel, and
     a slow or failing host does not hold the others up. Ctrl-C (which only the main thread sees) stops the
     servers of the runs in flight, lets their notebooks finish, and marks those runs interrupted."""
@@ -90,7 +91,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
                 with lock:
                     in_flight[(name, slot)] = run
                 try:
-                    _run_notebook(exp, run, run_dir, connected, total, say, gpus)
+                    _run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus)
                 finally:
                     with lock:
                         in_flight.pop((name, slot), None)
@@ -166,11 +167,12 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
                               "resume it with the params it was run with")
         return run_dir
     run_dir = outputs.new_run_dir(Path(out_root) if out_root else outputs.default_root(), exp.experiment)
-    outputs.write_text(run_dir / outputs.EXPERIMENT_FILE, params.dump_resolved(exp))
+    outputs.write_text(run_dir / outputs.EXPERIMENT_FILE, params.dump_resolved(exp, masked=True))
     outputs.write_json(run_dir / outputs.MANIFEST, {
         "experiment": exp.experiment,
         "question": exp.question,
-        "params_file": str(params_path),
+        "params_file": str(Path(params_path).resolve()),
+        "params_sha256": params.digest(params_path),
         "created_at": datetime.now().isoformat(timespec="seconds"),
         "kit_version": __version__,
         "simulated": exp.simulated,
@@ -224,7 +226,7 @@ def _papermill(template: str, output: Path, parameters: dict) -> None:
 
 
 def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say,
-                  gpus: list[int] | None = None) -> None:
+                  params_file: Path, gpus: list[int] | None = None) -> None:
     folder = outputs.run_folder(run_dir, run.run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / outputs.STATUS).unlink(missing_ok=True)
@@ -234,8 +236,11 @@ def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, 
     problem = None
     try:
         _papermill("run_variant.ipynb", folder / outputs.RUN_NOTEBOOK,
-                 {"experiment": str(run_dir / outputs.EXPERIMENT_FILE), "run_id": run.run_id, "run_dir": str(run_dir),
-                  "gpus": ",".join(str(g) for g in gpus) if gpus else ""})
+                 # the user's params file, not the run directory's experiment.yaml: that record has its secrets
+                 # masked, and the server needs the real values (the digest proves the file is unchanged)
+                 {"experiment": str(params_file), "run_id": run.run_id, "run_dir": str(run_dir),
+                  "gpus": ",".join(str(g) for g in gpus) if gpus else "",
+                  "params_sha256": params.digest(params_file)})
     except Exception as exc:  # noqa: BLE001 - any notebook failure becomes this run's error, the batch goes on
         problem = f"the run notebook failed: {type(exc).__name__}: {str(exc).strip()[:500]}"
     finally:

@@ -20,13 +20,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launchlab import __version__, logparse, outputs, params, patching, provenance, telemetry
-from launchlab.errors import HostError, LaunchlabError
+from launchlab import __version__, logparse, masking, outputs, params, patching, provenance, telemetry
+from launchlab.errors import HostError, LaunchlabError, ParamsError
 from launchlab.hosts import Host, ProcessRef, commands
 from launchlab.plan import Run
 
 RUN_ID_ENV = "LAUNCHLAB_RUN_ID"
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASS|AUTH", re.IGNORECASE)
 POLL_S = 0.2
 FATAL_GRACE_S = 3.0  # after a fatal line, let the server finish writing its traceback before stopping it
 
@@ -81,6 +80,7 @@ class _Node:
     argv: tuple[str, ...] = ()
     patch_root: str | None = None
     patches_applied: list[str] = field(default_factory=list)
+    masker: masking.Masker = field(default_factory=masking.Masker)  # the secrets of this node's launch
 
     @property
     def log_name(self) -> str:
@@ -95,10 +95,6 @@ class _Node:
         return f"node {self.rank} ({self.host.name})"
 
 
-def masked_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: ("****" if SECRET_NAME.search(k) else v) for k, v in env.items()}
-
-
 def run_tag(exp: params.Experiment, run_dir: Path, run_id: str) -> str:
     """The value of LAUNCHLAB_RUN_ID for a run: experiment/run-directory/run-id."""
     return f"{exp.experiment}/{Path(run_dir).name}/{run_id}"
@@ -111,16 +107,22 @@ def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) ->
 
 def _nodes(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host],
            gpus: list[int] | None = None) -> list[_Node]:
-    return [_Node(rank, hosts[name], _host_dir(hosts[name], exp, run_dir, run.run_id), gpus=gpus)
+    masker = masking.for_experiment(exp)
+    return [_Node(rank, hosts[name], _host_dir(hosts[name], exp, run_dir, run.run_id), gpus=gpus, masker=masker)
             for rank, name in enumerate(run.hosts)]
 
 
-def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: str = "") -> RunResult:
+def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: str = "",
+                params_sha256: str = "") -> RunResult:
     """Run one planned run of a params file into run_dir/runs/<run_id>/ (what run_variant.ipynb calls).
-    gpus: "0,1" to give the run only those GPUs of its host (CUDA_VISIBLE_DEVICES), "" for all of them."""
+    gpus: "0,1" to give the run only those GPUs of its host (CUDA_VISIBLE_DEVICES), "" for all of them.
+    params_sha256: the digest the batch validated; a params file edited since then is refused."""
     from launchlab import hosts
     from launchlab.plan import find_run, make_plan
 
+    if params_sha256 and params.digest(experiment) != params_sha256:
+        raise ParamsError(str(experiment), ["the file changed after the batch validated it; this run was not "
+                                            "launched — rerun the batch (`launchlab run … --resume RUN_DIR`)"])
     exp = params.load(experiment)
     run = find_run(make_plan(exp), run_id) if run_id else make_plan(exp)[0]
     slot = [int(g) for g in gpus.split(",")] if gpus else None
@@ -152,6 +154,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         port = nodes[0].host.free_port()
         launches = [params.render(exp, run.variant, port=port, run_id=run.run_id, host=n.host.name, node_rank=n.rank,
                                   nnodes=len(nodes), gpus=n.gpus) for n in nodes]
+        for node, launch in zip(nodes, launches, strict=True):
+            node.masker = node.masker.merge(masking.Masker.collect(launch.env, launch.argv, _secret_names(exp)))
         _write_provenance(folder, exp, nodes, launches)
         if run.variant.patches:
             state("patching")
@@ -176,7 +180,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         result.server_started_at = nodes[0].host.clock()
         t_launch = time.monotonic()
         for node, launch in zip(nodes, launches, strict=True):
-            node.host.write_text(f"{node.dir}/server.env", commands.env_file_text({**launch.env, **tag}))
+            # the one file that holds the real secret values on the host: 0600, in a 0700 run folder
+            node.host.write_text(f"{node.dir}/server.env", commands.env_file_text({**launch.env, **tag}), private=True)
             node.refs.append(node.host.start_detached("server", launch.argv, cwd=node.dir, log_name=node.log_name,
                                                       env_file="server.env"))
             _write_processes(folder, nodes)
@@ -198,8 +203,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
             _cleanup(exp, nodes, folder, result)
             state("collecting")
             _conclude(exp, result, outcome, folder, nodes)
-            outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
-                                                        "kit_version": __version__})
+            _write_status(folder, result, nodes)
     return result
 
 
@@ -251,9 +255,24 @@ def recover(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         # a run whose notebook finished already collected its files (and removed them from the host)
         _cleanup(exp, nodes, folder, result, collect=status.get("state") != "done")
         _conclude(exp, result, _Outcome("error", None, message), folder, nodes)
-        outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
-                                                    "kit_version": __version__})
+        _write_status(folder, result, nodes)
     return result
+
+
+def _secret_names(exp: params.Experiment) -> tuple[str, ...]:
+    return tuple(getattr(exp, "secrets", None) or ())
+
+
+def _write_status(folder: Path, result: RunResult, nodes: list[_Node]) -> None:
+    """The final status.json, every string masked (failure messages and notes quote the server's log)."""
+    masker = masking.Masker()
+    for node in nodes:
+        masker = masker.merge(node.masker)
+    for name in ("failure_message", "smoke_response"):
+        setattr(result, name, masker.text(getattr(result, name)) if getattr(result, name) else getattr(result, name))
+    result.notes = [masker.text(n) for n in result.notes]
+    outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
+                                                "kit_version": __version__})
 
 
 def leftovers(host: Host) -> list[dict]:
@@ -278,6 +297,7 @@ def _preflight(host: Host, slot: list[int] | None = None) -> dict:
 
 def _write_provenance(folder: Path, exp: params.Experiment, nodes: list[_Node], launches: list[params.LaunchSpec]) -> None:
     per_node = []
+    extra = _secret_names(exp)
     for node, launch in zip(nodes, launches, strict=True):
         facts = provenance.host_facts(node.host)
         per_node.append({
@@ -289,15 +309,16 @@ def _write_provenance(folder: Path, exp: params.Experiment, nodes: list[_Node], 
             "host_facts": facts,
             "interpreter": provenance.interpreter_facts(node.host, launch.argv),
             "integrity": provenance.integrity(node.host, launch.argv),
-            "host_env": provenance.host_env(node.host, masked_env),
-            "argv": list(launch.argv),
-            "env": masked_env(launch.env),
-            "health_url": launch.health_url,
+            "host_env": provenance.host_env(node.host, lambda env, m=node.masker: m.env(env, extra)),
+            "argv": node.masker.argv(launch.argv, extra),
+            "env": node.masker.env(launch.env, extra),
+            "health_url": node.masker.text(launch.health_url) if launch.health_url else None,
             "preflight": node.preflight,
         })
     # node 0 at the top level (the whole story for single-host runs), every node under "nodes"
-    outputs.write_json(folder / outputs.PROVENANCE, {"kit_version": __version__, "server_kind": exp.server.kind,
-                                                     **per_node[0], "nodes": per_node if len(nodes) > 1 else None})
+    record = {"kit_version": __version__, "server_kind": exp.server.kind, **per_node[0],
+              "nodes": per_node if len(nodes) > 1 else None}
+    outputs.write_json(folder / outputs.PROVENANCE, nodes[0].masker.record(record))
 
 
 def _write_processes(folder: Path, nodes: list[_Node], stopped: dict[tuple[int, int], str] | None = None) -> None:
@@ -309,11 +330,13 @@ def _write_processes(folder: Path, nodes: list[_Node], stopped: dict[tuple[int, 
 
 
 class _Mirror:
-    """Follows a growing file on the host: returns its new complete lines and appends every new byte to a
-    local copy, so what was seen survives a host or connection that goes away mid-run."""
+    """Follows a growing file on the host: returns its new complete lines and appends them, secrets masked, to
+    a local copy, so what was seen survives a host or connection that goes away mid-run. (A line still being
+    written is held back until it is complete: a secret could be cut in two at a chunk's end.)"""
 
-    def __init__(self, host: Host, remote: str, local: Path):
-        self.host, self.remote, self.local, self.offset, self.partial = host, remote, local, 0, ""
+    def __init__(self, host: Host, remote: str, local: Path, masker: masking.Masker):
+        self.host, self.remote, self.local, self.offset, self.partial = host, remote, local, 0, b""
+        self.masker = masker
         local.write_bytes(b"")
 
     def new_lines(self) -> list[str]:
@@ -321,12 +344,13 @@ class _Mirror:
         if not chunk:
             return []
         self.offset += len(chunk)
-        with open(self.local, "ab") as fh:
-            fh.write(chunk)
-        text = self.partial + chunk.decode("utf-8", errors="replace")
-        lines = re.split(r"[\r\n]", text)
-        self.partial = lines.pop()
-        return lines
+        data = self.partial + chunk
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        complete, self.partial = self.masker.bytes(data[:cut]), data[cut:]
+        if complete:
+            with open(self.local, "ab") as fh:
+                fh.write(complete)
+        return re.split(r"[\r\n]", complete.decode("utf-8", errors="replace"))[:-1]
 
 
 def _watch(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_url: str | None, deadline: float,
@@ -336,8 +360,8 @@ def _watch(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_
     answering 200 (when one is given)."""
     ready_rx = re.compile(rules.ready_pattern) if rules.ready_pattern else None
     fatal_rx = re.compile("|".join(f"(?:{p})" for p in rules.fatal_patterns)) if rules.fatal_patterns else None
-    logs = [_Mirror(n.host, f"{n.dir}/{n.log_name}", folder / n.log_name) for n in nodes]
-    samples = [_Mirror(n.host, f"{n.dir}/{n.csv_name}", folder / n.csv_name) for n in nodes]
+    logs = [_Mirror(n.host, f"{n.dir}/{n.log_name}", folder / n.log_name, n.masker) for n in nodes]
+    samples = [_Mirror(n.host, f"{n.dir}/{n.csv_name}", folder / n.csv_name, n.masker) for n in nodes]
     ready_line = ready_rx is None
     fatal_line, fatal_at = None, None
     polls = 0
@@ -426,6 +450,7 @@ def _collect(node: _Node, folder: Path, result: RunResult) -> None:
         partial = folder / f".{name}.fetching"
         try:
             node.host.fetch(f"{node.dir}/{name}", str(partial))
+            node.masker.mask_file(partial)
             partial.replace(folder / name)  # only a complete copy replaces what was mirrored during the run
             collected += 1
         except (OSError, LaunchlabError) as exc:

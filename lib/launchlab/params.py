@@ -8,6 +8,7 @@ problem is reported with the file, line and field path.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import itertools
 import re
 import string
@@ -27,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from launchlab import yamlfile
+from launchlab import masking, yamlfile
 from launchlab.errors import ParamsError
 
 PLACEHOLDERS = ("port", "run_id", "host", "node_rank", "nnodes", "master_addr")
@@ -505,6 +506,15 @@ def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: s
     return LaunchSpec(tuple(argv), env, url, smoke)
 
 
-def dump_resolved(exp: Experiment) -> str:
-    """The experiment with every default filled in, as YAML (written to the run directory)."""
-    return yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+def dump_resolved(exp: Experiment, masked: bool = False) -> str:
+    """The experiment with every default filled in, as YAML; `masked` (for the run directory): every secret
+    value replaced (see masking.py)."""
+    data = exp.model_dump(mode="json")
+    if masked:
+        data = masking.resolved_params(data, masking.for_experiment(exp), getattr(exp, "secrets", None) or ())
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def digest(path: str | Path) -> str:
+    """sha256 of a params file: a run checks that the file it reads is the one its batch validated."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

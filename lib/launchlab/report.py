@@ -14,9 +14,8 @@ import pandas as pd
 from IPython.display import HTML, Markdown
 from pandas.io.formats.style import Styler
 
-from launchlab import analysis, budget, frames, levelchecks, outputs, params, plots, verdict
+from launchlab import analysis, budget, frames, levelchecks, masking, outputs, params, plots, verdict
 from launchlab.escaping import html_text, md, md_block, md_code
-from launchlab.lifecycle import SECRET_NAME
 
 VERDICT = "verdict.json"
 REPORT_MD = "report.md"
@@ -127,11 +126,12 @@ class Report:
         """Each variant's command, and its environment and patches where they differ from the baseline's."""
         base = params.baseline_variant(self.exp)
         base_env = {**self.exp.server.env, **base.env}
+        masker, extra = masking.for_experiment(self.exp), getattr(self.exp, "secrets", None) or ()
         parts = []
         for variant in params.expand(self.exp):
-            argv = params.apply_flags(list(self.exp.server.command), variant.flags)
+            argv = masker.argv(params.apply_flags(list(self.exp.server.command), variant.flags), extra)
             env = {**self.exp.server.env, **variant.env}
-            changed = {k: ("****" if SECRET_NAME.search(k) else v) for k, v in env.items() if base_env.get(k) != v}
+            changed = {k: v for k, v in masker.env(env, extra).items() if base_env.get(k) != env[k]}
             dropped = [k for k in base_env if k not in env]
             extra = [f"env {k}={v}" for k, v in changed.items()] + [f"env {k} unset" for k in dropped]
             extra += [f"patch {p}" for p in variant.patches]
@@ -325,8 +325,10 @@ def write(run_dir: Path) -> dict:
     if not summary.empty:
         text += ["## Memory budget (from the server's log)", "", _markdown_table(summary), ""]
     text += ["## Commands", ""]
+    masker = masking.for_experiment(rep.exp)
     for variant in params.expand(rep.exp):
-        argv = params.apply_flags(list(rep.exp.server.command), variant.flags)
+        argv = masker.argv(params.apply_flags(list(rep.exp.server.command), variant.flags),
+                           getattr(rep.exp, "secrets", None) or ())
         text += [f"{md(variant.name)}:", "", md_block(shlex.join(argv), "sh"), ""]
     outputs.write_text(rep.run_dir / REPORT_MD, "\n".join(text))
     return v

@@ -48,6 +48,12 @@ def start_detached(argv: list[str] | tuple[str, ...], *, cwd: str, log_name: str
     )
 
 
+def make_private_dir(path: str) -> str:
+    """mkdir -p with every folder it creates (and the last one in any case) readable by its owner only."""
+    q = shlex.quote(path)
+    return f"(umask 077 && mkdir -p -- {q} && chmod 700 -- {q})"
+
+
 def process_group(pid: int) -> str:
     """Print the process group id of pid (empty output if it is gone)."""
     return f"ps -o pgid= -p {int(pid)} || true"

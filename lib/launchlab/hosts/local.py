@@ -41,11 +41,14 @@ class LocalHost(ShellHost):
             raise HostError(self.name, f"command exited {res.exited}: {command}\n{res.stderr.strip()}")
         return result
 
-    def make_dir(self, path: str) -> None:
-        Path(path).mkdir(parents=True, exist_ok=True)
-
-    def write_text(self, path: str, text: str) -> None:
-        Path(path).write_text(text, encoding="utf-8")
+    def write_text(self, path: str, text: str, private: bool = False) -> None:
+        if not private:
+            Path(path).write_text(text, encoding="utf-8")
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
 
     def read_bytes(self, path: str, offset: int = 0) -> bytes:
         try:

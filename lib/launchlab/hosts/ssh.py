@@ -155,12 +155,12 @@ class SshHost(ShellHost):
             raise HostError(self.name, f"command exited {res.exited}: {command}\n{res.stderr.strip()}")
         return result
 
-    def make_dir(self, path: str) -> None:
-        self.run(f"mkdir -p {shlex.quote(path)}")
-
-    def write_text(self, path: str, text: str) -> None:
+    def write_text(self, path: str, text: str, private: bool = False) -> None:
         def action(conn: Connection):
-            with conn.sftp().open(path, "w") as fh:
+            sftp = conn.sftp()
+            with sftp.open(path, "w") as fh:
+                if private:  # before the first byte is written
+                    sftp.chmod(path, 0o600)
                 fh.write(text.encode("utf-8"))
 
         self._with_reconnect(f"writing {path}", action)

@@ -1,0 +1,148 @@
+"""Secrets never reach a run directory: masking by name and by value.
+
+A value is secret when its environment variable's name says so (TOKEN, KEY, SECRET, PASS, AUTH, PAT,
+CREDENTIAL), when it follows a secret flag (`--api-key`, `--hf-token`, any `--…-token`, `--…-key`,
+`--…-secret`, `--…-password`), when it is the password of a URL (`scheme://user:password@host`), or when
+the params file lists its name under `secrets:`. Masking by name is not enough — a server prints its own
+arguments (SGLang's `server_args=ServerArgs(… api_key='sk-…' …)`), a token ends up in a URL — so every value
+found secret is also masked wherever else it appears: in argv, env, logs, provenance, status and the
+resolved params. The real values exist only in the user's params file and, on a host, in the 0600 env file
+the server sources.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+MASK = "****"
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|AUTH|CREDENTIAL|(?:^|_)PAT(?:$|_)", re.IGNORECASE)
+SECRET_FLAG = re.compile(r"^--?(?:[\w-]*[-_])?(?:api[-_]?key|token|key|secret|password|passwd|pass|auth|credentials?)$",
+                         re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][\w+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]+)@")
+MIN_VALUE_LEN = 4  # shorter values ("1", "on") would mask every digit of a log; they are masked by name only
+
+
+def secret_name(name: str, extra: Iterable[str] = ()) -> bool:
+    return bool(SECRET_NAME.search(name)) or name in set(extra)
+
+
+def secret_flag(flag: str, extra: Iterable[str] = ()) -> bool:
+    return bool(SECRET_FLAG.match(flag.split("=", 1)[0])) or flag.split("=", 1)[0] in set(extra)
+
+
+def url_passwords(text: str) -> list[str]:
+    return [m["password"] for m in _URL_PASSWORD.finditer(text)]
+
+
+@dataclass(frozen=True)
+class Masker:
+    """Replaces every known secret value, longest first, in text, bytes and nested records."""
+
+    values: tuple[str, ...] = ()
+
+    @classmethod
+    def collect(cls, env: Mapping[str, str] = {}, argv: Iterable[str] = (), extra: Iterable[str] = (),
+                more: Iterable[str] = ()) -> Masker:
+        """The secret values of a launch: secret-named env values, values of secret flags, URL passwords."""
+        extra = tuple(extra)
+        found = {v for k, v in env.items() if secret_name(k, extra)}
+        argv = list(argv)
+        for i, token in enumerate(argv):
+            if "=" in token and token.startswith("-") and secret_flag(token, extra):
+                found.add(token.split("=", 1)[1])
+            elif secret_flag(token, extra) and token.startswith("-") and i + 1 < len(argv):
+                found.add(argv[i + 1])
+        for text in [*env.values(), *argv]:
+            found.update(url_passwords(text))
+        found.update(more)
+        return cls(tuple(sorted((v for v in found if len(v) >= MIN_VALUE_LEN), key=len, reverse=True)))
+
+    def merge(self, other: Masker) -> Masker:
+        return Masker(tuple(sorted(set(self.values) | set(other.values), key=len, reverse=True)))
+
+    def text(self, text: str) -> str:
+        for value in self.values:
+            if value in text:
+                text = text.replace(value, MASK)
+        return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+
+    def bytes(self, data: bytes) -> bytes:
+        for value in self.values:
+            raw = value.encode()
+            if raw in data:
+                data = data.replace(raw, MASK.encode())
+        return data
+
+    def mask_file(self, path: Path) -> None:
+        """Mask a file in place, line by line (a log can be hundreds of MB)."""
+        if not self.values:
+            return
+        tmp = path.with_name(f".{path.name}.masking")
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            for line in src:
+                dst.write(self.bytes(line))
+        os.replace(tmp, path)
+
+    def record(self, obj: object) -> object:
+        """A JSON-like record with every string masked (dict keys included)."""
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, Mapping):
+            return {self.text(str(k)) if isinstance(k, str) else k: self.record(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [self.record(v) for v in obj]
+        return obj
+
+    def env(self, env: Mapping[str, str], extra: Iterable[str] = ()) -> dict[str, str]:
+        """An environment for the record: secret names masked, other values masked where they hold a secret."""
+        return {k: MASK if secret_name(k, extra) else self.text(v) for k, v in env.items()}
+
+    def argv(self, argv: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
+        """A command for the record: the value after a secret flag masked, secrets inside other tokens too."""
+        out: list[str] = []
+        hide_next = False
+        for token in argv:
+            if hide_next:
+                out.append(MASK)
+                hide_next = False
+            elif token.startswith("-") and "=" in token and secret_flag(token, extra):
+                out.append(f"{token.split('=', 1)[0]}={MASK}")
+            else:
+                hide_next = token.startswith("-") and secret_flag(token, extra)
+                out.append(self.text(token))
+        return out
+
+
+def for_experiment(exp) -> Masker:
+    """Every secret value a params file holds: in the server's command and env and in every level.
+    (`exp` is a params.Experiment; typed loosely so this module stays below params in the layering.)"""
+    extra = tuple(getattr(exp, "secrets", None) or ())
+    more: list[str] = []
+    for levels in exp.factors.values():
+        for level in levels.values():
+            more += [v for k, v in level.env.items() if secret_name(k, extra)]
+            more += [v for f, v in level.flags.items() if isinstance(v, str) and secret_flag(f, extra)]
+            for value in [*level.env.values(), *(v for v in level.flags.values() if isinstance(v, str))]:
+                more += url_passwords(value)
+    return Masker.collect(exp.server.env, exp.server.command, extra, more)
+
+
+def resolved_params(data: object, masker: Masker, extra: Iterable[str] = (), key: str = "") -> object:
+    """The resolved params (a model_dump) for the run directory: env values, secret flags' values and every
+    secret value elsewhere masked."""
+    if isinstance(data, Mapping):
+        if key == "env":
+            return masker.env({k: str(v) for k, v in data.items()}, extra)
+        if key == "flags":
+            return {f: (MASK if isinstance(v, str) and secret_flag(f, extra) else masker.record(v))
+                    for f, v in data.items()}
+        return {k: resolved_params(v, masker, extra, str(k)) for k, v in data.items()}
+    if isinstance(data, list) and key == "command":
+        return masker.argv([str(t) for t in data], extra)
+    if isinstance(data, list):
+        return [resolved_params(v, masker, extra) for v in data]
+    return masker.record(data)
