@@ -7,7 +7,9 @@ group the run left behind, which is also what happens when the user presses Ctrl
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
 import threading
 import time
@@ -17,9 +19,10 @@ from pathlib import Path
 
 import papermill
 
-from launchlab import __version__, export, frames, hosts, lifecycle, outputs, params, patching
+from launchlab import __version__, export, frames, hosts, lifecycle, locks, outputs, params, patching
 from launchlab import report as report_md
 from launchlab.errors import HostError, NotebookFailed, RunDirError
+from launchlab.hosts import sim
 from launchlab.plan import Run, make_plan
 
 NOTEBOOKS_ENV = "LAUNCHLAB_NOTEBOOKS"
@@ -40,30 +43,72 @@ def _stderr(line: str) -> None:
 
 
 def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
-              say: Say = _stderr, stop_leftovers: bool = False) -> Path:
-    """Run every planned run of a params file; return the run directory."""
+              say: Say = _stderr, stop_leftovers: bool = False, wait: bool = False) -> Path:
+    """Run every planned run of a params file; return the run directory.
+
+    Before anything is launched: every host answers, the run directory exists, this batch holds the lock of
+    every GPU it will use on every host (waiting for another batch with `wait`, else refusing and naming it),
+    no process of a dead batch is left on them, and every patch applies. A simulated host is a box of this
+    batch's own, removed at the end."""
     exp = params.load(params_path)
     plan = make_plan(exp)
-    connected = {name: hosts.connect(exp, name) for name in exp.host_names}
-    for host in connected.values():  # every host reachable and clean before anything is launched anywhere
+    box = sim.new_box() if any(exp.hosts[h].transport == "sim" for h in exp.host_names) else None
+    try:
+        connected = {name: hosts.connect(exp, name, sim_box=box) for name in exp.host_names}
+        for host in connected.values():
+            _check_reachable(host)
+        run_dir, created = _open_run_dir(exp, plan, params_path, out_root, resume, box)
+        owner = locks.Owner.me(exp.experiment, str(run_dir))
+        outputs.update_json(run_dir / outputs.MANIFEST, {"batch": owner.batch, "sim_box": str(box) if box else None})
         try:
-            host.run("true", timeout=30)
-        except HostError as exc:
-            raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
-        _handle_leftovers(host, stop_leftovers, say)
-    _check_patches(exp, connected)
-    run_dir = _open_run_dir(exp, plan, params_path, out_root, resume)
-    say(f"launchlab: {exp.experiment}: {len(plan)} runs on host(s) {', '.join(repr(h) for h in connected)}"
-        f"{' (SIMULATED)' if exp.simulated else ''} → {run_dir}")
-    todo = []
-    for run in plan:
-        if resume and _finished(outputs.run_folder(run_dir, run.run_id)):
-            say(f"[{run.seq}/{len(plan)}] {run.run_id}  already done, skipped")
-        else:
-            todo.append(run)
-    _run_all(exp, todo, run_dir, connected, len(plan), say, Path(params_path).resolve())
+            held = _lock_hosts(exp, connected, owner, wait, say)
+        except BaseException:
+            if created:
+                shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave nothing behind
+            raise
+        with locks.Heartbeat(held):
+            for host in connected.values():
+                _handle_leftovers(host, stop_leftovers, say, owner.batch)
+            _check_patches(exp, connected)
+            say(f"launchlab: {exp.experiment}: {len(plan)} runs on host(s) {', '.join(repr(h) for h in connected)}"
+                f"{' (SIMULATED)' if exp.simulated else ''} → {run_dir}")
+            todo = []
+            for run in plan:
+                if resume and _finished(outputs.run_folder(run_dir, run.run_id)):
+                    say(f"[{run.seq}/{len(plan)}] {run.run_id}  already done, skipped")
+                else:
+                    todo.append(run)
+            _run_all(exp, todo, run_dir, connected, len(plan), say, Path(params_path).resolve())
+    finally:
+        if box is not None:
+            shutil.rmtree(box, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                box.parent.rmdir()  # the boxes' folder, when no other batch has one there
     report(run_dir, say)
     return run_dir
+
+
+def _check_reachable(host) -> None:
+    try:
+        host.run("true", timeout=30)
+    except HostError as exc:
+        raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
+
+
+def _lock_hosts(exp: params.Experiment, connected: dict, owner: locks.Owner, wait: bool, say: Say) -> list:
+    """The lock of every GPU the batch uses on each host (all of a host's GPUs, or its slots' GPUs)."""
+    held: list[locks.HostLock] = []
+    try:
+        for name, host in connected.items():
+            lock = locks.HostLock(host, locks.gpu_lock_names(host, exp.hosts[name].gpu_slots), owner,
+                                  locks.lock_dir(host))
+            lock.acquire(wait, say)
+            held.append(lock)
+    except BaseException:
+        for lock in held:
+            lock.release()
+        raise
+    return held
 
 
 def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, total: int, say: Say,
@@ -126,7 +171,7 @@ def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
     if run_dir:
         return outputs.check_run_dir(Path(run_dir))
     exp = params.load(params_path)
-    return _open_run_dir(exp, make_plan(exp), params_path, None, None)
+    return _open_run_dir(exp, make_plan(exp), params_path, None, None)[0]
 
 
 def _check_patches(exp: params.Experiment, connected: dict) -> None:
@@ -139,13 +184,15 @@ def _check_patches(exp: params.Experiment, connected: dict) -> None:
             patching.check(host, argv, variant.patches, f"{host.workdir}/.patch-check")
 
 
-def _handle_leftovers(host, stop: bool, say: Say) -> None:
-    """Processes an earlier run left on the host (it lost the host mid-run) would skew this experiment's
-    memory figures: stop them when asked to, otherwise refuse to launch and say how."""
-    left = lifecycle.leftovers(host)
+def _handle_leftovers(host, stop: bool, say: Say, batch: str) -> None:
+    """Processes an earlier run left on the host (its batch lost the host, or died) would skew this
+    experiment's memory figures: stop them when asked to, otherwise refuse to launch and say how. Only this
+    user's processes of batches that no live lock accounts for are leftovers."""
+    left = lifecycle.leftovers(host, locks.live_batches(locks.holders(host)) | {batch})
     if not left:
         return
-    listing = "; ".join(f"pgid {g['pgid']} (pids {', '.join(map(str, g['pids']))}) from run {g['run']}" for g in left)
+    listing = "; ".join(f"pgid {g['pgid']} (pids {', '.join(map(str, g['pids']))}) from run {g['run']} of a batch "
+                        "that is no longer running" for g in left)
     if not stop and sys.stdin.isatty():
         answer = input(f"launchlab: host {host.name!r} still runs processes of earlier runs: {listing}. Stop them? [y/N] ")
         stop = answer.strip().lower() in ("y", "yes")
@@ -158,15 +205,17 @@ def _handle_leftovers(host, stop: bool, say: Say) -> None:
         say(f"launchlab: stopped leftover process group {group['pgid']} of run {group['run']} ({signal})")
 
 
-def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root, resume) -> Path:
+def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root, resume,
+                  box: Path | None = None) -> tuple[Path, bool]:
+    """The run directory (absolute) and whether this call created it."""
     if resume is not None:
-        run_dir = outputs.check_run_dir(Path(resume))
+        run_dir = outputs.check_run_dir(Path(resume)).resolve()
         manifest = outputs.read_json(run_dir / outputs.MANIFEST)
         if manifest["run_ids"] != [r.run_id for r in plan] or manifest["experiment"] != exp.experiment:
             raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
                               "resume it with the params it was run with")
-        return run_dir
-    run_dir = outputs.new_run_dir(Path(out_root) if out_root else outputs.default_root(), exp.experiment)
+        return run_dir, False
+    run_dir = outputs.new_run_dir(Path(out_root) if out_root else outputs.default_root(), exp.experiment).resolve()
     outputs.write_text(run_dir / outputs.EXPERIMENT_FILE, params.dump_resolved(exp, masked=True))
     outputs.write_json(run_dir / outputs.MANIFEST, {
         "experiment": exp.experiment,
@@ -184,8 +233,10 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         "run_ids": [r.run_id for r in plan],
         "runs": [{"run_id": r.run_id, "seq": r.seq, "variant": r.variant.name, "levels": r.variant.levels,
                   "repetition": r.repetition, "host": r.host} for r in plan],
+        "batch": None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)
+        "sim_box": str(box) if box else None,
     })
-    return run_dir
+    return run_dir, True
 
 
 def _finished(folder: Path) -> bool:

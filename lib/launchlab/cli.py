@@ -31,7 +31,8 @@ def _validate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from launchlab import batch, outputs
 
-    run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume, stop_leftovers=args.stop_leftovers)
+    run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume, stop_leftovers=args.stop_leftovers,
+                              wait=args.wait)
     print(run_dir)
     print(f"report: {run_dir / outputs.SUMMARY_HTML}", file=sys.stderr)
     return 0
@@ -40,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from launchlab import batch
 
-    print(batch.report(Path(args.run_dir)))
+    print(batch.report(Path(args.run_dir).resolve()))  # papermill runs the notebook from another folder
     return 0
 
 
@@ -81,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted run directory: runs that finished are skipped")
     r.add_argument("--stop-leftovers", action="store_true",
                    help="stop processes that earlier runs left on the host (found by their run id) before launching")
+    r.add_argument("--wait", action="store_true",
+                   help="when another batch holds the host's GPUs, wait for it (saying who holds them) instead of refusing")
     r.set_defaults(func=_run)
     rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory")
     rep.add_argument("run_dir")

@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launchlab import __version__, logparse, masking, outputs, params, patching, provenance, telemetry
+from launchlab import __version__, locks, logparse, masking, outputs, params, patching, provenance, telemetry
 from launchlab.errors import HostError, LaunchlabError, ParamsError
 from launchlab.hosts import Host, ProcessRef, commands
 from launchlab.plan import Run
+from launchlab.sim.state import STATE_ENV
 
 RUN_ID_ENV = "LAUNCHLAB_RUN_ID"
 POLL_S = 0.2
@@ -126,7 +127,9 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
     exp = params.load(experiment)
     run = find_run(make_plan(exp), run_id) if run_id else make_plan(exp)[0]
     slot = [int(g) for g in gpus.split(",")] if gpus else None
-    return run_one(exp, run, Path(run_dir), {name: hosts.connect(exp, name) for name in run.hosts}, gpus=slot)
+    box = outputs.read_json(Path(run_dir) / outputs.MANIFEST).get("sim_box")  # the batch's simulated machine
+    return run_one(exp, run, Path(run_dir), {name: hosts.connect(exp, name, sim_box=box) for name in run.hosts},
+                   gpus=slot)
 
 
 def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host],
@@ -170,7 +173,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         state("starting")
         # The run id travels in the environment of everything the kit starts, so a process left behind by a
         # run that lost its host can be found again on that host (`leftovers`).
-        tag = {RUN_ID_ENV: run_tag(exp, run_dir, run.run_id)}
+        tag = {RUN_ID_ENV: run_tag(exp, run_dir, run.run_id), locks.BATCH_ENV: _batch_of(run_dir)}
         for node in nodes:
             node.host.write_text(f"{node.dir}/sampler.env", commands.env_file_text(tag))
             node.refs.append(node.host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms, node.gpus,
@@ -259,6 +262,14 @@ def recover(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     return result
 
 
+def _batch_of(run_dir: Path) -> str:
+    """The id of the batch running a run directory now (its manifest; `-` for a run started by hand)."""
+    try:
+        return str(outputs.read_json(Path(run_dir) / outputs.MANIFEST).get("batch") or "-")
+    except LaunchlabError:
+        return "-"
+
+
 def _secret_names(exp: params.Experiment) -> tuple[str, ...]:
     return tuple(getattr(exp, "secrets", None) or ())
 
@@ -275,16 +286,27 @@ def _write_status(folder: Path, result: RunResult, nodes: list[_Node]) -> None:
                                                 "kit_version": __version__})
 
 
-def leftovers(host: Host) -> list[dict]:
-    """Process groups on the host that a launchlab run started and nobody stopped: [{pgid, pids, run}]."""
-    out = host.run(commands.find_tagged(RUN_ID_ENV), timeout=60, check=False).stdout
+def leftovers(host: Host, live: set[str] | None = None) -> list[dict]:
+    """Process groups on the host that a launchlab run of this user started and whose batch is gone (no live
+    lock names it; `live`: the batch ids known to be alive, default: read from the host's locks):
+    [{pgid, pids, run, batch}]. Another batch's live runs, and other users' processes, are never listed."""
+    if live is None:
+        live = locks.live_batches(locks.holders(host))
+    me = host.run(commands.user_id(), timeout=30, check=False).stdout.strip()
+    out = host.run(commands.find_launchlab_processes(RUN_ID_ENV, locks.BATCH_ENV, STATE_ENV), timeout=60,
+                   check=False).stdout
+    # a simulated box is a machine of its own (a sim host, or an ssh host whose sessions are one): only its
+    # processes are its leftovers, and a real host's are never a simulated box's
+    box = host.run(commands.env_value(STATE_ENV), timeout=30, check=False).stdout.strip() or "-"
     groups: dict[int, dict] = {}
     for line in out.splitlines():
-        parts = line.split(maxsplit=2)
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        parts = line.split(maxsplit=5)
+        if len(parts) != 6 or not parts[0].isdigit() or not parts[1].isdigit():
             continue
-        pid, pgid, run = int(parts[0]), int(parts[1]), parts[2]
-        groups.setdefault(pgid, {"pgid": pgid, "pids": [], "run": run})["pids"].append(pid)
+        pid, pgid, uid, batch, where, run = int(parts[0]), int(parts[1]), parts[2], parts[3], parts[4], parts[5]
+        if batch in live or (me and uid != me) or where != box:
+            continue
+        groups.setdefault(pgid, {"pgid": pgid, "pids": [], "run": run, "batch": batch})["pids"].append(pid)
     return list(groups.values())
 
 

@@ -107,6 +107,11 @@ def write_json(path: Path, obj: object) -> None:
     write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
+def update_json(path: Path, changes: dict) -> None:
+    """Rewrite a JSON record with some keys changed (atomically, like every write)."""
+    write_json(path, {**read_json(path), **changes})
+
+
 def read_json(path: Path) -> dict:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))

@@ -23,6 +23,14 @@ def sim_root() -> Path:
     return Path(os.environ.get(SIM_ROOT_ENV) or Path(tempfile.gettempdir()) / f"launchlab-sim-{os.getuid()}")
 
 
+def new_box() -> Path:
+    """A simulated machine of its own for one batch: its GPUs' state, nvidia-smi, locks and run folders live
+    here, so two batches (two demos from two clones) never see each other. The batch removes it at the end."""
+    root = sim_root()
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="box-", dir=root))
+
+
 def prepare_box(state_dir: Path, name: str, spec: params.SimHost) -> dict[str, str]:
     """Create (or refresh) a simulated box's state and nvidia-smi stand-in; return the environment its
     commands need. Also used by tests to make an SSH host look like a GPU box."""
@@ -50,6 +58,7 @@ class SimHost(LocalHost):
     transport = "sim"
     simulated = True
 
-    def __init__(self, name: str, spec: params.SimHost):
-        self.state_dir = sim_root() / name
-        super().__init__(name, workdir=spec.workdir, env=prepare_box(self.state_dir, name, spec))
+    def __init__(self, name: str, spec: params.SimHost, box: Path | None = None):
+        self.state_dir = (box or sim_root()) / name
+        workdir = spec.workdir or str(self.state_dir / "work")
+        super().__init__(name, workdir=workdir, env=prepare_box(self.state_dir, name, spec))

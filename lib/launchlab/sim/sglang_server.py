@@ -267,7 +267,7 @@ def _main(argv: list[str]) -> int:
     fraction = args.mem_fraction_static if args.mem_fraction_static is not None else _auto_mem_fraction(args, total)
     _log("", "launchlab SIMULATED SGLang server (SGLang 0.5.8 log format; simulated GPUs, not a real inference server)")
     _log("", _server_args_line(args, fraction))
-    sync = Path(tempfile.mkdtemp(prefix="launchlab-sim-sglang-"))
+    sync = Path(tempfile.mkdtemp(prefix="sglang-sync-", dir=root))  # inside the box: nothing outside it
     children: list[subprocess.Popen] = []
 
     def shutdown(signum: int, _frame) -> None:

@@ -1,0 +1,216 @@
+"""Host locks: one batch at a time on each GPU of a shared host, and who holds it.
+
+A lock is a file per GPU (`gpu3.lock`, or `host.lock` where the GPUs cannot be listed) in a folder every
+user of the host can write (`/tmp/launchlab-locks`, or the simulated box's own folder), created atomically
+(`set -C`: the shell refuses to overwrite). It names its owner — user, the kit's pid and machine, the
+experiment, the run directory, since when — so a second batch can say who holds the host, wait for it
+(`--wait`) or refuse. The owner touches its files while it runs: a lock whose file has not been touched for
+STALE_S seconds on the host's own clock, or whose owner ran on this machine and is gone, is stale and taken
+over. A batch's processes carry its id (LAUNCHLAB_BATCH), so leftovers are only the processes of batches that
+no live lock accounts for — never another batch's live runs.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from launchlab.errors import HostError
+from launchlab.hosts import Host, commands
+
+BATCH_ENV = "LAUNCHLAB_BATCH"
+LOCK_DIR_ENV = "LAUNCHLAB_LOCK_DIR"
+DEFAULT_DIR = "/tmp/launchlab-locks"
+HEARTBEAT_S = 10
+STALE_S = 60
+WAIT_REPORT_S = 30
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who holds a lock (what its file says)."""
+
+    batch: str
+    user: str
+    kit_pid: int
+    kit_host: str
+    experiment: str
+    run_dir: str
+    since: str
+
+    @classmethod
+    def me(cls, experiment: str, run_dir: str) -> Owner:
+        return cls(uuid.uuid4().hex[:16], getpass.getuser(), os.getpid(), socket.gethostname(), experiment, run_dir,
+                   datetime.now().isoformat(timespec="seconds"))
+
+    def describe(self) -> str:
+        return (f"{self.user} (launchlab pid {self.kit_pid} on {self.kit_host}, experiment {self.experiment}, "
+                f"run directory {self.run_dir}, since {self.since})")
+
+
+@dataclass(frozen=True)
+class Holder:
+    owner: Owner | None  # None: the lock file could not be read as an owner record
+    age_s: float  # seconds since the owner last touched the file (host clock)
+    name: str
+
+    @property
+    def stale(self) -> bool:
+        if self.age_s > STALE_S:
+            return True
+        o = self.owner
+        return o is not None and o.kit_host == socket.gethostname() and not _pid_alive(o.kit_pid)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _holder(name: str, text: str) -> Holder | None:
+    """Parse `lock_read`'s output: the file's JSON, then its mtime and the host's clock."""
+    lines = text.strip().splitlines()
+    if len(lines) < 3:
+        return None
+    try:
+        mtime, now = int(lines[-2]), int(lines[-1])
+    except ValueError:
+        return None
+    try:
+        owner = Owner(**json.loads("\n".join(lines[:-2])))
+    except (ValueError, TypeError):
+        owner = None
+    return Holder(owner, max(0, now - mtime), name)
+
+
+class HostLock:
+    """The locks of one host's GPU set (all its GPUs, or a slot): acquired together or not at all."""
+
+    def __init__(self, host: Host, names: list[str], owner: Owner, lock_dir: str):
+        self.host, self.names, self.owner, self.dir = host, sorted(set(names)), owner, lock_dir
+        self.held: list[str] = []
+
+    def _path(self, name: str) -> str:
+        return f"{self.dir}/{name}.lock"
+
+    def holders(self) -> list[Holder]:
+        """Every lock file in the folder (any GPU, any batch), with its owner and age."""
+        out = self.host.run(commands.lock_list(self.dir), timeout=30, check=False).stdout
+        found = []
+        for block in out.split("\x1e"):
+            name, _, body = block.strip().partition("\n")
+            holder = _holder(name, body) if name else None
+            if holder is not None:
+                found.append(holder)
+        return found
+
+    def try_acquire(self) -> Holder | None:
+        """Take every lock, or none: the live holder that stands in the way, else None."""
+        text = json.dumps(asdict(self.owner))
+        for name in self.names:
+            out = self.host.run(commands.lock_take(self._path(name), text, STALE_S), timeout=30, check=False).stdout
+            if out.startswith("ACQUIRED"):
+                self.held.append(name)
+                continue
+            holder = _holder(name, out.partition("\n")[2])
+            if holder is not None and holder.stale:  # its owner is gone: take it over
+                stale = holder.owner.batch if holder.owner else None
+                out = self.host.run(commands.lock_take_over(self._path(name), text, stale, STALE_S), timeout=30,
+                                    check=False).stdout
+                if out.startswith("ACQUIRED"):
+                    self.held.append(name)
+                    continue
+            self.release()
+            return holder or Holder(None, 0, name)
+        return None
+
+    def acquire(self, wait: bool, say: Callable[[str], None]) -> None:
+        """Take the locks; while another batch holds one, wait (saying who, now and then) or refuse."""
+        last = 0.0
+        while (holder := self.try_acquire()) is not None:
+            who = holder.owner.describe() if holder.owner else "an unreadable lock file"
+            where = f"host {self.host.name!r} ({holder.name}, lock {self._path(holder.name)})"
+            if not wait:
+                raise HostError(self.host.name, f"{where} is held by {who}. Nothing was launched. Wait for it with "
+                                                "`launchlab run PARAMS --wait`, or use other GPUs (`gpu_slots`).")
+            if time.monotonic() - last > WAIT_REPORT_S:
+                say(f"launchlab: waiting for {where}: held by {who}")
+                last = time.monotonic()
+            time.sleep(2)
+
+    def touch(self) -> None:
+        for name in self.held:
+            self.host.run(commands.lock_touch(self._path(name), self.owner.batch), timeout=30, check=False)
+
+    def release(self) -> None:
+        for name in self.held:
+            try:
+                self.host.run(commands.lock_release(self._path(name), self.owner.batch), timeout=30, check=False)
+            except HostError:
+                pass  # an unreachable host: the lock goes stale by itself
+        self.held = []
+
+
+class Heartbeat:
+    """Touches the held locks every HEARTBEAT_S seconds until stopped (a daemon thread)."""
+
+    def __init__(self, locks: list[HostLock]):
+        self.locks, self.stop_event = locks, threading.Event()
+        self.thread = threading.Thread(target=self._run, name="lock-heartbeat", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop_event.wait(HEARTBEAT_S):
+            for lock in self.locks:
+                try:
+                    lock.touch()
+                except HostError:
+                    pass  # the watch of the run on that host reports the lost connection
+
+    def __enter__(self) -> Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_event.set()
+        for lock in self.locks:
+            lock.release()
+
+
+def live_batches(found: list[Holder]) -> set[str]:
+    return {h.owner.batch for h in found if h.owner is not None and not h.stale}
+
+
+def lock_dir(host: Host) -> str:
+    """Where a host's locks live: a simulated box's own folder, else $LAUNCHLAB_LOCK_DIR or /tmp/launchlab-locks
+    (one folder per machine, shared by its users)."""
+    state = getattr(host, "state_dir", None)
+    if state is not None:
+        return f"{state}/locks"
+    return os.environ.get(LOCK_DIR_ENV) or DEFAULT_DIR
+
+
+def holders(host: Host) -> list[Holder]:
+    return HostLock(host, [], Owner("", "", 0, "", "", "", ""), lock_dir(host)).holders()
+
+
+def gpu_lock_names(host: Host, slots: list[list[int]] | None) -> list[str]:
+    """The locks a batch needs on a host: one per GPU it uses (its slots' GPUs, else every GPU the host
+    lists), or `host` when the GPUs cannot be listed."""
+    if slots:
+        return [f"gpu{g}" for slot in slots for g in slot]
+    out = host.run(commands.gpu_indices(), timeout=60, check=False).stdout
+    indices = [line.strip() for line in out.splitlines() if line.strip().isdigit()]
+    return [f"gpu{i}" for i in indices] or ["host"]

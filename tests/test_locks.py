@@ -1,0 +1,163 @@
+"""Shared hosts: one batch at a time per GPU, the holder named, stale locks taken over, live runs never
+mistaken for leftovers, and two demos on one machine each on a simulated box of its own."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import LAUNCHLAB, ROOT, processes_using
+from launchlab import locks
+from launchlab.errors import HostError
+from launchlab.hosts.local import LocalHost
+
+
+@pytest.fixture
+def lock_dir(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "locks"
+    monkeypatch.setenv(locks.LOCK_DIR_ENV, str(folder))
+    return folder
+
+
+def owner(name: str, pid: int | None = None) -> locks.Owner:
+    me = locks.Owner.me(name, f"/runs/{name}")
+    return locks.Owner(**{**me.__dict__, "kit_pid": pid or me.kit_pid})
+
+
+def test_a_second_batch_is_refused_with_the_holders_details_and_gets_the_gpus_once_they_are_free(tmp_path, lock_dir):
+    host = LocalHost("box", workdir=str(tmp_path / "work"))
+    first = locks.HostLock(host, ["gpu0", "gpu1"], owner("first"), locks.lock_dir(host))
+    first.acquire(wait=False, say=print)
+    second = locks.HostLock(host, ["gpu1", "gpu2"], owner("second"), locks.lock_dir(host))
+    with pytest.raises(HostError) as refused:
+        second.acquire(wait=False, say=print)
+    text = str(refused.value)
+    assert "gpu1" in text and "experiment first" in text and "/runs/first" in text and f"pid {os.getpid()}" in text
+    assert "--wait" in text
+    assert sorted(p.name for p in lock_dir.iterdir()) == ["gpu0.lock", "gpu1.lock"]  # gpu2 was given back
+    third = locks.HostLock(host, ["gpu2", "gpu3"], owner("third"), locks.lock_dir(host))
+    third.acquire(wait=False, say=print)  # other GPUs of the same host: no conflict
+    first.release()
+    with pytest.raises(HostError, match="experiment third"):  # gpu1 is free now, gpu2 is the third's
+        second.acquire(wait=False, say=print)
+    third.release()
+    second.acquire(wait=False, say=print)
+    assert sorted(p.name for p in lock_dir.iterdir()) == ["gpu1.lock", "gpu2.lock"]
+    second.release()
+    assert list(lock_dir.iterdir()) == []
+
+
+def test_the_lock_of_a_dead_batch_on_this_machine_is_taken_over(tmp_path, lock_dir):
+    host = LocalHost("box", workdir=str(tmp_path / "work"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = locks.HostLock(host, ["gpu0"], owner("gone", pid=dead.pid), locks.lock_dir(host))
+    gone.acquire(wait=False, say=print)
+    mine = locks.HostLock(host, ["gpu0"], owner("mine"), locks.lock_dir(host))
+    mine.acquire(wait=False, say=print)
+    assert json.loads((lock_dir / "gpu0.lock").read_text())["experiment"] == "mine"
+    gone.release()  # the dead owner's release must not remove the new owner's lock
+    assert (lock_dir / "gpu0.lock").exists()
+
+
+def test_a_lock_not_touched_for_longer_than_the_stale_time_is_taken_over(tmp_path, lock_dir):
+    host = LocalHost("box", workdir=str(tmp_path / "work"))
+    elsewhere = locks.Owner(**{**owner("remote").__dict__, "kit_host": "another-machine"})
+    locks.HostLock(host, ["gpu0"], elsewhere, locks.lock_dir(host)).acquire(wait=False, say=print)
+    with pytest.raises(HostError):  # fresh: held
+        locks.HostLock(host, ["gpu0"], owner("mine"), locks.lock_dir(host)).acquire(wait=False, say=print)
+    old = time.time() - locks.STALE_S - 5
+    os.utime(lock_dir / "gpu0.lock", (old, old))
+    locks.HostLock(host, ["gpu0"], owner("mine"), locks.lock_dir(host)).acquire(wait=False, say=print)
+    assert json.loads((lock_dir / "gpu0.lock").read_text())["experiment"] == "mine"
+
+
+SLOW_SSH = """\
+experiment: {name}
+hosts:
+  gpu: {{transport: ssh, address: 127.0.0.1, port: {port}, identity_file: {key}, workdir: {work}}}
+server:
+  kind: sglang
+  command: [{python}, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}",
+            --mem-fraction-static, "0.85"]
+  ready: {{timeout_s: 120, health_url: "http://127.0.0.1:{{port}}/health"}}
+  stop_grace_s: 5
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+
+
+def ssh_params(tmp_path: Path, sshd, name: str) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SLOW_SSH.format(name=name, port=sshd.port, key=sshd.client_key, work=tmp_path / f"remote-{name}",
+                                    python=sys.executable))
+    return path
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_waits(tmp_path, sshd, lock_dir):
+    from launchlab import params
+    from launchlab.hosts import connect
+
+    state_file = Path(os.environ["LAUNCHLAB_SIM_ROOT"]) / "sshbox" / "host.json"
+    state = json.loads(state_file.read_text())
+    state["pace"] = 3.0  # the first batch's server takes a while: the others arrive while it runs
+    state_file.write_text(json.dumps(state))
+    first = subprocess.Popen([*LAUNCHLAB, "run", str(ssh_params(tmp_path, sshd, "first")), "--out", str(tmp_path / "o1")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(lock_dir.glob("gpu*.lock"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sorted(p.name for p in lock_dir.glob("*.lock")) == ["gpu0.lock", "gpu1.lock"]
+        refused = subprocess.run([*LAUNCHLAB, "run", str(ssh_params(tmp_path, sshd, "second")), "--out",
+                                  str(tmp_path / "o2")], capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1, refused.stderr[-2000:]
+        assert re.search(r"held by \S+ \(launchlab pid \d+ on .+, experiment first, run directory .+o1", refused.stderr)
+        assert not (tmp_path / "o2").exists() or not list((tmp_path / "o2").rglob("manifest.json"))
+        # the first batch's live processes are not leftovers of anyone
+        host = connect(params.load(ssh_params(tmp_path, sshd, "probe")))
+        from launchlab import lifecycle
+
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "o1").rglob("processes.json")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert lifecycle.leftovers(host) == []
+        host.close()
+        waiter = subprocess.run([*LAUNCHLAB, "run", str(ssh_params(tmp_path, sshd, "third")), "--out",
+                                 str(tmp_path / "o3"), "--wait"], capture_output=True, text=True, timeout=600)
+        assert waiter.returncode == 0, waiter.stderr[-3000:]
+        assert "waiting for host 'gpu'" in waiter.stderr and "experiment first" in waiter.stderr
+        out, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err[-3000:]
+        first_done = Path(out.strip()).stat().st_mtime
+        third_dir = Path(waiter.stdout.strip())
+        started = min(p.stat().st_mtime for p in third_dir.glob("runs/*/processes.json"))
+        assert started >= first_done - 30  # the third launched only once the first had let go
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGINT)
+            first.communicate(timeout=120)
+    assert list(lock_dir.glob("*.lock")) == []
+
+
+@pytest.mark.slow
+def test_two_demos_on_one_machine_at_once_both_finish_with_the_demo_verdict(tmp_path):
+    env = {**os.environ, "LAUNCHLAB_SIM_ROOT": str(tmp_path / "sim")}
+    procs = [subprocess.Popen([*LAUNCHLAB, "run", str(ROOT / "params/demo.yaml"), "--out", str(tmp_path / f"out{i}")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+             for i in (1, 2)]
+    results = [p.communicate(timeout=900) for p in procs]
+    for proc, (out, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err[-3000:]
+        verdict = json.loads((Path(out.strip()) / "verdict.json").read_text())
+        assert verdict["controlled"] is True and verdict["conclusive"] is True, verdict["confounds"]
+        assert verdict["outcome_factors"] == ["mem_fraction"] and verdict["neutral_factors"] == ["custom_ar"]
+    assert not (tmp_path / "sim").exists() or list((tmp_path / "sim").iterdir()) == []  # nothing left behind
+    assert processes_using(str(tmp_path / "sim")) == []
