@@ -21,7 +21,7 @@ import papermill
 
 from launchlab import __version__, export, frames, hosts, lifecycle, locks, outputs, params, patching
 from launchlab import report as report_md
-from launchlab.errors import HostError, NotebookFailed, RunDirError
+from launchlab.errors import HostError, LaunchlabError, NotebookFailed, RunDirError
 from launchlab.hosts import sim
 from launchlab.plan import Run, make_plan
 
@@ -119,6 +119,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
     lock = threading.Lock()
     in_flight: dict[tuple[str, int], Run] = {}
     stop = threading.Event()
+    broken: list[str] = []  # kit errors that stop the batch (a full disk): no further run is started
     # One worker per host, or per GPU slot of a host that has `gpu_slots`: the slots of a host take that
     # host's runs in plan order, one each at a time. A multi-node run belongs to the worker of its node 0.
     queues = {name: [r for r in runs if r.host == name] for name in dict.fromkeys(r.host for r in runs)}
@@ -137,6 +138,11 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
                     in_flight[(name, slot)] = run
                 try:
                     _run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus)
+                except (LaunchlabError, OSError) as exc:
+                    say(f"[{run.seq}/{total}] {run.run_id}  kit error: {exc}")
+                    with lock:
+                        broken.append(f"{run.run_id}: {exc}")
+                    stop.set()
                 finally:
                     with lock:
                         in_flight.pop((name, slot), None)
@@ -164,6 +170,9 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         for run in current.values():
             lifecycle.recover(exp, run, run_dir, connected, "interrupted by the user (Ctrl-C); the server was stopped")
         raise
+    if broken:
+        raise RunDirError("the batch stopped: " + "; ".join(broken) + ". Every run that had started was stopped; "
+                          "once the cause is fixed, `launchlab run PARAMS --resume RUN_DIR` repeats what did not finish")
 
 
 def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
@@ -280,7 +289,7 @@ def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, 
                   params_file: Path, gpus: list[int] | None = None) -> None:
     folder = outputs.run_folder(run_dir, run.run_id)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / outputs.STATUS).unlink(missing_ok=True)
+    outputs.archive_attempt(folder)  # a repeated run (--resume) keeps the earlier attempt's raw files
     label = f"[{run.seq}/{total}] {run.run_id}" + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
     progress = _Progress(label, folder, say)
     progress.start()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launchlab import __version__, locks, logparse, masking, outputs, params, patching, provenance, telemetry
-from launchlab.errors import HostError, LaunchlabError, ParamsError
+from launchlab.errors import HostError, LaunchlabError, ParamsError, RunDirError
 from launchlab.hosts import Host, ProcessRef, commands
 from launchlab.plan import Run
 from launchlab.sim.state import STATE_ENV
@@ -139,6 +139,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
     folder = outputs.run_folder(run_dir, run.run_id)
     folder.mkdir(parents=True, exist_ok=True)
+    _refuse_a_second_attempt(folder, run.run_id)
     nodes = _nodes(exp, run, run_dir, hosts, gpus)
     result = RunResult(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
                        simulated=any(n.host.simulated for n in nodes), nodes=list(run.hosts), gpus=gpus)
@@ -146,8 +147,11 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     t_start = time.monotonic()
 
     def state(name: str) -> None:
-        outputs.write_json(folder / outputs.STATUS, {"run_id": run.run_id, "state": name,
-                                                    "elapsed_s": round(time.monotonic() - t_start, 2)})
+        try:  # progress only: a full disk must not keep the cleanup from stopping the server
+            outputs.write_json(folder / outputs.STATUS, {"run_id": run.run_id, "state": name,
+                                                        "elapsed_s": round(time.monotonic() - t_start, 2)})
+        except LaunchlabError as exc:
+            result.notes.append(f"progress not recorded: {exc}")
 
     try:
         state("preflight")
@@ -208,6 +212,19 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
             _conclude(exp, result, outcome, folder, nodes)
             _write_status(folder, result, nodes)
     return result
+
+
+def _refuse_a_second_attempt(folder: Path, run_id: str) -> None:
+    """Raw files are written once: a run that already ran in this folder is not run over it (`launchlab run
+    --resume` keeps an earlier attempt under attempts/ and repeats the run)."""
+    try:
+        done = outputs.read_json(folder / outputs.STATUS).get("state") == "done"
+    except RunDirError:
+        return
+    if done:
+        raise RunDirError(f"run {run_id} already ran in {folder.parent.parent} ({folder / outputs.STATUS}); its raw "
+                          "files are never overwritten. Run it into a new run directory (run_dir = \"\"), or repeat "
+                          "unfinished runs with `launchlab run PARAMS --resume RUN_DIR`")
 
 
 def _recorded_nodes(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host]) -> list[_Node]:
@@ -282,8 +299,16 @@ def _write_status(folder: Path, result: RunResult, nodes: list[_Node]) -> None:
     for name in ("failure_message", "smoke_response"):
         setattr(result, name, masker.text(getattr(result, name)) if getattr(result, name) else getattr(result, name))
     result.notes = [masker.text(n) for n in result.notes]
-    outputs.write_json(folder / outputs.STATUS, {**dataclasses.asdict(result), "state": "done",
-                                                "kit_version": __version__})
+    record = {**dataclasses.asdict(result), "state": "done", "kit_version": __version__}
+    try:
+        outputs.write_json(folder / outputs.STATUS, record)
+    except RunDirError as exc:
+        # a full disk: the essentials still fit in place of the progress record, so the run is marked
+        result.status, result.failure_message = "error", str(exc)
+        keep = ("run_id", "variant", "repetition", "host", "levels", "status", "failure_message", "stopped_with")
+        outputs.write_json(folder / outputs.STATUS, {**{k: getattr(result, k) for k in keep}, "state": "done",
+                                                    "notes": ["the full status could not be written"]})
+        raise
 
 
 def leftovers(host: Host, live: set[str] | None = None) -> list[dict]:
@@ -467,7 +492,10 @@ def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: R
 
 
 def _collect(node: _Node, folder: Path, result: RunResult) -> None:
-    collected = 0
+    """Fetch the node's log and samples (masked) into the run folder, then remove its folder on the host. When
+    this machine cannot take them (a full disk), the host's copy is removed all the same: the run is repeated
+    with --resume, and a GPU host's disk must not fill up with the leftovers of runs nobody can read."""
+    collected, local_failure = 0, False
     for name in (node.log_name, node.csv_name):
         partial = folder / f".{name}.fetching"
         try:
@@ -477,9 +505,10 @@ def _collect(node: _Node, folder: Path, result: RunResult) -> None:
             collected += 1
         except (OSError, LaunchlabError) as exc:
             partial.unlink(missing_ok=True)
+            local_failure = local_failure or not isinstance(exc, HostError)
             kept = " (the part seen during the run is kept)" if (folder / name).exists() else ""
             result.notes.append(f"could not collect {name}{kept}: {exc}")
-    if collected == 2:
+    if collected == 2 or local_failure:
         try:
             node.host.remove_dir(node.dir)
         except LaunchlabError as exc:
@@ -528,8 +557,11 @@ def _conclude(exp: params.Experiment, result: RunResult, outcome: _Outcome | Non
             result.notes.append(f"parsing {node.log_name} failed: {exc}")
             continue
         if node.rank == 0:
-            outputs.write_json(folder / outputs.PARSED, parsed.to_json())
             result.phase_reached = parsed.phase_reached
+            try:  # derived (the report rebuilds it): its failure must not keep the status from being written
+                outputs.write_json(folder / outputs.PARSED, node.masker.record(parsed.to_json()))
+            except LaunchlabError as exc:
+                result.notes.append(f"parsed.json not written: {exc}")
         parsed_nodes.append((node, parsed))
     peaks = []
     for node in nodes:

@@ -82,10 +82,14 @@ class Masker:
         if not self.values:
             return
         tmp = path.with_name(f".{path.name}.masking")
-        with open(path, "rb") as src, open(tmp, "wb") as dst:
-            for line in src:
-                dst.write(self.bytes(line))
-        os.replace(tmp, path)
+        try:
+            with open(path, "rb") as src, open(tmp, "wb") as dst:
+                for line in src:
+                    dst.write(self.bytes(line))
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def record(self, obj: object) -> object:
         """A JSON-like record with every string masked (dict keys included)."""

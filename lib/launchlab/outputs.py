@@ -13,6 +13,7 @@ place, so a crash never leaves a half-written file behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -73,6 +74,25 @@ def run_folder(run_dir: Path, run_id: str) -> Path:
     return Path(run_dir) / "runs" / run_id
 
 
+ATTEMPTS = "attempts"
+
+
+def archive_attempt(folder: Path) -> Path | None:
+    """Move what an earlier attempt of a run left in its folder to attempts/<n>/ (raw files are never
+    overwritten); return where, or None when the folder held nothing."""
+    old = [p for p in folder.iterdir() if p.name != ATTEMPTS] if folder.is_dir() else []
+    if not old:
+        return None
+    n = 1
+    while (folder / ATTEMPTS / str(n)).exists():
+        n += 1
+    target = folder / ATTEMPTS / str(n)
+    target.mkdir(parents=True)
+    for path in old:
+        path.rename(target / path.name)
+    return target
+
+
 def latest_run_dir(root: Path) -> Path:
     """The newest run directory (one holding a manifest) under root."""
     candidates = sorted(root.glob(f"*/*/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
@@ -90,17 +110,44 @@ def check_run_dir(run_dir: Path) -> Path:
 
 
 def write_text(path: Path, text: str) -> None:
+    """Write a file atomically (temporary file, then rename). On a full disk, a small record that exists
+    already (status.json) is rewritten in place instead — it fits in the block it holds — so a run can still
+    be marked; anything else raises RunDirError saying what to do."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise _disk_error(path, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.chmod(tmp, 0o644)  # mkstemp makes it private; run directories are meant to be shared
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.errno in _FULL and path.is_file() and len(text.encode()) <= _IN_PLACE_MAX:
+            try:
+                with open(path, "r+", encoding="utf-8") as fh:
+                    fh.write(text)
+                    fh.truncate()
+                return
+            except OSError:
+                pass
+        raise _disk_error(path, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_IN_PLACE_MAX = 4096  # one block: rewriting it in place needs no new space
+
+
+def _disk_error(path: Path, exc: OSError) -> RunDirError:
+    what = "the disk is full" if exc.errno in _FULL else exc.strerror or str(exc)
+    return RunDirError(f"cannot write {path}: {what} ([Errno {exc.errno}]). Free space (or fix the folder's "
+                       "permissions), then continue with `launchlab run PARAMS --resume RUN_DIR`")
 
 
 def write_json(path: Path, obj: object) -> None:
@@ -124,5 +171,12 @@ def read_json(path: Path) -> dict:
 def write_frame(path: Path, frame: pd.DataFrame) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _disk_error(path, exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
