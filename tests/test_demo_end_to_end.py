@@ -105,7 +105,9 @@ def test_report_rebuilds_everything_from_the_raw_files(demo_run, demo_env, tmp_p
     shutil.copytree(run_dir, copy)
     for name in ("runs.parquet", "events.parquet", "telemetry.parquet", "summary.html", "summary.ipynb"):
         (copy / name).unlink()
-    proc = subprocess.run([*LAUNCHLAB, "report", str(copy)], capture_output=True, text=True, env=env, timeout=300)
+    # a relative path, as a user types it (papermill runs the summary from another folder)
+    proc = subprocess.run([*LAUNCHLAB, "report", copy.name], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     pd.testing.assert_frame_equal(pd.read_parquet(copy / "runs.parquet"), pd.read_parquet(run_dir / "runs.parquet"))
     assert (copy / "summary.html").is_file()

@@ -7,7 +7,9 @@ import subprocess
 import sys
 import time
 
-from conftest import write_params
+import pytest
+
+from conftest import LAUNCHLAB, write_params
 from launchlab import batch, lifecycle, outputs, params
 from launchlab.hosts import connect
 from launchlab.plan import make_plan
@@ -229,3 +231,38 @@ def test_a_ready_server_whose_smoke_request_fails_is_degraded_with_the_reason(tm
     assert result.smoke_status == 503 and "CB worker died" in result.smoke_response
     assert (result.failure_reason, result.failure_phase) == ("kv_cache_no_memory", "kv_cache")
     assert result.startup_s > 0
+
+
+def test_a_run_is_never_run_again_over_its_raw_files(small_params, tmp_path):
+    from launchlab.errors import RunDirError
+
+    path = small_params(pace=0.2)
+    run_dir = batch.ensure_run_dir(path)
+    exp = params.load(path)
+    run = make_plan(exp)[1]
+    first = lifecycle.run_variant(path, run.run_id, run_dir)
+    folder = outputs.run_folder(run_dir, run.run_id)
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    with pytest.raises(RunDirError, match="never overwritten"):
+        lifecycle.run_variant(path, run.run_id, run_dir)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    assert first.status == "ready"
+
+
+def test_a_host_without_nvidia_smi_is_refused_before_anything_is_launched(tmp_path):
+    path = write_params(tmp_path, f"""\
+experiment: no-smi
+hosts:
+  box: {{transport: local, workdir: {tmp_path / 'work'}}}
+server:
+  kind: generic
+  command: [python3, -m, http.server, "{{port}}", --bind, 127.0.0.1]
+  ready: {{timeout_s: 30, health_url: "http://127.0.0.1:{{port}}/"}}
+""")
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # this machine has no nvidia-smi
+    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert "host 'box'" in proc.stderr and "nvidia-smi not found on PATH=" in proc.stderr
+    assert "sampler: {kind: none}" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list((tmp_path / "out").rglob("processes.json"))

@@ -22,7 +22,7 @@ import papermill
 from launchlab import __version__, export, frames, hosts, lifecycle, locks, outputs, params, patching
 from launchlab import report as report_md
 from launchlab.errors import HostError, LaunchlabError, NotebookFailed, RunDirError
-from launchlab.hosts import sim
+from launchlab.hosts import commands, sim
 from launchlab.plan import Run, make_plan
 
 NOTEBOOKS_ENV = "LAUNCHLAB_NOTEBOOKS"
@@ -56,7 +56,7 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
     try:
         connected = {name: hosts.connect(exp, name, sim_box=box) for name in exp.host_names}
         for host in connected.values():
-            _check_reachable(host)
+            _check_reachable(host, exp.sampler.kind)
         run_dir, created = _open_run_dir(exp, plan, params_path, out_root, resume, box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
         outputs.update_json(run_dir / outputs.MANIFEST, {"batch": owner.batch, "sim_box": str(box) if box else None})
@@ -88,11 +88,21 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
     return run_dir
 
 
-def _check_reachable(host) -> None:
+def _check_reachable(host, sampler: str) -> None:
+    """The host answers, and has what the sampler needs (said before anything is launched)."""
     try:
         host.run("true", timeout=30)
     except HostError as exc:
         raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
+    if sampler == "none":
+        return
+    found = host.run(commands.which("nvidia-smi"), timeout=30, check=False)
+    if found.exit_code != 0:
+        path = host.run(commands.env_value("PATH"), timeout=30, check=False).stdout.strip()
+        raise HostError(host.name, f"nvidia-smi not found on PATH={path} (the PATH of a non-interactive shell "
+                                   "there); nothing was launched. Install the NVIDIA driver utilities, make "
+                                   "nvidia-smi reachable for non-interactive shells, or set `sampler: {kind: none}` "
+                                   "to run without a GPU trace")
 
 
 def _lock_hosts(exp: params.Experiment, connected: dict, owner: locks.Owner, wait: bool, say: Say) -> list:

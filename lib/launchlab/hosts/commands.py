@@ -175,6 +175,11 @@ def user_id() -> str:
     return "id -u"
 
 
+def which(program: str) -> str:
+    """Exit 0 when the program is on the shell's PATH."""
+    return f"command -v {shlex.quote(program)} >/dev/null 2>&1"
+
+
 def env_value(name: str) -> str:
     """Print an environment variable of the host's shell, `-` when unset."""
     if not _ENV_NAME.match(name):
