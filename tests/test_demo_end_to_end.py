@@ -140,6 +140,16 @@ def test_the_run_notebook_runs_with_its_defaults(demo_env, tmp_path):
     nb = json.loads((tmp_path / "out.ipynb").read_text())
     text = json.dumps(nb["cells"])
     assert "kv_cache_no_memory" in text  # the first demo run: custom_ar=off, mem_fraction=0.55
+    # then the summary as it is: it picks that one-run folder and says what is missing instead of failing
+    os.environ["LAUNCHLAB_OUTPUTS"] = env["LAUNCHLAB_OUTPUTS"]
+    try:
+        papermill.execute_notebook(str(ROOT / "notebooks/summary.ipynb"), str(tmp_path / "summary.ipynb"),
+                                   kernel_name="python3", progress_bar=False, cwd=str(ROOT / "notebooks"))
+    finally:
+        del os.environ["LAUNCHLAB_OUTPUTS"]
+    summary = json.dumps(json.loads((tmp_path / "summary.ipynb").read_text())["cells"])
+    assert "1 of 8 planned runs finished" in summary and "Inconclusive" in summary
+    assert "missing" in summary
 
 
 def test_ctrl_c_stops_the_batch_and_leaves_nothing_running(demo_env, tmp_path):

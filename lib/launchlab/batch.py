@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import sys
 import threading
@@ -19,9 +20,9 @@ from pathlib import Path
 
 import papermill
 
-from launchlab import __version__, export, frames, hosts, lifecycle, locks, outputs, params, patching
+from launchlab import __version__, export, frames, hosts, lifecycle, locks, masking, outputs, params, patching
 from launchlab import report as report_md
-from launchlab.errors import HostError, LaunchlabError, NotebookFailed, RunDirError
+from launchlab.errors import HostError, LaunchlabError, NotebookFailed, ParamsError, RunDirError
 from launchlab.hosts import commands, sim
 from launchlab.plan import Run, make_plan
 
@@ -42,16 +43,62 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None
+            ) -> tuple[params.Experiment, list[Run]]:
+    """The experiment and its plan, optionally with other repetitions and only some variants: `only` holds
+    levels (`0.85`), factor=level pairs (`mem_fraction=0.85`) or variant names; a run is kept when each of
+    its factors that `only` mentions is at one of the levels given."""
+    exp = params.load(params_path)
+    if repetitions is not None:
+        exp = exp.model_copy(update={"repetitions": repetitions})
+    plan = make_plan(exp)
+    if not only:
+        return exp, plan
+    wanted: dict[str, set[str]] = {}
+    for token in only:
+        factor, _, level = token.partition("=") if "=" in token else ("", "", token)
+        matches = [(f, lv) for f, levels in exp.factors.items() for lv in levels
+                   if lv == level and (not factor or f == factor)]
+        variants = [v for v in params.expand(exp) if token in (v.name, v.slug)]
+        for v in variants:
+            for f, lv in v.levels.items():
+                wanted.setdefault(f, set()).add(lv)
+        if not matches and not variants:
+            known = ", ".join(f"{f}={lv}" for f, levels in exp.factors.items() for lv in levels)
+            raise ParamsError(str(params_path), [f"--only {token}: no such level or variant (levels: {known})"])
+        for f, lv in matches:
+            wanted.setdefault(f, set()).add(lv)
+    return exp, [r for r in plan if all(r.variant.levels.get(f) in lvs for f, lvs in wanted.items())]
+
+
+def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None) -> str:
+    """The plan as text: every run in order, and each variant's exact command and environment (secrets
+    masked). Nothing is connected to or launched."""
+    exp, plan = planned(params_path, only, repetitions)
+    masker = masking.for_experiment(exp)
+    extra = getattr(exp, "secrets", None) or ()
+    lines = [f"{exp.experiment}: {len(plan)} runs, interleaved, on host(s) {', '.join(exp.host_names)}"
+             f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
+    lines += [f"  [{r.seq}] {r.run_id}  host {r.host}" for r in plan]
+    for variant in dict.fromkeys(r.variant for r in plan):
+        launch = params.render(exp, variant, port=0, run_id="RUN_ID", host=exp.host_name)
+        lines += ["", f"{variant.name}:", "  argv: " + shlex.join(masker.argv(launch.argv, extra))]
+        lines += [f"  env:  {k}={v}" for k, v in masker.env(launch.env, extra).items()]
+        lines += [f"  patch: {p}" for p in variant.patches]
+    lines += ["", "({port} is chosen per run; shown as 0)"]
+    return "\n".join(lines)
+
+
 def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
-              say: Say = _stderr, stop_leftovers: bool = False, wait: bool = False) -> Path:
+              say: Say = _stderr, stop_leftovers: bool = False, wait: bool = False, only: tuple[str, ...] = (),
+              repetitions: int | None = None) -> Path:
     """Run every planned run of a params file; return the run directory.
 
     Before anything is launched: every host answers, the run directory exists, this batch holds the lock of
     every GPU it will use on every host (waiting for another batch with `wait`, else refusing and naming it),
     no process of a dead batch is left on them, and every patch applies. A simulated host is a box of this
     batch's own, removed at the end."""
-    exp = params.load(params_path)
-    plan = make_plan(exp)
+    exp, plan = planned(params_path, only, repetitions)
     box = sim.new_box() if any(exp.hosts[h].transport == "sim" for h in exp.host_names) else None
     try:
         connected = {name: hosts.connect(exp, name, sim_box=box) for name in exp.host_names}
@@ -78,7 +125,14 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
                     say(f"[{run.seq}/{len(plan)}] {run.run_id}  already done, skipped")
                 else:
                     todo.append(run)
-            _run_all(exp, todo, run_dir, connected, len(plan), say, Path(params_path).resolve())
+            try:
+                _run_all(exp, todo, run_dir, connected, len(plan), say, Path(params_path).resolve())
+            except KeyboardInterrupt:
+                say(f"launchlab: interrupted; every process the current run started was stopped. Continue with "
+                    f"`launchlab run {shlex.quote(str(params_path))} --resume {shlex.quote(str(run_dir))}`"
+                    + "".join(f" --only {shlex.quote(t)}" for t in only)
+                    + (f" --repetitions {repetitions}" if repetitions is not None else ""))
+                raise
     finally:
         if box is not None:
             shutil.rmtree(box, ignore_errors=True)

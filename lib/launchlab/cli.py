@@ -1,4 +1,4 @@
-"""`launchlab validate | run | report | parse` (the stable interface of ARCHITECTURE.md section 4)."""
+"""`launchlab validate | run | report | parse | ls | schema` (the stable interface of ARCHITECTURE.md section 4)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,12 @@ def _validate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from launchlab import batch, outputs
 
+    only = tuple(args.only or ())
+    if args.dry_run:
+        print(batch.dry_run(args.params, only, args.repetitions))
+        return 0
     run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume, stop_leftovers=args.stop_leftovers,
-                              wait=args.wait)
+                              wait=args.wait, only=only, repetitions=args.repetitions)
     print(run_dir)
     print(f"report: {run_dir / outputs.SUMMARY_HTML}", file=sys.stderr)
     return 0
@@ -42,6 +46,27 @@ def _report(args: argparse.Namespace) -> int:
     from launchlab import batch
 
     print(batch.report(Path(args.run_dir).resolve()))  # papermill runs the notebook from another folder
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from launchlab import outputs
+
+    root = Path(args.dir) if args.dir else outputs.default_root()
+    rows = outputs.list_run_dirs(root)
+    if not rows:
+        print(f"no run directory under {root}", file=sys.stderr)
+        return 0
+    for row in rows:
+        print(f"{row['path']}  {row['experiment']}  {row['created_at']}  {row['done']}/{row['planned']} runs  "
+              f"{row['headline']}")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from launchlab import params
+
+    print(json.dumps(params.json_schema(), indent=2))
     return 0
 
 
@@ -84,10 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop processes that earlier runs left on the host (found by their run id) before launching")
     r.add_argument("--wait", action="store_true",
                    help="when another batch holds the host's GPUs, wait for it (saying who holds them) instead of refusing")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print the plan with each variant's exact command and environment (secrets masked); launch nothing")
+    r.add_argument("--only", nargs="+", metavar="LEVEL", default=None,
+                   help="run only these levels (0.85, mem_fraction=0.85) or variants (by name)")
+    r.add_argument("--repetitions", type=int, default=None, metavar="N", help="override `repetitions:` of the params")
     r.set_defaults(func=_run)
     rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory")
     rep.add_argument("run_dir")
     rep.set_defaults(func=_report)
+    ls = sub.add_parser("ls", help="list run directories: experiment, date, runs done/planned, the verdict")
+    ls.add_argument("dir", nargs="?", default=None, help="root of run directories (default: outputs/)")
+    ls.set_defaults(func=_ls)
+    sc = sub.add_parser("schema", help="print the params files' JSON Schema")
+    sc.set_defaults(func=_schema)
     pa = sub.add_parser("parse", help="parse a server log")
     pa.add_argument("log")
     pa.add_argument("--server", default="auto", choices=["auto", "sglang", "vllm", "transformers", "generic"])
@@ -109,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"launchlab: {exc}", file=sys.stderr)
         return EXIT_KIT_ERROR
     except KeyboardInterrupt:
-        print("launchlab: interrupted; every process the current run started was stopped. "
-              "Continue with `launchlab run PARAMS --resume RUN_DIR`.", file=sys.stderr)
+        print("launchlab: interrupted.", file=sys.stderr)  # the batch said how to continue, with its paths
         return EXIT_INTERRUPTED
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from launchlab import logparse, outputs, params, telemetry
+from launchlab.errors import RunDirError
 
 RUN_COLUMNS = ["run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase",
                "failure_message", "startup_s", "peak_mem_used_mib", "phase_reached", "simulated", "smoke_status"]
@@ -111,4 +112,8 @@ def write(run_dir: Path, frames: Frames) -> None:
 
 def load(run_dir: Path) -> Frames:
     run_dir = outputs.check_run_dir(run_dir)
+    missing = [n for n in ("runs", "events", "telemetry") if not (run_dir / f"{n}.parquet").is_file()]
+    if missing:
+        raise RunDirError(f"{run_dir} has no {', '.join(f'{n}.parquet' for n in missing)} yet; "
+                          f"`launchlab report {run_dir}` builds them from the runs' raw files")
     return Frames(*(pd.read_parquet(run_dir / f"{name}.parquet") for name in ("runs", "events", "telemetry")))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
+import shutil
 import signal
 import threading
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from launchlab import __version__, locks, logparse, masking, outputs, params, patching, provenance, telemetry
 from launchlab.errors import HostError, LaunchlabError, ParamsError, RunDirError
-from launchlab.hosts import Host, ProcessRef, commands
+from launchlab.hosts import Host, ProcessRef, commands, sim
 from launchlab.plan import Run
 from launchlab.sim.state import STATE_ENV
 
@@ -128,8 +129,15 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
     run = find_run(make_plan(exp), run_id) if run_id else make_plan(exp)[0]
     slot = [int(g) for g in gpus.split(",")] if gpus else None
     box = outputs.read_json(Path(run_dir) / outputs.MANIFEST).get("sim_box")  # the batch's simulated machine
-    return run_one(exp, run, Path(run_dir), {name: hosts.connect(exp, name, sim_box=box) for name in run.hosts},
-                   gpus=slot)
+    own_box = box is None and any(exp.hosts[h].transport == "sim" for h in run.hosts)
+    if own_box:  # a run notebook executed by hand: a simulated machine of its own, gone when the run is
+        box = sim.new_box()
+    try:
+        return run_one(exp, run, Path(run_dir), {name: hosts.connect(exp, name, sim_box=box) for name in run.hosts},
+                       gpus=slot)
+    finally:
+        if own_box:
+            shutil.rmtree(box, ignore_errors=True)
 
 
 def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host],

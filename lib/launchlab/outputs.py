@@ -36,6 +36,7 @@ TELEMETRY_CSV = "nvidia-smi.csv"
 RUN_NOTEBOOK = "run_variant.ipynb"
 SUMMARY_NOTEBOOK = "summary.ipynb"
 SUMMARY_HTML = "summary.html"
+VERDICT = "verdict.json"
 
 
 def project_root(start: Path | None = None) -> Path | None:
@@ -91,6 +92,39 @@ def archive_attempt(folder: Path) -> Path | None:
     for path in old:
         path.rename(target / path.name)
     return target
+
+
+def list_run_dirs(root: Path) -> list[dict]:
+    """Every run directory under root, oldest first: experiment, date, runs done/planned, verdict headline."""
+    rows = []
+    for manifest_path in sorted(Path(root).glob(f"*/*/{MANIFEST}"), key=lambda p: p.stat().st_mtime):
+        run_dir = manifest_path.parent
+        try:
+            manifest = read_json(manifest_path)
+        except RunDirError:
+            continue
+        planned = manifest.get("run_ids") or []
+        done = 0
+        for run_id in planned:
+            try:
+                done += read_json(run_folder(run_dir, run_id) / STATUS).get("state") == "done"
+            except RunDirError:
+                pass
+        rows.append({"path": str(run_dir), "experiment": manifest.get("experiment", "?"),
+                     "created_at": manifest.get("created_at", "?"), "done": done, "planned": len(planned),
+                     "headline": _headline(run_dir)})
+    return rows
+
+
+def _headline(run_dir: Path) -> str:
+    try:
+        v = read_json(run_dir / VERDICT)
+    except RunDirError:
+        return "no verdict yet (`launchlab report RUN_DIR`)"
+    if not v.get("conclusive", True):
+        return "INCONCLUSIVE: " + (v.get("inconclusive_reasons") or ["?"])[0][:120]
+    control = "controlled" if v.get("controlled") else "NOT controlled"
+    return f"{control}; decides the launch: {', '.join(v.get('outcome_factors') or []) or 'no factor'}"
 
 
 def latest_run_dir(root: Path) -> Path:

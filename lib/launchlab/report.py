@@ -15,6 +15,7 @@ from IPython.display import HTML, Markdown
 from pandas.io.formats.style import Styler
 
 from launchlab import analysis, budget, frames, levelchecks, masking, outputs, params, plots, verdict
+from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_block, md_code
 
 VERDICT = "verdict.json"
@@ -295,8 +296,12 @@ def load(run_dir: str | Path = "") -> Report:
     """A run directory's report; an empty run_dir means the newest run directory under outputs/."""
     path = Path(run_dir) if run_dir else outputs.latest_run_dir(outputs.default_root())
     path = outputs.check_run_dir(path)
-    return Report(path, params.load(path / outputs.EXPERIMENT_FILE), outputs.read_json(path / outputs.MANIFEST),
-                  frames.load(path))
+    exp = params.load(path / outputs.EXPERIMENT_FILE)
+    try:
+        tables = frames.load(path)
+    except RunDirError:  # a run notebook's own folder, or a batch still running: read what the runs left
+        tables = frames.build(path, exp)
+    return Report(path, exp, outputs.read_json(path / outputs.MANIFEST), tables)
 
 
 def write(run_dir: Path) -> dict:
