@@ -333,7 +333,18 @@ def _watch(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_
            t_launch: float) -> _Outcome:
     """Poll until ready, failed (a fatal line or an exit on any node) or the deadline. Ready means: every node
     alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
-    answering 200 (when one is given)."""
+    answering 200 (when one is given). A host the kit cannot reach (its transport already retried) says nothing
+    about the server: the run is then an error, never a failure."""
+    try:
+        return _poll(nodes, folder, rules, health_url, deadline, t_launch)
+    except HostError as exc:
+        return _Outcome("error", None, f"lost the connection to host {exc.host!r} while watching: {exc}. What the "
+                                       "server did is unknown, so the run is an error, not a failure; if it is still "
+                                       "running there, the next `launchlab run` finds it (--stop-leftovers)")
+
+
+def _poll(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_url: str | None, deadline: float,
+          t_launch: float) -> _Outcome:
     ready_rx = re.compile(rules.ready_pattern) if rules.ready_pattern else None
     fatal_rx = re.compile("|".join(f"(?:{p})" for p in rules.fatal_patterns)) if rules.fatal_patterns else None
     logs = [_Mirror(n.host, f"{n.dir}/{n.log_name}", folder / n.log_name) for n in nodes]

@@ -54,10 +54,15 @@ def process_group(pid: int) -> str:
 
 
 def group_alive(pgid: int) -> str:
-    """Exit 0 when any non-zombie process of the group is alive, else 1."""
+    """Print `alive` when any non-zombie process of the group is alive, `dead` when none is.
+
+    The answer is printed, not an exit status: a command a dropped connection cut off, or a `ps` that failed,
+    prints neither word, so "the group is dead" can never be read from a check that did not run.
+    """
     return (
-        f"ps -e -o pgid=,stat= | awk -v g={int(pgid)} "
-        "'$1 == g && $2 !~ /^Z/ {n++} END {exit n ? 0 : 1}'"
+        "out=$(ps -e -o pgid=,stat=) || exit 2; "
+        f"printf '%s\\n' \"$out\" | awk -v g={int(pgid)} "
+        "'$1 == g && $2 !~ /^Z/ {n++} END {print (n ? \"alive\" : \"dead\")}'"
     )
 
 
