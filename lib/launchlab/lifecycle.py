@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launchlab import __version__, logparse, outputs, params, patching, provenance, telemetry
+from launchlab import __version__, logparse, outputs, params, patching, provenance, reaper, telemetry
 from launchlab.errors import HostError, LaunchlabError
 from launchlab.hosts import Host, ProcessRef, commands
 from launchlab.plan import Run
+from launchlab.reaper import RUN_ID_ENV
 
-RUN_ID_ENV = "LAUNCHLAB_RUN_ID"
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASS|AUTH", re.IGNORECASE)
 POLL_S = 0.2
 FATAL_GRACE_S = 3.0  # after a fatal line, let the server finish writing its traceback before stopping it
@@ -75,6 +75,7 @@ class _Node:
     rank: int
     host: Host
     dir: str
+    tag: str  # the run id its processes carry (RUN_ID_ENV)
     refs: list[ProcessRef] = field(default_factory=list)
     preflight: dict | None = None
     gpus: list[int] | None = None
@@ -94,6 +95,10 @@ class _Node:
     def label(self) -> str:
         return f"node {self.rank} ({self.host.name})"
 
+    @property
+    def sampler_groups(self) -> set[int]:
+        return {r.pgid for r in self.refs if r.role == "sampler"}
+
 
 def masked_env(env: dict[str, str]) -> dict[str, str]:
     return {k: ("****" if SECRET_NAME.search(k) else v) for k, v in env.items()}
@@ -111,7 +116,8 @@ def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) ->
 
 def _nodes(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host],
            gpus: list[int] | None = None) -> list[_Node]:
-    return [_Node(rank, hosts[name], _host_dir(hosts[name], exp, run_dir, run.run_id), gpus=gpus)
+    tag = run_tag(exp, run_dir, run.run_id)
+    return [_Node(rank, hosts[name], _host_dir(hosts[name], exp, run_dir, run.run_id), tag, gpus=gpus)
             for rank, name in enumerate(run.hosts)]
 
 
@@ -166,7 +172,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         state("starting")
         # The run id travels in the environment of everything the kit starts, so a process left behind by a
         # run that lost its host can be found again on that host (`leftovers`).
-        tag = {RUN_ID_ENV: run_tag(exp, run_dir, run.run_id)}
+        tag = {RUN_ID_ENV: nodes[0].tag}
         for node in nodes:
             node.host.write_text(f"{node.dir}/sampler.env", commands.env_file_text(tag))
             node.refs.append(node.host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms, node.gpus,
@@ -257,15 +263,11 @@ def recover(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
 
 
 def leftovers(host: Host) -> list[dict]:
-    """Process groups on the host that a launchlab run started and nobody stopped: [{pgid, pids, run}]."""
-    out = host.run(commands.find_tagged(RUN_ID_ENV), timeout=60, check=False).stdout
+    """Process groups on the host that a launchlab run started and nobody stopped: [{pgid, pids, run}]. Raises
+    HostError when the listing did not run to its end (it never reads as "none left")."""
     groups: dict[int, dict] = {}
-    for line in out.splitlines():
-        parts = line.split(maxsplit=2)
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
-            continue
-        pid, pgid, run = int(parts[0]), int(parts[1]), parts[2]
-        groups.setdefault(pgid, {"pgid": pgid, "pids": [], "run": run})["pids"].append(pid)
+    for p in reaper.tagged(host):
+        groups.setdefault(p.pgid, {"pgid": p.pgid, "pids": [], "run": p.run})["pids"].append(p.pid)
     return list(groups.values())
 
 
@@ -409,6 +411,8 @@ def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: R
         for ref in node.refs:
             if ref.role != "sampler":
                 stop(node, ref)
+    for node in nodes:  # then what left the servers' groups (a `setsid` child), found by the run id it carries
+        _sweep(exp, node, result, spare=node.sampler_groups)
     for node in nodes:  # then the installed package back to how it was released
         if node.patches_applied:
             try:
@@ -424,11 +428,25 @@ def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: R
         for ref in node.refs:
             if ref.role == "sampler":
                 stop(node, ref)
+        _sweep(exp, node, result, spare=())  # the last of the run: a sampler the kernel died before recording
     if any(n.refs for n in nodes):
         _write_processes(folder, nodes, stopped)
     if collect:
         for node in nodes:
             _collect(node, folder, result)
+
+
+def _sweep(exp: params.Experiment, node: _Node, result: RunResult, spare: set[int]) -> None:
+    """Stop every process of the run still alive on the node outside the spared groups, and note which there were."""
+    try:
+        sweep = reaper.stop_run(node.host, node.tag, exp.server.stop_grace_s, spare)
+    except LaunchlabError as exc:
+        result.notes.append(f"looking for processes of the run left on {node.label} failed: {exc}")
+        return
+    if sweep.pids:
+        result.notes.append(f"{len(sweep.pids)} process(es) of the run outlived its recorded process groups on "
+                            f"{node.label} (a child that left its group, e.g. with setsid, or one never recorded): "
+                            f"pids {', '.join(map(str, sweep.pids))}; stopped with {sweep.signal}")
 
 
 def _collect(node: _Node, folder: Path, result: RunResult) -> None:

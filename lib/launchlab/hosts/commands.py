@@ -77,20 +77,38 @@ def host_clock() -> str:
     return "date +%Y-%m-%dT%H:%M:%S.%N"
 
 
+TAGGED_END = "# end of the list"  # the last line of find_tagged's output: a listing without it did not run to its end
+
+
 def find_tagged(env_name: str) -> str:
-    """Print `pid pgid value` for every live process whose environment has env_name set (POSIX sh).
+    """Print `pid pgid value` for every live process whose environment has env_name set, then TAGGED_END (POSIX sh).
 
     Reads /proc/PID/environ, which a process may only read for its own user's processes: the kit finds the
-    processes it started as that user, which is what it must clean up.
+    processes it started as that user, which is what it must clean up. One grep over every environ file picks
+    the few candidates, so the listing stays fast on a host running thousands of processes.
     """
     if not _ENV_NAME.match(env_name):
         raise ValueError(env_name)
     return (
-        "for f in /proc/[0-9]*/environ; do "
+        f"for f in $(grep -l -s -e '{env_name}=' /proc/[0-9]*/environ); do "
         "p=${f#/proc/}; p=${p%/environ}; "
-        f"v=$(tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep '^{env_name}=') || continue; "
+        f"v=$(tr '\\0' '\\n' 2>/dev/null < \"$f\" | grep '^{env_name}=') || continue; "
         "s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); [ \"$s\" = Z ] && continue; "
         "g=$(ps -o pgid= -p $p 2>/dev/null | tr -d ' '); [ -n \"$g\" ] || continue; "
         f"echo \"$p $g ${{v#{env_name}=}}\"; "
-        "done"
+        f"done; echo {shlex.quote(TAGGED_END)}"
+    )
+
+
+def signal_tagged(env_name: str, value: str, pids: list[int], signal: str) -> str:
+    """Send signal to each of pids that still carries env_name=value: a pid reused since it was listed is spared."""
+    if not _ENV_NAME.match(env_name):
+        raise ValueError(env_name)
+    if signal not in ("TERM", "KILL"):
+        raise ValueError(f"unexpected signal {signal}")
+    wanted = shlex.quote(f"{env_name}={value}")
+    return (
+        f"for p in {' '.join(str(int(p)) for p in pids)}; do "
+        f"tr '\\0' '\\n' 2>/dev/null < /proc/$p/environ | grep -qxF -e {wanted} && kill -{signal} $p 2>/dev/null; "
+        "done; true"
     )
