@@ -469,31 +469,43 @@ def _collect(node: _Node, folder: Path, result: RunResult) -> None:
 
 
 def _drain(exp: params.Experiment, node: _Node, result: RunResult) -> None:
-    """Wait (bounded) until every GPU's memory.used on the node is back near its preflight value."""
-    if not node.preflight:
-        return
-    before = {g["index"]: g["mem_used_mib"] for g in node.preflight["gpus"]}
+    """Wait (bounded) until no process of the run but its sampler is left on the node and every GPU's memory.used
+    is back near its preflight value. Both: memory can read "back" while a process of the run has not allocated
+    yet or is about to, and a run without a preflight has only its processes to wait for."""
+    before = {g["index"]: g["mem_used_mib"] for g in node.preflight["gpus"]} if node.preflight else None
     tic = time.monotonic()
     while True:
         try:
-            now = {g.index: g.mem_used_mib for g in telemetry.parse_snapshot(
-                node.host.run(telemetry.snapshot_command(node.gpus), timeout=30).stdout)}
+            left = reaper.of_run(node.host, node.tag, node.sampler_groups)
+            over = _memory_over(exp, node, before) if before is not None else {}
         except HostError as exc:
             result.notes.append(f"drain check on {node.label} failed: {exc}")
             result.drained = False
             return
-        over = {i: now[i] - before.get(i, 0) for i in now if now[i] - before.get(i, 0) > exp.drain.tolerance_mib}
         elapsed = round(time.monotonic() - tic, 2)
-        if not over:
-            result.drained = result.drained is not False
-            result.drain_s = max(result.drain_s or 0.0, elapsed)
+        if not left and not over:
+            if before is not None:
+                result.drained = result.drained is not False
+                result.drain_s = max(result.drain_s or 0.0, elapsed)
             return
         if elapsed > exp.drain.timeout_s:
             result.drained, result.drain_s = False, max(result.drain_s or 0.0, elapsed)
-            result.notes.append(f"GPU memory on {node.label} did not return to its preflight level within "
-                                f"{exp.drain.timeout_s:.0f} s: " + ", ".join(f"GPU {i} +{v:.0f} MiB" for i, v in over.items()))
+            if left:
+                result.notes.append(f"processes of the run were still alive on {node.label} after "
+                                    f"{exp.drain.timeout_s:.0f} s: pids {', '.join(str(p.pid) for p in left)}")
+            if over:
+                result.notes.append(f"GPU memory on {node.label} did not return to its preflight level within "
+                                    f"{exp.drain.timeout_s:.0f} s: "
+                                    + ", ".join(f"GPU {i} +{v:.0f} MiB" for i, v in over.items()))
             return
         time.sleep(0.25)
+
+
+def _memory_over(exp: params.Experiment, node: _Node, before: dict[int, float]) -> dict[int, float]:
+    """MiB above the preflight level, per GPU of the node that is more than the tolerance above it."""
+    now = {g.index: g.mem_used_mib for g in telemetry.parse_snapshot(
+        node.host.run(telemetry.snapshot_command(node.gpus), timeout=30).stdout)}
+    return {i: now[i] - before.get(i, 0) for i in now if now[i] - before.get(i, 0) > exp.drain.tolerance_mib}
 
 
 def _conclude(exp: params.Experiment, result: RunResult, outcome: _Outcome | None, folder: Path,
