@@ -23,6 +23,8 @@ from pathlib import Path
 from launchlab import __version__, logparse, outputs, params, patching, provenance, reaper, telemetry
 from launchlab.errors import HostError, LaunchlabError
 from launchlab.hosts import Host, ProcessRef, commands
+from launchlab.logparse import patterns
+from launchlab.logparse.patterns import BudgetedPattern
 from launchlab.plan import Run
 from launchlab.reaper import RUN_ID_ENV
 
@@ -189,7 +191,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
 
         state("watching")
         rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
-        outcome = _watch(nodes, folder, rules, launches[0].health_url, t_launch + exp.server.ready.timeout_s, t_launch)
+        outcome = _watch_or_lost(nodes, folder, rules, launches[0].health_url, t_launch + exp.server.ready.timeout_s,
+                                 t_launch, result.notes)
         if outcome.status == "ready" and exp.server.smoke is not None:
             state("smoke request")
             outcome = _smoke(exp.server.smoke, nodes[0], launches[0].smoke_url, outcome, result)
@@ -331,35 +334,42 @@ class _Mirror:
         return lines
 
 
-def _watch(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_url: str | None, deadline: float,
-           t_launch: float) -> _Outcome:
-    """Poll until ready, failed (a fatal line or an exit on any node) or the deadline. Ready means: every node
-    alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
-    answering 200 (when one is given). A host the kit cannot reach (its transport already retried) says nothing
-    about the server: the run is then an error, never a failure."""
+def _watch_or_lost(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_url: str | None,
+                   deadline: float, t_launch: float, notes: list[str]) -> _Outcome:
+    """_watch, with the patterns under a time budget (a slow one is noted) and a lost host turned into an error:
+    a host the kit cannot reach (its transport already retried) says nothing about the server, so the run is
+    then an error, never a failure."""
+    ready_rx = BudgetedPattern(rules.ready_pattern) if rules.ready_pattern else None
+    fatal_rx = [BudgetedPattern(p) for p in rules.fatal_patterns]
     try:
-        return _poll(nodes, folder, rules, health_url, deadline, t_launch)
+        return _watch(nodes, folder, ready_rx, fatal_rx, health_url, deadline, t_launch)
     except HostError as exc:
         return _Outcome("error", None, f"lost the connection to host {exc.host!r} while watching: {exc}. What the "
                                        "server did is unknown, so the run is an error, not a failure; if it is still "
                                        "running there, the next `launchlab run` finds it (--stop-leftovers)")
+    finally:
+        notes.extend(slow.note() for rx in [ready_rx, *fatal_rx] if rx is not None and (slow := rx.slow()) is not None)
 
 
-def _poll(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_url: str | None, deadline: float,
-          t_launch: float) -> _Outcome:
-    ready_rx = re.compile(rules.ready_pattern) if rules.ready_pattern else None
-    fatal_rx = re.compile("|".join(f"(?:{p})" for p in rules.fatal_patterns)) if rules.fatal_patterns else None
+def _watch(nodes: list[_Node], folder: Path, ready_rx: BudgetedPattern | None, fatal_rx: list[BudgetedPattern],
+           health_url: str | None, deadline: float, t_launch: float) -> _Outcome:
+    """Poll until ready, failed (a fatal line or an exit on any node) or the deadline. Ready means: every node
+    alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
+    answering 200 (when one is given)."""
     logs = [_Mirror(n.host, f"{n.dir}/{n.log_name}", folder / n.log_name) for n in nodes]
     samples = [_Mirror(n.host, f"{n.dir}/{n.csv_name}", folder / n.csv_name) for n in nodes]
     ready_line = ready_rx is None
     fatal_line, fatal_at = None, None
     polls = 0
+    numbers = [0] * len(nodes)  # lines read per node: where a slow pattern is reported
     while True:
         for node, log in zip(nodes, logs, strict=True):
             for line in log.new_lines():
-                if node.rank == 0 and ready_rx is not None and ready_rx.search(line):
+                numbers[node.rank] += 1
+                at = (numbers[node.rank], node.log_name)
+                if node.rank == 0 and ready_rx is not None and ready_rx.search(line, *at):
                     ready_line = True
-                if fatal_line is None and fatal_rx is not None and fatal_rx.search(line):
+                if fatal_line is None and any(rx.search(line, *at) for rx in fatal_rx):
                     fatal_line = line.strip() if node.rank == 0 else f"{node.label}: {line.strip()}"
                     fatal_at = time.monotonic()
         polls += 1
@@ -525,6 +535,8 @@ def _conclude(exp: params.Experiment, result: RunResult, outcome: _Outcome | Non
             outputs.write_json(folder / outputs.PARSED, parsed.to_json())
             result.phase_reached = parsed.phase_reached
         parsed_nodes.append((node, parsed))
+        result.notes.extend(dataclasses.replace(slow, source=node.log_name).note() for slow in parsed.slow_patterns
+                            if not patterns.noted(result.notes, slow.pattern))
     peaks = []
     for node in nodes:
         if (folder / node.csv_name).exists():
