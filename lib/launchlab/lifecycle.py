@@ -421,8 +421,11 @@ def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: R
         for ref in node.refs:
             if ref.role != "sampler":
                 stop(node, ref)
-    for node in nodes:  # then what left the servers' groups (a `setsid` child), found by the run id it carries
-        _sweep(exp, node, result, spare=node.sampler_groups)
+    # then what left the servers' groups (a `setsid` child), found by the run id it carries; the samplers of every
+    # node are spared until the drain is over (nodes can share a machine, and they share the run id)
+    samplers = set().union(*(n.sampler_groups for n in nodes))
+    for node in nodes:
+        _sweep(exp, node, result, spare=samplers)
     for node in nodes:  # then the installed package back to how it was released
         if node.patches_applied:
             try:
@@ -434,11 +437,13 @@ def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: R
             except LaunchlabError as exc:
                 result.notes.append(f"reverting the patches on {node.label} FAILED, the package is still modified: {exc}")
     for node in nodes:
-        _drain(exp, node, result)
+        _drain(exp, node, result, spare=samplers)
+    for node in nodes:
         for ref in node.refs:
             if ref.role == "sampler":
                 stop(node, ref)
-        _sweep(exp, node, result, spare=())  # the last of the run: a sampler the kernel died before recording
+    for node in nodes:  # the last of the run: e.g. a sampler the kernel died before recording
+        _sweep(exp, node, result, spare=set())
     if any(n.refs for n in nodes):
         _write_processes(folder, nodes, stopped)
     if collect:
@@ -478,15 +483,15 @@ def _collect(node: _Node, folder: Path, result: RunResult) -> None:
             result.notes.append(f"could not remove the run folder on {node.label}: {exc}")
 
 
-def _drain(exp: params.Experiment, node: _Node, result: RunResult) -> None:
-    """Wait (bounded) until no process of the run but its sampler is left on the node and every GPU's memory.used
-    is back near its preflight value. Both: memory can read "back" while a process of the run has not allocated
-    yet or is about to, and a run without a preflight has only its processes to wait for."""
+def _drain(exp: params.Experiment, node: _Node, result: RunResult, spare: set[int]) -> None:
+    """Wait (bounded) until no process of the run but the spared groups (its samplers) is left on the node and every
+    GPU's memory.used is back near its preflight value. Both: memory can read "back" while a process of the run has
+    not allocated yet or is about to, and a run without a preflight has only its processes to wait for."""
     before = {g["index"]: g["mem_used_mib"] for g in node.preflight["gpus"]} if node.preflight else None
     tic = time.monotonic()
     while True:
         try:
-            left = reaper.of_run(node.host, node.tag, node.sampler_groups)
+            left = reaper.of_run(node.host, node.tag, spare)
             over = _memory_over(exp, node, before) if before is not None else {}
         except HostError as exc:
             result.notes.append(f"drain check on {node.label} failed: {exc}")

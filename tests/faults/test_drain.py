@@ -21,7 +21,7 @@ def drain_with(small_params, tmp_path, process_s: float, drain_timeout_s: float)
     straggler = subprocess.Popen(["sleep", str(process_s)], env={**os.environ, lifecycle.RUN_ID_ENV: tag})
     try:
         tic = time.monotonic()
-        lifecycle._drain(exp, node, result)
+        lifecycle._drain(exp, node, result, spare=set())
         return result, time.monotonic() - tic, straggler
     finally:
         straggler.kill()

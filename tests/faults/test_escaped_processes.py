@@ -63,3 +63,28 @@ def test_the_run_id_listing_is_checked_and_signals_only_processes_that_still_car
         for p in (tagged, other):
             p.kill()
             p.wait()
+
+
+def test_nodes_on_one_machine_share_the_run_id_without_stopping_each_others_samplers(tmp_path, sim_root):
+    path = write_params(tmp_path, f"""\
+        experiment: two-nodes-one-machine
+        nodes: [head, worker]
+        hosts:
+          head: {{transport: sim, gpus: 1, workdir: {tmp_path}/head}}
+          worker: {{transport: sim, gpus: 1, workdir: {tmp_path}/worker}}
+        server:
+          kind: generic
+          command: [python3, -c, "import time; print('serving', flush=True); time.sleep(600)"]
+          ready: {{timeout_s: 20, log_pattern: serving}}
+          stop_grace_s: 2
+        """)
+    exp = params.load(path)
+    run = make_plan(exp)[0]
+    run_dir = batch.ensure_run_dir(path)
+    result = lifecycle.run_one(exp, run, run_dir, {name: connect(exp, name) for name in run.hosts})
+    assert result.status == "ready"
+    processes = json.loads((outputs.run_folder(run_dir, run.run_id) / "processes.json").read_text())
+    assert {(p["node"], p["role"]): p["stopped_with"] for p in processes} == {
+        (0, "sampler"): "TERM", (0, "server"): "TERM", (1, "sampler"): "TERM", (1, "server"): "TERM"}
+    assert not [n for n in result.notes if "outlived" in n]
+    assert processes_using(lifecycle.run_tag(exp, run_dir, run.run_id)) == []
