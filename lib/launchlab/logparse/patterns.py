@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import regex
 
+from launchlab.errors import ParamsError
+
 SEARCH_BUDGET_S = 0.05
 MAX_SLOW_LINES = 5
 
@@ -47,8 +49,9 @@ class BudgetedPattern:
         self.pattern = pattern
         try:
             self.rx = regex.compile(pattern)
-        except regex.error as exc:
-            raise ValueError(f"`{pattern}` is not a valid regular expression: {exc}") from None
+        except regex.error as exc:  # params validation compiles with `re`; the two differ only in corners
+            raise ParamsError("server.ready", [f"`{pattern}` is not a regular expression the `regex` module "
+                                               f"accepts ({exc}); write it in plain `re` syntax"]) from None
         self.slow_lines = 0
         self.first_slow: tuple[int, str] | None = None
 
