@@ -60,6 +60,46 @@ class SshServer:
                 pass
         self.proc = None
 
+    def drop_sessions(self) -> list[int]:
+        """Kill the sshd processes serving the established connections; the listener keeps accepting new ones."""
+        sessions = _children(self.proc.pid)
+        for pid in sessions:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return sessions
+
+    def running(self, needle: str) -> bool:
+        """Whether a command containing needle runs right now in one of the sessions."""
+        return any(needle.encode() in _cmdline(pid) for pid in _descendants(self.proc.pid))
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def _descendants(parent: int) -> list[int]:
+    """Every process below parent (sshd sessions and the shells they run)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry.name))
+    found, frontier = [], [parent]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            found.append(child)
+            frontier.append(child)
+    return found
+
 
 def _children(parent: int) -> list[int]:
     """Processes whose parent is `parent`, and their sshd children in turn (privilege-separated sessions)."""

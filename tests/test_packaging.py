@@ -10,7 +10,7 @@ from conftest import ROOT
 from launchlab import nbcheck
 
 DESIGN_CARD = {"jupyterlab", "papermill", "nbconvert", "ipykernel", "pandas", "pyarrow", "matplotlib", "fabric",
-               "pydantic", "pyyaml"}
+               "pydantic", "pyyaml", "regex"}  # regex: params patterns searched with a timeout (logparse/patterns.py)
 
 
 def _name(requirement: str) -> str:

@@ -21,13 +21,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launchlab import __version__, locks, logparse, masking, outputs, params, patching, provenance, telemetry
+from launchlab import __version__, locks, logparse, masking, outputs, params, patching, provenance, reaper, telemetry
 from launchlab.errors import HostError, LaunchlabError, ParamsError, RunDirError
 from launchlab.hosts import Host, ProcessRef, commands, sim
+from launchlab.logparse import patterns
+from launchlab.logparse.patterns import BudgetedPattern
 from launchlab.plan import Run
+from launchlab.reaper import RUN_ID_ENV
 from launchlab.sim.state import STATE_ENV
 
-RUN_ID_ENV = "LAUNCHLAB_RUN_ID"
 POLL_S = 0.2
 FATAL_GRACE_S = 3.0  # after a fatal line, let the server finish writing its traceback before stopping it
 
@@ -76,6 +78,7 @@ class _Node:
     rank: int
     host: Host
     dir: str
+    tag: str  # the run id its processes carry (RUN_ID_ENV)
     refs: list[ProcessRef] = field(default_factory=list)
     preflight: dict | None = None
     gpus: list[int] | None = None
@@ -96,6 +99,10 @@ class _Node:
     def label(self) -> str:
         return f"node {self.rank} ({self.host.name})"
 
+    @property
+    def sampler_groups(self) -> set[int]:
+        return {r.pgid for r in self.refs if r.role == "sampler"}
+
 
 def run_tag(exp: params.Experiment, run_dir: Path, run_id: str) -> str:
     """The value of LAUNCHLAB_RUN_ID for a run: experiment/run-directory/run-id."""
@@ -110,7 +117,8 @@ def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) ->
 def _nodes(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host],
            gpus: list[int] | None = None) -> list[_Node]:
     masker = masking.for_experiment(exp)
-    return [_Node(rank, hosts[name], _host_dir(hosts[name], exp, run_dir, run.run_id), gpus=gpus, masker=masker)
+    tag = run_tag(exp, run_dir, run.run_id)
+    return [_Node(rank, hosts[name], _host_dir(hosts[name], exp, run_dir, run.run_id), tag, gpus=gpus, masker=masker)
             for rank, name in enumerate(run.hosts)]
 
 
@@ -185,7 +193,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         state("starting")
         # The run id travels in the environment of everything the kit starts, so a process left behind by a
         # run that lost its host can be found again on that host (`leftovers`).
-        tag = {RUN_ID_ENV: run_tag(exp, run_dir, run.run_id), locks.BATCH_ENV: _batch_of(run_dir)}
+        tag = {RUN_ID_ENV: nodes[0].tag, locks.BATCH_ENV: _batch_of(run_dir)}
         for node in nodes:
             node.host.write_text(f"{node.dir}/sampler.env", commands.env_file_text(tag))
             node.refs.append(node.host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms, node.gpus,
@@ -203,7 +211,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
 
         state("watching")
         rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
-        outcome = _watch(nodes, folder, rules, launches[0].health_url, t_launch + exp.server.ready.timeout_s, t_launch)
+        outcome = _watch_or_lost(nodes, folder, rules, launches[0].health_url, t_launch + exp.server.ready.timeout_s,
+                                 t_launch, result.notes)
         if outcome.status == "ready" and exp.server.smoke is not None:
             state("smoke request")
             outcome = _smoke(exp.server.smoke, nodes[0], launches[0].smoke_url, outcome, result)
@@ -326,8 +335,9 @@ def leftovers(host: Host, live: set[str] | None = None) -> list[dict]:
     if live is None:
         live = locks.live_batches(locks.holders(host))
     me = host.run(commands.user_id(), timeout=30, check=False).stdout.strip()
-    out = host.run(commands.find_launchlab_processes(RUN_ID_ENV, locks.BATCH_ENV, STATE_ENV), timeout=60,
-                   check=False).stdout
+    out = host.run(commands.find_launchlab_processes(RUN_ID_ENV, locks.BATCH_ENV, STATE_ENV), timeout=60).stdout
+    if not out.rstrip().endswith(commands.TAGGED_END):  # a cut-off listing never reads as "none left"
+        raise HostError(host.name, f"the listing of launchlab processes did not run to its end ({out[-200:]!r})")
     # a simulated box is a machine of its own (a sim host, or an ssh host whose sessions are one): only its
     # processes are its leftovers, and a real host's are never a simulated box's
     box = host.run(commands.env_value(STATE_ENV), timeout=30, check=False).stdout.strip() or "-"
@@ -408,24 +418,42 @@ class _Mirror:
         return re.split(r"[\r\n]", complete.decode("utf-8", errors="replace"))[:-1]
 
 
-def _watch(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_url: str | None, deadline: float,
-           t_launch: float) -> _Outcome:
+def _watch_or_lost(nodes: list[_Node], folder: Path, rules: logparse.ReadyRules, health_url: str | None,
+                   deadline: float, t_launch: float, notes: list[str]) -> _Outcome:
+    """_watch, with the patterns under a time budget (a slow one is noted) and a lost host turned into an error:
+    a host the kit cannot reach (its transport already retried) says nothing about the server, so the run is
+    then an error, never a failure."""
+    ready_rx = BudgetedPattern(rules.ready_pattern) if rules.ready_pattern else None
+    fatal_rx = [BudgetedPattern(p) for p in rules.fatal_patterns]
+    try:
+        return _watch(nodes, folder, ready_rx, fatal_rx, health_url, deadline, t_launch)
+    except HostError as exc:
+        return _Outcome("error", None, f"lost the connection to host {exc.host!r} while watching: {exc}. What the "
+                                       "server did is unknown, so the run is an error, not a failure; if it is still "
+                                       "running there, the next `launchlab run` finds it (--stop-leftovers)")
+    finally:
+        notes.extend(slow.note() for rx in [ready_rx, *fatal_rx] if rx is not None and (slow := rx.slow()) is not None)
+
+
+def _watch(nodes: list[_Node], folder: Path, ready_rx: BudgetedPattern | None, fatal_rx: list[BudgetedPattern],
+           health_url: str | None, deadline: float, t_launch: float) -> _Outcome:
     """Poll until ready, failed (a fatal line or an exit on any node) or the deadline. Ready means: every node
     alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
     answering 200 (when one is given)."""
-    ready_rx = re.compile(rules.ready_pattern) if rules.ready_pattern else None
-    fatal_rx = re.compile("|".join(f"(?:{p})" for p in rules.fatal_patterns)) if rules.fatal_patterns else None
     logs = [_Mirror(n.host, f"{n.dir}/{n.log_name}", folder / n.log_name, n.masker) for n in nodes]
     samples = [_Mirror(n.host, f"{n.dir}/{n.csv_name}", folder / n.csv_name, n.masker) for n in nodes]
     ready_line = ready_rx is None
     fatal_line, fatal_at = None, None
     polls = 0
+    numbers = [0] * len(nodes)  # lines read per node: where a slow pattern is reported
     while True:
         for node, log in zip(nodes, logs, strict=True):
             for line in log.new_lines():
-                if node.rank == 0 and ready_rx is not None and ready_rx.search(line):
+                numbers[node.rank] += 1
+                at = (numbers[node.rank], node.log_name)
+                if node.rank == 0 and ready_rx is not None and ready_rx.search(line, *at):
                     ready_line = True
-                if fatal_line is None and fatal_rx is not None and fatal_rx.search(line):
+                if fatal_line is None and any(rx.search(line, *at) for rx in fatal_rx):
                     fatal_line = line.strip() if node.rank == 0 else f"{node.label}: {line.strip()}"
                     fatal_at = time.monotonic()
         polls += 1
@@ -477,6 +505,11 @@ def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: R
         for ref in node.refs:
             if ref.role != "sampler":
                 stop(node, ref)
+    # then what left the servers' groups (a `setsid` child), found by the run id it carries; the samplers of every
+    # node are spared until the drain is over (nodes can share a machine, and they share the run id)
+    samplers = set().union(*(n.sampler_groups for n in nodes))
+    for node in nodes:
+        _sweep(exp, node, result, spare=samplers)
     for node in nodes:  # then the installed package back to how it was released
         if node.patches_applied:
             try:
@@ -488,15 +521,31 @@ def _cleanup(exp: params.Experiment, nodes: list[_Node], folder: Path, result: R
             except LaunchlabError as exc:
                 result.notes.append(f"reverting the patches on {node.label} FAILED, the package is still modified: {exc}")
     for node in nodes:
-        _drain(exp, node, result)
+        _drain(exp, node, result, spare=samplers)
+    for node in nodes:
         for ref in node.refs:
             if ref.role == "sampler":
                 stop(node, ref)
+    for node in nodes:  # the last of the run: e.g. a sampler the kernel died before recording
+        _sweep(exp, node, result, spare=set())
     if any(n.refs for n in nodes):
         _write_processes(folder, nodes, stopped)
     if collect:
         for node in nodes:
             _collect(node, folder, result)
+
+
+def _sweep(exp: params.Experiment, node: _Node, result: RunResult, spare: set[int]) -> None:
+    """Stop every process of the run still alive on the node outside the spared groups, and note which there were."""
+    try:
+        sweep = reaper.stop_run(node.host, node.tag, exp.server.stop_grace_s, spare)
+    except LaunchlabError as exc:
+        result.notes.append(f"looking for processes of the run left on {node.label} failed: {exc}")
+        return
+    if sweep.pids:
+        result.notes.append(f"{len(sweep.pids)} process(es) of the run outlived its recorded process groups on "
+                            f"{node.label} (a child that left its group, e.g. with setsid, or one never recorded): "
+                            f"pids {', '.join(map(str, sweep.pids))}; stopped with {sweep.signal}")
 
 
 def _collect(node: _Node, folder: Path, result: RunResult) -> None:
@@ -523,32 +572,44 @@ def _collect(node: _Node, folder: Path, result: RunResult) -> None:
             result.notes.append(f"could not remove the run folder on {node.label}: {exc}")
 
 
-def _drain(exp: params.Experiment, node: _Node, result: RunResult) -> None:
-    """Wait (bounded) until every GPU's memory.used on the node is back near its preflight value."""
-    if not node.preflight:
-        return
-    before = {g["index"]: g["mem_used_mib"] for g in node.preflight["gpus"]}
+def _drain(exp: params.Experiment, node: _Node, result: RunResult, spare: set[int]) -> None:
+    """Wait (bounded) until no process of the run but the spared groups (its samplers) is left on the node and every
+    GPU's memory.used is back near its preflight value. Both: memory can read "back" while a process of the run has
+    not allocated yet or is about to, and a run without a preflight has only its processes to wait for."""
+    before = {g["index"]: g["mem_used_mib"] for g in node.preflight["gpus"]} if node.preflight else None
     tic = time.monotonic()
     while True:
         try:
-            now = {g.index: g.mem_used_mib for g in telemetry.parse_snapshot(
-                node.host.run(telemetry.snapshot_command(node.gpus), timeout=30).stdout)}
+            left = reaper.of_run(node.host, node.tag, spare)
+            over = _memory_over(exp, node, before) if before is not None else {}
         except HostError as exc:
             result.notes.append(f"drain check on {node.label} failed: {exc}")
             result.drained = False
             return
-        over = {i: now[i] - before.get(i, 0) for i in now if now[i] - before.get(i, 0) > exp.drain.tolerance_mib}
         elapsed = round(time.monotonic() - tic, 2)
-        if not over:
-            result.drained = result.drained is not False
-            result.drain_s = max(result.drain_s or 0.0, elapsed)
+        if not left and not over:
+            if before is not None:
+                result.drained = result.drained is not False
+                result.drain_s = max(result.drain_s or 0.0, elapsed)
             return
         if elapsed > exp.drain.timeout_s:
             result.drained, result.drain_s = False, max(result.drain_s or 0.0, elapsed)
-            result.notes.append(f"GPU memory on {node.label} did not return to its preflight level within "
-                                f"{exp.drain.timeout_s:.0f} s: " + ", ".join(f"GPU {i} +{v:.0f} MiB" for i, v in over.items()))
+            if left:
+                result.notes.append(f"processes of the run were still alive on {node.label} after "
+                                    f"{exp.drain.timeout_s:.0f} s: pids {', '.join(str(p.pid) for p in left)}")
+            if over:
+                result.notes.append(f"GPU memory on {node.label} did not return to its preflight level within "
+                                    f"{exp.drain.timeout_s:.0f} s: "
+                                    + ", ".join(f"GPU {i} +{v:.0f} MiB" for i, v in over.items()))
             return
         time.sleep(0.25)
+
+
+def _memory_over(exp: params.Experiment, node: _Node, before: dict[int, float]) -> dict[int, float]:
+    """MiB above the preflight level, per GPU of the node that is more than the tolerance above it."""
+    now = {g.index: g.mem_used_mib for g in telemetry.parse_snapshot(
+        node.host.run(telemetry.snapshot_command(node.gpus), timeout=30).stdout)}
+    return {i: now[i] - before.get(i, 0) for i in now if now[i] - before.get(i, 0) > exp.drain.tolerance_mib}
 
 
 def _conclude(exp: params.Experiment, result: RunResult, outcome: _Outcome | None, folder: Path,
@@ -571,6 +632,8 @@ def _conclude(exp: params.Experiment, result: RunResult, outcome: _Outcome | Non
             except LaunchlabError as exc:
                 result.notes.append(f"parsed.json not written: {exc}")
         parsed_nodes.append((node, parsed))
+        result.notes.extend(dataclasses.replace(slow, source=node.log_name).note() for slow in parsed.slow_patterns
+                            if not patterns.noted(result.notes, slow.pattern))
     peaks = []
     for node in nodes:
         if (folder / node.csv_name).exists():

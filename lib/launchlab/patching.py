@@ -54,14 +54,14 @@ def apply(host: Host, argv, patches: tuple[str, ...], host_dir: str) -> tuple[st
         if res.exit_code != 0:
             revert(host, root, applied)
             raise HostError(host.name, f"patch {local} does not apply at {root}: {(res.stdout + res.stderr).strip()[-800:]}")
-        host.run(_patch(root, remote))
+        host.run(_patch(root, remote), idempotent=False)  # a second run would find it applied and fail
         applied.append(remote)
     return root, applied
 
 
 def revert(host: Host, root: str, applied: list[str]) -> None:
     for remote in reversed(applied):
-        host.run(_patch(root, remote, "--reverse").replace("--forward ", ""))
+        host.run(_patch(root, remote, "--reverse").replace("--forward ", ""), idempotent=False)
 
 
 def pristine(host: Host, argv) -> tuple[bool, dict]:

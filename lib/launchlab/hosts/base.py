@@ -34,10 +34,11 @@ class Host(Protocol):
     simulated: bool
     workdir: str
 
-    def run(self, command: str, *, timeout: float = 60, check: bool = True) -> CommandResult: ...
+    def run(self, command: str, *, timeout: float = 60, check: bool = True,
+            idempotent: bool = True) -> CommandResult: ...
     def start_detached(self, role: str, argv: list[str] | tuple[str, ...], *, cwd: str, log_name: str,
                        env_file: str | None = None) -> ProcessRef: ...
-    def group_alive(self, pgid: int) -> bool: ...
+    def group_alive(self, pgid: int) -> bool: ...  # raises HostError when it cannot tell (the check did not run)
     def kill_group(self, pgid: int, grace_s: float) -> str: ...
     def clock(self) -> str: ...
     def make_dir(self, path: str) -> None: ...
@@ -56,12 +57,15 @@ class ShellHost(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def run(self, command: str, *, timeout: float = 60, check: bool = True) -> CommandResult:
-        """Run a shell command on the host; raise HostError on a non-zero exit unless check=False."""
+    def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
+        """Run a shell command on the host; raise HostError on a non-zero exit unless check=False, and always when
+        the command did not run to its end (a timeout, a connection cut off under it). A transport that can lose
+        its connection runs an idempotent command again on a reopened one; idempotent=False (starting a server)
+        raises instead, since the cut-off command may already have done its work."""
 
     def start_detached(self, role: str, argv, *, cwd: str, log_name: str, env_file: str | None = None) -> ProcessRef:
         cmd = commands.start_detached(argv, cwd=cwd, log_name=log_name, env_file=env_file)
-        result = self.run(cmd, timeout=30)
+        result = self.run(cmd, timeout=30, idempotent=False)  # run twice, it would start two servers
         try:
             pid = int(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -76,7 +80,13 @@ class ShellHost(abc.ABC):
         return ProcessRef(role, pid, pgid)
 
     def group_alive(self, pgid: int) -> bool:
-        return self.run(commands.group_alive(pgid), timeout=30, check=False).exit_code == 0
+        """Whether any process of the group still runs. Only the check's own answer counts: when it did not run
+        (a lost connection, a failing `ps`) this raises HostError; it never guesses "dead"."""
+        answer = self.run(commands.group_alive(pgid), timeout=30).stdout.strip()
+        if answer not in ("alive", "dead"):
+            raise HostError(self.name, f"cannot tell whether process group {pgid} is alive: the check printed "
+                                       f"{answer[-200:]!r} instead of alive or dead")
+        return answer == "alive"
 
     def kill_group(self, pgid: int, grace_s: float) -> str:
         """TERM the whole group, wait up to grace_s, then KILL what is left. Returns the last signal sent,

@@ -60,10 +60,15 @@ def process_group(pid: int) -> str:
 
 
 def group_alive(pgid: int) -> str:
-    """Exit 0 when any non-zombie process of the group is alive, else 1."""
+    """Print `alive` when any non-zombie process of the group is alive, `dead` when none is.
+
+    The answer is printed, not an exit status: a command a dropped connection cut off, or a `ps` that failed,
+    prints neither word, so "the group is dead" can never be read from a check that did not run.
+    """
     return (
-        f"ps -e -o pgid=,stat= | awk -v g={int(pgid)} "
-        "'$1 == g && $2 !~ /^Z/ {n++} END {exit n ? 0 : 1}'"
+        "out=$(ps -e -o pgid=,stat=) || exit 2; "
+        f"printf '%s\\n' \"$out\" | awk -v g={int(pgid)} "
+        "'$1 == g && $2 !~ /^Z/ {n++} END {print (n ? \"alive\" : \"dead\")}'"
     )
 
 
@@ -78,22 +83,40 @@ def host_clock() -> str:
     return "date +%Y-%m-%dT%H:%M:%S.%N"
 
 
+TAGGED_END = "# end of the list"  # the last line of find_tagged's output: a listing without it did not run to its end
+
+
 def find_tagged(env_name: str) -> str:
-    """Print `pid pgid value` for every live process whose environment has env_name set (POSIX sh).
+    """Print `pid pgid value` for every live process whose environment has env_name set, then TAGGED_END (POSIX sh).
 
     Reads /proc/PID/environ, which a process may only read for its own user's processes: the kit finds the
-    processes it started as that user, which is what it must clean up.
+    processes it started as that user, which is what it must clean up. One grep over every environ file picks
+    the few candidates, so the listing stays fast on a host running thousands of processes.
     """
     if not _ENV_NAME.match(env_name):
         raise ValueError(env_name)
     return (
-        "for f in /proc/[0-9]*/environ; do "
+        f"for f in $(grep -l -s -e '{env_name}=' /proc/[0-9]*/environ); do "
         "p=${f#/proc/}; p=${p%/environ}; "
-        f"v=$(tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep '^{env_name}=') || continue; "
+        f"v=$(tr '\\0' '\\n' 2>/dev/null < \"$f\" | grep '^{env_name}=') || continue; "
         "s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); [ \"$s\" = Z ] && continue; "
         "g=$(ps -o pgid= -p $p 2>/dev/null | tr -d ' '); [ -n \"$g\" ] || continue; "
         f"echo \"$p $g ${{v#{env_name}=}}\"; "
-        "done"
+        f"done; echo {shlex.quote(TAGGED_END)}"
+    )
+
+
+def signal_tagged(env_name: str, value: str, pids: list[int], signal: str) -> str:
+    """Send signal to each of pids that still carries env_name=value: a pid reused since it was listed is spared."""
+    if not _ENV_NAME.match(env_name):
+        raise ValueError(env_name)
+    if signal not in ("TERM", "KILL"):
+        raise ValueError(f"unexpected signal {signal}")
+    wanted = shlex.quote(f"{env_name}={value}")
+    return (
+        f"for p in {' '.join(str(int(p)) for p in pids)}; do "
+        f"tr '\\0' '\\n' 2>/dev/null < /proc/$p/environ | grep -qxF -e {wanted} && kill -{signal} $p 2>/dev/null; "
+        "done; true"
     )
 
 
@@ -151,9 +174,9 @@ def gpu_indices() -> str:
 
 
 def find_launchlab_processes(run_env: str, batch_env: str, box_env: str) -> str:
-    """Print `pid pgid uid batch box run` for every live process whose environment has run_env set; batch
-    is `-` for a process without batch_env (a kit before host locks), box `-` for one without box_env (not
-    on a simulated box)."""
+    """Print `pid pgid uid batch box run` for every live process whose environment has run_env set, then
+    TAGGED_END; batch is `-` for a process without batch_env (a kit before host locks), box `-` for one
+    without box_env (not on a simulated box)."""
     if not (_ENV_NAME.match(run_env) and _ENV_NAME.match(batch_env) and _ENV_NAME.match(box_env)):
         raise ValueError((run_env, batch_env, box_env))
     return (
@@ -167,7 +190,7 @@ def find_launchlab_processes(run_env: str, batch_env: str, box_env: str) -> str:
         "g=$(ps -o pgid= -p $p 2>/dev/null | tr -d ' '); [ -n \"$g\" ] || continue; "
         "u=$(stat -c %u /proc/$p 2>/dev/null); "
         f"echo \"$p $g $u ${{b#{batch_env}=}} ${{x#{box_env}=}} ${{v#{run_env}=}}\"; "
-        "done"
+        f"done; echo {shlex.quote(TAGGED_END)}"
     )
 
 

@@ -30,7 +30,8 @@ class LocalHost(ShellHost):
         self.workdir = workdir or default_workdir()
         self.env = dict(env or {})
 
-    def run(self, command: str, *, timeout: float = 60, check: bool = True) -> CommandResult:
+    def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
+        # idempotent does not matter here: no connection can drop under a local command
         try:
             res = invoke.run(command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout,
                              env=self.env, shell="/bin/bash")

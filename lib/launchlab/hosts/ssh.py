@@ -38,6 +38,11 @@ def _known_hosts_files() -> list[Path]:
     return [Path("~/.ssh/known_hosts").expanduser(), Path("/etc/ssh/ssh_known_hosts")]
 
 
+def _no_exit_status(res) -> bool:
+    """paramiko's exit status of a channel that closed without reporting one is -1."""
+    return res.exited is None or res.exited < 0
+
+
 class SshHost(ShellHost):
     transport = "ssh"
     simulated = False
@@ -142,14 +147,23 @@ class SshHost(ShellHost):
 
     # -- commands and files -------------------------------------------------------------------------------
 
-    def run(self, command: str, *, timeout: float = 60, check: bool = True) -> CommandResult:
+    def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
         def action(conn: Connection):
             try:
-                return conn.run(command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout)
+                res = conn.run(command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout)
             except CommandTimedOut:
                 raise HostError(self.name, f"command timed out after {timeout:.0f} s: {command}") from None
+            if _no_exit_status(res) and idempotent and not conn.is_connected:
+                # paramiko reports a channel that died with its connection as exit -1: the command was cut off,
+                # its output says nothing (a liveness check would read "dead"); run it again on a new connection
+                raise EOFError("the connection dropped while a command ran")
+            return res
 
         res = self._with_reconnect("running a command", action)
+        if _no_exit_status(res):
+            raise HostError(self.name, "the command ended without an exit status (the connection dropped under it, "
+                                       "or the remote shell was killed by a signal), so it may or may not have done "
+                                       f"its work: {command}")
         result = CommandResult(command, res.stdout, res.stderr, res.exited)
         if check and res.exited != 0:
             raise HostError(self.name, f"command exited {res.exited}: {command}\n{res.stderr.strip()}")
@@ -200,7 +214,7 @@ class SshHost(ShellHost):
                   "except Exception as e:\n"
                   "    print(json.dumps([None, str(e)]))\n")
         out = self.run(f"python3 -c {shlex.quote(script)} {shlex.quote(url)} {shlex.quote(json.dumps(body))}",
-                       timeout=timeout + 30, check=False)
+                       timeout=timeout + 30, check=False, idempotent=False)  # the server must see one request
         try:
             status, text = json.loads(out.stdout.strip().splitlines()[-1])
             return status, text

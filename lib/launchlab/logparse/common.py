@@ -19,6 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from launchlab.logparse.patterns import SlowPattern
+
 PHASES = ("startup", "dist_init", "weights", "kv_cache", "cuda_graph", "warmup", "http", "ready")
 REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_failed", "custom_allreduce_failed",
            "nccl_error", "exception")
@@ -103,6 +105,7 @@ class ParsedLog:
     worker_deaths: list[WorkerDeath] = field(default_factory=list)
     first_t: datetime | None = None
     ready_t: datetime | None = None
+    slow_patterns: list[SlowPattern] = field(default_factory=list)  # params patterns that ran over their time budget
 
     def later(self, a: str | None, b: str | None) -> str | None:
         """The later of two phases (None counts as earliest)."""

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.patterns import BudgetedPattern
 
 ANCHORS = ("DEBUG", "Traceback", "Error", "out of memory", "Killed", "Segmentation", "SIGSEGV")
 
@@ -24,18 +25,19 @@ class GenericParser:
     def __init__(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()):
         self.log = ParsedLog(server="generic")
         self.wants_every_line = True  # a user's patterns can match anything: read every line
-        self.ready_rx = re.compile(ready_pattern) if ready_pattern else None
-        self.fatal_rx = [re.compile(p) for p in fatal_patterns]
+        # the params' patterns: searched under a time budget, so one that backtracks catastrophically cannot stall
+        self.ready_rx = BudgetedPattern(ready_pattern) if ready_pattern else None
+        self.fatal_rx = [BudgetedPattern(p) for p in fatal_patterns]
         self.in_traceback = False
 
     def feed(self, number: int, text: str) -> None:
         if (records := debug_records(text)) is not None:
             self.log.add_debug(records, None, "0", number)
-        if self.ready_rx is not None and self.ready_rx.search(text):
+        if self.ready_rx is not None and self.ready_rx.search(text, number):
             self.log.ready = True
             self.log.reach("ready")
         for rx in self.fatal_rx:
-            if rx.search(text):
+            if rx.search(text, number):
                 self.log.fail("exception", None, text)
         self._known_death(number, text)
 
@@ -57,6 +59,8 @@ class GenericParser:
             log.fail("exception", None, text)
 
     def result(self) -> ParsedLog:
+        patterns = [self.ready_rx, *self.fatal_rx] if self.ready_rx is not None else self.fatal_rx
+        self.log.slow_patterns = [slow for p in patterns if (slow := p.slow()) is not None]
         return self.log
 
 
