@@ -1,4 +1,4 @@
-"""Params files: the pydantic schema of an experiment, strict loading, factor expansion and command rendering.
+"""The params schema: pydantic models of an experiment and the checks that span several fields.
 
 A params file names the hosts, the baseline server command and the factors to vary. Every model forbids
 unknown keys, flag and env values must be YAML strings (so `0.10` cannot silently become `0.1`), and every
@@ -7,28 +7,19 @@ problem is reported with the file, line and field path.
 
 from __future__ import annotations
 
-import difflib
-import itertools
 import re
 import string
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
     StrictStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
-
-from launchlab import yamlfile
-from launchlab.errors import ParamsError
 
 PLACEHOLDERS = ("port", "run_id", "host", "node_rank", "nnodes", "master_addr")
 _SLUG = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -290,221 +281,3 @@ def _placeholder_problems(exp: Experiment) -> list[str]:
                     f"{where}: unknown placeholder {{{name}}} (known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)})"
                 )
     return problems
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Loading with errors that name the file, the line and the field
-
-
-def load(path: str | Path) -> Experiment:
-    """Read and validate a params file; raise ParamsError listing every problem."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ParamsError(str(path), [f"cannot read the file: {exc.strerror}"]) from None
-    return loads(text, str(path))
-
-
-def loads(text: str, source: str = "<params>") -> Experiment:
-    try:
-        data, surprises = yamlfile.load_strict(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        raise ParamsError(source, [f"{where}not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
-    problems = [f"line {p.line}: {p.message}" for p in surprises]
-    if not isinstance(data, dict):
-        raise ParamsError(source, problems + ["the file must be a YAML mapping (experiment:, hosts:, server:, …)"])
-    problems += _resolve_patches(data, Path(source).parent if source != "<params>" else Path.cwd(), text)
-    try:
-        experiment = Experiment.model_validate(data)
-    except ValidationError as exc:
-        problems += [_describe(err, data, text) for err in exc.errors()]
-        raise ParamsError(source, problems) from None
-    if problems:
-        raise ParamsError(source, problems)
-    return experiment
-
-
-def _resolve_patches(data: dict, base: Path, text: str) -> list[str]:
-    """Patch paths are relative to the params file: make them absolute (the resolved experiment.yaml in a run
-    directory must still find them) and check that each one is there."""
-    problems = []
-    factors = data.get("factors")
-    if not isinstance(factors, dict):
-        return problems
-    for factor, levels in factors.items():
-        for level, spec in (levels or {}).items() if isinstance(levels, dict) else []:
-            patches = spec.get("patches") if isinstance(spec, dict) else None
-            if not isinstance(patches, list):
-                continue
-            for i, patch in enumerate(patches):
-                if not isinstance(patch, str):
-                    continue
-                path = (base / patch).resolve()
-                patches[i] = str(path)
-                if not path.is_file():
-                    line = yamlfile.line_of(text, ("factors", factor, level, "patches"))
-                    problems.append(f"line {line}: factors.{factor}.{level}.patches[{i}]: no such file {path}; "
-                                    "give the path of a unified diff relative to this params file")
-    return problems
-
-
-def _all_field_names() -> set[str]:
-    names: set[str] = set()
-    for model in (Level, SimHost, LocalHost, SshHost, SmokeSpec, ReadySpec, ServerSpec, DrainSpec, SamplerSpec, Experiment):
-        names |= set(model.model_fields)
-    return names
-
-
-def _user_path(loc: tuple, data: Any) -> tuple:
-    """The error location as the user wrote it: drop pydantic's union tags and validator names."""
-    path: list = []
-    node = data
-    for part in loc:
-        if isinstance(node, dict) and part in node:
-            path.append(part)
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            path.append(part)
-            node = node[part]
-        elif (isinstance(node, dict) and not isinstance(part, int) and part not in ("sim", "local", "ssh")
-              and "[" not in str(part)):
-            path.append(part)  # a missing or unknown key: keep it, it is what the message is about
-            node = None
-    return tuple(path)
-
-
-def _describe(err: dict, data: Any, text: str) -> str:
-    path = _user_path(tuple(err["loc"]), data)
-    dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[") or "(top level)"
-    line = yamlfile.line_of(text, path)
-    where = f"line {line}: " if line else ""
-    kind = err["type"]
-    value = err.get("input")
-    if kind == "extra_forbidden":
-        close = difflib.get_close_matches(str(path[-1]), _all_field_names(), n=1)
-        hint = f" (did you mean `{close[0]}`?)" if close else ""
-        msg = f"unknown field{hint}; remove it or fix its spelling"
-    elif kind == "missing":
-        msg = "required field is missing"
-    elif kind in ("string_type", "bool_type") and isinstance(value, (int, float)):
-        msg = (f"must be a quoted string, got the number {value!r}: YAML reads unquoted numbers as numbers "
-               f"(0.10 becomes 0.1); write it in quotes")
-    elif kind == "union_tag_invalid":
-        msg = f"unknown transport {err.get('ctx', {}).get('tag')!r}; use one of: sim, local, ssh"
-    elif kind == "union_tag_not_found":
-        msg = "needs `transport:` (sim, local or ssh)"
-    else:
-        msg = err["msg"].removeprefix("Value error, ")
-    return f"{where}{dotted}: {msg}"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Variants and rendering
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One combination of factor levels and what it changes relative to the baseline command."""
-
-    name: str
-    levels: dict[str, str]
-    flags: dict[str, str | bool] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    patches: tuple[str, ...] = ()
-
-    @property
-    def slug(self) -> str:
-        if not self.levels:
-            return "baseline"
-        return ".".join(f"{f}-{lv}" for f, lv in self.levels.items())
-
-
-def variant_name(levels: dict[str, str]) -> str:
-    return ", ".join(f"{f}={lv}" for f, lv in levels.items()) or "baseline"
-
-
-def expand(exp: Experiment) -> list[Variant]:
-    """Variants in a fixed order: the listed `variants:`, or the product of factor levels in file order."""
-    if exp.variants is not None:
-        combos = [dict(v) for v in exp.variants]
-    else:
-        names = list(exp.factors)
-        combos = [dict(zip(names, c, strict=True)) for c in itertools.product(*(exp.factors[n] for n in names))]
-    variants = []
-    for levels in combos:
-        ordered = {f: levels[f] for f in exp.factors}
-        flags: dict[str, str | bool] = {}
-        env: dict[str, str] = {}
-        for factor, level in ordered.items():
-            flags.update(exp.factors[factor][level].flags)
-            env.update(exp.factors[factor][level].env)
-        patches = tuple(p for factor, level in ordered.items() for p in exp.factors[factor][level].patches)
-        variants.append(Variant(variant_name(ordered), ordered, flags, env, patches))
-    return variants
-
-
-def baseline_variant(exp: Experiment) -> Variant:
-    variants = expand(exp)
-    if exp.baseline is None:
-        return variants[0]
-    wanted = {f: exp.baseline[f] for f in exp.factors}
-    return next(v for v in variants if v.levels == wanted)
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """The rendered server launch: argv and env exactly as the server process must see them."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    health_url: str | None
-    smoke_url: str | None = None
-
-
-def apply_flags(argv: list[str], flags: dict[str, str | bool]) -> list[str]:
-    """Set flags on a command: a string sets `--flag value` (replacing a value already there), True adds the
-    bare flag, False removes the flag (and its value) from the command."""
-    out = list(argv)
-    for flag, value in flags.items():
-        if flag in out:
-            i = out.index(flag)
-            has_value = i + 1 < len(out) and not out[i + 1].startswith("-")
-            del out[i : i + (2 if has_value else 1)]
-            if value is not False:
-                out[i:i] = [flag] if value is True else [flag, value]
-        elif value is True:
-            out.append(flag)
-        elif value is not False:
-            out += [flag, value]
-    return out
-
-
-def master_addr(exp: Experiment) -> str:
-    """{master_addr}: as given, else the first node's SSH address, else loopback (sim and local nodes)."""
-    if exp.master_addr:
-        return exp.master_addr
-    first = exp.hosts[exp.host_names[0]]
-    return first.address if first.transport == "ssh" else "127.0.0.1"
-
-
-def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: str, node_rank: int = 0,
-           nnodes: int = 1, gpus: list[int] | None = None) -> LaunchSpec:
-    """The launch of a variant; `gpus` (a GPU slot of the host) becomes CUDA_VISIBLE_DEVICES."""
-    values = {"port": str(port), "run_id": run_id, "host": host, "node_rank": str(node_rank), "nnodes": str(nnodes),
-              "master_addr": master_addr(exp)}
-    argv = [t.format_map(values) for t in apply_flags(list(exp.server.command), {
-        k: (v.format_map(values) if isinstance(v, str) else v) for k, v in variant.flags.items()})]
-    env = {k: v.format_map(values) for k, v in {**exp.server.env, **variant.env}.items()}
-    if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-    url = exp.server.ready.health_url.format_map(values) if exp.server.ready.health_url else None
-    smoke = exp.server.smoke.url.format_map(values) if exp.server.smoke else None
-    return LaunchSpec(tuple(argv), env, url, smoke)
-
-
-def dump_resolved(exp: Experiment) -> str:
-    """The experiment with every default filled in, as YAML (written to the run directory)."""
-    return yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

@@ -1,0 +1,45 @@
+"""Params files: the pydantic schema of an experiment, strict loading, factor expansion and command rendering.
+
+A params file names the hosts, the baseline server command and the factors to vary. Every model forbids
+unknown keys, flag and env values must be YAML strings (so `0.10` cannot silently become `0.1`), and every
+problem is reported with the file, line and field path.
+
+    schema.py    the pydantic models and the checks across fields
+    loading.py   reading a file, strict YAML, errors located by line and field; the resolved dump
+    launch.py    variants (factor expansion) and rendering a variant's launch
+
+Callers use the names re-exported here: `params.load`, `params.Experiment`, `params.render`, ….
+"""
+
+from launchlab.params.launch import (
+    LaunchSpec,
+    Variant,
+    apply_flags,
+    baseline_variant,
+    expand,
+    master_addr,
+    render,
+    variant_name,
+)
+from launchlab.params.loading import dump_resolved, load, loads
+from launchlab.params.schema import (
+    PLACEHOLDERS,
+    DrainSpec,
+    Experiment,
+    FlagValue,
+    HostSpec,
+    Level,
+    LocalHost,
+    ReadySpec,
+    SamplerSpec,
+    ServerSpec,
+    SimHost,
+    SmokeSpec,
+    SshHost,
+)
+
+__all__ = [
+    "PLACEHOLDERS", "DrainSpec", "Experiment", "FlagValue", "HostSpec", "LaunchSpec", "Level", "LocalHost",
+    "ReadySpec", "SamplerSpec", "ServerSpec", "SimHost", "SmokeSpec", "SshHost", "Variant", "apply_flags",
+    "baseline_variant", "dump_resolved", "expand", "load", "loads", "master_addr", "render", "variant_name",
+]

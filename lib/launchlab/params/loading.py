@@ -1,0 +1,136 @@
+"""Located loading of params files: read, parse strictly, validate, and report every problem with the file,
+line and field path the user wrote."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from launchlab import yamlfile
+from launchlab.errors import ParamsError
+from launchlab.params.schema import (
+    DrainSpec,
+    Experiment,
+    Level,
+    LocalHost,
+    ReadySpec,
+    SamplerSpec,
+    ServerSpec,
+    SimHost,
+    SmokeSpec,
+    SshHost,
+)
+
+
+def load(path: str | Path) -> Experiment:
+    """Read and validate a params file; raise ParamsError listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ParamsError(str(path), [f"cannot read the file: {exc.strerror}"]) from None
+    return loads(text, str(path))
+
+
+def loads(text: str, source: str = "<params>") -> Experiment:
+    try:
+        data, surprises = yamlfile.load_strict(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        raise ParamsError(source, [f"{where}not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    problems = [f"line {p.line}: {p.message}" for p in surprises]
+    if not isinstance(data, dict):
+        raise ParamsError(source, problems + ["the file must be a YAML mapping (experiment:, hosts:, server:, …)"])
+    problems += _resolve_patches(data, Path(source).parent if source != "<params>" else Path.cwd(), text)
+    try:
+        experiment = Experiment.model_validate(data)
+    except ValidationError as exc:
+        problems += [_describe(err, data, text) for err in exc.errors()]
+        raise ParamsError(source, problems) from None
+    if problems:
+        raise ParamsError(source, problems)
+    return experiment
+
+
+def _resolve_patches(data: dict, base: Path, text: str) -> list[str]:
+    """Patch paths are relative to the params file: make them absolute (the resolved experiment.yaml in a run
+    directory must still find them) and check that each one is there."""
+    problems = []
+    factors = data.get("factors")
+    if not isinstance(factors, dict):
+        return problems
+    for factor, levels in factors.items():
+        for level, spec in (levels or {}).items() if isinstance(levels, dict) else []:
+            patches = spec.get("patches") if isinstance(spec, dict) else None
+            if not isinstance(patches, list):
+                continue
+            for i, patch in enumerate(patches):
+                if not isinstance(patch, str):
+                    continue
+                path = (base / patch).resolve()
+                patches[i] = str(path)
+                if not path.is_file():
+                    line = yamlfile.line_of(text, ("factors", factor, level, "patches"))
+                    problems.append(f"line {line}: factors.{factor}.{level}.patches[{i}]: no such file {path}; "
+                                    "give the path of a unified diff relative to this params file")
+    return problems
+
+
+def _all_field_names() -> set[str]:
+    names: set[str] = set()
+    for model in (Level, SimHost, LocalHost, SshHost, SmokeSpec, ReadySpec, ServerSpec, DrainSpec, SamplerSpec, Experiment):
+        names |= set(model.model_fields)
+    return names
+
+
+def _user_path(loc: tuple, data: Any) -> tuple:
+    """The error location as the user wrote it: drop pydantic's union tags and validator names."""
+    path: list = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            path.append(part)
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            path.append(part)
+            node = node[part]
+        elif (isinstance(node, dict) and not isinstance(part, int) and part not in ("sim", "local", "ssh")
+              and "[" not in str(part)):
+            path.append(part)  # a missing or unknown key: keep it, it is what the message is about
+            node = None
+    return tuple(path)
+
+
+def _describe(err: dict, data: Any, text: str) -> str:
+    path = _user_path(tuple(err["loc"]), data)
+    dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[") or "(top level)"
+    line = yamlfile.line_of(text, path)
+    where = f"line {line}: " if line else ""
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(path[-1]), _all_field_names(), n=1)
+        hint = f" (did you mean `{close[0]}`?)" if close else ""
+        msg = f"unknown field{hint}; remove it or fix its spelling"
+    elif kind == "missing":
+        msg = "required field is missing"
+    elif kind in ("string_type", "bool_type") and isinstance(value, (int, float)):
+        msg = (f"must be a quoted string, got the number {value!r}: YAML reads unquoted numbers as numbers "
+               f"(0.10 becomes 0.1); write it in quotes")
+    elif kind == "union_tag_invalid":
+        msg = f"unknown transport {err.get('ctx', {}).get('tag')!r}; use one of: sim, local, ssh"
+    elif kind == "union_tag_not_found":
+        msg = "needs `transport:` (sim, local or ssh)"
+    else:
+        msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}{dotted}: {msg}"
+
+
+def dump_resolved(exp: Experiment) -> str:
+    """The experiment with every default filled in, as YAML (written to the run directory)."""
+    return yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
