@@ -30,19 +30,46 @@ def load(path: str | Path) -> Experiment:
     """Read and validate a params file; raise ParamsError listing every problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read(yamlfile.MAX_FILE_BYTES + 1)  # bounded: the path may be /dev/zero or a huge file
     except OSError as exc:
-        raise ParamsError(str(path), [f"cannot read the file: {exc.strerror}"]) from None
-    return loads(text, str(path))
+        raise ParamsError(str(path), [f"cannot read the file: {exc.strerror or exc}"]) from None
+    return loads(_decode(raw, str(path)), str(path))
+
+
+def _decode(raw: bytes, source: str) -> str:
+    """The file's text, or a ParamsError saying why it is not a UTF-8 text file."""
+    _check_size(len(raw), source)
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ParamsError(source, ["line 1: the file is UTF-16 text; save it as UTF-8"])
+    if b"\x00" in raw:
+        line = raw.count(b"\n", 0, raw.index(b"\x00")) + 1
+        raise ParamsError(source, [f"line {line}: the file contains NUL bytes, so it is binary, not YAML text; "
+                                   "give the path of a params .yaml file"])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ParamsError(source, [f"line {line}: byte 0x{raw[exc.start]:02x} (at offset {exc.start}) is not UTF-8; "
+                                   "save the file as UTF-8"]) from None
+
+
+def _check_size(size: int, source: str) -> None:
+    if size > yamlfile.MAX_FILE_BYTES:
+        raise ParamsError(source, [f"the file is larger than {yamlfile.MAX_FILE_BYTES // 1024} KiB, the limit for a "
+                                   "params file (short hand-written YAML); is this the right file?"])
 
 
 def loads(text: str, source: str = "<params>") -> Experiment:
+    """Validate params text; `source` names it in messages and anchors relative patch paths."""
+    _check_size(len(text.encode("utf-8", "surrogatepass")), source)
     try:
         data, surprises = yamlfile.load_strict(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""
-        raise ParamsError(source, [f"{where}not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+        what = "" if isinstance(exc, yamlfile.YamlLimitError) else "not valid YAML: "
+        raise ParamsError(source, [f"{where}{what}{getattr(exc, 'problem', None) or exc}"]) from None
     problems = [f"line {p.line}: {p.message}" for p in surprises]
     if not isinstance(data, dict):
         raise ParamsError(source, problems + ["the file must be a YAML mapping (experiment:, hosts:, server:, …)"])
