@@ -7,6 +7,7 @@ problem is reported with the file, line and field path.
     schema.py    the pydantic models and the checks across fields
     loading.py   reading a file, strict YAML, errors located by line and field; the resolved dump
     launch.py    variants (factor expansion) and rendering a variant's launch
+    template.py  placeholders: `{name}` and `{{`/`}}`, parsed and filled in one place, exactly once
 
 Callers use the names re-exported here: `params.load`, `params.Experiment`, `params.render`, ….
 """
@@ -23,7 +24,6 @@ from launchlab.params.launch import (
 )
 from launchlab.params.loading import dump_resolved, load, loads
 from launchlab.params.schema import (
-    PLACEHOLDERS,
     DrainSpec,
     Experiment,
     FlagValue,
@@ -37,9 +37,10 @@ from launchlab.params.schema import (
     SmokeSpec,
     SshHost,
 )
+from launchlab.params.template import PLACEHOLDERS, TemplateError
 
 __all__ = [
     "PLACEHOLDERS", "DrainSpec", "Experiment", "FlagValue", "HostSpec", "LaunchSpec", "Level", "LocalHost",
-    "ReadySpec", "SamplerSpec", "ServerSpec", "SimHost", "SmokeSpec", "SshHost", "Variant", "apply_flags",
+    "ReadySpec", "TemplateError", "SamplerSpec", "ServerSpec", "SimHost", "SmokeSpec", "SshHost", "Variant", "apply_flags",
     "baseline_variant", "dump_resolved", "expand", "load", "loads", "master_addr", "render", "variant_name",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from launchlab.params import template
 from launchlab.params.schema import Experiment
 
 
@@ -96,14 +97,18 @@ def master_addr(exp: Experiment) -> str:
 
 def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: str, node_rank: int = 0,
            nnodes: int = 1, gpus: list[int] | None = None) -> LaunchSpec:
-    """The launch of a variant; `gpus` (a GPU slot of the host) becomes CUDA_VISIBLE_DEVICES."""
+    """The launch of a variant; `gpus` (a GPU slot of the host) becomes CUDA_VISIBLE_DEVICES.
+
+    Every template (command token, flag value, env value, URL) is filled exactly once, before the flags are
+    applied: a filled value is never parsed again, so `{{`/`}}` and JSON values reach the server as written.
+    """
     values = {"port": str(port), "run_id": run_id, "host": host, "node_rank": str(node_rank), "nnodes": str(nnodes),
               "master_addr": master_addr(exp)}
-    argv = [t.format_map(values) for t in apply_flags(list(exp.server.command), {
-        k: (v.format_map(values) if isinstance(v, str) else v) for k, v in variant.flags.items()})]
-    env = {k: v.format_map(values) for k, v in {**exp.server.env, **variant.env}.items()}
+    command = [template.fill(t, values) for t in exp.server.command]
+    flags = {k: (template.fill(v, values) if isinstance(v, str) else v) for k, v in variant.flags.items()}
+    env = {k: template.fill(v, values) for k, v in {**exp.server.env, **variant.env}.items()}
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-    url = exp.server.ready.health_url.format_map(values) if exp.server.ready.health_url else None
-    smoke = exp.server.smoke.url.format_map(values) if exp.server.smoke else None
-    return LaunchSpec(tuple(argv), env, url, smoke)
+    url = template.fill(exp.server.ready.health_url, values) if exp.server.ready.health_url else None
+    smoke = template.fill(exp.server.smoke.url, values) if exp.server.smoke else None
+    return LaunchSpec(tuple(apply_flags(command, flags)), env, url, smoke)

@@ -8,7 +8,6 @@ problem is reported with the file, line and field path.
 from __future__ import annotations
 
 import re
-import string
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,7 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-PLACEHOLDERS = ("port", "run_id", "host", "node_rank", "nnodes", "master_addr")
+from launchlab.params import template
+
 _SLUG = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -52,8 +52,9 @@ class Level(_Strict):
     @classmethod
     def _flags_look_like_flags(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
         for name in flags:
-            if not name.startswith("-") or any(c.isspace() for c in name):
-                raise ValueError(f"flag `{name}` must start with '-' and contain no spaces, e.g. --mem-fraction-static")
+            if not name.startswith("-") or any(c.isspace() or c in "{}" for c in name):
+                raise ValueError(f"flag `{name}` must start with '-' and contain no spaces or braces, "
+                                 "e.g. --mem-fraction-static")
         return flags
 
     _env_names = field_validator("env")(_check_env_names)
@@ -258,7 +259,7 @@ class Experiment(_Strict):
 
 
 def _placeholder_problems(exp: Experiment) -> list[str]:
-    texts = [("server.command", t) for t in exp.server.command]
+    texts = [(f"server.command[{i}]", t) for i, t in enumerate(exp.server.command)]
     texts += [(f"server.env.{k}", v) for k, v in exp.server.env.items()]
     if exp.server.ready.health_url:
         texts.append(("server.ready.health_url", exp.server.ready.health_url))
@@ -268,16 +269,4 @@ def _placeholder_problems(exp: Experiment) -> list[str]:
         for name, level in levels.items():
             texts += [(f"factors.{factor}.{name}.flags.{k}", v) for k, v in level.flags.items() if isinstance(v, str)]
             texts += [(f"factors.{factor}.{name}.env.{k}", v) for k, v in level.env.items()]
-    problems = []
-    for where, text in texts:
-        try:
-            names = [n for _, n, _, _ in string.Formatter().parse(text) if n is not None]
-        except ValueError as exc:
-            problems.append(f"{where}: `{text}` has unbalanced braces ({exc}); write {{{{ and }}}} for literal braces")
-            continue
-        for name in names:
-            if name not in PLACEHOLDERS:
-                problems.append(
-                    f"{where}: unknown placeholder {{{name}}} (known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)})"
-                )
-    return problems
+    return [f"{where}: {problem}" for where, text in texts for problem in template.problems(text)]
