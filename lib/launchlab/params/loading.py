@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from launchlab import yamlfile
 from launchlab.errors import ParamsError
+from launchlab.params.design import DesignError, dotted
 from launchlab.params.schema import (
     DrainSpec,
     Experiment,
@@ -77,7 +78,7 @@ def loads(text: str, source: str = "<params>") -> Experiment:
     try:
         experiment = Experiment.model_validate(data)
     except ValidationError as exc:
-        problems += [_describe(err, data, text) for err in exc.errors()]
+        problems += [line for err in exc.errors() for line in _describe(err, data, text)]
         raise ParamsError(source, problems) from None
     if problems:
         raise ParamsError(source, problems)
@@ -133,29 +134,45 @@ def _user_path(loc: tuple, data: Any) -> tuple:
     return tuple(path)
 
 
-def _describe(err: dict, data: Any, text: str) -> str:
+def _describe(err: dict, data: Any, text: str) -> list[str]:
+    """The messages of one pydantic error: one, or one per problem of a DesignError, each with its line."""
+    cause = err.get("ctx", {}).get("error")
+    if isinstance(cause, DesignError):
+        return [_located(path, message, text) for path, message in cause.problems]
     path = _user_path(tuple(err["loc"]), data)
-    dotted = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in path).replace(".[", "[") or "(top level)"
-    line = yamlfile.line_of(text, path)
-    where = f"line {line}: " if line else ""
     kind = err["type"]
     value = err.get("input")
     if kind == "extra_forbidden":
         close = difflib.get_close_matches(str(path[-1]), _all_field_names(), n=1)
-        hint = f" (did you mean `{close[0]}`?)" if close else ""
-        msg = f"unknown field{hint}; remove it or fix its spelling"
+        if close and close[0] == str(path[-1]):
+            msg = "is not a field here (it belongs to another transport or section); remove it"
+        else:
+            hint = f" (did you mean `{close[0]}`?)" if close else ""
+            msg = f"unknown field{hint}; remove it or fix its spelling"
     elif kind == "missing":
         msg = "required field is missing"
-    elif kind in ("string_type", "bool_type") and isinstance(value, (int, float)):
+    elif kind in ("string_type", "bool_type") and isinstance(value, (int, float)) and not isinstance(value, bool):
         msg = (f"must be a quoted string, got the number {value!r}: YAML reads unquoted numbers as numbers "
                f"(0.10 becomes 0.1); write it in quotes")
     elif kind == "union_tag_invalid":
-        msg = f"unknown transport {err.get('ctx', {}).get('tag')!r}; use one of: sim, local, ssh"
+        msg = f"unknown transport {str(err.get('ctx', {}).get('tag'))[:40]!r}; use one of: sim, local, ssh"
     elif kind == "union_tag_not_found":
         msg = "needs `transport:` (sim, local or ssh)"
+    elif kind == "string_pattern_mismatch":
+        msg = f"{_shown(value)} does not have the expected form ({err['ctx']['pattern']})"
     else:
         msg = err["msg"].removeprefix("Value error, ")
-    return f"{where}{dotted}: {msg}"
+    return [_located(path, msg, text)]
+
+
+def _located(path: tuple, message: str, text: str) -> str:
+    line = yamlfile.line_of(text, path)
+    return f"{f'line {line}: ' if line else ''}{dotted(path)}: {message}"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:60] + "…"
 
 
 def dump_resolved(exp: Experiment) -> str:

@@ -1,16 +1,25 @@
-"""The params schema: pydantic models of an experiment and the checks that span several fields.
+"""The params schema: pydantic models of the fields of an experiment and their limits.
 
 A params file names the hosts, the baseline server command and the factors to vary. Every model forbids
 unknown keys, flag and env values must be YAML strings (so `0.10` cannot silently become `0.1`), and every
-problem is reported with the file, line and field path.
+problem is reported with the file, line and field path. Checks that span several fields (references,
+placeholders, the size of the plan) are in design.py.
+
+Names that become folder names or parts of run ids (the experiment, hosts, factor levels) are slugs;
+values that reach a shell are quoted by hosts/commands.py, and those that reach ssh or a URL are checked
+here. Limits beyond the loader's (yamlfile.py): names of at most 64 characters (the experiment 100),
+a command of at most 4,096 tokens, at most 1,024 flags or env variables per level, timeouts of at most a
+week, no infinite or NaN numbers.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,17 +29,82 @@ from pydantic import (
     model_validator,
 )
 
-from launchlab.params import template
+from launchlab.params import design
+from launchlab.params.design import MAX_NAME_CHARS, slug_problem
 
-_SLUG = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = _IDENTIFIER
+_ADDRESS = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\$?$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+MAX_EXPERIMENT_CHARS = 100
+MAX_COMMAND_TOKENS = 4096
+MAX_ENTRIES = 1024  # flags or env variables of one level, env variables of the server
+MAX_PATH_CHARS = 4096
+MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_MIB = 1 << 24  # 16 TiB: more memory than any GPU or tolerance needs
+
+
+def _slug(what: str, limit: int = MAX_NAME_CHARS) -> AfterValidator:
+    def check(value: str) -> str:
+        if problem := slug_problem(what, value, limit):
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
+
+
+def _no_control(what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if _CONTROL.search(value):
+            raise ValueError(f"{what} contains a control character (newline, tab, …); remove it")
+        return value
+
+    return AfterValidator(check)
+
+
+def _address(what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not _ADDRESS.match(value) or value.startswith("-") or len(value) > 253:
+            raise ValueError(f"{what} `{value[:40]}` must be a host name, an IP address or an ssh_config alias "
+                             "(letters, digits, '.', '-', '_', ':', not starting with '-')")
+        return value
+
+    return AfterValidator(check)
+
+
+def _url(value: str) -> str:
+    if not re.match(r"^https?://", value) or _CONTROL.search(value) or " " in value:
+        raise ValueError(f"`{value[:60]}` must be an http:// or https:// URL without spaces, "
+                         "e.g. http://127.0.0.1:{port}/health")
+    return value
+
+
+def _user(value: str) -> str:
+    if not _USER.match(value) or len(value) > 64:
+        raise ValueError(f"`{value[:40]}` is not a user name (letters, digits, '.', '_', '-', not starting with '-')")
+    return value
+
+
+def _csv_field(value: str) -> str:
+    if "," in value or _CONTROL.search(value):
+        raise ValueError("must not contain commas or line breaks: the simulated nvidia-smi prints it in its CSV")
+    return value
+
+
+Url = Annotated[StrictStr, AfterValidator(_url)]
+PathStr = Annotated[StrictStr, Field(max_length=MAX_PATH_CHARS), _no_control("the path")]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: a timeout of .inf or a fraction of .nan is a typo, not a setting
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 FlagValue = StrictBool | StrictStr
+MAX_GPUS = 1024
+GpuIndex = Annotated[int, Field(ge=0, lt=MAX_GPUS)]
 
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:
@@ -44,9 +118,9 @@ class Level(_Strict):
     """What one level of a factor changes: command-line flags, environment variables, and patches (unified
     diffs against the server's installed package, applied before the launch and reverted after it)."""
 
-    flags: dict[str, FlagValue] = {}
-    env: dict[str, StrictStr] = {}
-    patches: list[StrictStr] = []
+    flags: dict[str, FlagValue] = Field({}, max_length=MAX_ENTRIES)
+    env: dict[str, StrictStr] = Field({}, max_length=MAX_ENTRIES)
+    patches: list[PathStr] = Field([], max_length=64)
 
     @field_validator("flags")
     @classmethod
@@ -65,22 +139,24 @@ class SimHost(_Strict):
 
     transport: Literal["sim"]
     gpus: int = Field(8, ge=1, le=64)
-    gpu_name: str = "RTX PRO 6000 Blackwell Server Edition (simulated)"
-    mem_total_mib: int = Field(97887, gt=0)
-    mem_reserved_mib: int = Field(566, ge=0)
-    weights_gib_per_rank: float = Field(70.0, ge=0)
-    pace: float = Field(1.0, gt=0, description="multiplies the simulated startup durations")
-    workdir: str | None = None
-    gpu_slots: list[list[int]] | None = None
+    # printed in the simulated nvidia-smi's CSV, so no commas or line breaks
+    gpu_name: Annotated[str, Field(max_length=96), AfterValidator(_csv_field)] = (
+        "RTX PRO 6000 Blackwell Server Edition (simulated)")
+    mem_total_mib: int = Field(97887, gt=0, le=MAX_MIB)
+    mem_reserved_mib: int = Field(566, ge=0, le=MAX_MIB)
+    weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB)
+    pace: float = Field(1.0, gt=0, le=1000, description="multiplies the simulated startup durations")
+    workdir: PathStr | None = None
+    gpu_slots: list[list[GpuIndex]] | None = None
 
 
 class LocalHost(_Strict):
     """This machine, its real GPUs (if any) and its real nvidia-smi."""
 
     transport: Literal["local"]
-    gpus: int | None = Field(None, ge=0)
-    workdir: str | None = None
-    gpu_slots: list[list[int]] | None = Field(None, description="run this many runs at once, each on its own GPUs "
+    gpus: int | None = Field(None, ge=0, le=MAX_GPUS)
+    workdir: PathStr | None = None
+    gpu_slots: list[list[GpuIndex]] | None = Field(None, description="run this many runs at once, each on its own GPUs "
                                                                   "(CUDA_VISIBLE_DEVICES), e.g. [[0], [1]]")
 
 
@@ -88,24 +164,25 @@ class SshHost(_Strict):
     """A GPU box over SSH. `address` may be an alias of ~/.ssh/config (or of $LAUNCHLAB_SSH_CONFIG)."""
 
     transport: Literal["ssh"]
-    address: str = Field(min_length=1)
+    address: Annotated[str, _address("address")]
     port: int | None = Field(None, ge=1, le=65535)
-    user: str | None = None
-    identity_file: str | None = None
-    gpus: int | None = Field(None, ge=0)
-    workdir: str | None = Field(None, description="where run files live on the host (default ~/.launchlab/work)")
-    reconnect_s: float = Field(30, ge=0, description="how long to keep reopening a dropped connection")
-    gpu_slots: list[list[int]] | None = None
+    user: Annotated[str, AfterValidator(_user)] | None = None
+    identity_file: PathStr | None = None
+    gpus: int | None = Field(None, ge=0, le=MAX_GPUS)
+    workdir: PathStr | None = Field(None, description="where run files live on the host (default ~/.launchlab/work)")
+    reconnect_s: float = Field(30, ge=0, le=MAX_TIMEOUT_S, description="how long to keep reopening a dropped connection")
+    gpu_slots: list[list[GpuIndex]] | None = None
 
 
 HostSpec = Annotated[SimHost | LocalHost | SshHost, Field(discriminator="transport")]
 
 
 class ReadySpec(_Strict):
-    timeout_s: float = Field(900, gt=0)
-    health_url: str | None = None
-    log_pattern: str | None = Field(None, description="regex of the ready line; default from the server kind")
-    fatal_patterns: list[str] = []
+    timeout_s: float = Field(900, gt=0, le=MAX_TIMEOUT_S)
+    health_url: Url | None = None
+    log_pattern: str | None = Field(None, max_length=4096,
+                                    description="regex of the ready line; default from the server kind")
+    fatal_patterns: list[Annotated[str, Field(max_length=4096)]] = Field([], max_length=256)
 
     @field_validator("log_pattern", "fatal_patterns")
     @classmethod
@@ -113,8 +190,8 @@ class ReadySpec(_Strict):
         for pattern in [value] if isinstance(value, str) else value or []:
             try:
                 re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"`{pattern}` is not a valid regular expression: {exc}") from None
+            except (re.error, RecursionError, OverflowError) as exc:  # re's parser recurses once per group
+                raise ValueError(f"`{pattern[:80]}` is not a usable regular expression: {exc}") from None
         return value
 
 
@@ -122,19 +199,43 @@ class SmokeSpec(_Strict):
     """A request sent once the server is ready: some servers allocate memory, or fail, only on the first one.
     A ready server whose smoke request does not answer `expect_status` is `degraded`."""
 
-    url: str = Field(description="e.g. http://127.0.0.1:{port}/v1/completions")
-    body: dict[str, Any] = {}
-    timeout_s: float = Field(120, gt=0)
-    expect_status: int = 200
+    url: Url = Field(description="e.g. http://127.0.0.1:{port}/v1/completions")
+    body: dict[str, Any] = Field({}, description="sent as JSON: mappings, lists, strings, numbers, true/false, null")
+    timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S)
+    expect_status: int = Field(200, ge=100, le=599)
+
+    @field_validator("body")
+    @classmethod
+    def _body_is_json(cls, body: dict[str, Any]) -> dict[str, Any]:
+        if problem := _json_problem(body, ""):
+            raise ValueError(problem)
+        return body
+
+
+def _json_problem(value: Any, where: str) -> str | None:
+    """Why value cannot be sent as JSON (a YAML date, set, binary or .inf), or None."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"`{where or '(body)'}`: key {key!r} must be a string (quote it)"
+            if problem := _json_problem(item, f"{where}.{key}" if where else key):
+                return problem
+    elif isinstance(value, list):
+        return next((p for i, item in enumerate(value) if (p := _json_problem(item, f"{where}[{i}]"))), None)
+    elif isinstance(value, float) and not math.isfinite(value):
+        return f"`{where}`: {value} is not a JSON number"
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        return f"`{where}`: a {type(value).__name__} cannot be sent as JSON; quote it to send it as a string"
+    return None
 
 
 class ServerSpec(_Strict):
     kind: Literal["sglang", "vllm", "transformers", "generic"]
-    command: list[StrictStr] = Field(min_length=1)
-    env: dict[str, StrictStr] = {}
+    command: list[StrictStr] = Field(min_length=1, max_length=MAX_COMMAND_TOKENS)
+    env: dict[str, StrictStr] = Field({}, max_length=MAX_ENTRIES)
     ready: ReadySpec = ReadySpec()
     smoke: SmokeSpec | None = None
-    stop_grace_s: float = Field(10, gt=0)
+    stop_grace_s: float = Field(10, gt=0, le=MAX_TIMEOUT_S)
 
     _env_names = field_validator("env")(_check_env_names)
 
@@ -148,8 +249,8 @@ class ServerSpec(_Strict):
 class DrainSpec(_Strict):
     """After stopping: wait until every GPU's memory.used is back within tolerance of its preflight value."""
 
-    timeout_s: float = Field(60, ge=0)
-    tolerance_mib: int = Field(256, ge=0)
+    timeout_s: float = Field(60, ge=0, le=MAX_TIMEOUT_S)
+    tolerance_mib: int = Field(256, ge=0, le=MAX_MIB)
 
 
 class SamplerSpec(_Strict):
@@ -157,19 +258,19 @@ class SamplerSpec(_Strict):
     enough to see allocations that last tens of milliseconds."""
 
     kind: Literal["nvidia-smi", "nvml"] = "nvidia-smi"
-    interval_ms: int = Field(100, ge=1)
+    interval_ms: int = Field(100, ge=1, le=3_600_000)
 
 
 class Experiment(_Strict):
-    experiment: str = Field(pattern=_SLUG)
+    experiment: Annotated[str, _slug("experiment name", MAX_EXPERIMENT_CHARS)]
     question: str = ""
     hosts: dict[str, HostSpec] = Field(min_length=1)
     host: str | list[str] | None = Field(None, description="the host(s) the runs use; default: the only host. With "
                                          "several, repetition r runs on host r mod n, so every host runs whole replicates")
     nodes: list[str] | None = Field(None, description="a multi-node server: every run spans these hosts, in "
                                                        "node-rank order; excludes `host:`")
-    master_addr: str | None = Field(None, description="{master_addr} for multi-node servers; default: the address "
-                                                      "of the first node")
+    master_addr: Annotated[str, _address("master_addr")] | None = Field(
+        None, description="{master_addr} for multi-node servers; default: the address of the first node")
     server: ServerSpec
     factors: dict[str, dict[str, Level]] = {}
     variants: list[dict[str, StrictStr]] | None = None
@@ -178,67 +279,33 @@ class Experiment(_Strict):
     drain: DrainSpec = DrainSpec()
     sampler: SamplerSpec = SamplerSpec()
 
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, hosts: dict[str, Any]) -> dict[str, Any]:
+        problems = [p for name in hosts if (p := slug_problem("host name", name))]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return hosts
+
     @field_validator("factors")
     @classmethod
     def _factor_names(cls, factors: dict[str, dict[str, Level]]) -> dict[str, dict[str, Level]]:
         for name, levels in factors.items():
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-                raise ValueError(f"factor name `{name}` must be an identifier (letters, digits, _)")
+            if not _IDENTIFIER.match(name) or len(name) > MAX_NAME_CHARS:
+                raise ValueError(f"factor name `{name[:40]}` must be an identifier (letters, digits, _) of at most "
+                                 f"{MAX_NAME_CHARS} characters")
             if not levels:
                 raise ValueError(f"factor `{name}` has no levels")
             for level in levels:
-                if not re.match(_SLUG, level):
-                    raise ValueError(f"level name `{level}` of factor `{name}` must match {_SLUG}")
+                if problem := slug_problem(f"level name of factor `{name}`", level):
+                    raise ValueError(problem)
         return factors
 
     @model_validator(mode="after")
     def _design_is_consistent(self) -> Experiment:
-        problems = []
-        if self.host is None and self.nodes is None and len(self.hosts) > 1:
-            problems.append(f"several hosts are defined ({', '.join(self.hosts)}): say which to use with `host:` "
-                            "(a name, or a list: repetitions are spread over them)")
-        for name in [self.host] if isinstance(self.host, str) else self.host or []:
-            if name not in self.hosts:
-                problems.append(f"host `{name}` is not defined under hosts: ({', '.join(self.hosts)})")
-        for name, spec in self.hosts.items():
-            slots = spec.gpu_slots or []
-            used = [g for slot in slots for g in slot]
-            if any(not slot for slot in slots) or len(used) != len(set(used)) or any(g < 0 for g in used):
-                problems.append(f"hosts.{name}.gpu_slots: every slot needs its own GPUs (no GPU in two slots)")
-            if slots and self.nodes is not None:
-                problems.append(f"hosts.{name}.gpu_slots: not supported for multi-node servers")
-        if self.nodes is not None:
-            if self.host is not None:
-                problems.append("`nodes:` (one server over several hosts) and `host:` exclude each other")
-            if len(self.nodes) < 2 or len(set(self.nodes)) != len(self.nodes):
-                problems.append("nodes: list two or more different hosts, node rank 0 first")
-            problems += [f"node `{n}` is not defined under hosts: ({', '.join(self.hosts)})"
-                         for n in self.nodes if n not in self.hosts]
-        for i, variant in enumerate(self.variants or []):
-            problems += [f"variants[{i}]: {p}" for p in self._level_problems(variant)]
-        if self.baseline is not None:
-            problems += [f"baseline: {p}" for p in self._level_problems(self.baseline)]
-            if self.variants is not None and self.baseline not in self.variants:
-                problems.append("baseline: is not one of the listed variants")
-        elif self.factors:
-            problems.append("baseline: is required when factors are given, e.g. {" + ", ".join(
-                f"{f}: {next(iter(levels))!r}" for f, levels in self.factors.items()) + "}")
-        problems += _placeholder_problems(self)
-        if problems:
-            raise ValueError("; ".join(problems))
+        if problems := design.problems(self):
+            raise design.DesignError(problems)
         return self
-
-    def _level_problems(self, levels: dict[str, str]) -> list[str]:
-        problems = []
-        for factor, level in levels.items():
-            if factor not in self.factors:
-                problems.append(f"unknown factor `{factor}` (factors: {', '.join(self.factors) or 'none'})")
-            elif level not in self.factors[factor]:
-                problems.append(f"factor `{factor}` has no level `{level}` (levels: {', '.join(self.factors[factor])})")
-        missing = [f for f in self.factors if f not in levels]
-        if missing:
-            problems.append(f"names no level for factor(s) {', '.join(missing)}")
-        return problems
 
     @property
     def host_names(self) -> list[str]:
@@ -256,17 +323,3 @@ class Experiment(_Strict):
     @property
     def simulated(self) -> bool:
         return any(self.hosts[h].transport == "sim" for h in self.host_names)
-
-
-def _placeholder_problems(exp: Experiment) -> list[str]:
-    texts = [(f"server.command[{i}]", t) for i, t in enumerate(exp.server.command)]
-    texts += [(f"server.env.{k}", v) for k, v in exp.server.env.items()]
-    if exp.server.ready.health_url:
-        texts.append(("server.ready.health_url", exp.server.ready.health_url))
-    if exp.server.smoke:
-        texts.append(("server.smoke.url", exp.server.smoke.url))
-    for factor, levels in exp.factors.items():
-        for name, level in levels.items():
-            texts += [(f"factors.{factor}.{name}.flags.{k}", v) for k, v in level.flags.items() if isinstance(v, str)]
-            texts += [(f"factors.{factor}.{name}.env.{k}", v) for k, v in level.env.items()]
-    return [f"{where}: {problem}" for where, text in texts for problem in template.problems(text)]
