@@ -163,3 +163,20 @@ def test_a_field_of_another_transport_is_not_suggested_as_its_own_spelling():
     [problem] = problems_of(DEMO_TEXT.replace("transport: sim ", "transport: local\n    workdir: /w\n    #"
                                               ).replace("    gpu_name:", "    #").replace("    weights_gib", "    #"))
     assert "hosts.box.mem_total_mib: is not a field here" in problem
+
+
+def test_secrets_lists_env_names_and_flags_and_survives_the_resolved_dump():
+    exp = params.loads(DEMO_TEXT + "secrets: [DB_URL, --my-password, -p]\n")
+    assert exp.secrets == ["DB_URL", "--my-password", "-p"]
+    assert params.loads(params.dump_resolved(exp)).secrets == exp.secrets
+    assert params.loads(DEMO_TEXT).secrets == []
+
+
+def test_a_secret_that_is_neither_an_env_name_nor_a_flag_is_named():
+    [problem] = problems_of(DEMO_TEXT + "secrets: [DB_URL, 'db url', '--a b', '-', '1X', '']\n")
+    assert problem.startswith("line 31: secrets: `db url`, `--a b`, `-`, `1X`, ``: each entry is an environment")
+
+
+def test_a_secret_written_as_a_number_must_be_quoted():
+    [problem] = problems_of(DEMO_TEXT + "secrets: [123]\n")
+    assert "secrets[0]" in problem and "quoted string" in problem

@@ -278,6 +278,11 @@ class Experiment(_Strict):
     repetitions: int = Field(1, ge=1, le=1000)
     drain: DrainSpec = DrainSpec()
     sampler: SamplerSpec = SamplerSpec()
+    secrets: list[StrictStr] = Field(
+        [], max_length=MAX_ENTRIES,
+        description="env variable names and flag names whose values are secret, beyond the built-in name pattern "
+                    "(TOKEN, KEY, SECRET, PASSWORD, …), e.g. [DB_URL, --my-password]: their values are masked in "
+                    "every file of a run directory")
 
     @field_validator("hosts")
     @classmethod
@@ -300,6 +305,16 @@ class Experiment(_Strict):
                 if problem := slug_problem(f"level name of factor `{name}`", level):
                     raise ValueError(problem)
         return factors
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, secrets: list[str]) -> list[str]:
+        wrong = [s for s in secrets if not (_ENV_NAME.match(s) or (s.startswith("-") and len(s) > 1 and
+                                                                   not any(c.isspace() for c in s)))]
+        if wrong:
+            raise ValueError(f"{', '.join(f'`{w[:40]}`' for w in wrong)}: each entry is an environment variable name "
+                             "(letters, digits, _) or a flag (starting with '-', no spaces), e.g. [DB_URL, --api-key]")
+        return secrets
 
     @model_validator(mode="after")
     def _design_is_consistent(self) -> Experiment:
