@@ -129,8 +129,8 @@ def test_a_string_over_64_kib_is_refused(tmp_path):
     assert any("70,000 characters" in p and "64 KiB" in p for p in problems)
 
 
-@pytest.mark.parametrize("value", ["2001-13-45", "!!float abc", "!!int abc", "!!timestamp abc", "9" * 5000],
-                         ids=["bad-date", "bad-float", "bad-int", "bad-timestamp", "5000-digit-int"])
+@pytest.mark.parametrize("value", ["2001-13-45", "!!float abc", "!!int abc", "!!timestamp abc", "9" * 5000, "!!set a"],
+                         ids=["bad-date", "bad-float", "bad-int", "bad-timestamp", "5000-digit-int", "set-of-a-scalar"])
 def test_values_pyyaml_cannot_construct_are_params_errors(tmp_path, value):
     problems = problems_of(tmp_path, DEMO_TEXT.replace("repetitions: 2", f"repetitions: {value}"))
     assert any(p.startswith("line 29:") for p in problems), problems
@@ -156,3 +156,17 @@ def test_run_refuses_an_alias_bomb_in_the_smoke_body_before_launching_anything(t
     res = cli("run", str(path), "--out", str(tmp_path / "out"))
     assert res.returncode == 2 and "alias bomb" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("patch", ["x" * 300, "a/" * 3000, "a\\0b"], ids=["long-name", "long-path", "nul"])
+def test_a_patch_path_the_file_system_cannot_take_is_a_params_error(tmp_path, patch):
+    text = DEMO_TEXT.replace('"on": {}', f'"on": {{patches: ["{patch}"]}}')
+    problems = problems_of(tmp_path, text)
+    assert any("factors.custom_ar.on.patches[0]" in p for p in problems)
+
+
+@pytest.mark.parametrize("char", ["\\N", "\\L", "\\P", "\\uFEFF", "\\t"], ids=["NEL", "LS", "PS", "BOM", "tab"])
+def test_the_resolved_dump_reads_back_exactly_even_with_characters_yaml_reads_as_line_breaks(char):
+    exp = params.loads(DEMO_TEXT.replace('--mem-fraction-static: "0.85"', f'--mem-fraction-static: "0.8{char}5"'))
+    again = params.loads(params.dump_resolved(exp))
+    assert again == exp

@@ -180,3 +180,8 @@ def test_a_secret_that_is_neither_an_env_name_nor_a_flag_is_named():
 def test_a_secret_written_as_a_number_must_be_quoted():
     [problem] = problems_of(DEMO_TEXT + "secrets: [123]\n")
     assert "secrets[0]" in problem and "quoted string" in problem
+
+
+def test_an_empty_host_list_is_refused_rather_than_planning_on_no_host():
+    [problem] = problems_of(DEMO_TEXT.replace("hosts:\n", "host: []\nhosts:\n"))
+    assert problem.startswith("line 8: host: is an empty list")

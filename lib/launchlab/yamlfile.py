@@ -46,6 +46,10 @@ class YamlProblem:
     message: str
 
 
+# What PyYAML's constructors raise, instead of a YAMLError, on values they cannot build
+_CONSTRUCTOR_BUGS = (ValueError, TypeError, AttributeError, OverflowError, IndexError, KeyError)
+
+
 class YamlLimitError(yaml.MarkedYAMLError):
     """The text is YAML, but past one of the loader's limits; `problem` says which, `problem_mark` where."""
 
@@ -80,13 +84,17 @@ class _StrictLoader(yaml.SafeLoader):
         if node is None:
             return None
         self.problems += _measure(node)
-        return self.construct_document(node)
+        try:
+            return self.construct_document(node)
+        except _CONSTRUCTOR_BUGS as exc:  # raised by a container's constructor, outside construct_object
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read this document: {exc}",
+                                                    node.start_mark) from None
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         # PyYAML's scalar constructors raise plain ValueError & co. on e.g. `2001-13-45` or `!!float abc`.
         try:
             return super().construct_object(node, deep=deep)
-        except (ValueError, TypeError, AttributeError, OverflowError, IndexError) as exc:
+        except _CONSTRUCTOR_BUGS as exc:
             raise yaml.constructor.ConstructorError(None, None, f"cannot read the value {_short(node)}: {exc}",
                                                     node.start_mark) from None
 
@@ -115,6 +123,8 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_yaml_int(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        if not isinstance(node, yaml.MappingNode):  # `!!set a`: let PyYAML say "expected a mapping node"
+            return super().construct_mapping(node, deep=deep)
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)

@@ -75,6 +75,8 @@ def _host_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
     if exp.host is None and exp.nodes is None and len(exp.hosts) > 1:
         found.append((("host",), f"several hosts are defined ({defined}): say which to use with `host:` "
                                  "(a name, or a list: repetitions are spread over them)"))
+    if isinstance(exp.host, list) and not exp.host:
+        found.append((("host",), f"is an empty list; name the host(s) to use, e.g. [{next(iter(exp.hosts))}]"))
     for field, names in (("host", [exp.host] if isinstance(exp.host, str) else exp.host or []),
                          ("nodes", exp.nodes or [])):
         for name in names:

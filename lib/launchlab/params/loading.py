@@ -100,11 +100,17 @@ def _resolve_patches(data: dict, base: Path, text: str) -> list[str]:
             for i, patch in enumerate(patches):
                 if not isinstance(patch, str):
                     continue
-                path = (base / patch).resolve()
+                line = yamlfile.line_of(text, ("factors", factor, level, "patches", i))
+                where = f"line {line}: factors.{factor}.{level}.patches[{i}]"
+                try:
+                    path = (base / patch).resolve()
+                    found = path.is_file()
+                except (OSError, ValueError) as exc:  # a name too long, a NUL (reported by the loader), …
+                    problems.append(f"{where}: cannot use this path ({exc.__class__.__name__}: {str(exc)[:80]})")
+                    continue
                 patches[i] = str(path)
-                if not path.is_file():
-                    line = yamlfile.line_of(text, ("factors", factor, level, "patches"))
-                    problems.append(f"line {line}: factors.{factor}.{level}.patches[{i}]: no such file {path}; "
+                if not found:
+                    problems.append(f"{where}: no such file {path}; "
                                     "give the path of a unified diff relative to this params file")
     return problems
 
@@ -176,5 +182,12 @@ def _shown(value: Any) -> str:
 
 
 def dump_resolved(exp: Experiment) -> str:
-    """The experiment with every default filled in, as YAML (written to the run directory)."""
-    return yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    """The experiment with every default filled in, as YAML (written to the run directory, where each run reads
+    it back: it must load to the same experiment)."""
+    data = exp.model_dump(mode="json")
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    if yaml.safe_load(text) != data:
+        # PyYAML writes a few characters (NEL, U+2028, …) raw that it then reads as line breaks; escaped
+        # as \N, \L, \uXXXX in double quotes, every string reads back as written
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False)
+    return text
