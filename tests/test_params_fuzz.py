@@ -44,7 +44,8 @@ WEIRD = st.one_of(
     st.integers(-(10**30), 10**30), st.floats(), st.booleans(), st.none(), st.text(max_size=30).filter(
         lambda s: not any(0xD800 <= ord(c) <= 0xDFFF for c in s)),
     st.sampled_from(["a\x00b", "{port:>2000000000}", "{port!r}", "{port[0]}", "{port.x}", "{}", "{", "}",
-                     "../../x", "on", "0.10", "012", "é€😀", "x" * 70_000, "-oProxyCommand=x", "http://x", "2001-13-45"]),
+                     "../../x", "o\ud800", "on", "0.10", "012", "é€😀", "x" * 70_000, "-oProxyCommand=x", "http://x",
+                     "2001-13-45"]),
     st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
     st.recursive(st.integers(), lambda inner: st.lists(inner, max_size=2), max_leaves=80))
 

@@ -124,6 +124,11 @@ def test_a_lone_surrogate_is_refused_and_the_message_stays_printable(tmp_path):
     "\n".join(problems).encode("utf-8")  # the CLI must be able to print them
 
 
+def test_a_lone_surrogate_where_pydantic_quotes_the_value_is_still_a_params_error(tmp_path):
+    problems = problems_of(tmp_path, DEMO_TEXT.replace('baseline: {custom_ar: "off"', 'baseline: {custom_ar: "o\\ud800"'))
+    assert any("surrogate" in p and "line 28" in p for p in problems)
+
+
 def test_a_string_over_64_kib_is_refused(tmp_path):
     problems = problems_of(tmp_path, DEMO_TEXT.replace("question: >-", f"question: {'q' * 70_000}\nx: >-"))
     assert any("70,000 characters" in p and "64 KiB" in p for p in problems)

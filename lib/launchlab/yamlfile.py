@@ -104,7 +104,7 @@ class _StrictLoader(yaml.SafeLoader):
             self.problems.append(
                 YamlProblem(
                     node.start_mark.line + 1,
-                    f"`{text}` is read as a boolean by YAML 1.1; quote it (\"{text}\") if you mean text, "
+                    f"`{_clip(text)}` is read as a boolean by YAML 1.1; quote it (\"{_clip(text)}\") if you mean text, "
                     "or write true/false",
                 )
             )
@@ -132,7 +132,8 @@ class _StrictLoader(yaml.SafeLoader):
                 self.problems.append(
                     YamlProblem(
                         key_node.start_mark.line + 1,
-                        f"key `{key}` appears twice (first on line {seen[key]}); YAML would keep only the last one",
+                        f"key `{_clip(str(key))}` appears twice (first on line {seen[key]}); YAML would keep only the "
+                        "last one",
                     )
                 )
             elif isinstance(key, (str, int, float, bool)):
@@ -153,6 +154,12 @@ def _too_many() -> str:
 def _short(node: yaml.Node) -> str:
     value = node.value if isinstance(node, yaml.ScalarNode) else ""
     return repr(value[:40] + ("…" if len(value) > 40 else ""))
+
+
+def _clip(text: str) -> str:
+    """User text for a message: at most 40 characters, and printable as UTF-8 (surrogates escaped)."""
+    text = text[:40] + ("…" if len(text) > 40 else "")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _measure(root: yaml.Node) -> list[YamlProblem]:
@@ -176,6 +183,8 @@ def _measure(root: yaml.Node) -> list[YamlProblem]:
                 raise YamlLimitError(_too_deep(), node.start_mark)
             if isinstance(node, yaml.ScalarNode):
                 problems.extend(_scalar_problems(node))
+                # reported above; replaced so that no later step (pydantic's Rust core cannot take them) trips on it
+                node.value = _SURROGATE.sub("\ufffd", node.value)
                 sizes[key] = (1, len(node.value), 1)
             else:
                 on_path.add(key)

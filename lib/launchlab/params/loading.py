@@ -79,9 +79,9 @@ def loads(text: str, source: str = "<params>") -> Experiment:
         experiment = Experiment.model_validate(data)
     except ValidationError as exc:
         problems += [line for err in exc.errors() for line in _describe(err, data, text)]
-        raise ParamsError(source, problems) from None
     if problems:
-        raise ParamsError(source, problems)
+        # messages quote the user's values, which may hold lone surrogates (already a problem themselves)
+        raise ParamsError(source, [p.encode("utf-8", "backslashreplace").decode("utf-8") for p in problems])
     return experiment
 
 
