@@ -175,3 +175,8 @@ def test_the_resolved_dump_reads_back_exactly_even_with_characters_yaml_reads_as
     exp = params.loads(DEMO_TEXT.replace('--mem-fraction-static: "0.85"', f'--mem-fraction-static: "0.8{char}5"'))
     again = params.loads(params.dump_resolved(exp))
     assert again == exp
+
+
+def test_a_control_character_yaml_refuses_is_named_with_its_line(tmp_path):
+    [problem] = problems_of(tmp_path, DEMO_TEXT.replace("question: >-", "question: bell\x07\nx: >-"))
+    assert problem == "line 5: character 0x0007 is not allowed in YAML; remove it"

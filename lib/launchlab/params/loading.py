@@ -67,10 +67,7 @@ def loads(text: str, source: str = "<params>") -> Experiment:
     try:
         data, surprises = yamlfile.load_strict(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark else ""
-        what = "" if isinstance(exc, yamlfile.YamlLimitError) else "not valid YAML: "
-        raise ParamsError(source, [f"{where}{what}{getattr(exc, 'problem', None) or exc}"]) from None
+        raise ParamsError(source, [_yaml_error(exc, text)]) from None
     problems = [f"line {p.line}: {p.message}" for p in surprises]
     if not isinstance(data, dict):
         raise ParamsError(source, problems + ["the file must be a YAML mapping (experiment:, hosts:, server:, …)"])
@@ -83,6 +80,18 @@ def loads(text: str, source: str = "<params>") -> Experiment:
         # messages quote the user's values, which may hold lone surrogates (already a problem themselves)
         raise ParamsError(source, [p.encode("utf-8", "backslashreplace").decode("utf-8") for p in problems])
     return experiment
+
+
+def _yaml_error(exc: yaml.YAMLError, text: str) -> str:
+    """One line for a YAML error: where, and what (a limit, a character YAML refuses, or a syntax error)."""
+    if isinstance(exc, yaml.reader.ReaderError):  # e.g. a control character; PyYAML gives its code point
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        message = f"line {text.count(chr(10), 0, exc.position) + 1}: character {code:#06x} is not allowed in YAML; remove it"
+    else:
+        mark = getattr(exc, "problem_mark", None)
+        what = "" if isinstance(exc, yamlfile.YamlLimitError) else "not valid YAML: "
+        message = f"{f'line {mark.line + 1}: ' if mark else ''}{what}{getattr(exc, 'problem', None) or exc}"
+    return message.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _resolve_patches(data: dict, base: Path, text: str) -> list[str]:

@@ -44,6 +44,7 @@ MAX_ENTRIES = 1024  # flags or env variables of one level, env variables of the 
 MAX_PATH_CHARS = 4096
 MAX_TIMEOUT_S = 7 * 24 * 3600
 MAX_MIB = 1 << 24  # 16 TiB: more memory than any GPU or tolerance needs
+MAX_GPUS = 1024
 
 
 def _slug(what: str, limit: int = MAX_NAME_CHARS) -> AfterValidator:
@@ -103,14 +104,13 @@ class _Strict(BaseModel):
 
 
 FlagValue = StrictBool | StrictStr
-MAX_GPUS = 1024
 GpuIndex = Annotated[int, Field(ge=0, lt=MAX_GPUS)]
 
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:
     for name in env:
         if not _ENV_NAME.match(name):
-            raise ValueError(f"`{name}` is not a valid environment variable name (letters, digits, _)")
+            raise ValueError(f"`{name[:40]}` is not a valid environment variable name (letters, digits, _)")
     return env
 
 
@@ -127,7 +127,7 @@ class Level(_Strict):
     def _flags_look_like_flags(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
         for name in flags:
             if not name.startswith("-") or any(c.isspace() or c in "{}" for c in name):
-                raise ValueError(f"flag `{name}` must start with '-' and contain no spaces or braces, "
+                raise ValueError(f"flag `{name[:40]}` must start with '-' and contain no spaces or braces, "
                                  "e.g. --mem-fraction-static")
         return flags
 
@@ -144,7 +144,7 @@ class SimHost(_Strict):
         "RTX PRO 6000 Blackwell Server Edition (simulated)")
     mem_total_mib: int = Field(97887, gt=0, le=MAX_MIB)
     mem_reserved_mib: int = Field(566, ge=0, le=MAX_MIB)
-    weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB)
+    weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB / 1024)
     pace: float = Field(1.0, gt=0, le=1000, description="multiplies the simulated startup durations")
     workdir: PathStr | None = None
     gpu_slots: list[list[GpuIndex]] | None = None
