@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -158,7 +159,7 @@ def test_launchlab_run_handles_a_multi_node_experiment(tmp_path, sim_root):
     proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    run_dir = __import__("pathlib").Path(proc.stdout.strip())
+    run_dir = Path(proc.stdout.strip())
     assert list(pd.read_parquet(run_dir / "runs.parquet")["status"]) == ["ready"]
     assert sorted(pd.read_parquet(run_dir / "telemetry.parquet")["node"].unique()) == [0, 1]
 
@@ -266,3 +267,30 @@ server:
     assert "host 'box'" in proc.stderr and "nvidia-smi not found on PATH=" in proc.stderr
     assert "sampler: {kind: none}" in proc.stderr and "Traceback" not in proc.stderr
     assert not list((tmp_path / "out").rglob("processes.json"))
+
+
+def test_sampler_none_runs_without_nvidia_smi_and_the_report_says_there_is_no_trace(tmp_path):
+    import pandas as pd
+
+    path = write_params(tmp_path, f"""\
+experiment: cpu-box
+hosts:
+  box: {{transport: local, workdir: {tmp_path / 'work'}}}
+server:
+  kind: generic
+  command: [python3, -m, http.server, "{{port}}", --bind, 127.0.0.1]
+  ready: {{timeout_s: 30, health_url: "http://127.0.0.1:{{port}}/"}}
+  stop_grace_s: 3
+sampler: {{kind: none}}
+""")
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # no nvidia-smi on this machine
+    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip())
+    runs = pd.read_parquet(run_dir / "runs.parquet")
+    assert list(runs["status"]) == ["ready"] and runs["peak_mem_used_mib"].isna().all()
+    assert pd.read_parquet(run_dir / "telemetry.parquet").empty
+    assert "No GPU trace" in (run_dir / "summary.html").read_text()
+    status = json.loads(next(run_dir.glob("runs/*/status.json")).read_text())
+    assert not any("could not collect" in n for n in status["notes"]), status["notes"]

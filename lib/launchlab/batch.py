@@ -76,7 +76,7 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
     masked). Nothing is connected to or launched."""
     exp, plan = planned(params_path, only, repetitions)
     masker = masking.for_experiment(exp)
-    extra = getattr(exp, "secrets", None) or ()
+    extra = exp.secrets
     lines = [f"{exp.experiment}: {len(plan)} runs, interleaved, on host(s) {', '.join(exp.host_names)}"
              f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
     lines += [f"  [{r.seq}] {r.run_id}  host {r.host}" for r in plan]

@@ -86,6 +86,7 @@ class _Node:
     patch_root: str | None = None
     patches_applied: list[str] = field(default_factory=list)
     masker: masking.Masker = field(default_factory=masking.Masker)  # the secrets of this node's launch
+    sampled: bool = True  # False with `sampler: {kind: none}`: no GPU samples to take or collect
 
     @property
     def log_name(self) -> str:
@@ -173,7 +174,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         state("preflight")
         for node in nodes:
             node.host.make_dir(node.dir)
-            node.preflight = _preflight(node.host, node.gpus)
+            node.sampled = exp.sampler.kind != "none"
+            node.preflight = _preflight(node.host, node.gpus) if node.sampled else None
         port = nodes[0].host.free_port()
         launches = [params.render(exp, run.variant, port=port, run_id=run.run_id, host=n.host.name, node_rank=n.rank,
                                   nnodes=len(nodes), gpus=n.gpus) for n in nodes]
@@ -195,6 +197,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         # run that lost its host can be found again on that host (`leftovers`).
         tag = {RUN_ID_ENV: nodes[0].tag, locks.BATCH_ENV: _batch_of(run_dir)}
         for node in nodes:
+            if not node.sampled:
+                continue
             node.host.write_text(f"{node.dir}/sampler.env", commands.env_file_text(tag))
             node.refs.append(node.host.start_detached("sampler", telemetry.sampler_argv(exp.sampler.interval_ms, node.gpus,
                                                                             exp.sampler.kind),
@@ -305,7 +309,7 @@ def _batch_of(run_dir: Path) -> str:
 
 
 def _secret_names(exp: params.Experiment) -> tuple[str, ...]:
-    return tuple(getattr(exp, "secrets", None) or ())
+    return tuple(exp.secrets)
 
 
 def _write_status(folder: Path, result: RunResult, nodes: list[_Node]) -> None:
@@ -553,7 +557,8 @@ def _collect(node: _Node, folder: Path, result: RunResult) -> None:
     this machine cannot take them (a full disk), the host's copy is removed all the same: the run is repeated
     with --resume, and a GPU host's disk must not fill up with the leftovers of runs nobody can read."""
     collected, local_failure = 0, False
-    for name in (node.log_name, node.csv_name):
+    names = (node.log_name, node.csv_name) if node.sampled else (node.log_name,)
+    for name in names:
         partial = folder / f".{name}.fetching"
         try:
             node.host.fetch(f"{node.dir}/{name}", str(partial))
@@ -565,7 +570,7 @@ def _collect(node: _Node, folder: Path, result: RunResult) -> None:
             local_failure = local_failure or not isinstance(exc, HostError)
             kept = " (the part seen during the run is kept)" if (folder / name).exists() else ""
             result.notes.append(f"could not collect {name}{kept}: {exc}")
-    if collected == 2 or local_failure:
+    if collected == len(names) or local_failure:
         try:
             node.host.remove_dir(node.dir)
         except LaunchlabError as exc:

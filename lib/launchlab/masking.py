@@ -124,7 +124,7 @@ class Masker:
 def for_experiment(exp) -> Masker:
     """Every secret value a params file holds: in the server's command and env and in every level.
     (`exp` is a params.Experiment; typed loosely so this module stays below params in the layering.)"""
-    extra = tuple(getattr(exp, "secrets", None) or ())
+    extra = tuple(exp.secrets)
     more: list[str] = []
     for levels in exp.factors.values():
         for level in levels.values():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launchlab.params import Experiment, Variant, expand
+from launchlab.errors import ParamsError
+from launchlab.params import MAX_RUNS, Experiment, Variant, expand, plan_size
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,10 @@ def make_plan(exp: Experiment) -> list[Run]:
     """Every repetition round runs every variant once, so drift over time (thermal state, caches, other users
     of the box) spreads over all variants instead of landing on one. With several hosts, each repetition
     round runs on one host, so no variant sees one host more than another."""
+    size = plan_size(exp)
+    if size.runs > MAX_RUNS:  # validation refuses these; an Experiment changed after it (model_copy) is not
+        raise ParamsError(exp.experiment, [f"the plan has {size.variants:,} variant(s) × {size.repetitions:,} "
+                                           f"repetition(s) = {size.runs:,} runs, more than the limit of {MAX_RUNS:,}"])
     variants = expand(exp)
     hosts = exp.host_names
     nodes = tuple(exp.nodes or ())

@@ -11,7 +11,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pandas as pd
-from IPython.display import HTML, Markdown
+from IPython.display import HTML, Markdown, display
 from pandas.io.formats.style import Styler
 
 from launchlab import analysis, budget, frames, levelchecks, masking, outputs, params, plots, verdict
@@ -127,7 +127,7 @@ class Report:
         """Each variant's command, and its environment and patches where they differ from the baseline's."""
         base = params.baseline_variant(self.exp)
         base_env = {**self.exp.server.env, **base.env}
-        masker, extra = masking.for_experiment(self.exp), getattr(self.exp, "secrets", None) or ()
+        masker, extra = masking.for_experiment(self.exp), self.exp.secrets
         parts = []
         for variant in params.expand(self.exp):
             argv = masker.argv(params.apply_flags(list(self.exp.server.command), variant.flags), extra)
@@ -223,6 +223,11 @@ class Report:
         return plots.memory_budget(memory, card)
 
     def timeline(self):
+        if self.frames.telemetry.empty:
+            why = ("`sampler: {kind: none}`: the runs were not sampled" if self.exp.sampler.kind == "none"
+                   else "no run left nvidia-smi samples")
+            display(Markdown(f"No GPU trace: {why}. Peak memory figures are missing (not 0)."))
+            return None
         fig = plots.memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated)
         return plots.mark_phases(fig, self.frames.events, self.frames.runs)
 
@@ -333,7 +338,7 @@ def write(run_dir: Path) -> dict:
     masker = masking.for_experiment(rep.exp)
     for variant in params.expand(rep.exp):
         argv = masker.argv(params.apply_flags(list(rep.exp.server.command), variant.flags),
-                           getattr(rep.exp, "secrets", None) or ())
+                           rep.exp.secrets)
         text += [f"{md(variant.name)}:", "", md_block(shlex.join(argv), "sh"), ""]
     outputs.write_text(rep.run_dir / REPORT_MD, "\n".join(text))
     return v

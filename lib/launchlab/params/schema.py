@@ -1,0 +1,347 @@
+"""The params schema: pydantic models of the fields of an experiment and their limits.
+
+A params file names the hosts, the baseline server command and the factors to vary. Every model forbids
+unknown keys, flag and env values must be YAML strings (so `0.10` cannot silently become `0.1`), and every
+problem is reported with the file, line and field path. Checks that span several fields (references,
+placeholders, the size of the plan) are in design.py.
+
+Names that become folder names or parts of run ids (the experiment, hosts, factor levels) are slugs;
+values that reach a shell are quoted by hosts/commands.py, and those that reach ssh or a URL are checked
+here. Limits beyond the loader's (yamlfile.py): names of at most 64 characters (the experiment 100),
+a command of at most 4,096 tokens, at most 1,024 flags or env variables per level, timeouts of at most a
+week, no infinite or NaN numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from launchlab.params import design
+from launchlab.params.design import MAX_NAME_CHARS, slug_problem
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = _IDENTIFIER
+_ADDRESS = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\$?$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+MAX_EXPERIMENT_CHARS = 100
+MAX_COMMAND_TOKENS = 4096
+MAX_ENTRIES = 1024  # flags or env variables of one level, env variables of the server
+MAX_PATH_CHARS = 4096
+MAX_TIMEOUT_S = 7 * 24 * 3600
+MAX_MIB = 1 << 24  # 16 TiB: more memory than any GPU or tolerance needs
+MAX_GPUS = 1024
+
+
+def _slug(what: str, limit: int = MAX_NAME_CHARS) -> AfterValidator:
+    def check(value: str) -> str:
+        if problem := slug_problem(what, value, limit):
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
+
+
+def _no_control(what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if _CONTROL.search(value):
+            raise ValueError(f"{what} contains a control character (newline, tab, …); remove it")
+        return value
+
+    return AfterValidator(check)
+
+
+def _address(what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not _ADDRESS.match(value) or value.startswith("-") or len(value) > 253:
+            raise ValueError(f"{what} `{value[:40]}` must be a host name, an IP address or an ssh_config alias "
+                             "(letters, digits, '.', '-', '_', ':', not starting with '-')")
+        return value
+
+    return AfterValidator(check)
+
+
+def _url(value: str) -> str:
+    if not re.match(r"^https?://", value) or _CONTROL.search(value) or " " in value:
+        raise ValueError(f"`{value[:60]}` must be an http:// or https:// URL without spaces, "
+                         "e.g. http://127.0.0.1:{port}/health")
+    return value
+
+
+def _user(value: str) -> str:
+    if not _USER.match(value) or len(value) > 64:
+        raise ValueError(f"`{value[:40]}` is not a user name (letters, digits, '.', '_', '-', not starting with '-')")
+    return value
+
+
+def _csv_field(value: str) -> str:
+    if "," in value or _CONTROL.search(value):
+        raise ValueError("must not contain commas or line breaks: the simulated nvidia-smi prints it in its CSV")
+    return value
+
+
+Url = Annotated[StrictStr, AfterValidator(_url)]
+PathStr = Annotated[StrictStr, Field(max_length=MAX_PATH_CHARS), _no_control("the path")]
+
+
+class _Strict(BaseModel):
+    # allow_inf_nan: a timeout of .inf or a fraction of .nan is a typo, not a setting
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+FlagValue = StrictBool | StrictStr
+GpuIndex = Annotated[int, Field(ge=0, lt=MAX_GPUS)]
+
+
+def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for name in env:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"`{name[:40]}` is not a valid environment variable name (letters, digits, _)")
+    return env
+
+
+class Level(_Strict):
+    """What one level of a factor changes: command-line flags, environment variables, and patches (unified
+    diffs against the server's installed package, applied before the launch and reverted after it)."""
+
+    flags: dict[str, FlagValue] = Field({}, max_length=MAX_ENTRIES)
+    env: dict[str, StrictStr] = Field({}, max_length=MAX_ENTRIES)
+    patches: list[PathStr] = Field([], max_length=64)
+
+    @field_validator("flags")
+    @classmethod
+    def _flags_look_like_flags(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        for name in flags:
+            if not name.startswith("-") or any(c.isspace() or c in "{}" for c in name):
+                raise ValueError(f"flag `{name[:40]}` must start with '-' and contain no spaces or braces, "
+                                 "e.g. --mem-fraction-static")
+        return flags
+
+    _env_names = field_validator("env")(_check_env_names)
+
+
+class SimHost(_Strict):
+    """A simulated multi-GPU box on this machine (real processes, simulated GPU memory)."""
+
+    transport: Literal["sim"]
+    gpus: int = Field(8, ge=1, le=64)
+    # printed in the simulated nvidia-smi's CSV, so no commas or line breaks
+    gpu_name: Annotated[str, Field(max_length=96), AfterValidator(_csv_field)] = (
+        "RTX PRO 6000 Blackwell Server Edition (simulated)")
+    mem_total_mib: int = Field(97887, gt=0, le=MAX_MIB)
+    mem_reserved_mib: int = Field(566, ge=0, le=MAX_MIB)
+    weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB / 1024)
+    pace: float = Field(1.0, gt=0, le=1000, description="multiplies the simulated startup durations")
+    workdir: PathStr | None = None
+    gpu_slots: list[list[GpuIndex]] | None = None
+
+
+class LocalHost(_Strict):
+    """This machine, its real GPUs (if any) and its real nvidia-smi."""
+
+    transport: Literal["local"]
+    gpus: int | None = Field(None, ge=0, le=MAX_GPUS)
+    workdir: PathStr | None = None
+    gpu_slots: list[list[GpuIndex]] | None = Field(None, description="run this many runs at once, each on its own GPUs "
+                                                                  "(CUDA_VISIBLE_DEVICES), e.g. [[0], [1]]")
+
+
+class SshHost(_Strict):
+    """A GPU box over SSH. `address` may be an alias of ~/.ssh/config (or of $LAUNCHLAB_SSH_CONFIG)."""
+
+    transport: Literal["ssh"]
+    address: Annotated[str, _address("address")]
+    port: int | None = Field(None, ge=1, le=65535)
+    user: Annotated[str, AfterValidator(_user)] | None = None
+    identity_file: PathStr | None = None
+    gpus: int | None = Field(None, ge=0, le=MAX_GPUS)
+    workdir: PathStr | None = Field(None, description="where run files live on the host (default ~/.launchlab/work)")
+    reconnect_s: float = Field(30, ge=0, le=MAX_TIMEOUT_S, description="how long to keep reopening a dropped connection")
+    gpu_slots: list[list[GpuIndex]] | None = None
+
+
+HostSpec = Annotated[SimHost | LocalHost | SshHost, Field(discriminator="transport")]
+
+
+class ReadySpec(_Strict):
+    timeout_s: float = Field(900, gt=0, le=MAX_TIMEOUT_S)
+    health_url: Url | None = None
+    log_pattern: str | None = Field(None, max_length=4096,
+                                    description="regex of the ready line; default from the server kind")
+    fatal_patterns: list[Annotated[str, Field(max_length=4096)]] = Field([], max_length=256)
+
+    @field_validator("log_pattern", "fatal_patterns")
+    @classmethod
+    def _regexes_compile(cls, value: Any) -> Any:
+        for pattern in [value] if isinstance(value, str) else value or []:
+            try:
+                re.compile(pattern)
+            except (re.error, RecursionError, OverflowError) as exc:  # re's parser recurses once per group
+                raise ValueError(f"`{pattern[:80]}` is not a usable regular expression: {exc}") from None
+        return value
+
+
+class SmokeSpec(_Strict):
+    """A request sent once the server is ready: some servers allocate memory, or fail, only on the first one.
+    A ready server whose smoke request does not answer `expect_status` is `degraded`."""
+
+    url: Url = Field(description="e.g. http://127.0.0.1:{port}/v1/completions")
+    body: dict[str, Any] = Field({}, description="sent as JSON: mappings, lists, strings, numbers, true/false, null")
+    timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S)
+    expect_status: int = Field(200, ge=100, le=599)
+
+    @field_validator("body")
+    @classmethod
+    def _body_is_json(cls, body: dict[str, Any]) -> dict[str, Any]:
+        if problem := _json_problem(body, ""):
+            raise ValueError(problem)
+        return body
+
+
+def _json_problem(value: Any, where: str) -> str | None:
+    """Why value cannot be sent as JSON (a YAML date, set, binary or .inf), or None."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"`{where or '(body)'}`: key {key!r} must be a string (quote it)"
+            if problem := _json_problem(item, f"{where}.{key}" if where else key):
+                return problem
+    elif isinstance(value, list):
+        return next((p for i, item in enumerate(value) if (p := _json_problem(item, f"{where}[{i}]"))), None)
+    elif isinstance(value, float) and not math.isfinite(value):
+        return f"`{where}`: {value} is not a JSON number"
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        return f"`{where}`: a {type(value).__name__} cannot be sent as JSON; quote it to send it as a string"
+    return None
+
+
+class ServerSpec(_Strict):
+    kind: Literal["sglang", "vllm", "transformers", "generic"]
+    command: list[StrictStr] = Field(min_length=1, max_length=MAX_COMMAND_TOKENS)
+    env: dict[str, StrictStr] = Field({}, max_length=MAX_ENTRIES)
+    ready: ReadySpec = ReadySpec()
+    smoke: SmokeSpec | None = None
+    stop_grace_s: float = Field(10, gt=0, le=MAX_TIMEOUT_S)
+
+    _env_names = field_validator("env")(_check_env_names)
+
+    @model_validator(mode="after")
+    def _generic_needs_a_ready_rule(self) -> ServerSpec:
+        if self.kind == "generic" and not (self.ready.log_pattern or self.ready.health_url):
+            raise ValueError("a generic server needs ready.log_pattern or ready.health_url to know when it is ready")
+        return self
+
+
+class DrainSpec(_Strict):
+    """After stopping: wait until every GPU's memory.used is back within tolerance of its preflight value."""
+
+    timeout_s: float = Field(60, ge=0, le=MAX_TIMEOUT_S)
+    tolerance_mib: int = Field(256, ge=0, le=MAX_MIB)
+
+
+class SamplerSpec(_Strict):
+    """nvidia-smi every 100 ms by default; `kind: nvml` samples through NVML (nvidia-ml-py on the host), fast
+    enough to see allocations that last tens of milliseconds; `kind: none` runs without a GPU trace (a host
+    without nvidia-smi: no preflight GPU state, no memory drain, no peaks — the report says so)."""
+
+    kind: Literal["nvidia-smi", "nvml", "none"] = "nvidia-smi"
+    interval_ms: int = Field(100, ge=1, le=3_600_000)
+
+
+class Experiment(_Strict):
+    experiment: Annotated[str, _slug("experiment name", MAX_EXPERIMENT_CHARS)]
+    question: str = ""
+    hosts: dict[str, HostSpec] = Field(min_length=1)
+    host: str | list[str] | None = Field(None, description="the host(s) the runs use; default: the only host. With "
+                                         "several, repetition r runs on host r mod n, so every host runs whole replicates")
+    nodes: list[str] | None = Field(None, description="a multi-node server: every run spans these hosts, in "
+                                                       "node-rank order; excludes `host:`")
+    master_addr: Annotated[str, _address("master_addr")] | None = Field(
+        None, description="{master_addr} for multi-node servers; default: the address of the first node")
+    server: ServerSpec
+    factors: dict[str, dict[str, Level]] = {}
+    variants: list[dict[str, StrictStr]] | None = None
+    baseline: dict[str, StrictStr] | None = None
+    repetitions: int = Field(1, ge=1, le=1000)
+    drain: DrainSpec = DrainSpec()
+    sampler: SamplerSpec = SamplerSpec()
+    secrets: list[StrictStr] = Field(
+        [], max_length=MAX_ENTRIES,
+        description="env variable names and flag names whose values are secret, beyond the built-in name pattern "
+                    "(TOKEN, KEY, SECRET, PASSWORD, …), e.g. [DB_URL, --my-password]: their values are masked in "
+                    "every file of a run directory")
+
+    @field_validator("hosts")
+    @classmethod
+    def _host_names(cls, hosts: dict[str, Any]) -> dict[str, Any]:
+        problems = [p for name in hosts if (p := slug_problem("host name", name))]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return hosts
+
+    @field_validator("factors")
+    @classmethod
+    def _factor_names(cls, factors: dict[str, dict[str, Level]]) -> dict[str, dict[str, Level]]:
+        for name, levels in factors.items():
+            if not _IDENTIFIER.match(name) or len(name) > MAX_NAME_CHARS:
+                raise ValueError(f"factor name `{name[:40]}` must be an identifier (letters, digits, _) of at most "
+                                 f"{MAX_NAME_CHARS} characters")
+            if not levels:
+                raise ValueError(f"factor `{name}` has no levels")
+            for level in levels:
+                if problem := slug_problem(f"level name of factor `{name}`", level):
+                    raise ValueError(problem)
+        return factors
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, secrets: list[str]) -> list[str]:
+        wrong = [s for s in secrets if not (_ENV_NAME.match(s) or (s.startswith("-") and len(s) > 1 and
+                                                                   not any(c.isspace() for c in s)))]
+        if wrong:
+            raise ValueError(f"{', '.join(f'`{w[:40]}`' for w in wrong)}: each entry is an environment variable name "
+                             "(letters, digits, _) or a flag (starting with '-', no spaces), e.g. [DB_URL, --api-key]")
+        return secrets
+
+    @model_validator(mode="after")
+    def _design_is_consistent(self) -> Experiment:
+        if problems := design.problems(self):
+            raise design.DesignError(problems)
+        return self
+
+    @property
+    def host_names(self) -> list[str]:
+        if self.nodes is not None:
+            return list(self.nodes)
+        if self.host is None:
+            return [next(iter(self.hosts))]
+        return [self.host] if isinstance(self.host, str) else list(dict.fromkeys(self.host))
+
+    @property
+    def host_name(self) -> str:
+        """The first host used (the only one in most experiments)."""
+        return self.host_names[0]
+
+    @property
+    def simulated(self) -> bool:
+        return any(self.hosts[h].transport == "sim" for h in self.host_names)
+
+
+def json_schema() -> dict:
+    """The JSON Schema of a params file (`launchlab schema`), for editors and validators."""
+    schema = Experiment.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "launchlab params file", **schema}
