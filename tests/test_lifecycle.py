@@ -115,7 +115,7 @@ server:
 # node 0 serves HTTP after "rendezvous"; node 1 just stays up, or exits when asked to fail.
 NODE_SCRIPT = ("import http.server, sys, time; rank, n, master, port = sys.argv[1:5]; "
                "print('node', rank, 'of', n, 'master', master, flush=True); "
-               "time.sleep(0.5); "
+               "time.sleep(2.0 if rank == '0' and FAIL else 0.5); "  # a failing worker fails first
                "[sys.exit(3) for _ in [0] if rank == '1' and FAIL]; "
                "print('serving', flush=True) if rank == '0' else None; "
                "http.server.HTTPServer(('127.0.0.1', int(port)), http.server.SimpleHTTPRequestHandler).serve_forever() "
@@ -294,3 +294,21 @@ sampler: {{kind: none}}
     assert "No GPU trace" in (run_dir / "summary.html").read_text()
     status = json.loads(next(run_dir.glob("runs/*/status.json")).read_text())
     assert not any("could not collect" in n for n in status["notes"]), status["notes"]
+
+
+def test_a_run_notebook_that_fails_is_recorded_with_its_exception_and_an_edited_params_file_is_refused(small_params,
+                                                                                                      tmp_path):
+    import papermill
+
+    from conftest import ROOT
+
+    path = small_params()
+    run_dir = batch.ensure_run_dir(path)
+    with pytest.raises(papermill.PapermillExecutionError) as info:
+        papermill.execute_notebook(str(ROOT / "notebooks/run_variant.ipynb"), str(tmp_path / "out.ipynb"),
+                                   parameters={"experiment": str(path), "run_id": "", "run_dir": str(run_dir),
+                                               "params_sha256": "0" * 64},
+                                   kernel_name="python3", progress_bar=False, cwd=str(ROOT / "notebooks"))
+    message = batch._notebook_error(info.value)
+    assert message.startswith("ParamsError: ") and "changed after the batch validated it" in message
+    assert not list(run_dir.glob("runs/*/processes.json"))  # nothing was launched

@@ -165,6 +165,10 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str]) -> dict:
 
 
 def _undetermined_why(factor: str, detail: list[dict]) -> str:
+    planned = {lv for s in detail for lv in s["levels"]}
+    if len(planned) == 1:
+        return f"only {factor}={next(iter(planned))} was planned (a run restricted with --only, or a design " \
+               "that lists one level), so it was never compared"
     reasons = []
     for s in detail:
         where = f" at {_label(s['held'])}" if s["held"] else ""

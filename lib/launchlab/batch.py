@@ -80,7 +80,7 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
     lines = [f"{exp.experiment}: {len(plan)} runs, interleaved, on host(s) {', '.join(exp.host_names)}"
              f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
     lines += [f"  [{r.seq}] {r.run_id}  host {r.host}" for r in plan]
-    for variant in dict.fromkeys(r.variant for r in plan):
+    for variant in {r.variant.name: r.variant for r in plan}.values():
         launch = params.render(exp, variant, port=0, run_id="RUN_ID", host=exp.host_name)
         lines += ["", f"{variant.name}:", "  argv: " + shlex.join(masker.argv(launch.argv, extra))]
         lines += [f"  env:  {k}={v}" for k, v in masker.env(launch.env, extra).items()]
@@ -104,19 +104,23 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
         connected = {name: hosts.connect(exp, name, sim_box=box) for name in exp.host_names}
         for host in connected.values():
             _check_reachable(host, exp.sampler.kind)
-        run_dir, created = _open_run_dir(exp, plan, params_path, out_root, resume, box)
+        fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
+        run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume, box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
         outputs.update_json(run_dir / outputs.MANIFEST, {"batch": owner.batch, "sim_box": str(box) if box else None})
         try:
             held = _lock_hosts(exp, connected, owner, wait, say)
         except BaseException:
-            if created:
-                shutil.rmtree(run_dir, ignore_errors=True)  # nothing ran: leave nothing behind
+            _discard(run_dir if resume is None else None, fresh)
             raise
         with locks.Heartbeat(held):
-            for host in connected.values():
-                _handle_leftovers(host, stop_leftovers, say, owner.batch)
-            _check_patches(exp, connected)
+            try:
+                for host in connected.values():
+                    _handle_leftovers(host, stop_leftovers, say, owner.batch)
+                _check_patches(exp, connected)
+            except BaseException:
+                _discard(run_dir if resume is None else None, fresh)
+                raise
             say(f"launchlab: {exp.experiment}: {len(plan)} runs on host(s) {', '.join(repr(h) for h in connected)}"
                 f"{' (SIMULATED)' if exp.simulated else ''} → {run_dir}")
             todo = []
@@ -140,6 +144,22 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
                 box.parent.rmdir()  # the boxes' folder, when no other batch has one there
     report(run_dir, say)
     return run_dir
+
+
+def _new_folders(exp: params.Experiment, out_root: Path | None) -> list[Path]:
+    """The folders a new run directory may create above itself: the outputs root and the experiment's."""
+    root = (Path(out_root) if out_root else outputs.default_root()).resolve()
+    return [root / exp.experiment, root]
+
+
+def _discard(run_dir: Path | None, fresh: list[Path]) -> None:
+    """Nothing was launched: remove the run directory made for it, and the folders made for that."""
+    if run_dir is None:
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for folder in fresh:  # deepest first; only if empty
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _check_reachable(host, sampler: str) -> None:
@@ -366,7 +386,7 @@ def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, 
                   "gpus": ",".join(str(g) for g in gpus) if gpus else "",
                   "params_sha256": params.digest(params_file)})
     except Exception as exc:  # noqa: BLE001 - any notebook failure becomes this run's error, the batch goes on
-        problem = f"the run notebook failed: {type(exc).__name__}: {str(exc).strip()[:500]}"
+        problem = f"the run notebook failed: {_notebook_error(exc)}"
     finally:
         progress.stop_event.set()
     if not _done(folder) or problem:
@@ -374,6 +394,14 @@ def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, 
     status = outputs.read_json(folder / outputs.STATUS)
     why = f" ({status['failure_reason']})" if status.get("failure_reason") else ""
     say(f"{label}  {status['status']}{why}  {time.monotonic() - progress.t0:.1f} s")
+
+
+def _notebook_error(exc: Exception) -> str:
+    """What went wrong in a notebook, the exception first: papermill's message is the whole traceback, whose
+    last line (the exception) is what a reader needs."""
+    if isinstance(exc, papermill.PapermillExecutionError):
+        return f"{exc.ename}: {exc.evalue}"[:2000]
+    return f"{type(exc).__name__}: {str(exc).strip()}"[:2000]
 
 
 def _done(folder: Path) -> bool:

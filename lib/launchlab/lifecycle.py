@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import re
 import shutil
 import signal
@@ -106,8 +107,11 @@ class _Node:
 
 
 def run_tag(exp: params.Experiment, run_dir: Path, run_id: str) -> str:
-    """The value of LAUNCHLAB_RUN_ID for a run: experiment/run-directory/run-id."""
-    return f"{exp.experiment}/{Path(run_dir).name}/{run_id}"
+    """The value of LAUNCHLAB_RUN_ID for a run: experiment/run-directory-where/run-id. `where` is a digest of
+    the run directory's absolute path: two batches that start the same second (same directory name, other
+    output folders or clones) must never take each other's processes for their own."""
+    where = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:8]
+    return f"{exp.experiment}/{Path(run_dir).name}-{where}/{run_id}"
 
 
 def _host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) -> str:

@@ -1,0 +1,77 @@
+"""`launchlab run --dry-run | --only | --repetitions`, `launchlab ls` and `launchlab schema` as a user calls them."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from conftest import LAUNCHLAB, ROOT
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def test_dry_run_prints_every_run_and_each_variants_command_with_secrets_masked_and_launches_nothing(tmp_path):
+    spec = yaml.safe_load((ROOT / "params/demo.yaml").read_text())
+    spec["server"]["env"] = {"HF_TOKEN": "hf_dryrunsecret123"}
+    spec["server"]["command"] += ["--api-key", "sk-dryrun-456"]
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    proc = cli("run", str(path), "--dry-run", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "8 runs" in out and "nothing is launched" in out
+    assert "01_custom_ar-off.mem_fraction-0.55_rep1" in out and "08_custom_ar-on.mem_fraction-0.85_rep2" in out
+    assert "--disable-custom-all-reduce" in out and "--mem-fraction-static 0.85" in out
+    assert "SGLANG_FORCE_CUSTOM_AR_PCIE=0" in out
+    assert "hf_dryrunsecret123" not in out and "sk-dryrun-456" not in out and "HF_TOKEN=****" in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_only_and_repetitions_select_a_subset_of_the_plan(tmp_path):
+    proc = cli("run", str(ROOT / "params/demo.yaml"), "--dry-run", "--only", "mem_fraction=0.85", "--repetitions", "1")
+    assert proc.returncode == 0, proc.stderr
+    runs = [line.split()[1] for line in proc.stdout.splitlines() if line.strip().startswith("[")]
+    assert runs == ["02_custom_ar-off.mem_fraction-0.85_rep1", "04_custom_ar-on.mem_fraction-0.85_rep1"]
+    proc = cli("run", str(ROOT / "params/demo.yaml"), "--dry-run", "--only", "on", "0.55")
+    runs = [line.split()[1] for line in proc.stdout.splitlines() if line.strip().startswith("[")]
+    assert runs == ["03_custom_ar-on.mem_fraction-0.55_rep1", "07_custom_ar-on.mem_fraction-0.55_rep2"]
+    bad = cli("run", str(ROOT / "params/demo.yaml"), "--dry-run", "--only", "0.99")
+    assert bad.returncode == 2 and "--only 0.99: no such level" in bad.stderr and "mem_fraction=0.85" in bad.stderr
+
+
+@pytest.mark.slow
+def test_only_runs_just_those_runs_and_ls_lists_the_run_directory(tmp_path, sim_root):
+    out = tmp_path / "out"
+    proc = cli("run", str(ROOT / "params/demo.yaml"), "--out", str(out), "--only", "custom_ar=off", "--repetitions", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["run_ids"] == ["01_custom_ar-off.mem_fraction-0.55_rep1", "02_custom_ar-off.mem_fraction-0.85_rep1"]
+    listing = cli("ls", str(out))
+    assert listing.returncode == 0, listing.stderr
+    [line] = listing.stdout.splitlines()
+    assert str(run_dir) in line and "demo-custom-ar-vs-mem-fraction" in line and "2/2 runs" in line
+    # the subset cannot decide custom_ar, and the headline says so first
+    assert "INCONCLUSIVE: custom_ar is undetermined: only custom_ar=off was planned" in line
+
+
+def test_ls_of_an_empty_folder_says_so(tmp_path):
+    proc = cli("ls", str(tmp_path))
+    assert proc.returncode == 0 and "no run directory under" in proc.stderr
+
+
+def test_the_json_schema_describes_every_key_and_the_shipped_params_validate_against_it():
+    proc = cli("schema")
+    assert proc.returncode == 0, proc.stderr
+    schema = json.loads(proc.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in sorted((ROOT / "params").glob("*.yaml")):
+        errors = sorted(validator.iter_errors(yaml.safe_load(path.read_text())), key=str)
+        assert errors == [], f"{path.name}: {errors[0].message if errors else ''}"
+    assert "experiment" in schema["properties"] and "sampler" in schema["properties"]
