@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test bench lint check-notebooks clean
+.PHONY: help setup demo test bench lint check-notebooks check-fixtures clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ lint: $(STAMP)  ## ruff
 
 check-notebooks: $(STAMP)  ## committed notebooks must carry no outputs
 	$(BIN)/python -m launchlab.nbcheck notebooks
+
+check-fixtures:  ## the fixture copies still match ../shared/data (where it is present) byte for byte
+	cd ../shared/data/real-logs && sha256sum --quiet -c $(CURDIR)/tests/fixtures/real-logs/SHA256SUMS
 
 clean:  ## remove the environment and caches (keeps outputs/)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, write_params
-from launchlab import batch, lifecycle, outputs, params
+from launchlab import batch, lifecycle, notebooks, params, rundir, runview
 from launchlab.hosts import connect
 from launchlab.plan import make_plan
 
@@ -21,7 +21,7 @@ def run_first(path, index=0):
     run = make_plan(exp)[index]
     run_dir = batch.ensure_run_dir(path)
     hosts = {name: connect(exp, name) for name in run.hosts}
-    return lifecycle.run_one(exp, run, run_dir, hosts), outputs.run_folder(run_dir, run.run_id)
+    return lifecycle.run_one(exp, run, run_dir, hosts), rundir.RunDir(run_dir).run(run.run_id).path
 
 
 def test_a_ready_run_is_stopped_drained_and_collected(small_params):
@@ -77,12 +77,12 @@ def test_a_server_that_dies_without_a_known_error_is_failed_process_exited(tmp_p
 
 def test_ctrl_c_during_a_run_stops_the_server_and_records_the_interruption(small_params, tmp_path):
     path = small_params(pace=3.0, timeout=120)
-    code = (f"from launchlab import batch, lifecycle; rd = batch.ensure_run_dir({str(path)!r}); print(rd, flush=True); "
-            f"lifecycle.run_variant({str(path)!r}, '', rd)")
+    code = (f"from launchlab import batch, runview; rd = batch.ensure_run_dir({str(path)!r}); print(rd, flush=True); "
+            f"runview.run_variant({str(path)!r}, '', rd)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=os.environ.copy())
     run_dir = proc.stdout.readline().strip()
-    folder = outputs.run_folder(run_dir, make_plan(params.load(path))[0].run_id)
+    folder = rundir.RunDir(run_dir).run(make_plan(params.load(path))[0].run_id).path
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if (folder / "processes.json").exists() and "server" in (folder / "processes.json").read_text():
@@ -187,7 +187,7 @@ def test_a_leftover_process_holding_gpu_memory_before_a_run_is_a_confound(small_
     finally:
         holder.kill()
         holder.wait()
-    facts = {r.run_id: json.loads((outputs.run_folder(run_dir, r.run_id) / "provenance.json").read_text())
+    facts = {r.run_id: json.loads((rundir.RunDir(run_dir).run(r.run_id).path / "provenance.json").read_text())
              for r in (first, second)}
     runs = pd.DataFrame([{"run_id": r.run_id, "variant": r.variant, "status": r.status} for r in (first, second)])
     found = confounds.find(runs, facts, first.variant)
@@ -241,11 +241,11 @@ def test_a_run_is_never_run_again_over_its_raw_files(small_params, tmp_path):
     run_dir = batch.ensure_run_dir(path)
     exp = params.load(path)
     run = make_plan(exp)[1]
-    first = lifecycle.run_variant(path, run.run_id, run_dir)
-    folder = outputs.run_folder(run_dir, run.run_id)
+    first = runview.run_variant(path, run.run_id, run_dir)
+    folder = rundir.RunDir(run_dir).run(run.run_id).path
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     with pytest.raises(RunDirError, match="never overwritten"):
-        lifecycle.run_variant(path, run.run_id, run_dir)
+        runview.run_variant(path, run.run_id, run_dir)
     assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
     assert first.status == "ready"
 
@@ -309,6 +309,6 @@ def test_a_run_notebook_that_fails_is_recorded_with_its_exception_and_an_edited_
                                    parameters={"experiment": str(path), "run_id": "", "run_dir": str(run_dir),
                                                "params_sha256": "0" * 64},
                                    kernel_name="python3", progress_bar=False, cwd=str(ROOT / "notebooks"))
-    message = batch._notebook_error(info.value)
+    message = notebooks.notebook_error(info.value)
     assert message.startswith("ParamsError: ") and "changed after the batch validated it" in message
     assert not list(run_dir.glob("runs/*/processes.json"))  # nothing was launched

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, ROOT, processes_using
-from launchlab import locks
+from launchlab import locks, recovery
 from launchlab.errors import HostError
 from launchlab.hosts.local import LocalHost
 
@@ -21,7 +21,7 @@ from launchlab.hosts.local import LocalHost
 @pytest.fixture
 def lock_dir(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "locks"
-    monkeypatch.setenv(locks.LOCK_DIR_ENV, str(folder))
+    monkeypatch.setenv("LAUNCHLAB_LOCK_DIR", str(folder))
     return folder
 
 
@@ -107,7 +107,7 @@ def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_wait
 
     state_file = Path(os.environ["LAUNCHLAB_SIM_ROOT"]) / "sshbox" / "host.json"
     state = json.loads(state_file.read_text())
-    state["pace"] = 3.0  # the first batch's server takes a while: the others arrive while it runs
+    state["pace"] = 10.0  # the first batch's server takes a while (~25 s): the others arrive while it runs
     state_file.write_text(json.dumps(state))
     first = subprocess.Popen([*LAUNCHLAB, "run", str(ssh_params(tmp_path, sshd, "first")), "--out", str(tmp_path / "o1")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -123,13 +123,13 @@ def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_wait
         assert not (tmp_path / "o2").exists() or not list((tmp_path / "o2").rglob("manifest.json"))
         # the first batch's live processes are not leftovers of anyone
         host = connect(params.load(ssh_params(tmp_path, sshd, "probe")))
-        from launchlab import lifecycle
 
         deadline = time.monotonic() + 60
         while not list((tmp_path / "o1").rglob("processes.json")) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert lifecycle.leftovers(host) == []
+        assert recovery.leftovers(host) == []
         host.close()
+        assert first.poll() is None, "the first batch ended before the third could wait for it: make it slower"
         waiter = subprocess.run([*LAUNCHLAB, "run", str(ssh_params(tmp_path, sshd, "third")), "--out",
                                  str(tmp_path / "o3"), "--wait"], capture_output=True, text=True, timeout=600)
         assert waiter.returncode == 0, waiter.stderr[-3000:]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, write_params
-from launchlab import batch, lifecycle, outputs, params, provenance
+from launchlab import batch, lifecycle, params, provenance, rundir
 from launchlab.hosts import connect
 from launchlab.hosts.sim import SimHost
 from launchlab.plan import make_plan
@@ -112,15 +112,15 @@ def test_a_patch_is_applied_for_its_runs_and_reverted_after_them_even_when_they_
         run = by_levels[levels]
         result = lifecycle.run_one(exp, run, run_dir, host)
         assert result.status == expect
-        log = (outputs.run_folder(run_dir, run.run_id) / "server.log").read_text()
+        log = (rundir.RunDir(run_dir).run(run.run_id).path / "server.log").read_text()
         assert "DEBUG tiny: value=1 GiB" in log  # the patched code ran
         assert any("pristine (RECORD check): True" in n for n in result.notes), result.notes
         facts = provenance.integrity(host, argv)
         assert facts["modified"] == [] and facts["added"] == [] and facts["files_checked"] >= 2
-        prov = json.loads((outputs.run_folder(run_dir, run.run_id) / "provenance.json").read_text())
+        prov = json.loads((rundir.RunDir(run_dir).run(run.run_id).path / "provenance.json").read_text())
         assert prov["patched"] is True and prov["patches"] == [str(patch)]
     plain = lifecycle.run_one(exp, by_levels[("off", "no")], run_dir, host)
-    assert "DEBUG tiny" not in (outputs.run_folder(run_dir, plain.run_id) / "server.log").read_text()
+    assert "DEBUG tiny" not in (rundir.RunDir(run_dir).run(plain.run_id).path / "server.log").read_text()
 
 
 def test_a_modified_installed_file_shows_in_the_integrity_check(tmp_path, sim_root, tiny_venv):

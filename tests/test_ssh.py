@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import LAUNCHLAB, write_params
-from launchlab import batch, lifecycle, outputs, params
+from launchlab import batch, lifecycle, params, recovery, rundir
 from launchlab.errors import HostError
 from launchlab.hosts import connect
 from launchlab.plan import make_plan
@@ -85,7 +85,7 @@ def test_a_generic_server_runs_over_ssh_and_nothing_is_left_behind(tmp_path, ssh
     result = lifecycle.run_one(exp, run, batch.ensure_run_dir(path), host)
     assert result.status == "ready", result
     assert result.stopped_with == "TERM"
-    assert lifecycle.leftovers(host) == []
+    assert recovery.leftovers(host) == []
     host.close()
 
 
@@ -94,7 +94,7 @@ def test_the_demo_design_runs_over_ssh_end_to_end(tmp_path, sshd):
     proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = outputs.check_run_dir(__import__("pathlib").Path(proc.stdout.strip()))
+    run_dir = rundir.RunDir.check(__import__("pathlib").Path(proc.stdout.strip())).path
     statuses = {f.name: json.loads((f / "status.json").read_text()) for f in (run_dir / "runs").iterdir()}
     by_level = {s["levels"]["mem_fraction"]: s for s in statuses.values()}
     assert by_level["0.55"]["status"] == "failed" and by_level["0.55"]["failure_reason"] == "kv_cache_no_memory"
@@ -117,7 +117,7 @@ def test_a_dropped_connection_keeps_what_was_seen_and_the_leftover_is_found_next
     import threading
 
     def cut() -> None:
-        folder = outputs.run_folder(run_dir, run.run_id)
+        folder = rundir.RunDir(run_dir).run(run.run_id).path
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if (folder / "server.log").exists() and (folder / "server.log").stat().st_size > 200:
@@ -135,21 +135,21 @@ def test_a_dropped_connection_keeps_what_was_seen_and_the_leftover_is_found_next
     cutter.join()
     assert result.status == "error"
     assert "could not be reopened" in result.failure_message or "dropped" in result.failure_message
-    folder = outputs.run_folder(run_dir, run.run_id)
+    folder = rundir.RunDir(run_dir).run(run.run_id).path
     assert "SIMULATED SGLang server" in (folder / "server.log").read_text()  # what was seen before the cut is kept
     assert any("could not collect" in n for n in result.notes)
     host.close()
 
     sshd.start()  # the host is back: the next run finds what the lost run left behind
     host = connect(params.load(path))
-    left = lifecycle.leftovers(host)
+    left = recovery.leftovers(host)
     assert [g["run"] for g in left] and all(g["run"].endswith(run.run_id) for g in left)
     proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out2")], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1 and "--stop-leftovers" in proc.stderr
     for group in left:
         host.kill_group(group["pgid"], 5)
-    assert lifecycle.leftovers(host) == []
+    assert recovery.leftovers(host) == []
     host.close()
     del spec
 

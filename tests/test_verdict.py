@@ -31,7 +31,7 @@ def rebuild(run_dir: Path) -> dict:
     """What `launchlab report` does before the notebook: frames from the raw files, verdict.json, report.md."""
     exp = params.load(run_dir / "experiment.yaml")
     frames.write(run_dir, frames.build(run_dir, exp))
-    report.write(run_dir)
+    report.write_verdict(run_dir)
     return json.loads((run_dir / "verdict.json").read_text())
 
 

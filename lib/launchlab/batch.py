@@ -1,46 +1,29 @@
-"""Runs a plan: papermill executes run_variant.ipynb once per run, then summary.ipynb, then the HTML export.
+"""A batch: the plan of a params file run on its hosts — one notebook per run (notebooks.py), hosts in
+parallel — then the summary.
 
-The batch validates everything and reaches the host before anything is launched. After each run it checks
-the kit's own status.json (papermill's view can say "success" for a kernel that died) and stops any process
-group the run left behind, which is also what happens when the user presses Ctrl-C mid-run.
+The batch validates everything, reaches every host, takes their locks and checks for leftovers and stale
+patches before anything is launched. After each run it checks the kit's own status.json (papermill's view can
+say "success" for a kernel that died) and recovers a run whose notebook did not finish, which is also what
+happens to the runs in flight when the user presses Ctrl-C.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-import papermill
-
-from launchlab import __version__, export, frames, hosts, lifecycle, locks, masking, outputs, params, patching
-from launchlab import report as report_md
-from launchlab.errors import HostError, LaunchlabError, NotebookFailed, ParamsError, RunDirError
+from launchlab import __version__, hosts, locks, masking, notebooks, params, patching, records, recovery, rundir
+from launchlab.errors import HostError, LaunchlabError, ParamsError, RunDirError
 from launchlab.hosts import commands, sim
 from launchlab.plan import Run, make_plan
 
-NOTEBOOKS_ENV = "LAUNCHLAB_NOTEBOOKS"
-Say = Callable[[str], None]
-
-
-def notebooks_dir() -> Path:
-    if os.environ.get(NOTEBOOKS_ENV):
-        return Path(os.environ[NOTEBOOKS_ENV])
-    here = Path(__file__).resolve().parents[2] / "notebooks"  # lib/launchlab/batch.py → checkout root
-    if (here / "run_variant.ipynb").is_file():
-        return here
-    raise RunDirError(f"cannot find the notebooks folder (looked in {here}); set {NOTEBOOKS_ENV}")
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+Say = notebooks.Say
 
 
 def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None
@@ -90,7 +73,7 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
 
 
 def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
-              say: Say = _stderr, stop_leftovers: bool = False, wait: bool = False, only: tuple[str, ...] = (),
+              say: Say = notebooks.stderr, stop_leftovers: bool = False, wait: bool = False, only: tuple[str, ...] = (),
               repetitions: int | None = None) -> Path:
     """Run every planned run of a params file; return the run directory.
 
@@ -107,7 +90,8 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
         fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
         run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume, box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
-        outputs.update_json(run_dir / outputs.MANIFEST, {"batch": owner.batch, "sim_box": str(box) if box else None})
+        rundir.update_json(rundir.RunDir(run_dir).manifest_file, {"batch": owner.batch,
+                                                                  "sim_box": str(box) if box else None})
         try:
             held = _lock_hosts(exp, connected, owner, wait, say)
         except BaseException:
@@ -125,7 +109,7 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
                 f"{' (SIMULATED)' if exp.simulated else ''} → {run_dir}")
             todo = []
             for run in plan:
-                if resume and _finished(outputs.run_folder(run_dir, run.run_id)):
+                if resume and records.finished(rundir.RunDir(run_dir).run(run.run_id)):
                     say(f"[{run.seq}/{len(plan)}] {run.run_id}  already done, skipped")
                 else:
                     todo.append(run)
@@ -142,13 +126,13 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
             shutil.rmtree(box, ignore_errors=True)
             with contextlib.suppress(OSError):
                 box.parent.rmdir()  # the boxes' folder, when no other batch has one there
-    report(run_dir, say)
+    notebooks.summarize(run_dir, say)
     return run_dir
 
 
 def _new_folders(exp: params.Experiment, out_root: Path | None) -> list[Path]:
     """The folders a new run directory may create above itself: the outputs root and the experiment's."""
-    root = (Path(out_root) if out_root else outputs.default_root()).resolve()
+    root = (Path(out_root) if out_root else rundir.default_root()).resolve()
     return [root / exp.experiment, root]
 
 
@@ -221,7 +205,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
                 with lock:
                     in_flight[(name, slot)] = run
                 try:
-                    _run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus)
+                    notebooks.run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus)
                 except (LaunchlabError, OSError) as exc:
                     say(f"[{run.seq}/{total}] {run.run_id}  kit error: {exc}")
                     with lock:
@@ -249,10 +233,10 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
             current = dict(in_flight)
         for run in current.values():
             say(f"[{run.seq}/{total}] {run.run_id}  interrupted: stopping what the run started")
-            lifecycle.stop_recorded(exp, run, run_dir, connected)
+            recovery.stop_recorded(exp, run, run_dir, connected)
         wait_all()  # the notebooks end quickly once their servers are gone
         for run in current.values():
-            lifecycle.recover(exp, run, run_dir, connected, "interrupted by the user (Ctrl-C); the server was stopped")
+            recovery.recover(exp, run, run_dir, connected, "interrupted by the user (Ctrl-C); the server was stopped")
         raise
     if broken:
         raise RunDirError("the batch stopped: " + "; ".join(broken) + ". Every run that had started was stopped; "
@@ -262,7 +246,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
 def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
     """The run directory a single run notebook writes into: the given one, or a new one for its params."""
     if run_dir:
-        return outputs.check_run_dir(Path(run_dir))
+        return rundir.RunDir.check(run_dir).path
     exp = params.load(params_path)
     return _open_run_dir(exp, make_plan(exp), params_path, None, None)[0]
 
@@ -281,7 +265,7 @@ def _handle_leftovers(host, stop: bool, say: Say, batch: str) -> None:
     """Processes an earlier run left on the host (its batch lost the host, or died) would skew this
     experiment's memory figures: stop them when asked to, otherwise refuse to launch and say how. Only this
     user's processes of batches that no live lock accounts for are leftovers."""
-    left = lifecycle.leftovers(host, locks.live_batches(locks.holders(host)) | {batch})
+    left = recovery.leftovers(host, locks.live_batches(locks.holders(host)) | {batch})
     if not left:
         return
     listing = "; ".join(f"pgid {g['pgid']} (pids {', '.join(map(str, g['pids']))}) from run {g['run']} of a batch "
@@ -302,15 +286,15 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
                   box: Path | None = None) -> tuple[Path, bool]:
     """The run directory (absolute) and whether this call created it."""
     if resume is not None:
-        run_dir = outputs.check_run_dir(Path(resume)).resolve()
-        manifest = outputs.read_json(run_dir / outputs.MANIFEST)
+        directory = rundir.RunDir.check(resume)
+        run_dir, manifest = directory.path, directory.manifest()
         if manifest["run_ids"] != [r.run_id for r in plan] or manifest["experiment"] != exp.experiment:
             raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
                               "resume it with the params it was run with")
         return run_dir, False
-    run_dir = outputs.new_run_dir(Path(out_root) if out_root else outputs.default_root(), exp.experiment).resolve()
-    outputs.write_text(run_dir / outputs.EXPERIMENT_FILE, params.dump_resolved(exp, masked=True))
-    outputs.write_json(run_dir / outputs.MANIFEST, {
+    directory = rundir.RunDir.create(Path(out_root) if out_root else rundir.default_root(), exp.experiment)
+    rundir.write_text(directory.experiment_file, params.dump_resolved(exp, masked=True))
+    rundir.write_json(directory.manifest_file, {
         "experiment": exp.experiment,
         "question": exp.question,
         "params_file": str(Path(params_path).resolve()),
@@ -329,108 +313,6 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         "batch": None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)
         "sim_box": str(box) if box else None,
     })
-    return run_dir, True
+    return directory.path, True
 
 
-def _finished(folder: Path) -> bool:
-    try:
-        status = outputs.read_json(folder / outputs.STATUS)
-    except RunDirError:
-        return False
-    return status.get("state") == "done" and status.get("status") != "error"
-
-
-class _Progress(threading.Thread):
-    """Prints a line whenever the run's state changes (from the status.json the lifecycle keeps current)."""
-
-    def __init__(self, label: str, folder: Path, say: Say):
-        super().__init__(daemon=True)
-        self.label, self.folder, self.say = label, folder, say
-        self.stop_event = threading.Event()
-        self.t0 = time.monotonic()
-
-    def run(self) -> None:
-        last = None
-        while not self.stop_event.wait(0.5):
-            try:
-                state = outputs.read_json(self.folder / outputs.STATUS).get("state")
-            except RunDirError:
-                state = "kernel starting"
-            if state != last and state != "done":
-                self.say(f"{self.label}  {state}  {time.monotonic() - self.t0:.1f} s")
-                last = state
-
-
-def _papermill(template: str, output: Path, parameters: dict) -> None:
-    """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
-    silenced so the progress lines stay readable. Cell errors still land in the executed notebook."""
-    papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
-                               kernel_name="python3", progress_bar=False, cwd=str(notebooks_dir()),
-                               extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-
-
-def _run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say,
-                  params_file: Path, gpus: list[int] | None = None) -> None:
-    folder = outputs.run_folder(run_dir, run.run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    outputs.archive_attempt(folder)  # a repeated run (--resume) keeps the earlier attempt's raw files
-    label = f"[{run.seq}/{total}] {run.run_id}" + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
-    progress = _Progress(label, folder, say)
-    progress.start()
-    problem = None
-    try:
-        _papermill("run_variant.ipynb", folder / outputs.RUN_NOTEBOOK,
-                 # the user's params file, not the run directory's experiment.yaml: that record has its secrets
-                 # masked, and the server needs the real values (the digest proves the file is unchanged)
-                 {"experiment": str(params_file), "run_id": run.run_id, "run_dir": str(run_dir),
-                  "gpus": ",".join(str(g) for g in gpus) if gpus else "",
-                  "params_sha256": params.digest(params_file)})
-    except Exception as exc:  # noqa: BLE001 - any notebook failure becomes this run's error, the batch goes on
-        problem = f"the run notebook failed: {_notebook_error(exc)}"
-    finally:
-        progress.stop_event.set()
-    if not _done(folder) or problem:
-        lifecycle.recover(exp, run, run_dir, hosts, problem or "the run notebook ended without a final status")
-    status = outputs.read_json(folder / outputs.STATUS)
-    why = f" ({status['failure_reason']})" if status.get("failure_reason") else ""
-    say(f"{label}  {status['status']}{why}  {time.monotonic() - progress.t0:.1f} s")
-
-
-def _notebook_error(exc: Exception) -> str:
-    """What went wrong in a notebook, the exception first: papermill's message is the whole traceback, whose
-    last line (the exception) is what a reader needs."""
-    if isinstance(exc, papermill.PapermillExecutionError):
-        return f"{exc.ename}: {exc.evalue}"[:2000]
-    return f"{type(exc).__name__}: {str(exc).strip()}"[:2000]
-
-
-def _done(folder: Path) -> bool:
-    try:
-        return outputs.read_json(folder / outputs.STATUS).get("state") == "done"
-    except RunDirError:
-        return False
-
-
-def _verdict_line(verdict: dict) -> str:
-    """The verdict in one line, inconclusive first."""
-    if not verdict["conclusive"]:
-        return f"INCONCLUSIVE: {verdict['inconclusive_reasons'][0]}"
-    control = "controlled" if verdict["controlled"] else "NOT controlled"
-    decides = ", ".join(verdict["outcome_factors"]) or "no factor"
-    return f"{control}; decides the launch: {decides}"
-
-
-def report(run_dir: Path, say: Say = _stderr) -> Path:
-    """Rebuild the frames from the raw files, execute summary.ipynb and export summary.html."""
-    run_dir = outputs.check_run_dir(run_dir)
-    exp = params.load(run_dir / outputs.EXPERIMENT_FILE)
-    frames.write(run_dir, frames.build(run_dir, exp))
-    verdict = report_md.write(run_dir)
-    say(f"launchlab: frames, verdict.json and report.md written ({_verdict_line(verdict)}); rendering the summary")
-    nb = run_dir / outputs.SUMMARY_NOTEBOOK
-    try:
-        _papermill("summary.ipynb", nb, {"run_dir": str(run_dir)})
-    except papermill.PapermillExecutionError as exc:
-        raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
-    html = export.notebook_to_html(nb, run_dir / outputs.SUMMARY_HTML)
-    return html

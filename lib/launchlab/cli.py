@@ -29,7 +29,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from launchlab import batch, outputs
+    from launchlab import batch, rundir
 
     only = tuple(args.only or ())
     if args.dry_run:
@@ -38,22 +38,22 @@ def _run(args: argparse.Namespace) -> int:
     run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume, stop_leftovers=args.stop_leftovers,
                               wait=args.wait, only=only, repetitions=args.repetitions)
     print(run_dir)
-    print(f"report: {run_dir / outputs.SUMMARY_HTML}", file=sys.stderr)
+    print(f"report: {rundir.RunDir(run_dir).summary_html}", file=sys.stderr)
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
-    from launchlab import batch
+    from launchlab import notebooks
 
-    print(batch.report(Path(args.run_dir).resolve()))  # papermill runs the notebook from another folder
+    print(notebooks.summarize(Path(args.run_dir).resolve()))  # papermill runs the notebook from another folder
     return 0
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from launchlab import outputs
+    from launchlab import rundir
 
-    root = Path(args.dir) if args.dir else outputs.default_root()
-    rows = outputs.list_run_dirs(root)
+    root = Path(args.dir) if args.dir else rundir.default_root()
+    rows = rundir.list_run_dirs(root)
     if not rows:
         print(f"no run directory under {root}", file=sys.stderr)
         return 0

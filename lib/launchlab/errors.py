@@ -3,7 +3,6 @@
     LaunchlabError
     ├── ParamsError        a params file is wrong (file, field path, what to write instead)
     ├── HostError          a host command, transfer or connection failed
-    │   └── ServerNotReady the server never became ready (kept for callers that need to raise it)
     ├── ParseError         a log or telemetry file cannot be read at all
     ├── RunDirError        a run directory is missing, incomplete or not ours
     └── NotebookFailed     papermill could not execute a notebook
@@ -34,10 +33,6 @@ class HostError(LaunchlabError):
     def __init__(self, host: str, message: str):
         self.host = host
         super().__init__(f"host {host!r}: {message}")
-
-
-class ServerNotReady(HostError):
-    """The server did not become ready on a host."""
 
 
 class ParseError(LaunchlabError):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from nbconvert import HTMLExporter
 
-from launchlab import outputs
+from launchlab import rundir
 from launchlab.errors import RunDirError
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -30,5 +30,5 @@ def notebook_to_html(notebook: Path, html_path: Path) -> Path:
     if remote:
         raise RunDirError(f"{html_path}: the report would fetch from the internet ({remote[:3]}); "
                           "the offline template needs updating for this nbconvert version")
-    outputs.write_text(html_path, body)
+    rundir.write_text(html_path, body)
     return html_path

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from launchlab import logparse, outputs, params, telemetry
+from launchlab import logparse, params, records, rundir, telemetry
 from launchlab.errors import RunDirError
 
-RUN_COLUMNS = ["run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase",
-               "failure_message", "startup_s", "peak_mem_used_mib", "phase_reached", "simulated", "smoke_status"]
+RUN_COLUMNS = list(records.RunRecord.ROW)
 EVENT_COLUMNS = ["run_id", "t_s", "rank", "field", "value"]
 TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "mem_free_mib",
                      "util_gpu_pct"]
@@ -35,32 +34,29 @@ class Frames:
     telemetry: pd.DataFrame
 
 
-def _started(status: dict) -> datetime | None:
-    value = status.get("server_started_at")
+def _started(record: records.RunRecord) -> datetime | None:
+    value = record.server_started_at
     return datetime.fromisoformat(value[:26]) if value else None
 
 
 def build(run_dir: Path, exp: params.Experiment) -> Frames:
     """Frames from every run folder that finished (status.json with state "done"), in plan order."""
-    manifest = outputs.read_json(run_dir / outputs.MANIFEST)
+    directory = rundir.RunDir(run_dir)
     run_rows, event_frames, telemetry_frames = [], [], []
     rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
-    for run_id in manifest["run_ids"]:
-        folder = outputs.run_folder(run_dir, run_id)
-        if not (folder / outputs.STATUS).exists():
+    for run_id in directory.manifest()["run_ids"]:
+        folder = directory.run(run_id)
+        status = records.read_status(folder)
+        if status is None or not status.done:
             continue
-        status = outputs.read_json(folder / outputs.STATUS)
-        if status.get("state") != "done":
-            continue
-        row = {c: status.get(c) for c in RUN_COLUMNS}
-        row.update({f: status["levels"].get(f) for f in exp.factors})
+        record = status.record
+        row = {**record.row(), **{f: record.levels.get(f) for f in exp.factors}}
         run_rows.append(row)
-        t0 = _started(status)
+        t0 = _started(record)
         summary: dict | None = None
         peaks: list[float] = []
-        for node in range(max(1, len(status.get("nodes") or []))):
-            suffix = "" if node == 0 else f".node{node}"
-            log, csv = folder / f"server{suffix}.log", folder / f"nvidia-smi{suffix}.csv"
+        for node in range(max(1, len(record.nodes or []))):
+            log, csv = folder.log(node), folder.samples(node)
             if log.exists():  # TP ranks are global across nodes, so events of every node share one frame
                 parsed = logparse.parse_file(log, exp.server.kind, rules)
                 summary = _merge_parsed(summary, parsed.to_json())
@@ -77,7 +73,7 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         # from the samples, like every derived figure: no sample is no peak (NaN), never 0
         row["peak_mem_used_mib"] = max(peaks) if peaks else None
         if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
-            outputs.write_json(folder / outputs.PARSED, summary)
+            rundir.write_json(folder.parsed, summary)
     runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + list(exp.factors))
     for col in ("startup_s", "peak_mem_used_mib"):
         runs[col] = pd.to_numeric(runs[col])
@@ -105,15 +101,15 @@ def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
 
 
 def write(run_dir: Path, frames: Frames) -> None:
-    outputs.write_frame(run_dir / "runs.parquet", frames.runs)
-    outputs.write_frame(run_dir / "events.parquet", frames.events)
-    outputs.write_frame(run_dir / "telemetry.parquet", frames.telemetry)
+    directory = rundir.RunDir(run_dir)
+    for name in rundir.FRAMES:
+        rundir.write_frame(directory.frame(name), getattr(frames, name))
 
 
 def load(run_dir: Path) -> Frames:
-    run_dir = outputs.check_run_dir(run_dir)
-    missing = [n for n in ("runs", "events", "telemetry") if not (run_dir / f"{n}.parquet").is_file()]
+    directory = rundir.RunDir.check(run_dir)
+    missing = [n for n in rundir.FRAMES if not directory.frame(n).is_file()]
     if missing:
         raise RunDirError(f"{run_dir} has no {', '.join(f'{n}.parquet' for n in missing)} yet; "
                           f"`launchlab report {run_dir}` builds them from the runs' raw files")
-    return Frames(*(pd.read_parquet(run_dir / f"{name}.parquet") for name in ("runs", "events", "telemetry")))
+    return Frames(*(pd.read_parquet(directory.frame(name)) for name in rundir.FRAMES))

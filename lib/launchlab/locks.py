@@ -23,12 +23,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+from launchlab import config
 from launchlab.errors import HostError
 from launchlab.hosts import Host, commands
 
 BATCH_ENV = "LAUNCHLAB_BATCH"
-LOCK_DIR_ENV = "LAUNCHLAB_LOCK_DIR"
-DEFAULT_DIR = "/tmp/launchlab-locks"
 HEARTBEAT_S = 10
 STALE_S = 60
 WAIT_REPORT_S = 30
@@ -194,12 +193,12 @@ def live_batches(found: list[Holder]) -> set[str]:
 
 
 def lock_dir(host: Host) -> str:
-    """Where a host's locks live: a simulated box's own folder, else $LAUNCHLAB_LOCK_DIR or /tmp/launchlab-locks
-    (one folder per machine, shared by its users)."""
+    """Where a host's locks live: a simulated box's own folder, else the machine's (config.lock_dir: one folder
+    per machine, shared by its users)."""
     state = getattr(host, "state_dir", None)
     if state is not None:
         return f"{state}/locks"
-    return os.environ.get(LOCK_DIR_ENV) or DEFAULT_DIR
+    return config.lock_dir()
 
 
 def holders(host: Host) -> list[Holder]:

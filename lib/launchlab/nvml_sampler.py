@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-ms", type=float, default=5.0)
     parser.add_argument("-i", "--id", default=None, help="GPU indices, e.g. 0,1 (default: all)")
     args = parser.parse_args(argv)
-    import pynvml  # noqa: PLC0415 - only on hosts that ask for this sampler
+    import pynvml  # imported here: only hosts that ask for this sampler have it
 
     pynvml.nvmlInit()
     count = pynvml.nvmlDeviceGetCount()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launchlab.errors import ParamsError
+from launchlab.errors import ParamsError, RunDirError
 from launchlab.params import MAX_RUNS, Experiment, Variant, expand, plan_size
 
 
@@ -49,4 +49,5 @@ def find_run(plan: list[Run], run_id: str) -> Run:
         if run.run_id == run_id:
             return run
     known = ", ".join(r.run_id for r in plan)
-    raise KeyError(f"run id {run_id!r} is not in the plan (runs: {known})")
+    raise RunDirError(f"run id {run_id!r} is not in the plan of this params file (runs: {known}); pass one of "
+                      "those, or an empty run_id for the first")

@@ -167,3 +167,32 @@ def interpreter_facts(host: Host, argv: list[str] | tuple[str, ...]) -> dict | N
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"error": (res.stderr or res.stdout).strip()[-500:]}
+
+
+def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, secret_names=()) -> dict:
+    """What one node of a run was: the host and its facts, the server's interpreter and installed files, the
+    environment a process inherits there, the launch — every secret masked (masking.Masker)."""
+    facts = host_facts(host)
+    return {
+        "node": rank,
+        "host": host.name,
+        "transport": host.transport,
+        "simulated": host.simulated,
+        "hostname": facts["hostname"],
+        "host_facts": facts,
+        "interpreter": interpreter_facts(host, launch.argv),
+        "integrity": integrity(host, launch.argv),
+        "host_env": host_env(host, lambda env: masker.env(env, secret_names)),
+        "argv": masker.argv(launch.argv, secret_names),
+        "env": masker.env(launch.env, secret_names),
+        "health_url": masker.text(launch.health_url) if launch.health_url else None,
+        "preflight": preflight,
+    }
+
+
+def run_record(kit_version: str, server_kind: str, per_node: list[dict], masker) -> dict:
+    """provenance.json: node 0 at the top level (the whole story for single-host runs), every node under
+    "nodes" for a multi-node server; masked once more as a whole (a secret can hide in any fact)."""
+    record = {"kit_version": kit_version, "server_kind": server_kind, **per_node[0],
+              "nodes": per_node if len(per_node) > 1 else None}
+    return masker.record(record)

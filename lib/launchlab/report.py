@@ -14,12 +14,9 @@ import pandas as pd
 from IPython.display import HTML, Markdown, display
 from pandas.io.formats.style import Styler
 
-from launchlab import analysis, budget, frames, levelchecks, masking, outputs, params, plots, verdict
+from launchlab import analysis, budget, frames, levelchecks, masking, params, plots, rundir, verdict
 from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_block, md_code
-
-VERDICT = "verdict.json"
-REPORT_MD = "report.md"
 
 
 @dataclass(frozen=True)
@@ -45,20 +42,20 @@ class Report:
     def _per_run(self, name: str) -> dict[str, dict]:
         out = {}
         for run_id in self.frames.runs["run_id"]:
-            path = outputs.run_folder(self.run_dir, run_id) / name
+            path = getattr(rundir.RunDir(self.run_dir).run(run_id), name)
             if path.exists():
-                out[run_id] = outputs.read_json(path)
+                out[run_id] = rundir.read_json(path)
         return out
 
     @cached_property
     def facts(self) -> dict[str, dict]:
         """provenance.json of every finished run, by run id."""
-        return self._per_run(outputs.PROVENANCE)
+        return self._per_run("provenance")
 
     @cached_property
     def parsed(self) -> dict[str, dict]:
         """parsed.json (what the server's log says) of every finished run, by run id."""
-        return self._per_run(outputs.PARSED)
+        return self._per_run("parsed")
 
     @cached_property
     def observations(self) -> pd.DataFrame:
@@ -238,7 +235,7 @@ class Report:
         """The last lines of the server log of every run that did not become ready."""
         parts = []
         for run in self.frames.runs[self.frames.runs["status"] != "ready"].itertuples():
-            path = outputs.run_folder(self.run_dir, run.run_id) / outputs.SERVER_LOG
+            path = rundir.RunDir(self.run_dir).run(run.run_id).log()
             tail = log_tail(path, lines) if path.exists() else "(no server log was collected)"
             parts.append(f"<details><summary>{html_text(run.run_id)} — {html_text(run.status)}</summary>"
                          f"<pre>{html_text(tail)}</pre></details>")
@@ -251,10 +248,10 @@ class Report:
         """Relative links to each run's raw files (they work where the run directory is opened whole)."""
         items = []
         for run_id in self.manifest["run_ids"]:
-            folder = outputs.run_folder(self.run_dir, run_id)
-            links = [f'<a href="{html_text(quote(f"runs/{run_id}/{name}"))}">{name}</a>'
-                     for name in (outputs.SERVER_LOG, outputs.STATUS, outputs.RUN_NOTEBOOK, outputs.PROVENANCE)
-                     if (folder / name).exists()]
+            folder = rundir.RunDir(self.run_dir).run(run_id)
+            files = (folder.log(), folder.status, folder.notebook, folder.provenance)
+            links = [f'<a href="{html_text(quote(str(f.relative_to(self.run_dir))))}">{f.name}</a>'
+                     for f in files if f.exists()]
             items.append(f"<li>{html_text(run_id)}: {' · '.join(links) or 'no files (the run never started)'}</li>")
         return HTML(f"<ul>{''.join(items)}</ul>")
 
@@ -299,21 +296,22 @@ def _markdown_table(frame: pd.DataFrame) -> str:
 
 def load(run_dir: str | Path = "") -> Report:
     """A run directory's report; an empty run_dir means the newest run directory under outputs/."""
-    path = Path(run_dir) if run_dir else outputs.latest_run_dir(outputs.default_root())
-    path = outputs.check_run_dir(path)
-    exp = params.load(path / outputs.EXPERIMENT_FILE)
+    directory = rundir.RunDir.check(run_dir) if run_dir else rundir.latest(rundir.default_root())
+    path = directory.path
+    exp = params.load(directory.experiment_file)
     try:
         tables = frames.load(path)
     except RunDirError:  # a run notebook's own folder, or a batch still running: read what the runs left
         tables = frames.build(path, exp)
-    return Report(path, exp, outputs.read_json(path / outputs.MANIFEST), tables)
+    return Report(path, exp, directory.manifest(), tables)
 
 
-def write(run_dir: Path) -> dict:
+def write_verdict(run_dir: Path) -> dict:
     """verdict.json and report.md (for pasting into an issue) from the frames of a run directory."""
     rep = load(run_dir)
     v = rep.verdict
-    outputs.write_json(rep.run_dir / VERDICT, v)
+    directory = rundir.RunDir(rep.run_dir)
+    rundir.write_json(directory.verdict_file, v)
     text = [f"# {md(rep.exp.experiment)}", "", f"Question: {md(rep.exp.question)}", ""]
     if rep.exp.simulated:
         text += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]
@@ -340,5 +338,5 @@ def write(run_dir: Path) -> dict:
         argv = masker.argv(params.apply_flags(list(rep.exp.server.command), variant.flags),
                            rep.exp.secrets)
         text += [f"{md(variant.name)}:", "", md_block(shlex.join(argv), "sh"), ""]
-    outputs.write_text(rep.run_dir / REPORT_MD, "\n".join(text))
+    rundir.write_text(directory.report_md, "\n".join(text))
     return v

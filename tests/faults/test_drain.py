@@ -6,7 +6,7 @@ import os
 import subprocess
 import time
 
-from launchlab import lifecycle, params
+from launchlab import cleanup, lifecycle, nodes, params, reaper, records
 from launchlab.hosts import connect
 
 
@@ -16,12 +16,12 @@ def drain_with(small_params, tmp_path, process_s: float, drain_timeout_s: float)
     exp = params.load(path)
     host = connect(exp)
     tag = f"drain/{tmp_path.name}/01_run"
-    node = lifecycle._Node(0, host, str(tmp_path), tag, preflight=lifecycle._preflight(host))
-    result = lifecycle.RunResult("01_run", "v", 1, host.name, {})
-    straggler = subprocess.Popen(["sleep", str(process_s)], env={**os.environ, lifecycle.RUN_ID_ENV: tag})
+    node = nodes.Node(0, host, str(tmp_path), tag, preflight=lifecycle._preflight(host))
+    result = records.RunRecord("01_run", "v", 1, host.name, {})
+    straggler = subprocess.Popen(["sleep", str(process_s)], env={**os.environ, reaper.RUN_ID_ENV: tag})
     try:
         tic = time.monotonic()
-        lifecycle._drain(exp, node, result, spare=set())
+        cleanup._drain(exp, node, result, spare=set())
         return result, time.monotonic() - tic, straggler
     finally:
         straggler.kill()

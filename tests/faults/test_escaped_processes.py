@@ -7,7 +7,7 @@ import re
 import subprocess
 
 from conftest import processes_using, write_params
-from launchlab import batch, lifecycle, outputs, params
+from launchlab import batch, lifecycle, nodes, params, rundir
 from launchlab.hosts import commands, connect
 from launchlab.plan import make_plan
 
@@ -32,9 +32,9 @@ def test_a_child_that_left_the_servers_group_with_setsid_is_stopped_and_noted(tm
     run = make_plan(exp)[0]
     run_dir = batch.ensure_run_dir(path)
     result = lifecycle.run_one(exp, run, run_dir, connect(exp))
-    folder = outputs.run_folder(run_dir, run.run_id)
+    folder = rundir.RunDir(run_dir).run(run.run_id).path
     helper = int(re.search(r"helper (\d+)", (folder / "server.log").read_text())[1])
-    tag = lifecycle.run_tag(exp, run_dir, run.run_id)
+    tag = nodes.run_tag(exp, run_dir, run.run_id)
     assert result.status == "ready"
     assert processes_using(tag) == [], "no process carrying the run id is left"
     assert not os.path.exists(f"/proc/{helper}") or open(f"/proc/{helper}/stat").read().split()[2] == "Z"
@@ -83,8 +83,8 @@ def test_nodes_on_one_machine_share_the_run_id_without_stopping_each_others_samp
     run_dir = batch.ensure_run_dir(path)
     result = lifecycle.run_one(exp, run, run_dir, {name: connect(exp, name) for name in run.hosts})
     assert result.status == "ready"
-    processes = json.loads((outputs.run_folder(run_dir, run.run_id) / "processes.json").read_text())
+    processes = json.loads((rundir.RunDir(run_dir).run(run.run_id).path / "processes.json").read_text())
     assert {(p["node"], p["role"]): p["stopped_with"] for p in processes} == {
         (0, "sampler"): "TERM", (0, "server"): "TERM", (1, "sampler"): "TERM", (1, "server"): "TERM"}
     assert not [n for n in result.notes if "outlived" in n]
-    assert processes_using(lifecycle.run_tag(exp, run_dir, run.run_id)) == []
+    assert processes_using(nodes.run_tag(exp, run_dir, run.run_id)) == []

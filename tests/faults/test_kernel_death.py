@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, processes_using
-from launchlab import batch, lifecycle, outputs, params
+from launchlab import batch, nodes, params, recovery, rundir
 from launchlab.hosts import commands, connect
 from launchlab.plan import make_plan
 
@@ -75,7 +75,7 @@ def test_a_kernel_killed_while_its_server_starts_leaves_nothing_running_and_the_
             proc.wait()
     assert proc.returncode == 0, err[-3000:]
     run_dir = folder.parents[1]
-    tag = lifecycle.run_tag(exp, run_dir, first.run_id)
+    tag = nodes.run_tag(exp, run_dir, first.run_id)
     assert processes_using(tag) == [], "nothing the killed run started is alive"
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "done" and status["status"] == "error"
@@ -83,10 +83,10 @@ def test_a_kernel_killed_while_its_server_starts_leaves_nothing_running_and_the_
     recorded = json.loads((folder / "processes.json").read_text())
     assert {p["role"] for p in recorded} == {"server", "sampler"} and all(p["stopped_with"] for p in recorded)
     assert status["drained"] is True
-    after = json.loads((outputs.run_folder(run_dir, second.run_id) / "provenance.json").read_text())
+    after = json.loads((rundir.RunDir(run_dir).run(second.run_id).path / "provenance.json").read_text())
     assert [g["mem_used_mib"] for g in after["preflight"]["gpus"]] == [0, 0]
     assert after["preflight"]["compute_apps"] == []
-    assert json.loads((outputs.run_folder(run_dir, second.run_id) / "status.json").read_text())["status"] == "ready"
+    assert json.loads((rundir.RunDir(run_dir).run(second.run_id).path / "status.json").read_text())["status"] == "ready"
 
 
 def test_recovering_a_run_stops_the_processes_it_never_recorded(tmp_path, small_params):
@@ -96,14 +96,14 @@ def test_recovering_a_run_stops_the_processes_it_never_recorded(tmp_path, small_
     run = make_plan(exp)[1]
     run_dir = batch.ensure_run_dir(path)
     host = connect(exp)
-    tag = lifecycle.run_tag(exp, run_dir, run.run_id)
+    tag = nodes.run_tag(exp, run_dir, run.run_id)
     work = tmp_path / "unrecorded"
     work.mkdir()
     host.write_text(str(work / "server.env"), commands.env_file_text({"LAUNCHLAB_RUN_ID": tag}))
     argv = ["python3", "-m", "launchlab.sim.sglang_server", "--tp", "2", "--port", str(host.free_port())]
     ref = host.start_detached("server", argv, cwd=str(work), log_name="server.log", env_file="server.env")
     wait_for(lambda: len(processes_using(tag)) >= 3, 30, "the server and its two scheduler processes")
-    result = lifecycle.recover(exp, run, run_dir, host, "the run notebook failed: DeadKernelError: Kernel died")
+    result = recovery.recover(exp, run, run_dir, host, "the run notebook failed: DeadKernelError: Kernel died")
     assert processes_using(tag) == []
     assert not host.group_alive(ref.pgid)
     assert result.status == "error" and "DeadKernelError" in result.failure_message

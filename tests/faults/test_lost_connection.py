@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import write_params
-from launchlab import batch, lifecycle, outputs, params
+from launchlab import batch, lifecycle, nodes, params, recovery, rundir
 from launchlab.hosts import connect
 from launchlab.plan import make_plan
 
@@ -67,7 +67,7 @@ def when_watching_and_checking_liveness(server, folder, action, times: int = 1) 
 def test_a_connection_dropped_while_the_server_starts_is_reopened_and_the_run_becomes_ready(tmp_path, sshd):
     exp, run, run_dir = slow_ssh_run(tmp_path, sshd, reconnect_s=20)
     host = connect(exp)
-    cutter = when_watching_and_checking_liveness(sshd, outputs.run_folder(run_dir, run.run_id), sshd.drop_sessions,
+    cutter = when_watching_and_checking_liveness(sshd, rundir.RunDir(run_dir).run(run.run_id).path, sshd.drop_sessions,
                                                  times=2)
     try:
         result = lifecycle.run_one(exp, run, run_dir, host)
@@ -84,7 +84,7 @@ def test_a_connection_dropped_while_the_server_starts_is_reopened_and_the_run_be
 def test_a_host_that_stays_unreachable_ends_the_run_as_an_error_not_a_failure(tmp_path, sshd):
     exp, run, run_dir = slow_ssh_run(tmp_path, sshd, reconnect_s=2)
     host = connect(exp)
-    cutter = when_watching_and_checking_liveness(sshd, outputs.run_folder(run_dir, run.run_id), sshd.stop)
+    cutter = when_watching_and_checking_liveness(sshd, rundir.RunDir(run_dir).run(run.run_id).path, sshd.stop)
     try:
         result = lifecycle.run_one(exp, run, run_dir, host)
     finally:
@@ -97,13 +97,13 @@ def test_a_host_that_stays_unreachable_ends_the_run_as_an_error_not_a_failure(tm
         assert result.failure_reason is None
         assert "lost the connection to host 'gpu' while watching" in result.failure_message
         assert "could not be reopened within 2 s" in result.failure_message
-        status = json.loads((outputs.run_folder(run_dir, run.run_id) / "status.json").read_text())
+        status = json.loads((rundir.RunDir(run_dir).run(run.run_id).path / "status.json").read_text())
         assert status["state"] == "done" and status["status"] == "error"
     finally:
         sshd.start()  # the box is back: what the lost run left there is found by its run id and stopped
         host = connect(params.load(run_dir / "experiment.yaml"))
-        tag = lifecycle.run_tag(exp, run_dir, run.run_id)  # other runs on this machine carry other tags
-        left = [g for g in lifecycle.leftovers(host) if g["run"] == tag]
+        tag = nodes.run_tag(exp, run_dir, run.run_id)  # other runs on this machine carry other tags
+        left = [g for g in recovery.leftovers(host) if g["run"] == tag]
         for group in left:
             host.kill_group(group["pgid"], 5)
         host.close()

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import write_params
-from launchlab import outputs, params
+from launchlab import params, rundir
 from launchlab.logparse import generic, patterns
 from launchlab.plan import make_plan
 
@@ -30,8 +30,8 @@ def test_a_catastrophic_ready_pattern_cannot_stall_the_watcher_and_the_run_times
           ready: {{timeout_s: 4, log_pattern: "(a+)+$", fatal_patterns: ["(x+x+)+y"]}}
           stop_grace_s: 2
         """)
-    code = ("import sys; from launchlab import batch, lifecycle; rd = batch.ensure_run_dir(sys.argv[1]); "
-            "print(rd, flush=True); lifecycle.run_variant(sys.argv[1], '', rd)")
+    code = ("import sys; from launchlab import batch, runview; rd = batch.ensure_run_dir(sys.argv[1]); "
+            "print(rd, flush=True); runview.run_variant(sys.argv[1], '', rd)")
     tic = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -43,7 +43,7 @@ def test_a_catastrophic_ready_pattern_cannot_stall_the_watcher_and_the_run_times
         pytest.fail("the run was still going 90 s after a 4 s ready timeout: a pattern stalled the watcher")
     took_s = time.monotonic() - tic
     assert proc.returncode == 0, err[-2000:]
-    folder = outputs.run_folder(out.splitlines()[0], make_plan(params.load(path))[0].run_id)
+    folder = rundir.RunDir(out.splitlines()[0]).run(make_plan(params.load(path))[0].run_id).path
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "done" and status["status"] == "timeout"
     assert status["failure_message"] == "not ready after 4 s"

@@ -12,15 +12,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from launchlab import params
+from launchlab import config, params
 from launchlab.hosts.local import LocalHost
 from launchlab.sim import state
 
-SIM_ROOT_ENV = "LAUNCHLAB_SIM_ROOT"
-
 
 def sim_root() -> Path:
-    return Path(os.environ.get(SIM_ROOT_ENV) or Path(tempfile.gettempdir()) / f"launchlab-sim-{os.getuid()}")
+    return config.sim_root()
 
 
 def new_box() -> Path:

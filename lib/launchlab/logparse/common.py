@@ -103,8 +103,6 @@ class ParsedLog:
     http_url: str | None = None
     routes: list[str] = field(default_factory=list)
     worker_deaths: list[WorkerDeath] = field(default_factory=list)
-    first_t: datetime | None = None
-    ready_t: datetime | None = None
     slow_patterns: list[SlowPattern] = field(default_factory=list)  # params patterns that ran over their time budget
 
     def later(self, a: str | None, b: str | None) -> str | None:

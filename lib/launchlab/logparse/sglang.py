@@ -118,8 +118,6 @@ class SGLangParser:
         self.wants_every_line = False
         msg = m["msg"]
         t = _timestamp(m["ts"])
-        if log.first_t is None:
-            log.first_t = t
         tp = _TP.search(m["tags"])
         if (dp := _DP.search(m["tags"])) is not None:
             log.dp_ranks.add(dp.group(1))
@@ -148,7 +146,7 @@ class SGLangParser:
             self._server_args(number, msg[start + len(_SERVER_ARGS):], t)
             return
         if "ready to roll" in msg:
-            log.ready, log.ready_t = True, t
+            log.ready = True
             log.reach("ready")
             return
         if (found := custom_ar.recognise(msg)) is not None:

@@ -165,8 +165,6 @@ class VLLMParser:
             self._unprefixed(number, rest.strip(), rank)
             return
         t = _timestamp(m["md"], m["hms"])
-        if self.log.first_t is None:
-            self.log.first_t = t
         if m["file"].startswith("v1/"):
             self.log.engine = "v1"
         self._message(number, m["msg"], t, rank, m["lvl"])
@@ -209,7 +207,7 @@ class VLLMParser:
             log.add_debug(records, t, rank, number)
             return
         if "Application startup complete" in msg:
-            log.ready, log.ready_t = True, t
+            log.ready = True
             log.reach("ready")
             return
         if "args" in msg or "config: " in msg:

@@ -207,7 +207,7 @@ def _scheduler(args: argparse.Namespace) -> int:
     prefix = f" TP{args.sim_worker_rank}" if args.tp > 1 else ""
     try:
         _Rank(args, root, state.read_host(root)).run()
-    except Exception:  # noqa: BLE001 - SGLang logs every scheduler exception this way, then exits
+    except Exception:  # SGLang logs every scheduler exception this way, then exits
         _log(prefix, f"Scheduler hit an exception: {traceback.format_exc().rstrip()}")
         return 1
     return 0
@@ -229,7 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:  # http.server's naming
         if self.path in ("/health", "/health_generate"):
             self._reply(200 if self.warmed.is_set() else 503, {})
         elif self.path in ("/get_model_info", "/model_info"):
@@ -237,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._reply(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
         if self.path in ("/generate", "/v1/completions"):

@@ -1,0 +1,122 @@
+"""The kit's notebooks executed with papermill: one run's (run_variant.ipynb, with a progress line per state
+change and recovery when its kernel dies) and the summary (summary.ipynb, then summary.html)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import papermill
+
+from launchlab import config, export, frames, params, records, recovery, report, rundir
+from launchlab.errors import NotebookFailed, RunDirError
+from launchlab.plan import Run
+
+Say = Callable[[str], None]
+
+
+def stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def notebooks_dir() -> Path:
+    """Where run_variant.ipynb and summary.ipynb are: $LAUNCHLAB_NOTEBOOKS, else the checkout's notebooks/."""
+    if (configured := config.notebooks_dir()) is not None:
+        return configured
+    here = Path(__file__).resolve().parents[2] / "notebooks"  # lib/launchlab/batch.py → checkout root
+    if (here / "run_variant.ipynb").is_file():
+        return here
+    raise RunDirError(f"cannot find the notebooks folder (looked in {here}); set LAUNCHLAB_NOTEBOOKS")
+
+
+class _Progress(threading.Thread):
+    """Prints a line whenever the run's state changes (from the status.json the lifecycle keeps current)."""
+
+    def __init__(self, label: str, folder: rundir.RunFolder, say: Say):
+        super().__init__(daemon=True)
+        self.label, self.folder, self.say = label, folder, say
+        self.stop_event = threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        last = None
+        while not self.stop_event.wait(0.5):
+            try:
+                status = records.read_status(self.folder)
+            except RunDirError:
+                status = None
+            state = status.state if status is not None else "kernel starting"
+            if state != last and state != "done":
+                self.say(f"{self.label}  {state}  {time.monotonic() - self.t0:.1f} s")
+                last = state
+
+
+def execute(template: str, output: Path, parameters: dict) -> None:
+    """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
+    silenced so the progress lines stay readable. Cell errors still land in the executed notebook."""
+    papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
+                               kernel_name="python3", progress_bar=False, cwd=str(notebooks_dir()),
+                               extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+
+
+def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say,
+                  params_file: Path, gpus: list[int] | None = None) -> None:
+    folder = rundir.RunDir(run_dir).run(run.run_id)
+    folder.path.mkdir(parents=True, exist_ok=True)
+    folder.archive_attempt()  # a repeated run (--resume) keeps the earlier attempt's raw files
+    label = f"[{run.seq}/{total}] {run.run_id}" + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
+    progress = _Progress(label, folder, say)
+    progress.start()
+    problem = None
+    try:
+        execute("run_variant.ipynb", folder.notebook,
+                 # the user's params file, not the run directory's experiment.yaml: that record has its secrets
+                 # masked, and the server needs the real values (the digest proves the file is unchanged)
+                 {"experiment": str(params_file), "run_id": run.run_id, "run_dir": str(run_dir),
+                  "gpus": ",".join(str(g) for g in gpus) if gpus else "",
+                  "params_sha256": params.digest(params_file)})
+    except Exception as exc:  # any notebook failure becomes this run's error, the batch goes on
+        problem = f"the run notebook failed: {notebook_error(exc)}"
+    finally:
+        progress.stop_event.set()
+    if not records.done(folder) or problem:
+        recovery.recover(exp, run, run_dir, hosts, problem or "the run notebook ended without a final status")
+    record = records.read_status(folder).record
+    why = f" ({record.failure_reason})" if record.failure_reason else ""
+    say(f"{label}  {record.status}{why}  {time.monotonic() - progress.t0:.1f} s")
+
+
+def notebook_error(exc: Exception) -> str:
+    """What went wrong in a notebook, the exception first: papermill's message is the whole traceback, whose
+    last line (the exception) is what a reader needs."""
+    if isinstance(exc, papermill.PapermillExecutionError):
+        return f"{exc.ename}: {exc.evalue}"[:2000]
+    return f"{type(exc).__name__}: {str(exc).strip()}"[:2000]
+
+
+def _verdict_line(verdict: dict) -> str:
+    """The verdict in one line, inconclusive first."""
+    if not verdict["conclusive"]:
+        return f"INCONCLUSIVE: {verdict['inconclusive_reasons'][0]}"
+    control = "controlled" if verdict["controlled"] else "NOT controlled"
+    decides = ", ".join(verdict["outcome_factors"]) or "no factor"
+    return f"{control}; decides the launch: {decides}"
+
+
+def summarize(run_dir: Path, say: Say = stderr) -> Path:
+    """Rebuild the frames from the raw files, write verdict.json and report.md, execute summary.ipynb and
+    export summary.html (what `launchlab report` does); return the HTML's path."""
+    directory = rundir.RunDir.check(run_dir)
+    exp = params.load(directory.experiment_file)
+    frames.write(directory.path, frames.build(directory.path, exp))
+    verdict = report.write_verdict(directory.path)
+    say(f"launchlab: frames, verdict.json and report.md written ({_verdict_line(verdict)}); rendering the summary")
+    nb = directory.summary_notebook
+    try:
+        execute("summary.ipynb", nb, {"run_dir": str(directory.path)})
+    except papermill.PapermillExecutionError as exc:
+        raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
+    return export.notebook_to_html(nb, directory.summary_html)

@@ -1,0 +1,123 @@
+"""The run record: what the kit observed of one run — status.json while it runs and after, and one row of
+runs.parquet. The one definition of a run's fields, states and statuses."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
+
+from launchlab import __version__, rundir
+from launchlab.errors import RunDirError
+
+Status = Literal["ready", "failed", "timeout", "degraded", "error"]
+State = Literal["preflight", "patching", "starting", "watching", "smoke request", "stopping", "collecting", "done"]
+STATUSES: tuple[str, ...] = get_args(Status)
+STATES: tuple[str, ...] = get_args(State)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the watch (and the smoke request) ended: the status, a reason when the kit knows one, what it saw."""
+
+    status: Status
+    reason: str | None
+    message: str
+    ready_after_s: float | None = None
+
+
+@dataclass
+class RunRecord:
+    """What the kit observed of one run; status.json when done, and (ROW) its row of runs.parquet."""
+
+    run_id: str
+    variant: str
+    repetition: int
+    host: str
+    levels: dict[str, str]
+    status: Status = "error"
+    failure_reason: str | None = None
+    failure_phase: str | None = None
+    failure_message: str | None = None
+    phase_reached: str | None = None
+    startup_s: float | None = None
+    peak_mem_used_mib: float | None = None
+    server_started_at: str | None = None
+    stopped_with: str | None = None
+    drained: bool | None = None
+    drain_s: float | None = None
+    simulated: bool = False
+    nodes: list[str] = field(default_factory=list)
+    gpus: list[int] | None = None  # the GPU slot the run was given (CUDA_VISIBLE_DEVICES); None: the whole host
+    smoke_status: int | None = None
+    smoke_s: float | None = None
+    smoke_response: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    # the columns of runs.parquet, in order (then one column per factor)
+    ROW = ("run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase", "failure_message",
+           "startup_s", "peak_mem_used_mib", "phase_reached", "simulated", "smoke_status")
+    # what a full disk still lets the kit write in place of the progress record
+    ESSENTIAL = ("run_id", "variant", "repetition", "host", "levels", "status", "failure_message", "stopped_with")
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunRecord:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def row(self) -> dict:
+        return {c: getattr(self, c) for c in self.ROW}
+
+
+@dataclass(frozen=True)
+class StatusFile:
+    """status.json as read: the run's state, and its record once the state is `done`."""
+
+    state: State
+    record: RunRecord | None
+    elapsed_s: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+
+def read_status(folder: rundir.RunFolder) -> StatusFile | None:
+    """A run folder's status, or None when it has none (not started, or an earlier attempt was archived)."""
+    try:
+        data = rundir.read_json(folder.status)
+    except RunDirError:
+        return None
+    state = data.get("state")
+    if state not in STATES:
+        raise RunDirError(f"{folder.status} has an unknown state {state!r}; rebuild the run with --resume")
+    return StatusFile(state, RunRecord.from_json(data) if state == "done" else None, data.get("elapsed_s"))
+
+
+def write_progress(folder: rundir.RunFolder, run_id: str, state: State, elapsed_s: float) -> None:
+    rundir.write_json(folder.status, {"run_id": run_id, "state": state, "elapsed_s": round(elapsed_s, 2)})
+
+
+def write_final(folder: rundir.RunFolder, record: RunRecord) -> None:
+    """The final status.json. On a full disk the essentials still fit in place of the progress record, so the
+    run is marked `error` with the reason — then the error is raised all the same."""
+    try:
+        rundir.write_json(folder.status, {**dataclasses.asdict(record), "state": "done", "kit_version": __version__})
+    except RunDirError as exc:
+        record.status, record.failure_message = "error", str(exc)
+        essentials = {k: getattr(record, k) for k in RunRecord.ESSENTIAL}
+        rundir.write_json(folder.status, {**essentials, "state": "done",
+                                          "notes": ["the full status could not be written"]})
+        raise
+
+
+def finished(folder: rundir.RunFolder) -> bool:
+    """The run ended and is not a kit error (what --resume skips)."""
+    status = read_status(folder)
+    return status is not None and status.done and status.record.status != "error"
+
+
+def done(folder: Path | rundir.RunFolder) -> bool:
+    status = read_status(folder if isinstance(folder, rundir.RunFolder) else rundir.RunFolder(Path(folder)))
+    return status is not None and status.done

@@ -1,0 +1,71 @@
+"""Runs the kit lost track of: stop what a run recorded when its notebook cannot be trusted to (Ctrl-C, a
+dead kernel), finish its record as an error, and find the processes of dead batches left on a host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launchlab import lifecycle, locks, nodes, params, records, rundir
+from launchlab.errors import HostError, LaunchlabError
+from launchlab.hosts import Host, commands
+from launchlab.plan import Run
+from launchlab.reaper import RUN_ID_ENV
+from launchlab.records import Outcome, RunRecord
+from launchlab.sim.state import STATE_ENV
+
+
+def stop_recorded(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host]) -> None:
+    """Stop every process group a run recorded (used when its notebook cannot be trusted to do it)."""
+    hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
+    for node in nodes.recorded(exp, run, run_dir, hosts):
+        for ref in node.refs:
+            try:
+                node.host.kill_group(ref.pgid, exp.server.stop_grace_s)
+            except LaunchlabError:
+                pass  # recover() tries again and records what failed
+
+
+def recover(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host],
+            message: str) -> RunRecord:
+    """Finish a run whose kernel died or was killed: stop every process it recorded or that carries its run id,
+    collect its files and write its status as `error` with the reason. Safe on a run that already finished."""
+    hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
+    folder = rundir.RunDir(run_dir).run(run.run_id)
+    run_nodes = nodes.recorded(exp, run, run_dir, hosts)
+    record = RunRecord(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
+                       simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts))
+    try:
+        status = records.read_status(folder)
+    except LaunchlabError:
+        status = None
+    if status is not None and status.done:
+        record.server_started_at = status.record.server_started_at
+    # a run whose notebook finished already collected its files (and removed them from the host)
+    lifecycle.finish(exp, run_nodes, folder, record, Outcome("error", None, message),
+                     collect=not (status is not None and status.done))
+    return record
+
+
+def leftovers(host: Host, live: set[str] | None = None) -> list[dict]:
+    """Process groups on the host that a launchlab run of this user started and whose batch is gone (no live
+    lock names it; `live`: the batch ids known to be alive, default: read from the host's locks):
+    [{pgid, pids, run, batch}]. Another batch's live runs, and other users' processes, are never listed."""
+    if live is None:
+        live = locks.live_batches(locks.holders(host))
+    me = host.run(commands.user_id(), timeout=30, check=False).stdout.strip()
+    out = host.run(commands.find_launchlab_processes(RUN_ID_ENV, locks.BATCH_ENV, STATE_ENV), timeout=60).stdout
+    if not out.rstrip().endswith(commands.TAGGED_END):  # a cut-off listing never reads as "none left"
+        raise HostError(host.name, f"the listing of launchlab processes did not run to its end ({out[-200:]!r})")
+    # a simulated box is a machine of its own (a sim host, or an ssh host whose sessions are one): only its
+    # processes are its leftovers, and a real host's are never a simulated box's
+    box = host.run(commands.env_value(STATE_ENV), timeout=30, check=False).stdout.strip() or "-"
+    groups: dict[int, dict] = {}
+    for line in out.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) != 6 or not parts[0].isdigit() or not parts[1].isdigit():
+            continue
+        pid, pgid, uid, batch, where, run = int(parts[0]), int(parts[1]), parts[2], parts[3], parts[4], parts[5]
+        if batch in live or (me and uid != me) or where != box:
+            continue
+        groups.setdefault(pgid, {"pgid": pgid, "pids": [], "run": run, "batch": batch})["pids"].append(pid)
+    return list(groups.values())

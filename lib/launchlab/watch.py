@@ -1,0 +1,113 @@
+"""Watching a starting server: its logs and samples mirrored as they grow, until it is ready, fails, exits, or
+the deadline passes; then, optionally, one smoke request. A lost host ends the watch as an error, never as a
+failure: it says nothing about the server."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from launchlab import logparse, masking, params, rundir
+from launchlab.errors import HostError
+from launchlab.hosts import Host
+from launchlab.logparse.patterns import BudgetedPattern
+from launchlab.nodes import Node
+from launchlab.records import Outcome, RunRecord
+
+POLL_S = 0.2
+FATAL_GRACE_S = 3.0  # after a fatal line, let the server finish writing its traceback before stopping it
+
+
+class Mirror:
+    """Follows a growing file on the host: returns its new complete lines and appends them, secrets masked, to
+    a local copy, so what was seen survives a host or connection that goes away mid-run. (A line still being
+    written is held back until it is complete: a secret could be cut in two at a chunk's end.)"""
+
+    def __init__(self, host: Host, remote: str, local: Path, masker: masking.Masker):
+        self.host, self.remote, self.local, self.offset, self.partial = host, remote, local, 0, b""
+        self.masker = masker
+        local.write_bytes(b"")
+
+    def new_lines(self) -> list[str]:
+        chunk = self.host.read_bytes(self.remote, self.offset)
+        if not chunk:
+            return []
+        self.offset += len(chunk)
+        data = self.partial + chunk
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        complete, self.partial = self.masker.bytes(data[:cut]), data[cut:]
+        if complete:
+            with open(self.local, "ab") as fh:
+                fh.write(complete)
+        return re.split(r"[\r\n]", complete.decode("utf-8", errors="replace"))[:-1]
+
+
+def watch(nodes: list[Node], folder: rundir.RunFolder, rules: logparse.ReadyRules, health_url: str | None,
+                   deadline: float, t_launch: float, notes: list[str]) -> Outcome:
+    """_watch, with the patterns under a time budget (a slow one is noted) and a lost host turned into an error:
+    a host the kit cannot reach (its transport already retried) says nothing about the server, so the run is
+    then an error, never a failure."""
+    ready_rx = BudgetedPattern(rules.ready_pattern) if rules.ready_pattern else None
+    fatal_rx = [BudgetedPattern(p) for p in rules.fatal_patterns]
+    try:
+        return _poll(nodes, folder, ready_rx, fatal_rx, health_url, deadline, t_launch)
+    except HostError as exc:
+        return Outcome("error", None, f"lost the connection to host {exc.host!r} while watching: {exc}. What the "
+                                       "server did is unknown, so the run is an error, not a failure; if it is still "
+                                       "running there, the next `launchlab run` finds it (--stop-leftovers)")
+    finally:
+        notes.extend(slow.note() for rx in [ready_rx, *fatal_rx] if rx is not None and (slow := rx.slow()) is not None)
+
+
+def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern | None, fatal_rx: list[BudgetedPattern],
+           health_url: str | None, deadline: float, t_launch: float) -> Outcome:
+    """Poll until ready, failed (a fatal line or an exit on any node) or the deadline. Ready means: every node
+    alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
+    answering 200 (when one is given)."""
+    logs = [Mirror(n.host, f"{n.dir}/{n.log_name}", folder.log(n.rank), n.masker) for n in nodes]
+    samples = [Mirror(n.host, f"{n.dir}/{n.csv_name}", folder.samples(n.rank), n.masker) for n in nodes]
+    ready_line = ready_rx is None
+    fatal_line, fatal_at = None, None
+    polls = 0
+    numbers = [0] * len(nodes)  # lines read per node: where a slow pattern is reported
+    while True:
+        for node, log in zip(nodes, logs, strict=True):
+            for line in log.new_lines():
+                numbers[node.rank] += 1
+                at = (numbers[node.rank], node.log_name)
+                if node.rank == 0 and ready_rx is not None and ready_rx.search(line, *at):
+                    ready_line = True
+                if fatal_line is None and any(rx.search(line, *at) for rx in fatal_rx):
+                    fatal_line = line.strip() if node.rank == 0 else f"{node.label}: {line.strip()}"
+                    fatal_at = time.monotonic()
+        polls += 1
+        if polls % 5 == 0:
+            for mirror in samples:
+                mirror.new_lines()
+        dead = [n for n in nodes if not n.host.group_alive(n.refs[-1].pgid)]
+        if fatal_line is not None and (dead or time.monotonic() - fatal_at > FATAL_GRACE_S):
+            return Outcome("failed", None, fatal_line)
+        if dead:
+            for log in logs:
+                log.new_lines()
+            where = "" if len(nodes) == 1 else f" on {', '.join(n.label for n in dead)}"
+            return Outcome("failed", "process_exited", f"the server exited{where} before it was ready")
+        if fatal_line is None and ready_line and (health_url is None or nodes[0].host.http_status(health_url) == 200):
+            return Outcome("ready", None, "", time.monotonic() - t_launch)
+        if time.monotonic() > deadline:
+            return Outcome("timeout", None, f"not ready after {deadline - t_launch:.0f} s")
+        time.sleep(POLL_S)
+
+
+def smoke(spec: params.SmokeSpec, node: Node, url: str, ready: Outcome, result: RunRecord) -> Outcome:
+    """One request to the ready server, from its own host; an unexpected answer makes the run `degraded`."""
+    tic = time.monotonic()
+    status, text = node.host.http_post(url, spec.body, spec.timeout_s)
+    result.smoke_status, result.smoke_s, result.smoke_response = status, round(time.monotonic() - tic, 2), text[:500]
+    if status == spec.expect_status:
+        return ready
+    time.sleep(1.0)  # let the server log why before it is stopped
+    answer = f"answered {status}" if status is not None else f"got no answer ({text[:200]})"
+    return Outcome("degraded", "smoke_request_failed", f"ready, but the smoke request to {url} {answer}: {text[:300]}",
+                    ready.ready_after_s)
