@@ -165,7 +165,7 @@ def _discard(run_dir: Path | None, fresh: list[Path]) -> None:
 def _check_reachable(host, sampler: str) -> None:
     """The host answers, and has what the sampler needs (said before anything is launched)."""
     try:
-        host.run("true", timeout=30)
+        host.run(commands.answer(), timeout=30)
     except HostError as exc:
         raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
     if sampler == "none":
