@@ -90,7 +90,7 @@ def test_http_post_sends_the_body_as_json_and_prints_status_and_text(http_server
 
 def test_the_shell_host_asks_http_from_the_host_with_these_commands(http_server, tmp_path):
     # LocalHost answers HTTP itself; ShellHost's own versions (those of ssh) run the commands above
-    from launchlab.hosts.base import ShellHost
+    from launchlab.hosts.shell import ShellHost
 
     host = LocalHost("box", workdir=str(tmp_path))
     assert ShellHost.http_status(host, http_server + "/") == 204

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import invoke
 
-from launchlab.hosts.base import CommandResult, ShellHost
+from launchlab.hosts.base import CommandResult
+from launchlab.hosts.shell import ShellHost
 
 
 def default_workdir() -> str:

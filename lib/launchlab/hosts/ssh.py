@@ -21,7 +21,8 @@ from invoke.exceptions import CommandTimedOut
 
 from launchlab import params
 from launchlab.errors import HostError
-from launchlab.hosts.base import CommandResult, ShellHost
+from launchlab.hosts.base import CommandResult
+from launchlab.hosts.shell import ShellHost
 
 SSH_CONFIG_ENV = "LAUNCHLAB_SSH_CONFIG"
 KNOWN_HOSTS_ENV = "LAUNCHLAB_KNOWN_HOSTS"
