@@ -1,10 +1,13 @@
-"""The contract of a transport: the Host protocol every transport's host follows, and what its commands return
-(CommandResult, ProcessRef). What shell-driven transports share is in shell.py."""
+"""The contract of a transport: HostParams, the base of its params spec; the Host protocol every transport's host
+follows; and what its commands return (CommandResult, ProcessRef). What shell-driven transports share is in
+shell.py. Nothing here runs anything, so params can import it cheaply."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
+
+from launchlab.fields import StrictModel
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,17 @@ class ProcessRef:
     role: str
     pid: int
     pgid: int
+
+
+class HostParams(StrictModel):
+    """The base of each transport's `hosts.<name>` entry in params (hosts/<transport>_spec.py). Every entry also
+    has `transport` (a Literal of the transport's name: it picks the model), `gpus`, `workdir` and `gpu_slots`."""
+
+    simulated: ClassVar[bool] = False  # its GPUs are simulated: said in the plan, the run records and the report
+
+    def default_master_addr(self) -> str:
+        """{master_addr} of a multi-node server whose node 0 is this host, when the params name none."""
+        return "127.0.0.1"
 
 
 class Host(Protocol):

@@ -13,8 +13,14 @@ from pathlib import Path
 
 import invoke
 
+from launchlab.hosts import local_spec
 from launchlab.hosts.base import CommandResult
 from launchlab.hosts.shell import ShellHost
+
+
+def open_host(name: str, spec: local_spec.LocalHost, *, sim_box: Path | None = None) -> LocalHost:
+    """The host of a `transport: local` entry (sim_box: only sim hosts live in one)."""
+    return LocalHost(name, workdir=spec.workdir)
 
 
 def default_workdir() -> str:

@@ -3,7 +3,7 @@
 Fabric accepts any host key unless told otherwise (it hard-codes paramiko's AutoAddPolicy and never reads
 known_hosts), so the connection loads the user's known_hosts files and rejects unknown or changed keys.
 It also ignores ServerAliveInterval, so keepalive is set on the transport. Every command is one shell string
-built in hosts/commands.py and run with pty=False; a dropped connection is reopened (bounded) before a
+built in hosts/commands/ and run with pty=False; a dropped connection is reopened (bounded) before a
 command is given up, and a host that stays unreachable raises HostError.
 """
 
@@ -19,8 +19,8 @@ import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
-from launchlab import params
 from launchlab.errors import HostError
+from launchlab.hosts import ssh_spec
 from launchlab.hosts.base import CommandResult
 from launchlab.hosts.shell import ShellHost
 
@@ -29,6 +29,11 @@ KNOWN_HOSTS_ENV = "LAUNCHLAB_KNOWN_HOSTS"
 KEEPALIVE_S = 15
 log = logging.getLogger(__name__)
 _DROPPED = (paramiko.SSHException, EOFError, OSError, socket.timeout)
+
+
+def open_host(name: str, spec: ssh_spec.SshHost, *, sim_box: Path | None = None) -> SshHost:
+    """The host of a `transport: ssh` entry; it connects on its first command (sim_box: only sim hosts live in one)."""
+    return SshHost(name, spec)
 
 
 def _known_hosts_files() -> list[Path]:
@@ -46,7 +51,7 @@ class SshHost(ShellHost):
     transport = "ssh"
     simulated = False
 
-    def __init__(self, name: str, spec: params.SshHost):
+    def __init__(self, name: str, spec: ssh_spec.SshHost):
         self.name = name
         self.spec = spec
         self.workdir = spec.workdir or ".launchlab/work"
