@@ -152,3 +152,12 @@ def test_a_patch_applies_and_reverts_to_the_original_bytes(tmp_path):
     assert sh(commands.patch_revert(str(root), str(diff))).returncode == 0
     assert target.read_text() == "a = 1\nb = 2\n"
     assert sorted(p.name for p in root.rglob("*")) == ["mod.py", "pkg"]  # no .orig, no .rej
+
+
+def test_a_wrapper_script_runs_its_quoted_argv_with_the_script_s_own_arguments(tmp_path):
+    script = tmp_path / "tool"
+    script.write_text(commands.wrapper_script([sys.executable, "-c", "import sys; print(sys.argv[1:])", "it's"]))
+    script.chmod(0o755)
+    assert script.read_text().startswith("#!/bin/sh\nexec ") and script.read_text().endswith(' "$@"\n')
+    out = subprocess.run([str(script), "a b", "$HOME"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == repr(["it's", "a b", "$HOME"])

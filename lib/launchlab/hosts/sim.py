@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from launchlab.hosts import sim_spec
+from launchlab.hosts import commands, sim_spec
 from launchlab.hosts.local import LocalHost
 from launchlab.sim import state
 
@@ -53,7 +53,7 @@ def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost) -> dict[str,
         ],
     })
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m launchlab.sim.nvidia_smi "$@"\n')
+    smi.write_text(commands.wrapper_script([sys.executable, "-m", "launchlab.sim.nvidia_smi"]))
     smi.chmod(0o755)
     path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     return {"PATH": path, state.STATE_ENV: str(state_dir)}

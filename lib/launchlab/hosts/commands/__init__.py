@@ -36,6 +36,7 @@ from launchlab.hosts.commands.processes import (
     process_group,
     signal_tagged,
     start_detached,
+    wrapper_script,
 )
 from launchlab.hosts.commands.provenance import (
     SECTION_MARK,
@@ -51,5 +52,5 @@ __all__ = [
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
     "interpreter_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
     "make_private_dir", "package_integrity", "patch_apply", "patch_check", "patch_revert", "process_group",
-    "remove_tree", "signal_tagged", "start_detached", "user_id", "which",
+    "remove_tree", "signal_tagged", "start_detached", "user_id", "which", "wrapper_script",
 ]

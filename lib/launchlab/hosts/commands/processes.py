@@ -24,6 +24,11 @@ def env_file_text(env: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def wrapper_script(argv: list[str] | tuple[str, ...]) -> str:
+    """A /bin/sh script that runs argv with the script's own arguments after it (the simulated nvidia-smi on PATH)."""
+    return f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n'
+
+
 def start_detached(argv: list[str] | tuple[str, ...], *, cwd: str, log_name: str, env_file: str | None) -> str:
     """Start argv detached from the calling shell and print its pid.
 
