@@ -7,42 +7,72 @@ from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 
-# bottom to top; a module may import its own layer or any layer below it
+# bottom to top; a module may import its own layer or any layer below it. A package is one module here unless
+# some of its submodules sit lower (the transport registry and specs, which params validates against, sit
+# below the transports that run commands).
 LAYERS = [
-    {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim"},
-    {"params", "rundir", "telemetry", "logparse", "plan", "records", "nvml_sampler"},
+    {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields"},
+    {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
+     "params", "rundir", "telemetry", "logparse", "plan", "records", "nvml_sampler"},
     {"analysis", "confounds", "levelchecks", "verdict", "budget", "plots", "conclude", "frames"},
-    {"hosts", "locks", "reaper", "provenance", "patching", "nodes"},
+    {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh",
+     "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},
     {"report", "export", "runview", "notebooks", "batch", "cli", "__main__"},
 ]
+SPLIT = {"hosts"}  # packages whose submodules are placed one by one
 
 
-def top(module: str) -> str:
-    return module.split(".")[0]
+def name_of(dotted: str) -> str:
+    """launchlab.hosts.ssh → hosts.ssh (a split package), launchlab.logparse.vllm → logparse."""
+    parts = dotted.split(".")
+    if parts[0] in SPLIT and len(parts) > 1:
+        return f"{parts[0]}.{parts[1]}"
+    return parts[0]
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of import nodes inside `if TYPE_CHECKING:` blocks (annotations only: no import at run time)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            skip |= {id(n) for n in ast.walk(node)}
+    return skip
 
 
 def imports_of(path: Path) -> set[str]:
-    """The launchlab modules a file imports (top-level names under launchlab)."""
+    """The launchlab modules a file imports, as named in LAYERS."""
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_only(tree)
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "launchlab":
-                found |= {a.name for a in node.names if a.name != "__version__"}
-            elif node.module.startswith("launchlab."):
-                found.add(top(node.module.removeprefix("launchlab.")))
+            module = node.module.removeprefix("launchlab").removeprefix(".")
+            if not node.module.startswith("launchlab"):
+                continue
+            for alias in node.names:
+                if alias.name == "__version__":
+                    continue
+                candidate = f"{module}.{alias.name}" if module else alias.name
+                is_module = (LIB / candidate.replace(".", "/")).with_suffix(".py").exists() or \
+                    (LIB / candidate.replace(".", "/")).is_dir()
+                found.add(name_of(candidate if is_module else module))
         elif isinstance(node, ast.Import):
-            found |= {top(a.name.removeprefix("launchlab.")) for a in node.names if a.name.startswith("launchlab.")}
+            found |= {name_of(a.name.removeprefix("launchlab.")) for a in node.names if a.name.startswith("launchlab.")}
     return found
 
 
 def graph() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for path in LIB.rglob("*.py"):
-        relative = path.relative_to(LIB)
-        name = relative.parts[0].removesuffix(".py")
-        if name == "__init__":
+        parts = list(path.relative_to(LIB).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if not parts:
             continue
+        name = name_of(".".join(parts))
         edges.setdefault(name, set()).update(imports_of(path) - {name})
     return edges
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import shlex
 import shutil
-import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from launchlab.hosts import commands, sim
 from launchlab.plan import Run, make_plan
 
 Say = notebooks.Say
+Confirm = Callable[[str], bool]  # asks the user a yes/no question (the CLI: on its terminal)
 
 
 def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None
@@ -74,17 +75,20 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
 
 def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
               say: Say = notebooks.stderr, stop_leftovers: bool = False, wait: bool = False, only: tuple[str, ...] = (),
-              repetitions: int | None = None) -> Path:
+              repetitions: int | None = None, confirm: Confirm | None = None) -> Path:
     """Run every planned run of a params file; return the run directory.
 
     Before anything is launched: every host answers, the run directory exists, this batch holds the lock of
     every GPU it will use on every host (waiting for another batch with `wait`, else refusing and naming it),
-    no process of a dead batch is left on them, and every patch applies. A simulated host is a box of this
-    batch's own, removed at the end."""
+    no process of a dead batch is left on them (one found is stopped with `stop_leftovers`, or when `confirm`
+    says yes; else the batch refuses), and every patch applies. A simulated host is a box of this batch's own,
+    removed at the end; every host the batch opened is closed at the end."""
     exp, plan = planned(params_path, only, repetitions)
     box = sim.new_box() if any(exp.hosts[h].transport == "sim" for h in exp.host_names) else None
+    opened = contextlib.ExitStack()  # closes every host opened below (an SSH connection) when the batch ends
     try:
-        connected = {name: hosts.connect(exp, name, sim_box=box) for name in exp.host_names}
+        connected = {name: opened.enter_context(contextlib.closing(hosts.connect(exp, name, sim_box=box)))
+                     for name in exp.host_names}
         for host in connected.values():
             _check_reachable(host, exp.sampler.kind)
         fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
@@ -100,7 +104,7 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
         with locks.Heartbeat(held):
             try:
                 for host in connected.values():
-                    _handle_leftovers(host, stop_leftovers, say, owner.batch)
+                    _handle_leftovers(host, stop_leftovers, say, owner.batch, confirm)
                 _check_patches(exp, connected)
             except BaseException:
                 _discard(run_dir if resume is None else None, fresh)
@@ -122,6 +126,7 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
                     + (f" --repetitions {repetitions}" if repetitions is not None else ""))
                 raise
     finally:
+        opened.close()
         if box is not None:
             shutil.rmtree(box, ignore_errors=True)
             with contextlib.suppress(OSError):
@@ -149,7 +154,7 @@ def _discard(run_dir: Path | None, fresh: list[Path]) -> None:
 def _check_reachable(host, sampler: str) -> None:
     """The host answers, and has what the sampler needs (said before anything is launched)."""
     try:
-        host.run("true", timeout=30)
+        host.run(commands.answer(), timeout=30)
     except HostError as exc:
         raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
     if sampler == "none":
@@ -261,18 +266,17 @@ def _check_patches(exp: params.Experiment, connected: dict) -> None:
             patching.check(host, argv, variant.patches, f"{host.workdir}/.patch-check")
 
 
-def _handle_leftovers(host, stop: bool, say: Say, batch: str) -> None:
+def _handle_leftovers(host, stop: bool, say: Say, batch: str, confirm: Confirm | None) -> None:
     """Processes an earlier run left on the host (its batch lost the host, or died) would skew this
-    experiment's memory figures: stop them when asked to, otherwise refuse to launch and say how. Only this
-    user's processes of batches that no live lock accounts for are leftovers."""
+    experiment's memory figures: stop them when told to (`stop`) or when `confirm` says yes, otherwise refuse
+    to launch and say how. Only this user's processes of batches that no live lock accounts for are leftovers."""
     left = recovery.leftovers(host, locks.live_batches(locks.holders(host)) | {batch})
     if not left:
         return
     listing = "; ".join(f"pgid {g['pgid']} (pids {', '.join(map(str, g['pids']))}) from run {g['run']} of a batch "
                         "that is no longer running" for g in left)
-    if not stop and sys.stdin.isatty():
-        answer = input(f"launchlab: host {host.name!r} still runs processes of earlier runs: {listing}. Stop them? [y/N] ")
-        stop = answer.strip().lower() in ("y", "yes")
+    if not stop and confirm is not None:
+        stop = confirm(f"launchlab: host {host.name!r} still runs processes of earlier runs: {listing}. Stop them? [y/N] ")
     if not stop:
         raise HostError(host.name, f"processes of earlier launchlab runs are still running there: {listing}. "
                                    "Nothing was launched. Stop them with `launchlab run PARAMS --stop-leftovers`, "

@@ -36,10 +36,18 @@ def _run(args: argparse.Namespace) -> int:
         print(batch.dry_run(args.params, only, args.repetitions))
         return 0
     run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume, stop_leftovers=args.stop_leftovers,
-                              wait=args.wait, only=only, repetitions=args.repetitions)
+                              wait=args.wait, only=only, repetitions=args.repetitions, confirm=_ask_on_terminal)
     print(run_dir)
     print(f"report: {rundir.RunDir(run_dir).summary_html}", file=sys.stderr)
     return 0
+
+
+def _ask_on_terminal(question: str) -> bool:
+    """The user's yes at the terminal. Without one (a script, CI) the answer is no: nothing is stopped unasked,
+    and the batch refuses with how to stop it (--stop-leftovers)."""
+    if not sys.stdin.isatty():
+        return False
+    return input(question).strip().lower() in ("y", "yes")
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -5,12 +5,11 @@ that the package is pristine again. A patch that does not apply stops everything
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from launchlab import provenance
 from launchlab.errors import HostError
-from launchlab.hosts import Host
+from launchlab.hosts import Host, commands
 
 
 def _root(host: Host, argv) -> tuple[str, dict]:
@@ -19,11 +18,6 @@ def _root(host: Host, argv) -> tuple[str, dict]:
         raise HostError(host.name, "patches need the server to be started as `PYTHON -m PACKAGE…` so the kit can find "
                                    f"the installed package; could not locate it ({(facts or {}).get('error', argv[:3])})")
     return facts["root"], facts
-
-
-def _patch(root: str, file: str, *flags: str) -> str:
-    return (f"patch -p1 --batch --forward --no-backup-if-mismatch -r - {' '.join(flags)} -d {shlex.quote(root)} "
-            f"-i {shlex.quote(file)}")
 
 
 def check(host: Host, argv, patches: tuple[str, ...], host_dir: str) -> None:
@@ -35,7 +29,7 @@ def check(host: Host, argv, patches: tuple[str, ...], host_dir: str) -> None:
     for i, local in enumerate(patches):
         remote = f"{host_dir}/check-{i}.diff"
         host.write_text(remote, Path(local).read_text(encoding="utf-8"))
-        res = host.run(_patch(root, remote, "--dry-run"), check=False)
+        res = host.run(commands.patch_check(root, remote), check=False)
         if res.exit_code != 0:
             raise HostError(host.name, f"patch {local} does not apply to {facts.get('package')} {facts.get('version')} "
                                        f"installed at {root}: {(res.stdout + res.stderr).strip()[-800:]} — "
@@ -50,18 +44,18 @@ def apply(host: Host, argv, patches: tuple[str, ...], host_dir: str) -> tuple[st
     for i, local in enumerate(patches):
         remote = f"{host_dir}/patch-{i}.diff"
         host.write_text(remote, Path(local).read_text(encoding="utf-8"))
-        res = host.run(_patch(root, remote, "--dry-run"), check=False)
+        res = host.run(commands.patch_check(root, remote), check=False)
         if res.exit_code != 0:
             revert(host, root, applied)
             raise HostError(host.name, f"patch {local} does not apply at {root}: {(res.stdout + res.stderr).strip()[-800:]}")
-        host.run(_patch(root, remote), idempotent=False)  # a second run would find it applied and fail
+        host.run(commands.patch_apply(root, remote), idempotent=False)  # a second run would find it applied and fail
         applied.append(remote)
     return root, applied
 
 
 def revert(host: Host, root: str, applied: list[str]) -> None:
     for remote in reversed(applied):
-        host.run(_patch(root, remote, "--reverse").replace("--forward ", ""), idempotent=False)
+        host.run(commands.patch_revert(root, remote), idempotent=False)
 
 
 def pristine(host: Host, argv) -> tuple[bool, dict]:

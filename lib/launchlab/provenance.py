@@ -1,9 +1,9 @@
 """Provenance of a run: what the host and the server's interpreter were, collected before the launch.
 
-Two commands per run, both on the host itself: one shell script that prints labelled sections (host name,
-kernel, OS, GPUs, driver and CUDA versions, `nvidia-smi topo -m`), and the server's own interpreter asked for
-its Python version and installed packages. A section that fails (no nvidia-smi, no Python in argv[0]) is
-recorded as missing, never as an error: provenance must not stop a run.
+Two commands per run, both on the host itself (built in hosts/commands/provenance.py): one shell script that
+prints labelled sections (host name, kernel, OS, GPUs, driver and CUDA versions, `nvidia-smi topo -m`), and the
+server's own interpreter asked for its Python version and installed packages. A section that fails (no
+nvidia-smi, no Python in argv[0]) is recorded as missing, never as an error: provenance must not stop a run.
 """
 
 from __future__ import annotations
@@ -11,80 +11,9 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-import shlex
 
 from launchlab import smitext, telemetry
-from launchlab.hosts import Host
-
-_SECTIONS = {
-    "hostname": "hostname",
-    "kernel": "uname -srm",
-    "os": ". /etc/os-release 2>/dev/null && echo \"$PRETTY_NAME\"",
-    "gpus": "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv,noheader,nounits",
-    "table": "nvidia-smi",
-    "topo": "nvidia-smi topo -m",
-}
-_MARK = "@@launchlab-section "
-# Printed by the server's interpreter: its version and every installed distribution.
-_PYTHON = """\
-import json, platform, sys
-from importlib import metadata
-packages = {}
-for dist in metadata.distributions():
-    name = dist.metadata["Name"]
-    if name:
-        packages[name.lower()] = dist.version
-print(json.dumps({"python": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
-                  "packages": dict(sorted(packages.items()))}))
-"""
-
-
-# Run by the server's interpreter: the server package's installed files against the sha256 in its wheel
-# RECORD (a debug print left in site-packages shows up here), files added next to them, and the git
-# commit and dirty state when the package lives in a checkout (an editable install).
-_INTEGRITY = """\
-import base64, hashlib, importlib.util, json, os, subprocess, sys
-from importlib import metadata
-top = sys.argv[1]
-names = metadata.packages_distributions().get(top) or [top]
-dist = metadata.distribution(names[0])
-root = str(dist.locate_file(""))
-modified, listed, checked = [], set(), 0
-for f in dist.files or []:
-    path = os.path.normpath(str(f.locate()))
-    listed.add(path)
-    if f.hash is None or f.hash.mode != "sha256":
-        continue
-    checked += 1
-    try:
-        data = open(path, "rb").read()
-    except OSError:
-        modified.append(str(f) + " (missing)")
-        continue
-    if base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() != f.hash.value:
-        modified.append(str(f))
-added = []
-tops = {str(f).split("/")[0] for f in dist.files or [] if "/" in str(f)}
-for t in sorted(x for x in tops if not x.endswith((".dist-info", ".data")) and x != ".."):
-    for here, dirs, files in os.walk(os.path.join(root, t)):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        added += [os.path.relpath(os.path.join(here, n), root) for n in files
-                  if os.path.normpath(os.path.join(here, n)) not in listed and not n.endswith(".pyc")]
-spec = importlib.util.find_spec(top)
-location = os.path.dirname(spec.origin) if spec and spec.origin else root
-def git(*args):
-    try:
-        out = subprocess.run(["git", "-C", location, *args], capture_output=True, text=True, timeout=20)
-        return out.stdout.strip() if out.returncode == 0 else None
-    except OSError:
-        return None
-commit = git("rev-parse", "HEAD")
-dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
-print(json.dumps({"package": dist.metadata["Name"], "version": dist.version, "files_checked": checked,
-                  "modified": sorted(modified), "added": sorted(added)[:200], "location": location, "root": root,
-                  "git_commit": commit, "git_dirty": dirty}))
-"""
-_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
+from launchlab.hosts import Host, commands
 
 
 def server_package(argv: list[str] | tuple[str, ...]) -> str | None:
@@ -96,10 +25,12 @@ def server_package(argv: list[str] | tuple[str, ...]) -> str | None:
 
 
 def integrity(host: Host, argv: list[str] | tuple[str, ...]) -> dict | None:
+    """The server package's installed files against its wheel RECORD, files added, its git state; None when the
+    command does not start as `PYTHON -m PACKAGE`."""
     package = server_package(argv)
     if package is None or not _is_python(argv):
         return None
-    res = host.run(f"{shlex.quote(argv[0])} -c {shlex.quote(_INTEGRITY)} {shlex.quote(package)}", timeout=300, check=False)
+    res = host.run(commands.package_integrity(argv[0], package), timeout=300, check=False)
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -108,7 +39,7 @@ def integrity(host: Host, argv: list[str] | tuple[str, ...]) -> dict | None:
 
 def host_env(host: Host, mask) -> dict[str, str]:
     """The environment a process started on the host inherits (before the run's env file), secrets masked."""
-    res = host.run(f"python3 -c {shlex.quote(_ENV)}", timeout=60, check=False)
+    res = host.run(commands.host_environment(), timeout=60, check=False)
     try:
         return mask(json.loads(res.stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
@@ -119,16 +50,12 @@ def _is_python(argv) -> bool:
     return bool(argv) and re.match(r"python(\d+(\.\d+)*)?$", posixpath.basename(argv[0])) is not None
 
 
-def host_script() -> str:
-    return "; ".join(f"echo '{_MARK}{name}'; {cmd} 2>&1" for name, cmd in _SECTIONS.items())
-
-
 def split_sections(text: str) -> dict[str, str]:
     sections: dict[str, list[str]] = {}
     current = None
     for line in text.splitlines():
-        if line.startswith(_MARK):
-            current = line[len(_MARK):].strip()
+        if line.startswith(commands.SECTION_MARK):
+            current = line[len(commands.SECTION_MARK):].strip()
             sections[current] = []
         elif current is not None:
             sections[current].append(line)
@@ -136,7 +63,7 @@ def split_sections(text: str) -> dict[str, str]:
 
 
 def host_facts(host: Host) -> dict:
-    sections = split_sections(host.run(host_script(), timeout=120, check=False).stdout)
+    sections = split_sections(host.run(commands.host_facts(), timeout=120, check=False).stdout)
     table = smitext.parse_table(sections.get("table", ""))
     gpus = []
     for line in sections.get("gpus", "").splitlines():
@@ -162,7 +89,7 @@ def interpreter_facts(host: Host, argv: list[str] | tuple[str, ...]) -> dict | N
     """The server interpreter's Python and packages, when the command starts with a Python interpreter."""
     if not _is_python(argv):
         return None
-    res = host.run(f"{shlex.quote(argv[0])} -c {shlex.quote(_PYTHON)}", timeout=120, check=False)
+    res = host.run(commands.interpreter_facts(argv[0]), timeout=120, check=False)
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

@@ -1,4 +1,5 @@
-"""nvidia-smi: the sampler and snapshot commands the kit runs on a host, and parsers for what they print.
+"""nvidia-smi: parsers for what the sampler and snapshot commands print (the commands are built in
+hosts/commands/gpus.py, and named here too, as `sampler_argv`, `snapshot_command`, `apps_command`).
 
 The sampler runs `nvidia-smi --query-gpu=… --format=csv,nounits -lms N` with stdout redirected to a file on
 the host. Its CSV is read line by line: the header maps columns by name (units stripped), a cell that is
@@ -10,16 +11,15 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
-SAMPLER_FIELDS = ("timestamp", "index", "uuid", "memory.total", "memory.used", "memory.free", "utilization.gpu")
-SNAPSHOT_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used")
-APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+from launchlab.hosts import commands
+from launchlab.hosts.commands import APP_FIELDS, SAMPLER_FIELDS, SNAPSHOT_FIELDS
+
 _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]$")
 _VALUE_UNIT = re.compile(r"^(-?[\d.]+)\s*(?:MiB|%|W|MHz)$")
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
@@ -28,26 +28,10 @@ TIDY_COLUMNS = {"index": "gpu_index", "uuid": "gpu_uuid", "memory.used": "mem_us
                 "memory.total": "mem_total_mib", "memory.free": "mem_free_mib", "utilization.gpu": "util_gpu_pct"}
 
 
-def _select(gpus: list[int] | None) -> list[str]:
-    """`-i 0,1`: only the GPUs a run was given (all of them when it was given none)."""
-    return ["-i", ",".join(str(g) for g in gpus)] if gpus else []
-
-
-def sampler_argv(interval_ms: int, gpus: list[int] | None = None, kind: str = "nvidia-smi") -> list[str]:
-    if kind == "nvml":  # same CSV, through NVML (launchlab and nvidia-ml-py on the host's python3)
-        return ["python3", "-m", "launchlab.nvml_sampler", "--interval-ms", str(interval_ms), *_select(gpus)]
-    return ["nvidia-smi", f"--query-gpu={','.join(SAMPLER_FIELDS)}", "--format=csv,nounits", "-lms", str(interval_ms),
-            *_select(gpus)]
-
-
-def snapshot_command(gpus: list[int] | None = None) -> str:
-    return shlex.join(["nvidia-smi", f"--query-gpu={','.join(SNAPSHOT_FIELDS)}", "--format=csv,noheader,nounits",
-                       *_select(gpus)])
-
-
-def apps_command(gpus: list[int] | None = None) -> str:
-    return shlex.join(["nvidia-smi", f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits",
-                       *_select(gpus)])
+# the commands whose output the parsers below read, under the names the lifecycle calls them by
+sampler_argv = commands.gpu_sampler
+snapshot_command = commands.gpu_snapshot
+apps_command = commands.gpu_apps
 
 
 @dataclass(frozen=True)

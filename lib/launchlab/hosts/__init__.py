@@ -1,29 +1,57 @@
-"""Hosts: one protocol for every transport (sim, local, ssh) and the factory that picks one."""
+"""Hosts: one protocol for every transport, and TRANSPORTS, the registry that maps a `transport:` name to one.
+
+A transport is two modules of this package: `<name>_spec.py`, the pydantic model of its `hosts.<name>` entry
+(cheap to import: params builds its hosts union, its messages and master_addr's default from the registry),
+and `<name>.py`, its Host and `open_host(name, spec, *, sim_box=None)`, imported only when a host of that
+transport is opened, so validating params never loads fabric or paramiko. Every shell command a transport
+runs is built in commands/. Adding a transport is those two modules, its commands, and one line in TRANSPORTS.
+
+    base.py      the contract: HostParams (base of a spec), the Host protocol, CommandResult, ProcessRef
+    shell.py     ShellHost: what shell-driven transports share (run and check in one place, process groups, HTTP)
+    commands/    every shell command, one function each
+    sim.py  local.py  ssh.py   and their *_spec.py: the transports
+"""
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launchlab.hosts.base import CommandResult, Host, ProcessRef
-from launchlab.params import Experiment
+from launchlab.hosts import local_spec, sim_spec, ssh_spec
+from launchlab.hosts.base import CommandResult, Host, HostParams, ProcessRef
+
+if TYPE_CHECKING:
+    from launchlab.params import Experiment
+
+
+@dataclass(frozen=True)
+class Transport:
+    """A way to reach a host: the model of its params entry, and the module that opens it."""
+
+    spec: type[HostParams]
+    module: str  # defines open_host(name, spec, *, sim_box=None) -> Host
+
+    def open(self, name: str, spec: HostParams, *, sim_box: Path | None = None) -> Host:
+        """The Host for a params entry; `sim_box`: the simulated machine of the batch (sim hosts live in it)."""
+        return importlib.import_module(self.module).open_host(name, spec, sim_box=sim_box)
+
+
+# The order is the order of the params JSON Schema's `oneOf` and of the names in messages.
+TRANSPORTS: dict[str, Transport] = {
+    "sim": Transport(sim_spec.SimHost, "launchlab.hosts.sim"),
+    "local": Transport(local_spec.LocalHost, "launchlab.hosts.local"),
+    "ssh": Transport(ssh_spec.SshHost, "launchlab.hosts.ssh"),
+}
 
 
 def connect(exp: Experiment, name: str | None = None, sim_box: str | Path | None = None) -> Host:
     """The Host object for a host named in the params (default: the experiment's host); `sim_box`: the
-    simulated machine of the batch (hosts/sim.py `new_box`)."""
+    simulated machine of the batch (hosts/sim.py `new_box`). The caller closes it (`close()`)."""
     name = name or exp.host_name
     spec = exp.hosts[name]
-    if spec.transport == "sim":
-        from launchlab.hosts.sim import SimHost
-
-        return SimHost(name, spec, Path(sim_box) if sim_box else None)
-    if spec.transport == "ssh":
-        from launchlab.hosts.ssh import SshHost
-
-        return SshHost(name, spec)
-    from launchlab.hosts.local import LocalHost
-
-    return LocalHost(name, workdir=spec.workdir)
+    return TRANSPORTS[spec.transport].open(name, spec, sim_box=Path(sim_box) if sim_box else None)
 
 
-__all__ = ["CommandResult", "Host", "ProcessRef", "connect"]
+__all__ = ["TRANSPORTS", "CommandResult", "Host", "HostParams", "ProcessRef", "Transport", "connect"]

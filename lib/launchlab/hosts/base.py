@@ -1,14 +1,13 @@
-"""The Host protocol and the parts every shell-driven transport shares (process groups, health checks)."""
+"""The contract of a transport: HostParams, the base of its params spec; the Host protocol every transport's host
+follows; and what its commands return (CommandResult, ProcessRef). What shell-driven transports share is in
+shell.py. Nothing here runs anything, so params can import it cheaply."""
 
 from __future__ import annotations
 
-import abc
-import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
-from launchlab.errors import HostError
-from launchlab.hosts import commands
+from launchlab.fields import StrictModel
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,20 @@ class ProcessRef:
     pgid: int
 
 
+class HostParams(StrictModel):
+    """The base of each transport's `hosts.<name>` entry in params (hosts/<transport>_spec.py). Every entry also
+    has `transport` (a Literal of the transport's name: it picks the model), `gpus`, `workdir` and `gpu_slots`."""
+
+    simulated: ClassVar[bool] = False  # its GPUs are simulated: said in the plan, the run records and the report
+
+    def default_master_addr(self) -> str:
+        """{master_addr} of a multi-node server whose node 0 is this host, when the params name none."""
+        return "127.0.0.1"
+
+
 class Host(Protocol):
+    """What the lifecycle, locks, reaper, provenance and patching call on a host, whatever its transport."""
+
     name: str
     transport: str
     simulated: bool
@@ -49,67 +61,4 @@ class Host(Protocol):
     def http_status(self, url: str, timeout: float = 2.0) -> int | None: ...
     def free_port(self) -> int: ...
     def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]: ...
-
-
-class ShellHost(abc.ABC):
-    """Process control through shell commands, shared by the transports; subclasses provide `run`."""
-
-    name: str
-
-    @abc.abstractmethod
-    def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
-        """Run a shell command on the host; raise HostError on a non-zero exit unless check=False, and always when
-        the command did not run to its end (a timeout, a connection cut off under it). A transport that can lose
-        its connection runs an idempotent command again on a reopened one; idempotent=False (starting a server)
-        raises instead, since the cut-off command may already have done its work."""
-
-    def start_detached(self, role: str, argv, *, cwd: str, log_name: str, env_file: str | None = None) -> ProcessRef:
-        cmd = commands.start_detached(argv, cwd=cwd, log_name=log_name, env_file=env_file)
-        result = self.run(cmd, timeout=30, idempotent=False)  # run twice, it would start two servers
-        try:
-            pid = int(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise HostError(self.name, f"starting the {role} printed no pid: {result.stdout!r} {result.stderr!r}") from None
-        pgid_text = self.run(commands.process_group(pid), timeout=30).stdout.strip()
-        # setsid made the process a group leader; if it already exited, its group is its pid all the same.
-        pgid = int(pgid_text) if pgid_text.isdigit() else pid
-        if pgid != pid:
-            self.kill_group(pgid, 1)
-            raise HostError(self.name, f"the {role} (pid {pid}) is not leading its own process group ({pgid}); "
-                                       "is `setsid` available on the host?")
-        return ProcessRef(role, pid, pgid)
-
-    def group_alive(self, pgid: int) -> bool:
-        """Whether any process of the group still runs. Only the check's own answer counts: when it did not run
-        (a lost connection, a failing `ps`) this raises HostError; it never guesses "dead"."""
-        answer = self.run(commands.group_alive(pgid), timeout=30).stdout.strip()
-        if answer not in ("alive", "dead"):
-            raise HostError(self.name, f"cannot tell whether process group {pgid} is alive: the check printed "
-                                       f"{answer[-200:]!r} instead of alive or dead")
-        return answer == "alive"
-
-    def kill_group(self, pgid: int, grace_s: float) -> str:
-        """TERM the whole group, wait up to grace_s, then KILL what is left. Returns the last signal sent,
-        or "gone" when the group had already exited."""
-        if not self.group_alive(pgid):
-            return "gone"
-        self.run(commands.kill_group(pgid, "TERM"), timeout=30)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if not self.group_alive(pgid):
-                return "TERM"
-            time.sleep(0.1)
-        self.run(commands.kill_group(pgid, "KILL"), timeout=30)
-        deadline = time.monotonic() + 10
-        while self.group_alive(pgid):
-            if time.monotonic() > deadline:
-                raise HostError(self.name, f"process group {pgid} survived SIGKILL; stop it by hand: kill -KILL -- -{pgid}")
-            time.sleep(0.1)
-        return "KILL"
-
-    def clock(self) -> str:
-        return self.run(commands.host_clock(), timeout=30).stdout.strip()
-
-    def make_dir(self, path: str) -> None:
-        """A run folder: every folder this creates is 0700 (the env file inside holds secrets)."""
-        self.run(commands.make_private_dir(path), timeout=30)
+    def close(self) -> None: ...  # what the host holds open (a connection); a no-op where nothing is open

@@ -13,8 +13,14 @@ from pathlib import Path
 
 import invoke
 
-from launchlab.errors import HostError
-from launchlab.hosts.base import CommandResult, ShellHost
+from launchlab.hosts import local_spec
+from launchlab.hosts.base import CommandResult
+from launchlab.hosts.shell import ShellHost
+
+
+def open_host(name: str, spec: local_spec.LocalHost, *, sim_box: Path | None = None) -> LocalHost:
+    """The host of a `transport: local` entry (sim_box: only sim hosts live in one)."""
+    return LocalHost(name, workdir=spec.workdir)
 
 
 def default_workdir() -> str:
@@ -30,17 +36,14 @@ class LocalHost(ShellHost):
         self.workdir = workdir or default_workdir()
         self.env = dict(env or {})
 
-    def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
+    def execute(self, command: str, *, timeout: float, idempotent: bool) -> CommandResult:
         # idempotent does not matter here: no connection can drop under a local command
         try:
             res = invoke.run(command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout,
                              env=self.env, shell="/bin/bash")
         except invoke.exceptions.CommandTimedOut:
-            raise HostError(self.name, f"command timed out after {timeout:.0f} s: {command}") from None
-        result = CommandResult(command, res.stdout, res.stderr, res.exited)
-        if check and res.exited != 0:
-            raise HostError(self.name, f"command exited {res.exited}: {command}\n{res.stderr.strip()}")
-        return result
+            raise self.timed_out(command, timeout) from None
+        return CommandResult(command, res.stdout, res.stderr, res.exited)
 
     def write_text(self, path: str, text: str, private: bool = False) -> None:
         if not private:

@@ -12,9 +12,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from launchlab import config, params
+from launchlab import config
+from launchlab.hosts import commands, sim_spec
 from launchlab.hosts.local import LocalHost
 from launchlab.sim import state
+
+
+def open_host(name: str, spec: sim_spec.SimHost, *, sim_box: Path | None = None) -> SimHost:
+    """The host of a `transport: sim` entry, on the batch's simulated machine (a shared default box without one)."""
+    return SimHost(name, spec, sim_box)
 
 
 def sim_root() -> Path:
@@ -29,7 +35,7 @@ def new_box() -> Path:
     return Path(tempfile.mkdtemp(prefix="box-", dir=root))
 
 
-def prepare_box(state_dir: Path, name: str, spec: params.SimHost) -> dict[str, str]:
+def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost) -> dict[str, str]:
     """Create (or refresh) a simulated box's state and nvidia-smi stand-in; return the environment its
     commands need. Also used by tests to make an SSH host look like a GPU box."""
     bin_dir = state_dir / "bin"
@@ -46,7 +52,7 @@ def prepare_box(state_dir: Path, name: str, spec: params.SimHost) -> dict[str, s
         ],
     })
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m launchlab.sim.nvidia_smi "$@"\n')
+    smi.write_text(commands.wrapper_script([sys.executable, "-m", "launchlab.sim.nvidia_smi"]))
     smi.chmod(0o755)
     path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     return {"PATH": path, state.STATE_ENV: str(state_dir)}
@@ -56,7 +62,7 @@ class SimHost(LocalHost):
     transport = "sim"
     simulated = True
 
-    def __init__(self, name: str, spec: params.SimHost, box: Path | None = None):
+    def __init__(self, name: str, spec: sim_spec.SimHost, box: Path | None = None):
         self.state_dir = (box or sim_root()) / name
         workdir = spec.workdir or str(self.state_dir / "work")
         super().__init__(name, workdir=workdir, env=prepare_box(self.state_dir, name, spec))

@@ -3,16 +3,13 @@
 Fabric accepts any host key unless told otherwise (it hard-codes paramiko's AutoAddPolicy and never reads
 known_hosts), so the connection loads the user's known_hosts files and rejects unknown or changed keys.
 It also ignores ServerAliveInterval, so keepalive is set on the transport. Every command is one shell string
-built in hosts/commands.py and run with pty=False; a dropped connection is reopened (bounded) before a
+built in hosts/commands/ and run with pty=False; a dropped connection is reopened (bounded) before a
 command is given up, and a host that stays unreachable raises HostError.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shlex
 import socket
 import time
 from pathlib import Path
@@ -21,20 +18,25 @@ import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
-from launchlab import params
+from launchlab import config as launchlab_config  # `config` is fabric's Config below
 from launchlab.errors import HostError
-from launchlab.hosts.base import CommandResult, ShellHost
+from launchlab.hosts import ssh_spec
+from launchlab.hosts.base import CommandResult
+from launchlab.hosts.shell import ShellHost
 
-SSH_CONFIG_ENV = "LAUNCHLAB_SSH_CONFIG"
-KNOWN_HOSTS_ENV = "LAUNCHLAB_KNOWN_HOSTS"
 KEEPALIVE_S = 15
 log = logging.getLogger(__name__)
 _DROPPED = (paramiko.SSHException, EOFError, OSError, socket.timeout)
 
 
+def open_host(name: str, spec: ssh_spec.SshHost, *, sim_box: Path | None = None) -> SshHost:
+    """The host of a `transport: ssh` entry; it connects on its first command (sim_box: only sim hosts live in one)."""
+    return SshHost(name, spec)
+
+
 def _known_hosts_files() -> list[Path]:
-    if os.environ.get(KNOWN_HOSTS_ENV):
-        return [Path(p) for p in os.environ[KNOWN_HOSTS_ENV].split(os.pathsep)]
+    if (configured := launchlab_config.known_hosts()) is not None:
+        return configured
     return [Path("~/.ssh/known_hosts").expanduser(), Path("/etc/ssh/ssh_known_hosts")]
 
 
@@ -47,7 +49,7 @@ class SshHost(ShellHost):
     transport = "ssh"
     simulated = False
 
-    def __init__(self, name: str, spec: params.SshHost):
+    def __init__(self, name: str, spec: ssh_spec.SshHost):
         self.name = name
         self.spec = spec
         self.workdir = spec.workdir or ".launchlab/work"
@@ -59,7 +61,7 @@ class SshHost(ShellHost):
 
     def _connect(self) -> Connection:
         overrides = {"load_ssh_configs": True}
-        config = Config(overrides=overrides, runtime_ssh_path=os.environ.get(SSH_CONFIG_ENV) or None)
+        config = Config(overrides=overrides, runtime_ssh_path=launchlab_config.ssh_config())
         kwargs: dict = {"banner_timeout": 15, "auth_timeout": 15}
         if self.spec.identity_file:
             kwargs["key_filename"] = [str(Path(self.spec.identity_file).expanduser())]
@@ -147,12 +149,12 @@ class SshHost(ShellHost):
 
     # -- commands and files -------------------------------------------------------------------------------
 
-    def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
+    def execute(self, command: str, *, timeout: float, idempotent: bool) -> CommandResult:
         def action(conn: Connection):
             try:
                 res = conn.run(command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout)
             except CommandTimedOut:
-                raise HostError(self.name, f"command timed out after {timeout:.0f} s: {command}") from None
+                raise self.timed_out(command, timeout) from None
             if _no_exit_status(res) and idempotent and not conn.is_connected:
                 # paramiko reports a channel that died with its connection as exit -1: the command was cut off,
                 # its output says nothing (a liveness check would read "dead"); run it again on a new connection
@@ -164,10 +166,7 @@ class SshHost(ShellHost):
             raise HostError(self.name, "the command ended without an exit status (the connection dropped under it, "
                                        "or the remote shell was killed by a signal), so it may or may not have done "
                                        f"its work: {command}")
-        result = CommandResult(command, res.stdout, res.stderr, res.exited)
-        if check and res.exited != 0:
-            raise HostError(self.name, f"command exited {res.exited}: {command}\n{res.stderr.strip()}")
-        return result
+        return CommandResult(command, res.stdout, res.stderr, res.exited)
 
     def write_text(self, path: str, text: str, private: bool = False) -> None:
         def action(conn: Connection):
@@ -192,44 +191,3 @@ class SshHost(ShellHost):
 
     def fetch(self, remote_path: str, local_path: str) -> None:
         self._with_reconnect(f"fetching {remote_path}", lambda conn: conn.get(remote_path, local_path))
-
-    def remove_dir(self, path: str) -> None:
-        self.run(f"rm -rf -- {shlex.quote(path)}", check=False)
-
-    def free_port(self) -> int:
-        out = self.run("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); "
-                       "print(s.getsockname()[1])'").stdout.strip()
-        return int(out)
-
-    def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]:
-        """POST a JSON body from the host itself."""
-        script = ("import json, sys, urllib.request, urllib.error\n"
-                  "req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), "
-                  "headers={'Content-Type': 'application/json'}, method='POST')\n"
-                  "try:\n"
-                  f"    r = urllib.request.urlopen(req, timeout={timeout})\n"
-                  "    print(json.dumps([r.status, r.read(4096).decode('utf-8', 'replace')]))\n"
-                  "except urllib.error.HTTPError as e:\n"
-                  "    print(json.dumps([e.code, e.read(4096).decode('utf-8', 'replace')]))\n"
-                  "except Exception as e:\n"
-                  "    print(json.dumps([None, str(e)]))\n")
-        out = self.run(f"python3 -c {shlex.quote(script)} {shlex.quote(url)} {shlex.quote(json.dumps(body))}",
-                       timeout=timeout + 30, check=False, idempotent=False)  # the server must see one request
-        try:
-            status, text = json.loads(out.stdout.strip().splitlines()[-1])
-            return status, text
-        except (ValueError, IndexError):
-            return None, (out.stderr or out.stdout)[-500:]
-
-    def http_status(self, url: str, timeout: float = 2.0) -> int | None:
-        """Asked from the host itself: servers often bind 127.0.0.1 only."""
-        script = ("import sys, urllib.request, urllib.error\n"
-                  "try:\n"
-                  f"    print(urllib.request.urlopen(sys.argv[1], timeout={timeout}).status)\n"
-                  "except urllib.error.HTTPError as e:\n"
-                  "    print(e.code)\n"
-                  "except Exception:\n"
-                  "    print(0)\n")
-        out = self.run(f"python3 -c {shlex.quote(script)} {shlex.quote(url)}", timeout=timeout + 10, check=False)
-        code = out.stdout.strip()
-        return int(code) if code.isdigit() and code != "0" else None

@@ -4,7 +4,8 @@ A params file names the hosts, the baseline server command and the factors to va
 unknown keys, flag and env values must be YAML strings (so `0.10` cannot silently become `0.1`), and every
 problem is reported with the file, line and field path.
 
-    schema.py    the pydantic models of the fields and their limits
+    schema.py    the pydantic models of the fields and their limits; a `hosts:` entry is the spec of its
+                 transport (hosts/*_spec.py, registered in hosts.TRANSPORTS)
     design.py    checks across fields: names, references, placeholders, the size of the plan
     loading.py   reading a file, strict YAML, errors located by line and field; the resolved dump
     launch.py    variants (factor expansion) and rendering a variant's launch
@@ -13,6 +14,9 @@ problem is reported with the file, line and field path.
 Callers use the names re-exported here: `params.load`, `params.Experiment`, `params.render`, ….
 """
 
+from launchlab.hosts.local_spec import LocalHost
+from launchlab.hosts.sim_spec import SimHost
+from launchlab.hosts.ssh_spec import SshHost
 from launchlab.params.design import MAX_RUNS, DesignError, PlanSize, plan_size
 from launchlab.params.launch import (
     LaunchSpec,
@@ -31,13 +35,10 @@ from launchlab.params.schema import (
     FlagValue,
     HostSpec,
     Level,
-    LocalHost,
     ReadySpec,
     SamplerSpec,
     ServerSpec,
-    SimHost,
     SmokeSpec,
-    SshHost,
     json_schema,
 )
 from launchlab.params.template import PLACEHOLDERS, TemplateError

@@ -88,11 +88,11 @@ def apply_flags(argv: list[str], flags: dict[str, str | bool]) -> list[str]:
 
 
 def master_addr(exp: Experiment) -> str:
-    """{master_addr}: as given, else the first node's SSH address, else loopback (sim and local nodes)."""
+    """{master_addr}: as given, else the first node's default, which its transport decides (an SSH host's
+    address; loopback for sim and local nodes)."""
     if exp.master_addr:
         return exp.master_addr
-    first = exp.hosts[exp.host_names[0]]
-    return first.address if first.transport == "ssh" else "127.0.0.1"
+    return exp.hosts[exp.host_names[0]].default_master_addr()
 
 
 def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: str, node_rank: int = 0,

@@ -13,18 +13,16 @@ from pydantic import ValidationError
 
 from launchlab import masking, yamlfile
 from launchlab.errors import ParamsError
+from launchlab.hosts import TRANSPORTS
 from launchlab.params.design import DesignError, dotted
 from launchlab.params.schema import (
     DrainSpec,
     Experiment,
     Level,
-    LocalHost,
     ReadySpec,
     SamplerSpec,
     ServerSpec,
-    SimHost,
     SmokeSpec,
-    SshHost,
 )
 
 
@@ -127,7 +125,8 @@ def _resolve_patches(data: dict, base: Path, text: str) -> list[str]:
 
 def _all_field_names() -> set[str]:
     names: set[str] = set()
-    for model in (Level, SimHost, LocalHost, SshHost, SmokeSpec, ReadySpec, ServerSpec, DrainSpec, SamplerSpec, Experiment):
+    hosts = [t.spec for t in TRANSPORTS.values()]
+    for model in (Level, *hosts, SmokeSpec, ReadySpec, ServerSpec, DrainSpec, SamplerSpec, Experiment):
         names |= set(model.model_fields)
     return names
 
@@ -143,7 +142,7 @@ def _user_path(loc: tuple, data: Any) -> tuple:
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             path.append(part)
             node = node[part]
-        elif (isinstance(node, dict) and not isinstance(part, int) and part not in ("sim", "local", "ssh")
+        elif (isinstance(node, dict) and not isinstance(part, int) and part not in TRANSPORTS
               and "[" not in str(part)):
             path.append(part)  # a missing or unknown key: keep it, it is what the message is about
             node = None
@@ -171,9 +170,10 @@ def _describe(err: dict, data: Any, text: str) -> list[str]:
         msg = (f"must be a quoted string, got the number {value!r}: YAML reads unquoted numbers as numbers "
                f"(0.10 becomes 0.1); write it in quotes")
     elif kind == "union_tag_invalid":
-        msg = f"unknown transport {str(err.get('ctx', {}).get('tag'))[:40]!r}; use one of: sim, local, ssh"
+        msg = f"unknown transport {str(err.get('ctx', {}).get('tag'))[:40]!r}; use one of: {', '.join(TRANSPORTS)}"
     elif kind == "union_tag_not_found":
-        msg = "needs `transport:` (sim, local or ssh)"
+        *first, last = TRANSPORTS
+        msg = f"needs `transport:` ({', '.join(first)} or {last})"
     elif kind == "string_pattern_mismatch":
         msg = f"{_shown(value)} does not have the expected form ({err['ctx']['pattern']})"
     else:

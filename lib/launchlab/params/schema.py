@@ -6,70 +6,43 @@ problem is reported with the file, line and field path. Checks that span several
 placeholders, the size of the plan) are in design.py.
 
 Names that become folder names or parts of run ids (the experiment, hosts, factor levels) are slugs;
-values that reach a shell are quoted by hosts/commands.py, and those that reach ssh or a URL are checked
-here. Limits beyond the loader's (yamlfile.py): names of at most 64 characters (the experiment 100),
-a command of at most 4,096 tokens, at most 1,024 flags or env variables per level, timeouts of at most a
-week, no infinite or NaN numbers.
+values that reach a shell are quoted by hosts/commands/, and those that reach ssh or a URL are checked
+here and in the transports' specs (a `hosts.<name>` entry is the spec of the transport it names:
+hosts/*_spec.py, registered in hosts.TRANSPORTS; the field types both use are in fields.py). Limits beyond
+the loader's (yamlfile.py): names of at most 64 characters (the experiment 100), a command of at most 4,096
+tokens, at most 1,024 flags or env variables per level, timeouts of at most a week, no infinite or NaN numbers.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictStr,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, StrictBool, StrictStr, field_validator, model_validator
 
+from launchlab.fields import CONTROL as _CONTROL
+from launchlab.fields import MAX_MIB, MAX_TIMEOUT_S, PathStr
+from launchlab.fields import StrictModel as _Strict
+from launchlab.fields import address as _address
+from launchlab.hosts import TRANSPORTS
 from launchlab.params import design
 from launchlab.params.design import MAX_NAME_CHARS, slug_problem
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_NAME = _IDENTIFIER
-_ADDRESS = re.compile(r"^[A-Za-z0-9_.:%\[\]-]+$")
-_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\$?$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 MAX_EXPERIMENT_CHARS = 100
 MAX_COMMAND_TOKENS = 4096
 MAX_ENTRIES = 1024  # flags or env variables of one level, env variables of the server
-MAX_PATH_CHARS = 4096
-MAX_TIMEOUT_S = 7 * 24 * 3600
-MAX_MIB = 1 << 24  # 16 TiB: more memory than any GPU or tolerance needs
-MAX_GPUS = 1024
 
 
 def _slug(what: str, limit: int = MAX_NAME_CHARS) -> AfterValidator:
     def check(value: str) -> str:
         if problem := slug_problem(what, value, limit):
             raise ValueError(problem)
-        return value
-
-    return AfterValidator(check)
-
-
-def _no_control(what: str) -> AfterValidator:
-    def check(value: str) -> str:
-        if _CONTROL.search(value):
-            raise ValueError(f"{what} contains a control character (newline, tab, …); remove it")
-        return value
-
-    return AfterValidator(check)
-
-
-def _address(what: str) -> AfterValidator:
-    def check(value: str) -> str:
-        if not _ADDRESS.match(value) or value.startswith("-") or len(value) > 253:
-            raise ValueError(f"{what} `{value[:40]}` must be a host name, an IP address or an ssh_config alias "
-                             "(letters, digits, '.', '-', '_', ':', not starting with '-')")
         return value
 
     return AfterValidator(check)
@@ -82,29 +55,8 @@ def _url(value: str) -> str:
     return value
 
 
-def _user(value: str) -> str:
-    if not _USER.match(value) or len(value) > 64:
-        raise ValueError(f"`{value[:40]}` is not a user name (letters, digits, '.', '_', '-', not starting with '-')")
-    return value
-
-
-def _csv_field(value: str) -> str:
-    if "," in value or _CONTROL.search(value):
-        raise ValueError("must not contain commas or line breaks: the simulated nvidia-smi prints it in its CSV")
-    return value
-
-
 Url = Annotated[StrictStr, AfterValidator(_url)]
-PathStr = Annotated[StrictStr, Field(max_length=MAX_PATH_CHARS), _no_control("the path")]
-
-
-class _Strict(BaseModel):
-    # allow_inf_nan: a timeout of .inf or a fraction of .nan is a typo, not a setting
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
 FlagValue = StrictBool | StrictStr
-GpuIndex = Annotated[int, Field(ge=0, lt=MAX_GPUS)]
 
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:
@@ -134,47 +86,9 @@ class Level(_Strict):
     _env_names = field_validator("env")(_check_env_names)
 
 
-class SimHost(_Strict):
-    """A simulated multi-GPU box on this machine (real processes, simulated GPU memory)."""
-
-    transport: Literal["sim"]
-    gpus: int = Field(8, ge=1, le=64)
-    # printed in the simulated nvidia-smi's CSV, so no commas or line breaks
-    gpu_name: Annotated[str, Field(max_length=96), AfterValidator(_csv_field)] = (
-        "RTX PRO 6000 Blackwell Server Edition (simulated)")
-    mem_total_mib: int = Field(97887, gt=0, le=MAX_MIB)
-    mem_reserved_mib: int = Field(566, ge=0, le=MAX_MIB)
-    weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB / 1024)
-    pace: float = Field(1.0, gt=0, le=1000, description="multiplies the simulated startup durations")
-    workdir: PathStr | None = None
-    gpu_slots: list[list[GpuIndex]] | None = None
-
-
-class LocalHost(_Strict):
-    """This machine, its real GPUs (if any) and its real nvidia-smi."""
-
-    transport: Literal["local"]
-    gpus: int | None = Field(None, ge=0, le=MAX_GPUS)
-    workdir: PathStr | None = None
-    gpu_slots: list[list[GpuIndex]] | None = Field(None, description="run this many runs at once, each on its own GPUs "
-                                                                  "(CUDA_VISIBLE_DEVICES), e.g. [[0], [1]]")
-
-
-class SshHost(_Strict):
-    """A GPU box over SSH. `address` may be an alias of ~/.ssh/config (or of $LAUNCHLAB_SSH_CONFIG)."""
-
-    transport: Literal["ssh"]
-    address: Annotated[str, _address("address")]
-    port: int | None = Field(None, ge=1, le=65535)
-    user: Annotated[str, AfterValidator(_user)] | None = None
-    identity_file: PathStr | None = None
-    gpus: int | None = Field(None, ge=0, le=MAX_GPUS)
-    workdir: PathStr | None = Field(None, description="where run files live on the host (default ~/.launchlab/work)")
-    reconnect_s: float = Field(30, ge=0, le=MAX_TIMEOUT_S, description="how long to keep reopening a dropped connection")
-    gpu_slots: list[list[GpuIndex]] | None = None
-
-
-HostSpec = Annotated[SimHost | LocalHost | SshHost, Field(discriminator="transport")]
+# a `hosts.<name>` entry: the spec of the transport it names (hosts/__init__.py TRANSPORTS), picked by `transport:`
+HostSpec = Annotated[functools.reduce(operator.or_, (t.spec for t in TRANSPORTS.values())),
+                     Field(discriminator="transport")]
 
 
 class ReadySpec(_Strict):
@@ -338,7 +252,7 @@ class Experiment(_Strict):
 
     @property
     def simulated(self) -> bool:
-        return any(self.hosts[h].transport == "sim" for h in self.host_names)
+        return any(self.hosts[h].simulated for h in self.host_names)
 
 
 def json_schema() -> dict:

@@ -1,0 +1,76 @@
+"""Commands that ask a host a question: does it answer, its clock, its user, a program on its PATH, an
+environment variable, a free TCP port, and HTTP requests sent from the host itself (servers often bind
+127.0.0.1 only, so asking from the kit's machine would not reach them)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from launchlab.hosts.commands.processes import ENV_NAME
+
+
+def answer() -> str:
+    """A command that does nothing: whether the host runs commands at all."""
+    return "true"
+
+
+def host_clock() -> str:
+    """The host's wall clock as a naive local ISO timestamp: the time base of its logs and nvidia-smi rows."""
+    return "date +%Y-%m-%dT%H:%M:%S.%N"
+
+
+def user_id() -> str:
+    return "id -u"
+
+
+def which(program: str) -> str:
+    """Exit 0 when the program is on the shell's PATH."""
+    return f"command -v {shlex.quote(program)} >/dev/null 2>&1"
+
+
+def env_value(name: str) -> str:
+    """Print an environment variable of the host's shell, `-` when unset."""
+    if not ENV_NAME.match(name):
+        raise ValueError(name)
+    return f'printf "%s" "${{{name}:--}}"'
+
+
+def free_port() -> str:
+    """Print a TCP port free on the host's 127.0.0.1 right now (the server binds it a moment later)."""
+    return ("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); "
+            "print(s.getsockname()[1])'")
+
+
+# Each prints one line; the values (URL, timeout, body) arrive in argv, never inside the code.
+_HTTP_STATUS = """\
+import sys, urllib.request, urllib.error
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+except Exception:
+    print(0)
+"""
+_HTTP_POST = """\
+import json, sys, urllib.request, urllib.error
+req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers={'Content-Type': 'application/json'}, method='POST')
+try:
+    r = urllib.request.urlopen(req, timeout=float(sys.argv[3]))
+    print(json.dumps([r.status, r.read(4096).decode('utf-8', 'replace')]))
+except urllib.error.HTTPError as e:
+    print(json.dumps([e.code, e.read(4096).decode('utf-8', 'replace')]))
+except Exception as e:
+    print(json.dumps([None, str(e)]))
+"""
+
+
+def http_status(url: str, timeout: float) -> str:
+    """GET url from the host; print the HTTP status, or 0 when nothing answered."""
+    return f"python3 -c {shlex.quote(_HTTP_STATUS)} {shlex.quote(url)} {shlex.quote(repr(float(timeout)))}"
+
+
+def http_post(url: str, body: dict, timeout: float) -> str:
+    """POST body as JSON from the host; print `[status or null, response text]` as JSON."""
+    return (f"python3 -c {shlex.quote(_HTTP_POST)} {shlex.quote(url)} {shlex.quote(json.dumps(body))} "
+            f"{shlex.quote(repr(float(timeout)))}")

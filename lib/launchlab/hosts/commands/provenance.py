@@ -1,0 +1,98 @@
+"""Commands that collect a run's provenance (provenance.py parses what they print): the host's facts in labelled
+sections, and the server's own interpreter asked for its Python and packages, for the integrity of the server's
+installed files against its wheel RECORD, and for the environment a process started on the host inherits.
+Each Python script prints one JSON line; its values (the package name) arrive in argv."""
+
+from __future__ import annotations
+
+import shlex
+
+_SECTIONS = {
+    "hostname": "hostname",
+    "kernel": "uname -srm",
+    "os": ". /etc/os-release 2>/dev/null && echo \"$PRETTY_NAME\"",
+    "gpus": "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv,noheader,nounits",
+    "table": "nvidia-smi",
+    "topo": "nvidia-smi topo -m",
+}
+SECTION_MARK = "@@launchlab-section "  # starts the line that names each section
+# Printed by the server's interpreter: its version and every installed distribution.
+_PYTHON = """\
+import json, platform, sys
+from importlib import metadata
+packages = {}
+for dist in metadata.distributions():
+    name = dist.metadata["Name"]
+    if name:
+        packages[name.lower()] = dist.version
+print(json.dumps({"python": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
+                  "packages": dict(sorted(packages.items()))}))
+"""
+
+
+# Run by the server's interpreter: the server package's installed files against the sha256 in its wheel
+# RECORD (a debug print left in site-packages shows up here), files added next to them, and the git
+# commit and dirty state when the package lives in a checkout (an editable install).
+_INTEGRITY = """\
+import base64, hashlib, importlib.util, json, os, subprocess, sys
+from importlib import metadata
+top = sys.argv[1]
+names = metadata.packages_distributions().get(top) or [top]
+dist = metadata.distribution(names[0])
+root = str(dist.locate_file(""))
+modified, listed, checked = [], set(), 0
+for f in dist.files or []:
+    path = os.path.normpath(str(f.locate()))
+    listed.add(path)
+    if f.hash is None or f.hash.mode != "sha256":
+        continue
+    checked += 1
+    try:
+        data = open(path, "rb").read()
+    except OSError:
+        modified.append(str(f) + " (missing)")
+        continue
+    if base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() != f.hash.value:
+        modified.append(str(f))
+added = []
+tops = {str(f).split("/")[0] for f in dist.files or [] if "/" in str(f)}
+for t in sorted(x for x in tops if not x.endswith((".dist-info", ".data")) and x != ".."):
+    for here, dirs, files in os.walk(os.path.join(root, t)):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        added += [os.path.relpath(os.path.join(here, n), root) for n in files
+                  if os.path.normpath(os.path.join(here, n)) not in listed and not n.endswith(".pyc")]
+spec = importlib.util.find_spec(top)
+location = os.path.dirname(spec.origin) if spec and spec.origin else root
+def git(*args):
+    try:
+        out = subprocess.run(["git", "-C", location, *args], capture_output=True, text=True, timeout=20)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except OSError:
+        return None
+commit = git("rev-parse", "HEAD")
+dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
+print(json.dumps({"package": dist.metadata["Name"], "version": dist.version, "files_checked": checked,
+                  "modified": sorted(modified), "added": sorted(added)[:200], "location": location, "root": root,
+                  "git_commit": commit, "git_dirty": dirty}))
+"""
+_ENV = "import json, os; print(json.dumps(dict(os.environ)))"
+
+
+def host_facts() -> str:
+    """Print each of _SECTIONS under a SECTION_MARK line; a section that fails prints its error instead."""
+    return "; ".join(f"echo {shlex.quote(SECTION_MARK + name)}; {cmd} 2>&1" for name, cmd in _SECTIONS.items())
+
+
+def interpreter_facts(python: str) -> str:
+    """The interpreter's Python version and installed distributions, as one JSON line."""
+    return f"{shlex.quote(python)} -c {shlex.quote(_PYTHON)}"
+
+
+def package_integrity(python: str, package: str) -> str:
+    """The package's installed files against its RECORD, files added, and its git state, as one JSON line."""
+    return f"{shlex.quote(python)} -c {shlex.quote(_INTEGRITY)} {shlex.quote(package)}"
+
+
+def host_environment() -> str:
+    """The environment of a process the host's shell starts, as one JSON line."""
+    return f"python3 -c {shlex.quote(_ENV)}"

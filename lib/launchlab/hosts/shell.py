@@ -1,0 +1,120 @@
+"""ShellHost: what every shell-driven transport shares — running a command and checking its exit status (in one
+place), process groups, clock, folders, and HTTP requests sent from the host itself. A transport subclasses it
+and provides `execute` and the file operations (which go through the transport, not the shell)."""
+
+from __future__ import annotations
+
+import abc
+import json
+import time
+
+from launchlab.errors import HostError
+from launchlab.hosts import commands
+from launchlab.hosts.base import CommandResult, ProcessRef
+
+
+class ShellHost(abc.ABC):
+    """Process control through shell commands, shared by the transports; subclasses provide `execute` (and the
+    file operations, which go through the transport rather than the shell)."""
+
+    name: str
+
+    def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
+        """Run a shell command on the host; raise HostError on a non-zero exit unless check=False, and always when
+        the command did not run to its end (a timeout, a connection cut off under it). A transport that can lose
+        its connection runs an idempotent command again on a reopened one; idempotent=False (starting a server)
+        raises instead, since the cut-off command may already have done its work."""
+        result = self.execute(command, timeout=timeout, idempotent=idempotent)
+        return self.check(result) if check else result
+
+    @abc.abstractmethod
+    def execute(self, command: str, *, timeout: float, idempotent: bool) -> CommandResult:
+        """Run a command through the transport and return how it ended, whatever its exit status; raise HostError
+        only when it did not run to its end (see `run`; `timed_out` is the error of a timeout)."""
+
+    def check(self, result: CommandResult) -> CommandResult:
+        """The result of a command that exited 0; HostError naming the command and its stderr otherwise."""
+        if result.exit_code != 0:
+            raise HostError(self.name, f"command exited {result.exit_code}: {result.command}\n{result.stderr.strip()}")
+        return result
+
+    def timed_out(self, command: str, timeout: float) -> HostError:
+        """The error of a command the transport stopped waiting for."""
+        return HostError(self.name, f"command timed out after {timeout:.0f} s: {command}")
+
+    def close(self) -> None:
+        """Nothing is held open here; a transport with a connection closes it in its own `close`."""
+        return None
+
+    def start_detached(self, role: str, argv, *, cwd: str, log_name: str, env_file: str | None = None) -> ProcessRef:
+        cmd = commands.start_detached(argv, cwd=cwd, log_name=log_name, env_file=env_file)
+        result = self.run(cmd, timeout=30, idempotent=False)  # run twice, it would start two servers
+        try:
+            pid = int(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise HostError(self.name, f"starting the {role} printed no pid: {result.stdout!r} {result.stderr!r}") from None
+        pgid_text = self.run(commands.process_group(pid), timeout=30).stdout.strip()
+        # setsid made the process a group leader; if it already exited, its group is its pid all the same.
+        pgid = int(pgid_text) if pgid_text.isdigit() else pid
+        if pgid != pid:
+            self.kill_group(pgid, 1)
+            raise HostError(self.name, f"the {role} (pid {pid}) is not leading its own process group ({pgid}); "
+                                       "is `setsid` available on the host?")
+        return ProcessRef(role, pid, pgid)
+
+    def group_alive(self, pgid: int) -> bool:
+        """Whether any process of the group still runs. Only the check's own answer counts: when it did not run
+        (a lost connection, a failing `ps`) this raises HostError; it never guesses "dead"."""
+        answer = self.run(commands.group_alive(pgid), timeout=30).stdout.strip()
+        if answer not in ("alive", "dead"):
+            raise HostError(self.name, f"cannot tell whether process group {pgid} is alive: the check printed "
+                                       f"{answer[-200:]!r} instead of alive or dead")
+        return answer == "alive"
+
+    def kill_group(self, pgid: int, grace_s: float) -> str:
+        """TERM the whole group, wait up to grace_s, then KILL what is left. Returns the last signal sent,
+        or "gone" when the group had already exited."""
+        if not self.group_alive(pgid):
+            return "gone"
+        self.run(commands.kill_group(pgid, "TERM"), timeout=30)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if not self.group_alive(pgid):
+                return "TERM"
+            time.sleep(0.1)
+        self.run(commands.kill_group(pgid, "KILL"), timeout=30)
+        deadline = time.monotonic() + 10
+        while self.group_alive(pgid):
+            if time.monotonic() > deadline:
+                raise HostError(self.name, f"process group {pgid} survived SIGKILL; stop it by hand: kill -KILL -- -{pgid}")
+            time.sleep(0.1)
+        return "KILL"
+
+    def clock(self) -> str:
+        return self.run(commands.host_clock(), timeout=30).stdout.strip()
+
+    def make_dir(self, path: str) -> None:
+        """A run folder: every folder this creates is 0700 (the env file inside holds secrets)."""
+        self.run(commands.make_private_dir(path), timeout=30)
+
+    def remove_dir(self, path: str) -> None:
+        self.run(commands.remove_tree(path), check=False)
+
+    def free_port(self) -> int:
+        """A TCP port free on the host's 127.0.0.1 right now (the server binds it a moment later)."""
+        return int(self.run(commands.free_port()).stdout.strip())
+
+    def http_status(self, url: str, timeout: float = 2.0) -> int | None:
+        """Asked from the host itself: servers often bind 127.0.0.1 only."""
+        code = self.run(commands.http_status(url, timeout), timeout=timeout + 10, check=False).stdout.strip()
+        return int(code) if code.isdigit() and code != "0" else None
+
+    def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]:
+        """POST a JSON body from the host itself: (status or None when nothing answered, response text)."""
+        out = self.run(commands.http_post(url, body, timeout), timeout=timeout + 30, check=False,
+                       idempotent=False)  # the server must see one request
+        try:
+            status, text = json.loads(out.stdout.strip().splitlines()[-1])
+            return status, text
+        except (ValueError, IndexError):
+            return None, (out.stderr or out.stdout)[-500:]

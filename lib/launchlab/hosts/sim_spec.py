@@ -1,0 +1,34 @@
+"""The params of a `sim` host (a `hosts.<name>` entry with `transport: sim`): the simulated GPU box's shape."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import AfterValidator, Field
+
+from launchlab.fields import CONTROL, MAX_MIB, GpuIndex, PathStr
+from launchlab.hosts.base import HostParams
+
+
+def _csv_field(value: str) -> str:
+    if "," in value or CONTROL.search(value):
+        raise ValueError("must not contain commas or line breaks: the simulated nvidia-smi prints it in its CSV")
+    return value
+
+
+class SimHost(HostParams):
+    """A simulated multi-GPU box on this machine (real processes, simulated GPU memory)."""
+
+    simulated: ClassVar[bool] = True
+
+    transport: Literal["sim"]
+    gpus: int = Field(8, ge=1, le=64)
+    # printed in the simulated nvidia-smi's CSV, so no commas or line breaks
+    gpu_name: Annotated[str, Field(max_length=96), AfterValidator(_csv_field)] = (
+        "RTX PRO 6000 Blackwell Server Edition (simulated)")
+    mem_total_mib: int = Field(97887, gt=0, le=MAX_MIB)
+    mem_reserved_mib: int = Field(566, ge=0, le=MAX_MIB)
+    weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB / 1024)
+    pace: float = Field(1.0, gt=0, le=1000, description="multiplies the simulated startup durations")
+    workdir: PathStr | None = None
+    gpu_slots: list[list[GpuIndex]] | None = None

@@ -1,0 +1,41 @@
+"""The params of an `ssh` host (a `hosts.<name>` entry with `transport: ssh`): where the box is and how to log in.
+
+Every value here reaches ssh or a URL, so each is checked to be what it says (never an option such as `-oX`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field
+
+from launchlab import fields
+from launchlab.fields import MAX_GPUS, MAX_TIMEOUT_S, GpuIndex, PathStr
+from launchlab.hosts.base import HostParams
+
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\$?$")
+
+
+def _user(value: str) -> str:
+    if not _USER.match(value) or len(value) > 64:
+        raise ValueError(f"`{value[:40]}` is not a user name (letters, digits, '.', '_', '-', not starting with '-')")
+    return value
+
+
+class SshHost(HostParams):
+    """A GPU box over SSH. `address` may be an alias of ~/.ssh/config (or of $LAUNCHLAB_SSH_CONFIG)."""
+
+    transport: Literal["ssh"]
+    address: Annotated[str, fields.address("address")]
+    port: int | None = Field(None, ge=1, le=65535)
+    user: Annotated[str, AfterValidator(_user)] | None = None
+    identity_file: PathStr | None = None
+    gpus: int | None = Field(None, ge=0, le=MAX_GPUS)
+    workdir: PathStr | None = Field(None, description="where run files live on the host (default ~/.launchlab/work)")
+    reconnect_s: float = Field(30, ge=0, le=MAX_TIMEOUT_S, description="how long to keep reopening a dropped connection")
+    gpu_slots: list[list[GpuIndex]] | None = None
+
+    def default_master_addr(self) -> str:
+        """The address other nodes reach node 0 at: the one the kit reaches it at."""
+        return self.address
