@@ -3,7 +3,7 @@
 `parse_file` gives the per-rank fields, the phase reached and the failure of a log, with the parser of its
 server kind (kinds.py; detected from the log's first lines unless named). It streams (see common.scan_file), so
 a log of hundreds of MB parses in bounded memory. The ready line and fatal patterns the lifecycle watches for
-come from the same kind record: `rules_for(kind)`.
+come from the same kind record: `exp.server.rules()` (params/schema.py) adds the params' own to them.
 """
 
 from __future__ import annotations
@@ -17,11 +17,6 @@ from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import ReadyRules, ServerKind
 
 SERVERS = tuple(KINDS)
-
-
-def rules_for(kind: str, ready_pattern: str | None = None, fatal_patterns: tuple[str, ...] = ()) -> ReadyRules:
-    """The server kind's ready line and fatal patterns, with the params' own added (a params pattern wins)."""
-    return KINDS[kind].rules(ready_pattern, fatal_patterns)
 
 
 def detect(path: str | Path, sample_lines: int = 2000) -> str:
@@ -51,4 +46,4 @@ def parse_file(path: str | Path, server: str = "auto", rules: ReadyRules | None 
 
 
 __all__ = ["KINDS", "PHASES", "REASONS", "SERVERS", "Event", "Failure", "ParsedLog", "ReadyRules", "ServerKind",
-           "detect", "parse_file", "parser_for", "rules_for"]
+           "detect", "parse_file", "parser_for"]
