@@ -10,6 +10,7 @@ from pathlib import Path
 
 from launchlab import __version__
 from launchlab.errors import LaunchlabError, ParamsError
+from launchlab.logparse.kinds import KINDS
 
 EXIT_KIT_ERROR = 1
 EXIT_INVALID_PARAMS = 2
@@ -133,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.set_defaults(func=_schema)
     pa = sub.add_parser("parse", help="parse a server log")
     pa.add_argument("log")
-    pa.add_argument("--server", default="auto", choices=["auto", "sglang", "vllm", "transformers", "generic"])
+    pa.add_argument("--server", default="auto", choices=["auto", *KINDS])
     pa.add_argument("--json", action="store_true", help="print the JSON object of ARCHITECTURE.md section 4.3")
     pa.set_defaults(func=_parse)
     return p

@@ -43,7 +43,7 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
     """Frames from every run folder that finished (status.json with state "done"), in plan order."""
     directory = rundir.RunDir(run_dir)
     run_rows, event_frames, telemetry_frames = [], [], []
-    rules = logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
+    rules = exp.server.rules()
     for run_id in directory.manifest()["run_ids"]:
         folder = directory.run(run_id)
         status = records.read_status(folder)

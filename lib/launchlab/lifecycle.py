@@ -66,7 +66,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         progress("starting")
         t_launch = _start(exp, run_dir, run_nodes, launches, folder, record)
         progress("watching")
-        outcome = watch.watch(run_nodes, folder, _rules(exp), launches[0].health_url,
+        outcome = watch.watch(run_nodes, folder, exp.server.rules(), launches[0].health_url,
                               t_launch + exp.server.ready.timeout_s, t_launch, record.notes)
         if outcome.status == "ready" and exp.server.smoke is not None:
             progress("smoke request")
@@ -182,7 +182,7 @@ def _read_results(exp: params.Experiment, run_nodes: list[Node], folder: rundir.
     for node in run_nodes:
         if folder.log(node.rank).exists():
             try:
-                parsed = logparse.parse_file(folder.log(node.rank), exp.server.kind, _rules(exp))
+                parsed = logparse.parse_file(folder.log(node.rank), exp.server.kind, exp.server.rules())
             except LaunchlabError as exc:
                 record.notes.append(f"parsing {node.log_name} failed: {exc}")
             else:
@@ -208,10 +208,6 @@ def _write_final(folder: rundir.RunFolder, record: RunRecord, run_nodes: list[No
     record.smoke_response = masker.text(record.smoke_response) if record.smoke_response else None
     record.notes = [masker.text(n) for n in record.notes]
     records.write_final(folder, record)
-
-
-def _rules(exp: params.Experiment) -> logparse.ReadyRules:
-    return logparse.rules_for(exp.server.kind, exp.server.ready.log_pattern, tuple(exp.server.ready.fatal_patterns))
 
 
 def _refuse_a_second_attempt(folder: rundir.RunFolder) -> None:

@@ -17,6 +17,7 @@ from pandas.io.formats.style import Styler
 from launchlab import analysis, budget, frames, levelchecks, masking, params, plots, rundir, verdict
 from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_block, md_code
+from launchlab.logparse.kinds import KINDS
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,10 @@ class Report:
 
     @cached_property
     def budget(self) -> pd.DataFrame:
-        f = self.frames
-        if self.exp.server.kind == "vllm":
-            return budget.vllm_budget(f.events, self.valid_runs)
-        return budget.sglang_budget(f.events, self.valid_runs, f.telemetry)
+        recompute = KINDS[self.exp.server.kind].budget
+        if recompute is None:
+            return pd.DataFrame()
+        return recompute(self.frames.events, self.valid_runs, self.frames.telemetry)
 
     @cached_property
     def level_checks(self) -> list[dict]:
@@ -184,15 +185,8 @@ class Report:
 
     def budget_intro(self) -> Markdown:
         """How the server sizes its KV cache, for the kinds whose logs carry the numbers."""
-        if self.exp.server.kind == "sglang":
-            return Markdown("SGLang sizes its KV cache as `rest = avail − total × (1 − mem_fraction_static)` with "
-                            "`total` the free memory before the weights and `avail` after them (MIN over ranks). "
-                            "`rest ≤ 0` is \"Not enough memory\"; the break-even fraction is `1 − avail/total`. "
-                            "`logged_agrees` compares with a `DEBUG profile_max_num_token` line when the server "
-                            "printed one.")
-        if self.exp.server.kind == "vllm":
-            return Markdown("vLLM sizes its KV cache as `total × gpu_memory_utilization − (weights + non-torch + "
-                            "activation peak)`; the break-even utilization is `(weights + non-torch + activation) / total`.")
+        if (intro := KINDS[self.exp.server.kind].report_intro) is not None:
+            return Markdown(intro)
         return Markdown(f"The `{self.exp.server.kind}` server prints no memory budget in its log; the GPU memory it "
                         "took is in the effects above (`peak_mem_used_mib`, from nvidia-smi) and the timelines below.")
 

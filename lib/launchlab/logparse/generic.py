@@ -1,6 +1,6 @@
-"""Logs of servers the kit knows nothing about: readiness from the params' pattern, failure from the params' fatal
-patterns and from the deaths any Python GPU server can die (CUDA out of memory, an uncaught exception, the kernel's
-OOM killer, a segmentation fault)."""
+"""The generic kind, for servers the kit knows nothing about: readiness from the params' pattern, failure from the
+params' fatal patterns and from the deaths any Python GPU server can die (CUDA out of memory, an uncaught
+exception, the kernel's OOM killer, a segmentation fault). It is what detection falls back to."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
 from launchlab.logparse.cuda_oom import oom_fields
 from launchlab.logparse.patterns import BudgetedPattern
+from launchlab.logparse.serverkind import ServerKind
 
 ANCHORS = ("DEBUG", "Traceback", "Error", "out of memory", "Killed", "Segmentation", "SIGSEGV")
 
@@ -66,3 +67,12 @@ class GenericParser:
 
 def parse(raw_lines: Iterable[str], ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ParsedLog:
     return feed_lines(GenericParser(ready_pattern, fatal_patterns), raw_lines)
+
+
+KIND = ServerKind(
+    name="generic",
+    evidence=None,  # what detection falls back to when no other kind's evidence is in the log
+    ready_pattern=None,  # params must say when it is ready (schema.py checks)
+    fatal_patterns=(),
+    parser=lambda rules: GenericParser(rules.ready_pattern, rules.fatal_patterns),
+)

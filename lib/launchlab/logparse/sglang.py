@@ -1,4 +1,4 @@
-"""SGLang startup logs → per-rank memory fields, phase reached, readiness and failure.
+"""The SGLang server kind: its startup logs → per-rank memory fields, phase reached, readiness and failure.
 
 Covers the SGLang 0.3–0.5.23 statement formats of reference/log-formats.md section 2: the `[date time TPn]`
 prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored),
@@ -6,6 +6,9 @@ bare messages without a prefix, GB read as GiB, tracebacks that continue unprefi
 "Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure. Also read:
 the `server_args=ServerArgs(…)` line (→ `args`), custom all-reduce statements (logparse/custom_ar.py), the NCCL
 version, what ranks say about their model, dtypes and graph batch sizes, and the HTTP server's pid and URL.
+
+`KIND`, at the end, is the kind's record (serverkind.py): how its logs are recognised, its ready and fatal
+lines, and how the report recomputes its KV-cache budget.
 """
 
 from __future__ import annotations
@@ -27,15 +30,8 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.serverkind import ServerKind
 
-READY_PATTERN = r"The server is fired up and ready to roll!"
-FATAL_PATTERNS = (
-    r"Not enough memory\. Please try to increase --mem-fraction-static",
-    r"Loaded weights leave no GPU memory for the KV cache",
-    r"Scheduler hit an exception",
-    r"Received sigquit from a child process",
-    r"Initialization failed\. warmup error",
-)
 ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weight", "KV Cache", "Memory pool",
            "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
@@ -225,3 +221,32 @@ class SGLangParser:
 
 def parse(raw_lines: Iterable[str]) -> ParsedLog:
     return feed_lines(SGLangParser(), raw_lines)
+
+
+def _budget(events, runs, telemetry):
+    from launchlab import budget  # pandas: loaded when a report asks, never to parse a log or validate params
+
+    return budget.sglang_budget(events, runs, telemetry)
+
+
+KIND = ServerKind(
+    name="sglang",
+    evidence=re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*\] "
+                        r"|\[\d{2}:\d{2}:\d{2} TP\d+\] |server_args=ServerArgs|sglang|KV Cache is allocated"
+                        r"|Load weight (?:begin|end)"),
+    ready_pattern=r"The server is fired up and ready to roll!",
+    fatal_patterns=(
+        r"Not enough memory\. Please try to increase --mem-fraction-static",
+        r"Loaded weights leave no GPU memory for the KV cache",
+        r"Scheduler hit an exception",
+        r"Received sigquit from a child process",
+        r"Initialization failed\. warmup error",
+    ),
+    parser=lambda rules: SGLangParser(),
+    budget=_budget,
+    report_intro=("SGLang sizes its KV cache as `rest = avail − total × (1 − mem_fraction_static)` with "
+                  "`total` the free memory before the weights and `avail` after them (MIN over ranks). "
+                  "`rest ≤ 0` is \"Not enough memory\"; the break-even fraction is `1 − avail/total`. "
+                  "`logged_agrees` compares with a `DEBUG profile_max_num_token` line when the server "
+                  "printed one."),
+)

@@ -1,8 +1,9 @@
-"""`transformers serve` logs: model load, uvicorn readiness, continuous-batching failures, request outcomes.
+"""The `transformers serve` kind: model load, uvicorn readiness, continuous-batching failures, request outcomes.
 
 The server is ready when uvicorn prints "Application startup complete."; it can still fail afterwards, on its
 first request, when the continuous-batching cache cannot be sized ("No positive solution"). Such a log is
-ready *and* has a failure: the run pipeline calls that outcome `degraded`.
+ready *and* has a failure: the run pipeline calls that outcome `degraded`. `KIND`, at the end, is the kind's
+record (serverkind.py).
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from collections.abc import Iterable
 
 from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.serverkind import ServerKind
 
-READY_PATTERN = r"Application startup complete\."
-FATAL_PATTERNS = (r"Traceback \(most recent call last\)",)
 ANCHORS = ("[transformers]", "Loading weights", "Uvicorn running", "Application startup complete", "HTTP/1.1",
            "Traceback", "Error", "error", "Exception", "No positive solution", "Finished server process", "DEBUG")
 
@@ -65,3 +65,12 @@ class TransformersParser:
 
 def parse(raw_lines: Iterable[str]) -> ParsedLog:
     return feed_lines(TransformersParser(), raw_lines)
+
+
+KIND = ServerKind(
+    name="transformers",
+    evidence=re.compile(r"^\[transformers\]|transformers serve|ContinuousBatchingLogger"),
+    ready_pattern=r"Application startup complete\.",
+    fatal_patterns=(r"Traceback \(most recent call last\)",),
+    parser=lambda rules: TransformersParser(),
+)  # no budget: the log prints no memory figures, so the report shows nvidia-smi's

@@ -1,4 +1,5 @@
-"""vLLM startup logs (V0 and V1, 0.4–0.33) → per-rank memory fields, phase reached, readiness and failure.
+"""The vLLM server kind: its startup logs (V0 and V1, 0.4–0.33) → per-rank memory fields, phase reached,
+readiness and failure.
 
 Formats: reference/log-formats.md section 3. The line is `[(<process> pid=N)] LEVEL MM-DD HH:MM:SS [file:line] msg`
 with the process tag naming the TP rank (`Worker_TP3`, `VllmWorker TP3`, `VllmWorker rank=3`); V0 worker
@@ -7,6 +8,9 @@ untagged driver being rank 0. Bare messages, uvicorn lines and unprefixed traceb
 server's arguments (`non-default args: {…}`, `args: Namespace(…)`, the engine config line → `args`), custom
 all-reduce statements (logparse/custom_ar.py), the NCCL version, the engine generation (V0/V1), process ids by role,
 the HTTP URL and routes, and dead workers.
+
+`KIND`, at the end, is the kind's record (serverkind.py): how its logs are recognised, its ready and fatal
+lines, and how the report recomputes its KV-cache budget.
 """
 
 from __future__ import annotations
@@ -29,13 +33,8 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.serverkind import ServerKind
 
-READY_PATTERN = r"Application startup complete\."
-FATAL_PATTERNS = (
-    r"EngineCore failed to start", r"EngineCore hit an exception", r"Engine core initialization failed",
-    r"No available memory for the cache blocks", r"died unexpectedly", r"Error executing method",
-    r"CUDA out of memory", r"custom_all_reduce\.cuh",
-)
 BLOCK_SIZE = 16  # vLLM's default tokens per KV block
 ANCHORS = ("Loading model weights", "Model loading took", "Starting to load model", "KV cache", "KV Cache",
            "memory", "blocks:", "Maximum concurrency", "Graph capturing", "Capturing", "init engine",
@@ -294,3 +293,26 @@ def _timestamp(month_day: str, hms: str) -> datetime | None:
 
 def parse(raw_lines: Iterable[str]) -> ParsedLog:
     return feed_lines(VLLMParser(), raw_lines)
+
+
+def _budget(events, runs, telemetry):
+    from launchlab import budget  # pandas: loaded when a report asks, never to parse a log or validate params
+
+    return budget.vllm_budget(events, runs)  # the profile's numbers suffice: no nvidia-smi comparison
+
+
+KIND = ServerKind(
+    name="vllm",
+    evidence=re.compile(r"(?:DEBUG|INFO|WARNING|ERROR) \d{2}-\d{2} \d{2}:\d{2}:\d{2} \[?[\w./-]+:\d+\]|vllm|vLLM"
+                        r"|Available KV cache memory|GPU KV cache size|# (?:GPU|cuda) blocks"),
+    ready_pattern=r"Application startup complete\.",
+    fatal_patterns=(
+        r"EngineCore failed to start", r"EngineCore hit an exception", r"Engine core initialization failed",
+        r"No available memory for the cache blocks", r"died unexpectedly", r"Error executing method",
+        r"CUDA out of memory", r"custom_all_reduce\.cuh",
+    ),
+    parser=lambda rules: VLLMParser(),
+    budget=_budget,
+    report_intro=("vLLM sizes its KV cache as `total × gpu_memory_utilization − (weights + non-torch + "
+                  "activation peak)`; the break-even utilization is `(weights + non-torch + activation) / total`."),
+)

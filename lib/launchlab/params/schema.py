@@ -28,6 +28,8 @@ from launchlab.fields import MAX_MIB, MAX_TIMEOUT_S, PathStr
 from launchlab.fields import StrictModel as _Strict
 from launchlab.fields import address as _address
 from launchlab.hosts import TRANSPORTS
+from launchlab.logparse.kinds import KINDS
+from launchlab.logparse.serverkind import ReadyRules
 from launchlab.params import design
 from launchlab.params.design import MAX_NAME_CHARS, slug_problem
 
@@ -37,6 +39,9 @@ _ENV_NAME = _IDENTIFIER
 MAX_EXPERIMENT_CHARS = 100
 MAX_COMMAND_TOKENS = 4096
 MAX_ENTRIES = 1024  # flags or env variables of one level, env variables of the server
+
+# The registered server kinds as a Literal, so the JSON Schema lists them as an enum and a typo names them.
+ServerKindName = Literal[tuple(KINDS)]
 
 
 def _slug(what: str, limit: int = MAX_NAME_CHARS) -> AfterValidator:
@@ -144,7 +149,7 @@ def _json_problem(value: Any, where: str) -> str | None:
 
 
 class ServerSpec(_Strict):
-    kind: Literal["sglang", "vllm", "transformers", "generic"]
+    kind: ServerKindName
     command: list[StrictStr] = Field(min_length=1, max_length=MAX_COMMAND_TOKENS)
     env: dict[str, StrictStr] = Field({}, max_length=MAX_ENTRIES)
     ready: ReadySpec = ReadySpec()
@@ -154,10 +159,14 @@ class ServerSpec(_Strict):
     _env_names = field_validator("env")(_check_env_names)
 
     @model_validator(mode="after")
-    def _generic_needs_a_ready_rule(self) -> ServerSpec:
-        if self.kind == "generic" and not (self.ready.log_pattern or self.ready.health_url):
-            raise ValueError("a generic server needs ready.log_pattern or ready.health_url to know when it is ready")
+    def _kind_without_ready_line_needs_a_ready_rule(self) -> ServerSpec:
+        if KINDS[self.kind].ready_pattern is None and not (self.ready.log_pattern or self.ready.health_url):
+            raise ValueError(f"a {self.kind} server needs ready.log_pattern or ready.health_url to know when it is ready")
         return self
+
+    def rules(self) -> ReadyRules:
+        """The ready line and fatal patterns a run watches for: the kind's, with the `ready:` section's own added."""
+        return KINDS[self.kind].rules(self.ready.log_pattern, self.ready.fatal_patterns)
 
 
 class DrainSpec(_Strict):

@@ -1,0 +1,60 @@
+"""What a server kind is: the one record each server's module exports, and the ready rules it gives a run.
+
+A kind's module (sglang.py, vllm.py, transformers.py, generic.py) ends with `KIND = ServerKind(…)`; kinds.py
+registers it. Everything the kit does differently per server reads this record: detection and parsing of a log,
+the lifecycle's ready and fatal lines, params validation of `server.kind`, `launchlab parse --server` and the
+report's memory budget.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only for the annotations: importing pandas here would make `import launchlab.params` slow
+    import pandas as pd
+
+    from launchlab.logparse.common import LineParser
+
+    Budget = Callable[[pd.DataFrame, pd.DataFrame, pd.DataFrame | None], pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class ReadyRules:
+    """When a run's server is ready (its ready line) and when it has failed (any of its fatal lines)."""
+
+    ready_pattern: str | None
+    fatal_patterns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ServerKind:
+    """Everything the kit knows about one kind of inference server.
+
+    name            `server.kind` in params, `--server` of `launchlab parse`, `server` of a parsed log
+    evidence        matches a line this server writes; detection picks the kind with the most matching lines
+                    among a log's first lines. None: never detected (the fallback kind)
+    ready_pattern   regex of the line that says the server is ready; params' `ready.log_pattern` replaces it.
+                    None: the params must give a log pattern or a health URL
+    fatal_patterns  regexes of lines after which the server will not become ready; params' own are added
+    parser          ReadyRules → a fresh line parser for one log (only a kind without a log format of its own,
+                    `generic`, reads the rules)
+    budget          (events, runs, telemetry) → one row per run: the KV-cache budget recomputed from the
+                    logged numbers (budget.py). None: the log carries no budget
+    report_intro    Markdown before the report's budget table: how this server sizes its KV cache.
+                    None: the report says the log has no budget
+    """
+
+    name: str
+    evidence: re.Pattern[str] | None
+    ready_pattern: str | None
+    fatal_patterns: tuple[str, ...]
+    parser: Callable[[ReadyRules], LineParser]
+    budget: Budget | None = None
+    report_intro: str | None = None
+
+    def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
+        """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""
+        return ReadyRules(ready_pattern or self.ready_pattern, self.fatal_patterns + tuple(fatal_patterns))
