@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# On the lent GPU machine: bench/nvml_run.py (the NVML sampler through whole `launchlab run`s next to
+# nvidia-smi's), results into OUT_DIR/nvml.txt. Same carried wheels and model as scripts/gpu-example.sh.
+set -euo pipefail
+out=${1:?usage: scripts/gpu-nvml.sh OUT_DIR}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$(pwd)/lib JUPYTER_PATH=/tmp/site/share/jupyter PYTHONUNBUFFERED=1
+[ -d /tmp/launchlab-model ] || python3 scripts/make_model.py /tmp/launchlab-model
+{
+  date -u +%FT%TZ; nvidia-smi -L; python3 -c "import pynvml; print('nvidia-ml-py', pynvml.__version__ if hasattr(pynvml, '__version__') else '?')"
+  python3 -m launchlab.cli validate params/transformers-nvml.yaml
+  time python3 bench/nvml_run.py params/transformers-nvml.yaml
+  date -u +%FT%TZ
+} 2>&1 | tee "$out/nvml.txt"
