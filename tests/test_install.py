@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def installed(tmp_path_factory) -> dict:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(base / "dist"), str(source)], check=True, capture_output=True, timeout=300)
     wheel = next((base / "dist").glob("launchlab-*.whl"))
+    subprocess.run([sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_sdist({str(base / 'dist')!r})"],
+                   cwd=source, check=True, capture_output=True, timeout=300)
     env_dir = base / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
     ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
@@ -54,25 +57,33 @@ def installed(tmp_path_factory) -> dict:
     home, tmp, workspace = base / "home", base / "tmp", base / "workspace"
     for folder in (home, tmp, workspace):
         folder.mkdir()
-    env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8",
+    # the environment's bin/ is NOT on PATH: the kit must start the simulated server with its own interpreter,
+    # not whatever python3 the PATH offers (the system's, which has no launchlab)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8",
            "JUPYTER_PATH": str(Path(sys.prefix) / "share" / "jupyter")}
-    return {"wheel": wheel, "env_dir": env_dir, "home": home, "tmp": tmp, "workspace": workspace, "env": env}
+    return {"wheel": wheel, "sdist": next((base / "dist").glob("launchlab-*.tar.gz")), "env_dir": env_dir,
+            "home": home, "tmp": tmp, "workspace": workspace, "env": env}
 
 
-def _run(installed: dict, *argv: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=cwd, env=installed["env"], capture_output=True, text=True, timeout=timeout)
+def _run(installed: dict, program: str, *argv: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`launchlab …` or `python …` of the fresh environment, by absolute path."""
+    return subprocess.run([str(installed["env_dir"] / "bin" / program), *argv], cwd=cwd, env=installed["env"],
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def _outputs_of_the_checkout() -> set[str]:
     return {str(p) for p in (ROOT / "outputs").glob("*/*")} if (ROOT / "outputs").is_dir() else set()
 
 
-def test_the_wheel_carries_the_notebooks_the_params_and_the_report_template(installed):
-    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+def test_the_wheel_and_the_sdist_carry_the_notebooks_the_params_and_the_report_template(installed):
+    wheel = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    with tarfile.open(installed["sdist"]) as sdist:
+        members = {m.name.split("/", 1)[1]: m for m in sdist.getmembers() if "/" in m.name}
     for needed in ("launchlab/templates/notebooks/run_variant.ipynb", "launchlab/templates/notebooks/summary.ipynb",
                    "launchlab/templates/params/demo.yaml", "launchlab/templates/offline/index.html.j2",
                    "launchlab/sim/sglang_server.py", "launchlab/__main__.py"):
-        assert needed in names
+        assert needed in wheel
+        assert members[f"lib/{needed}"].isfile(), f"{needed}: a file in the sdist, not a link out of the package"
 
 
 def test_an_installed_kit_makes_a_workspace_and_runs_the_demo_there_writing_nothing_outside(installed):
