@@ -1,4 +1,4 @@
-"""`launchlab validate | run | report | parse | ls | schema` (the stable interface of ARCHITECTURE.md section 4)."""
+"""`launchlab init | validate | run | report | parse | ls | schema` (the stable interface of ARCHITECTURE.md section 4)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,19 @@ def _ask_on_terminal(question: str) -> bool:
     if not sys.stdin.isatty():
         return False
     return input(question).strip().lower() in ("y", "yes")
+
+
+def _init(args: argparse.Namespace) -> int:
+    from launchlab import workspace
+
+    result = workspace.init(Path(args.dir))
+    for path in result.written:
+        print(f"  wrote    {path}")
+    for path in result.skipped:
+        print(f"  kept     {path}  (exists; not overwritten)")
+    go = "" if Path(args.dir).resolve() == Path.cwd() else f"cd {args.dir} && "
+    print(f"workspace {result.root.resolve()}; next: {go}launchlab run params/demo.yaml")
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -106,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"launchlab {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the kit does")
     sub = p.add_subparsers(dest="command", required=True)
+    i = sub.add_parser("init", help="make a workspace: params/, notebooks/, outputs/ (keeps files that exist)")
+    i.add_argument("dir", nargs="?", default=".", help="the workspace folder (default: the current one)")
+    i.set_defaults(func=_init)
     v = sub.add_parser("validate", help="check a params file; print every problem")
     v.add_argument("params")
     v.set_defaults(func=_validate)

@@ -1,7 +1,7 @@
 """Configuration read from the environment: every variable the kit honours, read here and nowhere else.
 
-    LAUNCHLAB_OUTPUTS      root of run directories (default: the checkout's outputs/, else ./outputs)
-    LAUNCHLAB_NOTEBOOKS    folder of run_variant.ipynb and summary.ipynb (default: the checkout's notebooks/)
+    LAUNCHLAB_OUTPUTS      root of run directories (default: the workspace's or checkout's outputs/, else ./outputs)
+    LAUNCHLAB_NOTEBOOKS    folder of run_variant.ipynb and summary.ipynb (default: the package's templates/notebooks)
     LAUNCHLAB_SIM_ROOT     where simulated boxes live (default: $TMPDIR/launchlab-sim-<uid>)
     LAUNCHLAB_LOCK_DIR     the host locks' folder on real hosts (default: /tmp/launchlab-locks)
     LAUNCHLAB_SSH_CONFIG   an ssh_config file to read instead of ~/.ssh/config

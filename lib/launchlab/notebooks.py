@@ -11,7 +11,7 @@ from pathlib import Path
 
 import papermill
 
-from launchlab import config, export, frames, params, records, recovery, report, rundir
+from launchlab import config, export, frames, params, records, recovery, report, rundir, workspace
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.plan import Run
 
@@ -23,13 +23,11 @@ def stderr(line: str) -> None:
 
 
 def notebooks_dir() -> Path:
-    """Where run_variant.ipynb and summary.ipynb are: $LAUNCHLAB_NOTEBOOKS, else the checkout's notebooks/."""
+    """Where run_variant.ipynb and summary.ipynb are: $LAUNCHLAB_NOTEBOOKS, else the package's own templates
+    (package data, so an installed kit finds them wherever it is run from)."""
     if (configured := config.notebooks_dir()) is not None:
         return configured
-    here = Path(__file__).resolve().parents[2] / "notebooks"  # lib/launchlab/batch.py → checkout root
-    if (here / "run_variant.ipynb").is_file():
-        return here
-    raise RunDirError(f"cannot find the notebooks folder (looked in {here}); set LAUNCHLAB_NOTEBOOKS")
+    return workspace.notebook_templates()
 
 
 class _Progress(threading.Thread):

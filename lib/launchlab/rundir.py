@@ -137,7 +137,8 @@ class RunDir:
 
 
 def project_root(start: Path | None = None) -> Path | None:
-    """The launchlab checkout containing `start` (default: the working directory), if any."""
+    """The launchlab workspace or checkout (a folder holding params/ and notebooks/) containing `start`
+    (default: the working directory), if any."""
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / "params").is_dir() and (folder / "notebooks").is_dir():
