@@ -194,10 +194,9 @@ def _read_results(exp: params.Experiment, run_nodes: list[Node], folder: rundir.
                         rundir.write_json(folder.parsed, node.masker.record(parsed.to_json()))
                     except LaunchlabError as exc:
                         record.notes.append(f"parsed.json not written: {exc}")
-        if folder.samples(node.rank).exists():
-            frame = telemetry.read_query_csv(folder.samples(node.rank))
-            if "memory.used" in frame and frame["memory.used"].notna().any():
-                peaks.append(float(frame["memory.used"].max()))
+        if folder.samples(node.rank).exists() and \
+                (peak := telemetry.peak_memory_mib(folder.samples(node.rank))) is not None:
+            peaks.append(peak)
     return logs, peaks
 
 

@@ -14,11 +14,13 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from launchlab.hosts import commands
 from launchlab.hosts.commands import APP_FIELDS, SAMPLER_FIELDS, SNAPSHOT_FIELDS
+
+if TYPE_CHECKING:  # pandas is imported where a frame is built: the run kernel needs none (half a second)
+    import pandas as pd
 
 _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]$")
 _VALUE_UNIT = re.compile(r"^(-?[\d.]+)\s*(?:MiB|%|W|MHz)$")
@@ -82,6 +84,29 @@ def read_query_csv(path: str | Path, fields: tuple[str, ...] | list[str] | None 
     With a header (with or without units) the columns come from it; without one (`noheader`), from `fields`,
     the list the kit asked for. Lines with the wrong number of cells are skipped.
     """
+    import pandas as pd
+
+    columns, records = read_query_rows(path, fields)
+    frame = pd.DataFrame(records, columns=columns)
+    if "timestamp" in frame:
+        frame["timestamp"] = pd.to_datetime(frame["timestamp"], format=TIMESTAMP_FORMAT, errors="coerce")
+    return frame
+
+
+def peak_memory_mib(path: str | Path) -> float | None:
+    """The largest memory.used of a `--query-gpu` CSV (None without a sample of it): the run's peak, read
+    without building a frame."""
+    columns, records = read_query_rows(path)
+    if "memory.used" not in columns:
+        return None
+    at = columns.index("memory.used")
+    values = [v for row in records if isinstance(v := row[at], float) and not math.isnan(v)]
+    return max(values) if values else None
+
+
+def read_query_rows(path: str | Path, fields: tuple[str, ...] | list[str] | None = None
+                    ) -> tuple[list[str], list[list[float | str]]]:
+    """read_query_csv's columns and rows, as lists (see there)."""
     columns: list[str] | None = list(fields) if fields else None
     records = []
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -93,10 +118,7 @@ def read_query_csv(path: str | Path, fields: tuple[str, ...] | list[str] | None 
             if columns is None or len(cells) != len(columns):
                 continue  # a prompt, an error message, or a line cut off when the sampler was stopped
             records.append([_cell(c) for c in cells])
-    frame = pd.DataFrame(records, columns=columns or list(SAMPLER_FIELDS))
-    if "timestamp" in frame:
-        frame["timestamp"] = pd.to_datetime(frame["timestamp"], format=TIMESTAMP_FORMAT, errors="coerce")
-    return frame
+    return columns or list(SAMPLER_FIELDS), records
 
 
 def _is_header(cells: list[str]) -> bool:
@@ -107,6 +129,8 @@ def _is_header(cells: list[str]) -> bool:
 
 def tidy(frame: pd.DataFrame, run_id: str, t0: datetime | None) -> pd.DataFrame:
     """The telemetry.parquet rows of one run: t_s is seconds since the server was started (host clock)."""
+    import pandas as pd
+
     out = frame.rename(columns=TIDY_COLUMNS)
     keep = [c for c in TIDY_COLUMNS.values() if c in out]
     out = out[["timestamp", *keep]].dropna(subset=["timestamp"]).copy()
