@@ -77,3 +77,20 @@ def test_runs_keep_their_own_envelopes_and_no_trace_is_no_envelope():
     assert env.set_index("run_id")[["lo_mib", "hi_mib"]].to_dict("index") == {"a": {"lo_mib": 1.0, "hi_mib": 9.0},
                                                                             "b": {"lo_mib": 5.0, "hi_mib": 5.0}}
     assert plots.fullest_envelope(a.iloc[:0]).empty
+
+
+def test_the_report_reads_only_the_telemetry_columns_it_uses_and_those_a_directory_has(tmp_path):
+    from launchlab import frames, report, rundir
+
+    directory = rundir.RunDir(tmp_path)
+    samples = telemetry.tidy(telemetry.read_query_csv(DATA / "h200-transformers-serve/trace-cb90.csv"), "r1", None)
+    samples.insert(2, "node", 0)
+    tables = frames.Frames(pd.DataFrame({"run_id": ["r1"]}), pd.DataFrame(columns=frames.EVENT_COLUMNS),
+                           samples.drop(columns=["gpu_index"]))  # as if an older directory lacked one
+    (tmp_path / "manifest.json").write_text("{}")
+    frames.write(tmp_path, tables)
+    loaded = frames.load(tmp_path, telemetry_columns=report.TELEMETRY_COLUMNS).telemetry
+    assert list(loaded.columns) == ["run_id", "t_s", "node", "mem_used_mib", "mem_total_mib"]
+    assert loaded["mem_used_mib"].max() == samples["mem_used_mib"].max()
+    assert "util_gpu_pct" in frames.load(tmp_path).telemetry  # everything, unless asked for less
+    assert directory.frame("telemetry").is_file()
