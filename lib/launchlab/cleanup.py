@@ -10,6 +10,7 @@ from launchlab import params, patching, reaper, rundir, telemetry
 from launchlab.errors import HostError, LaunchlabError
 from launchlab.hosts import ProcessRef
 from launchlab.nodes import Node, write_processes
+from launchlab.polling import backoff
 from launchlab.records import RunRecord
 
 
@@ -105,7 +106,7 @@ def _drain(exp: params.Experiment, node: Node, result: RunRecord, spare: set[int
     not allocated yet or is about to, and a run without a preflight has only its processes to wait for."""
     before = {g["index"]: g["mem_used_mib"] for g in node.preflight["gpus"]} if node.preflight else None
     tic = time.monotonic()
-    while True:
+    for pause in backoff(longest_s=0.25):
         try:
             left = reaper.of_run(node.host, node.tag, spare)
             over = _memory_over(exp, node, before) if before is not None else {}
@@ -129,7 +130,7 @@ def _drain(exp: params.Experiment, node: Node, result: RunRecord, spare: set[int
                                     f"{exp.drain.timeout_s:.0f} s: "
                                     + ", ".join(f"GPU {i} +{v:.0f} MiB" for i, v in over.items()))
             return
-        time.sleep(0.25)
+        time.sleep(pause)
 
 
 def _memory_over(exp: params.Experiment, node: Node, before: dict[int, float]) -> dict[int, float]:

@@ -106,10 +106,19 @@ def write(run_dir: Path, frames: Frames) -> None:
         rundir.write_frame(directory.frame(name), getattr(frames, name))
 
 
-def load(run_dir: Path) -> Frames:
+def load(run_dir: Path, telemetry_columns: list[str] | None = None) -> Frames:
+    """The frames of a run directory; telemetry_columns: only those columns of telemetry.parquet (those of them
+    it has: an older run directory may lack one)."""
     directory = rundir.RunDir.check(run_dir)
     missing = [n for n in rundir.FRAMES if not directory.frame(n).is_file()]
     if missing:
         raise RunDirError(f"{run_dir} has no {', '.join(f'{n}.parquet' for n in missing)} yet; "
                           f"`launchlab report {run_dir}` builds them from the runs' raw files")
-    return Frames(*(pd.read_parquet(directory.frame(name)) for name in rundir.FRAMES))
+    tables = {name: pd.read_parquet(directory.frame(name)) for name in rundir.FRAMES if name != "telemetry"}
+    columns = None
+    if telemetry_columns is not None:
+        import pyarrow.parquet as pq
+
+        present = set(pq.read_schema(directory.frame("telemetry")).names)
+        columns = [c for c in telemetry_columns if c in present]
+    return Frames(**tables, telemetry=pd.read_parquet(directory.frame("telemetry"), columns=columns))

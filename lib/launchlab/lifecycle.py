@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from launchlab import __version__ as KIT_VERSION
@@ -115,21 +116,43 @@ class _Progress:
 
 def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: rundir.RunFolder) -> list:
     """Each node's run folder and GPU state before the launch, the launches rendered (their secrets known to
-    the masks from here on), and the provenance recorded."""
-    for node in run_nodes:
-        node.host.make_dir(node.dir)
-        node.sampled = exp.sampler.kind != "none"
-        node.preflight = _preflight(node.host, node.gpus) if node.sampled else None
+    the masks from here on), and the provenance recorded. The preflight of a host whose commands may run at once
+    runs next to the provenance's commands (both only read the host; one after the other they were most of a
+    short run, bench/run_overhead.py)."""
+    with ThreadPoolExecutor(max_workers=len(run_nodes), thread_name_prefix="preflight") as pool:
+        preflights = {}
+        for node in run_nodes:
+            node.host.make_dir(node.dir)
+            node.sampled = exp.sampler.kind != "none"
+            if node.sampled:
+                preflights[node.rank] = pool.submit(_preflight, node.host, node.gpus) \
+                    if getattr(node.host, "concurrent_commands", False) else _done(_preflight(node.host, node.gpus))
+        launches, per_node = _provenance(exp, run, run_nodes)
+        for node, record in zip(run_nodes, per_node, strict=True):
+            node.preflight = preflights[node.rank].result() if node.rank in preflights else None
+            record["preflight"] = node.preflight
+    rundir.write_json(folder.provenance, provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
+                                                               run_nodes[0].masker))
+    return launches
+
+
+def _done(value) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future
+
+
+def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node]) -> tuple[list, list[dict]]:
+    """The launches rendered, their secrets added to the nodes' masks, and each node's provenance record (its
+    preflight filled in by _prepare)."""
     port = run_nodes[0].host.free_port()
     launches = [params.render(exp, run.variant, port=port, run_id=run.run_id, host=n.host.name, node_rank=n.rank,
                               nnodes=len(run_nodes), gpus=n.gpus) for n in run_nodes]
     for node, launch in zip(run_nodes, launches, strict=True):
         node.masker = node.masker.merge(masking.Masker.collect(launch.env, launch.argv, exp.secrets))
-    per_node = [provenance.node_record(n.host, n.rank, launch, n.preflight, n.masker, exp.secrets)
+    per_node = [provenance.node_record(n.host, n.rank, launch, None, n.masker, exp.secrets)
                 for n, launch in zip(run_nodes, launches, strict=True)]
-    rundir.write_json(folder.provenance, provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
-                                                               run_nodes[0].masker))
-    return launches
+    return launches, per_node
 
 
 def _patch(run: Run, run_nodes: list[Node], launches: list, folder: rundir.RunFolder) -> None:
@@ -194,10 +217,9 @@ def _read_results(exp: params.Experiment, run_nodes: list[Node], folder: rundir.
                         rundir.write_json(folder.parsed, node.masker.record(parsed.to_json()))
                     except LaunchlabError as exc:
                         record.notes.append(f"parsed.json not written: {exc}")
-        if folder.samples(node.rank).exists():
-            frame = telemetry.read_query_csv(folder.samples(node.rank))
-            if "memory.used" in frame and frame["memory.used"].notna().any():
-                peaks.append(float(frame["memory.used"].max()))
+        if folder.samples(node.rank).exists() and \
+                (peak := telemetry.peak_memory_mib(folder.samples(node.rank))) is not None:
+            peaks.append(peak)
     return logs, peaks
 
 

@@ -9,9 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import papermill
-
-from launchlab import config, export, frames, params, records, recovery, report, rundir, workspace
+from launchlab import config, params, records, recovery, rundir, workspace
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.plan import Run
 
@@ -55,6 +53,8 @@ class _Progress(threading.Thread):
 def execute(template: str, output: Path, parameters: dict) -> None:
     """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
     silenced so the progress lines stay readable. Cell errors still land in the executed notebook."""
+    import papermill  # here, not at the top: the run kernel imports this module, and papermill costs it seconds
+
     papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
                                kernel_name="python3", progress_bar=False, cwd=str(notebooks_dir()),
                                extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
@@ -90,6 +90,8 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
 def notebook_error(exc: Exception) -> str:
     """What went wrong in a notebook, the exception first: papermill's message is the whole traceback, whose
     last line (the exception) is what a reader needs."""
+    import papermill  # loaded already by `execute` (see there)
+
     if isinstance(exc, papermill.PapermillExecutionError):
         return f"{exc.ename}: {exc.evalue}"[:2000]
     return f"{type(exc).__name__}: {str(exc).strip()}"[:2000]
@@ -107,6 +109,10 @@ def _verdict_line(verdict: dict) -> str:
 def summarize(run_dir: Path, say: Say = stderr) -> Path:
     """Rebuild the frames from the raw files, write verdict.json and report.md, execute summary.ipynb and
     export summary.html (what `launchlab report` does); return the HTML's path."""
+    import papermill  # here: the run kernel imports this module, and these (pandas, matplotlib, nbconvert) cost it seconds
+
+    from launchlab import export, frames, report
+
     directory = rundir.RunDir.check(run_dir)
     exp = params.load(directory.experiment_file)
     frames.write(directory.path, frames.build(directory.path, exp))

@@ -7,39 +7,78 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
+# time buckets of a timeline panel: a 5-minute run sampled every 100 ms has 3,000 samples per GPU, and 200 of them
+# drawn point by point made the summary slow and heavy; a band per bucket shows the same extremes
+ENVELOPE_BUCKETS = 400
 STATUS_COLOURS = {"ready": "tab:green", "failed": "tab:red", "timeout": "tab:orange", "degraded": "tab:purple",
                   "error": "tab:gray"}
 
 
+def fullest_envelope(telemetry: pd.DataFrame, buckets: int = ENVELOPE_BUCKETS) -> pd.DataFrame:
+    """The fullest GPU's memory.used at each sample of each run, as a min/max envelope per time bucket: run_id,
+    t_s (the bucket's mean sample time), lo_mib, hi_mib. The buckets split the whole directory's time span, so
+    every run has at most `buckets` rows whatever its length; a bucket holding one sample has lo = hi."""
+    if telemetry.empty:
+        return pd.DataFrame(columns=["run_id", "t_s", "lo_mib", "hi_mib"])
+    codes, run_ids = pd.factorize(telemetry["run_id"])  # integer keys: grouping millions of rows by strings is slow
+    samples = pd.DataFrame({"run": codes, "t_s": telemetry["t_s"].to_numpy(),
+                            "mib": telemetry["mem_used_mib"].to_numpy(dtype="float64")})
+    fullest = samples.groupby(["run", "t_s"], sort=False)["mib"].max().reset_index()
+    start, end = fullest["t_s"].min(), fullest["t_s"].max()
+    width = (end - start) / buckets if end > start else 1.0
+    fullest["bucket"] = ((fullest["t_s"] - start) // width).clip(upper=buckets - 1)
+    env = fullest.groupby(["run", "bucket"]).agg(t_s=("t_s", "mean"), lo_mib=("mib", "min"),
+                                                 hi_mib=("mib", "max")).reset_index()
+    env.insert(0, "run_id", run_ids[env["run"].to_numpy()])
+    return env[["run_id", "t_s", "lo_mib", "hi_mib"]]
+
+
 def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool = False) -> plt.Figure:
-    """GPU memory used over time, one panel per variant, one line per run (the fullest GPU at each sample)."""
+    """GPU memory used over time, one panel per variant, one line per run (the fullest GPU at each sample; a band
+    from its min to its max per time bucket, `fullest_envelope`, so a long run draws hundreds of points, not
+    thousands)."""
     variants = list(runs["variant"].drop_duplicates())
     cols = 2 if len(variants) > 1 else 1
     rows = max(1, math.ceil(len(variants) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 3.2 * rows), sharex=True, sharey=True, squeeze=False)
     total_gib = telemetry["mem_total_mib"].max() / 1024 if len(telemetry) else None
+    envelopes = dict(tuple(fullest_envelope(telemetry).groupby("run_id", sort=False)))
     for ax, variant in zip(axes.flat, variants, strict=False):
         for _, run in runs[runs["variant"] == variant].iterrows():
-            samples = telemetry[telemetry["run_id"] == run["run_id"]]
-            if samples.empty:
+            env = envelopes.get(run["run_id"])
+            if env is None:
                 continue
-            fullest = samples.groupby("t_s")["mem_used_mib"].max().sort_index() / 1024
-            ax.plot(fullest.index, fullest.values, color=STATUS_COLOURS.get(run["status"], "black"),
-                    alpha=0.55 + 0.45 / run["repetition"], label=f"rep {run['repetition']}: {run['status']}")
+            colour, alpha = STATUS_COLOURS.get(run["status"], "black"), 0.55 + 0.45 / run["repetition"]
+            ax.fill_between(env["t_s"], env["lo_mib"] / 1024, env["hi_mib"] / 1024, color=colour, alpha=alpha * 0.4,
+                            linewidth=0)
+            ax.plot(env["t_s"], env["hi_mib"] / 1024, color=colour, alpha=alpha,
+                    label=f"rep {run['repetition']}: {run['status']}")
         if total_gib:
             ax.axhline(total_gib, color="black", linestyle="--", linewidth=0.8)
         ax.set_title(variant, fontsize=10)
         ax.set_ylabel("GPU memory used [GiB]")
-        ax.legend(fontsize=8, loc="lower right")
+        handles, labels = ax.get_legend_handles_labels()
+        if len(labels) > 8:  # dozens of repetitions: one entry per status, not per run
+            by_status = {label.split(": ", 1)[1]: h for h, label in zip(handles, labels, strict=True)}
+            handles, labels = list(by_status.values()), [f"{n} run(s): {s}" for s, n in
+                                                         _count(label.split(": ", 1)[1] for label in labels).items()]
+        ax.legend(handles, labels, fontsize=8, loc="lower right")
         ax.grid(alpha=0.3)
     for ax in axes.flat[len(variants):]:
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("time since server start [s]")
-    title = "GPU memory over time (nvidia-smi, fullest GPU per sample; dashed: card capacity)"
+    title = "GPU memory over time (nvidia-smi, fullest GPU per sample, its min–max band per time bucket; dashed: card capacity)"
     fig.suptitle(title + (" — SIMULATED host" if simulated else ""), fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def _count(items) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts
 
 
 PHASE_ENDS = {"dist_init_mem_gib": "dist init", "weights_mem_gib": "weights", "kv_gib": "KV pool",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 from launchlab import smitext, telemetry
 from launchlab.hosts import Host, commands
@@ -98,8 +99,17 @@ def interpreter_facts(host: Host, argv: list[str] | tuple[str, ...]) -> dict | N
 
 def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, secret_names=()) -> dict:
     """What one node of a run was: the host and its facts, the server's interpreter and installed files, the
-    environment a process inherits there, the launch — every secret masked (masking.Masker)."""
-    facts = host_facts(host)
+    environment a process inherits there, the launch — every secret masked (masking.Masker). The four
+    commands are independent and most of their time is spent starting an interpreter or nvidia-smi on the host,
+    so they run at once where the host allows it: one after the other they were the largest part of a short run
+    (bench/run_overhead.py)."""
+    workers = 4 if getattr(host, "concurrent_commands", False) else 1
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
+        facts_f = pool.submit(host_facts, host)
+        interpreter_f = pool.submit(interpreter_facts, host, launch.argv)
+        integrity_f = pool.submit(integrity, host, launch.argv)
+        env_f = pool.submit(host_env, host, lambda env: masker.env(env, secret_names))
+    facts = facts_f.result()
     return {
         "node": rank,
         "host": host.name,
@@ -107,9 +117,9 @@ def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, s
         "simulated": host.simulated,
         "hostname": facts["hostname"],
         "host_facts": facts,
-        "interpreter": interpreter_facts(host, launch.argv),
-        "integrity": integrity(host, launch.argv),
-        "host_env": host_env(host, lambda env: masker.env(env, secret_names)),
+        "interpreter": interpreter_f.result(),
+        "integrity": integrity_f.result(),
+        "host_env": env_f.result(),
         "argv": masker.argv(launch.argv, secret_names),
         "env": masker.env(launch.env, secret_names),
         "health_url": masker.text(launch.health_url) if launch.health_url else None,

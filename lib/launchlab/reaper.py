@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from launchlab.errors import HostError
 from launchlab.hosts import Host, commands
+from launchlab.polling import backoff
 
 RUN_ID_ENV = "LAUNCHLAB_RUN_ID"
 POLL_S = 0.2
@@ -67,13 +68,14 @@ def stop_run(host: Host, tag: str, grace_s: float, spare_pgids: Collection[int] 
     for signal, wait_s in (("TERM", grace_s), ("KILL", KILL_WAIT_S)):
         deadline = time.monotonic() + wait_s
         sent: set[int] = set()  # each process gets each signal once: a second TERM can cut its own shutdown short
+        pauses = backoff(longest_s=POLL_S)
         while left:
             if new := [p.pid for p in left if p.pid not in sent]:
                 host.run(commands.signal_tagged(RUN_ID_ENV, tag, new, signal), timeout=30)
                 sent.update(new)
             if time.monotonic() > deadline:
                 break
-            time.sleep(POLL_S)
+            time.sleep(next(pauses))
             left = of_run(host, tag, spare_pgids)
             seen.update(p.pid for p in left)
         if not left:

@@ -288,13 +288,18 @@ def _markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([head, rule, *body])
 
 
+# the telemetry columns the report reads: a 200-run directory has millions of samples, and their GPU UUIDs alone
+# took hundreds of MB and seconds to read (bench/report_scale.py); frames.load(run_dir) reads them all
+TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "mem_used_mib", "mem_total_mib"]
+
+
 def load(run_dir: str | Path = "") -> Report:
     """A run directory's report; an empty run_dir means the newest run directory under outputs/."""
     directory = rundir.RunDir.check(run_dir) if run_dir else rundir.latest(rundir.default_root())
     path = directory.path
     exp = params.load(directory.experiment_file)
     try:
-        tables = frames.load(path)
+        tables = frames.load(path, telemetry_columns=TELEMETRY_COLUMNS)
     except RunDirError:  # a run notebook's own folder, or a batch still running: read what the runs left
         tables = frames.build(path, exp)
     return Report(path, exp, directory.manifest(), tables)

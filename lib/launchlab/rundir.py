@@ -22,11 +22,13 @@ import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from launchlab import config
 from launchlab.errors import RunDirError
+
+if TYPE_CHECKING:  # pandas costs the run kernel half a second; only the report writes frames
+    import pandas as pd
 
 FRAMES = ("runs", "events", "telemetry")
 

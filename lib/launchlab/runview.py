@@ -1,16 +1,17 @@
 """The notebook side of one run: what run_variant.ipynb calls (`run_variant`) and what it shows of the run —
-its record, its per-rank fields and the end of its log."""
+its record, its per-rank fields and the end of its log. The tables are small HTML tables, not DataFrames: the
+run kernel never imports pandas (half a second of every run; bench/run_overhead.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
 
 from launchlab import hosts, lifecycle, params, rundir
 from launchlab.errors import ParamsError
+from launchlab.escaping import html_text
 from launchlab.hosts import sim
 from launchlab.plan import find_run, make_plan
 from launchlab.records import RunRecord
@@ -40,16 +41,42 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
             shutil.rmtree(box, ignore_errors=True)
 
 
-def summary_table(result: RunRecord) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Table:
+    """A table a notebook shows: HTML in Jupyter (every cell escaped), aligned text elsewhere."""
+
+    index_name: str
+    columns: list[str]
+    rows: list[tuple[str, list[str]]]  # (index, cells)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html_text(c)}</th>" for c in [self.index_name, *self.columns])
+        body = "".join("<tr><th>" + html_text(index) + "</th>" + "".join(f"<td>{html_text(c)}</td>" for c in cells)
+                       + "</tr>" for index, cells in self.rows)
+        return f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+    def __repr__(self) -> str:
+        lines = [[self.index_name, *self.columns], *([index, *cells] for index, cells in self.rows)]
+        widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+        return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+                         for line in lines)
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def summary_table(result: RunRecord) -> Table:
     """The run's result as a two-column table for a notebook."""
     rows = {k: v for k, v in dataclasses.asdict(result).items() if v not in (None, [], {})}
-    return pd.DataFrame({"value": [str(v) for v in rows.values()]}, index=list(rows))
+    return Table("", ["value"], [(k, [str(v)]) for k, v in rows.items()])
 
 
-def rank_table(run_dir: str | Path, run_id: str) -> pd.DataFrame:
+def rank_table(run_dir: str | Path, run_id: str) -> Table:
     """Per-rank fields parsed from a run's server log (one row per TP rank)."""
-    parsed = rundir.read_json(rundir.RunDir(run_dir).run(run_id).parsed)
-    return pd.DataFrame.from_dict(parsed["ranks"], orient="index").rename_axis("rank")
+    ranks = rundir.read_json(rundir.RunDir(run_dir).run(run_id).parsed)["ranks"]
+    columns = list(dict.fromkeys(field for fields in ranks.values() for field in fields))
+    return Table("rank", columns, [(rank, [_text(fields.get(c)) for c in columns]) for rank, fields in ranks.items()])
 
 
 def log_tail(run_dir: str | Path, run_id: str, lines: int = 15) -> str:

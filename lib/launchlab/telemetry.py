@@ -14,14 +14,17 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from launchlab.hosts import commands
 from launchlab.hosts.commands import APP_FIELDS, SAMPLER_FIELDS, SNAPSHOT_FIELDS
 
+if TYPE_CHECKING:  # pandas is imported where a frame is built: the run kernel needs none (half a second)
+    import pandas as pd
+
 _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]$")
 _VALUE_UNIT = re.compile(r"^(-?[\d.]+)\s*(?:MiB|%|W|MHz)$")
+_NOT_DATA = re.compile(r"\n[^0-9]")  # a line that does not start like a data line (or an empty one)
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 # nvidia-smi column -> telemetry.parquet column
 TIDY_COLUMNS = {"index": "gpu_index", "uuid": "gpu_uuid", "memory.used": "mem_used_mib",
@@ -82,6 +85,100 @@ def read_query_csv(path: str | Path, fields: tuple[str, ...] | list[str] | None 
     With a header (with or without units) the columns come from it; without one (`noheader`), from `fields`,
     the list the kit asked for. Lines with the wrong number of cells are skipped.
     """
+    import pandas as pd
+
+    frame = _read_plain(path, fields)
+    if frame is None:  # a header in mid-file, a cell with a comma of its own, …: line by line
+        columns, records = read_query_rows(path, fields)
+        frame = pd.DataFrame(records, columns=columns)
+    if "timestamp" in frame:
+        frame["timestamp"] = pd.to_datetime(frame["timestamp"], format=TIMESTAMP_FORMAT, errors="coerce")
+    return frame
+
+
+def peak_memory_mib(path: str | Path) -> float | None:
+    """The largest memory.used of a `--query-gpu` CSV (None without a sample of it): the run's peak, read
+    without building a frame."""
+    columns, records = read_query_rows(path)
+    if "memory.used" not in columns:
+        return None
+    at = columns.index("memory.used")
+    values = [v for row in records if isinstance(v := row[at], float) and not math.isnan(v)]
+    return max(values) if values else None
+
+
+def _read_plain(path: str | Path, fields: tuple[str, ...] | list[str] | None) -> pd.DataFrame | None:
+    """read_query_csv for the usual file — one header (or none) at the top, data lines that start with a digit —
+    at C speed: a 5-minute trace of 8 GPUs is 24,000 lines, and cell by cell in Python a report of 200 runs spent
+    over a minute here (bench/report_scale.py). The lines are checked as read_query_rows checks them (the number
+    of cells; headers); the cells are converted by pandas, and the few that are not plain numbers (N/A, [Not
+    Supported], values with units, text) by _cell, once per distinct value. None: a file this does not cover."""
+    import pandas as pd
+
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    columns: list[str] | None = list(fields) if fields else None
+    first, _, rest = text.partition("\n")
+    if _is_header(cells := first.split(", ")):  # the usual file: a header, then data lines only
+        columns, text = [_HEADER_UNIT.sub("", c).strip() for c in cells], rest
+    cut = text.rfind("\n") + 1  # the last line may have been cut off when the sampler was stopped
+    body, last = text[:cut], text[cut:]
+    if columns is not None and not _NOT_DATA.search("\n" + body[:-1]) and body.count(",") == body.count(", ") == \
+            body.count("\n") * (len(columns) - 1):  # every line has the cells of a data line: no loop over them
+        if last.count(", ") == len(columns) - 1:
+            if last.count(",") != len(columns) - 1:
+                return None  # a cell with a comma of its own: the C parser would split it
+            body += last
+        return _convert(body, columns) if body else pd.DataFrame([], columns=columns)
+    kept: list[str] = []
+    for line in text.split("\n"):
+        if line[:1].isdigit() and columns is not None:
+            commas = line.count(", ")
+            if commas == len(columns) - 1:
+                if line.count(",") != commas:
+                    return None  # a cell with a comma of its own: the C parser would split it
+                kept.append(line)
+            continue
+        cells = line.split(", ")
+        if _is_header(cells):
+            if kept:
+                return None  # the columns change in mid-file
+            columns = [_HEADER_UNIT.sub("", c).strip() for c in cells]
+        elif columns is not None and len(cells) == len(columns):
+            return None  # a data line that does not start with a digit
+    columns = columns or list(SAMPLER_FIELDS)
+    if not kept:
+        return pd.DataFrame([], columns=columns)
+    return _convert("\n".join(kept), columns)
+
+
+def _convert(text: str, columns: list[str]) -> pd.DataFrame:
+    """Lines of cells (checked by _read_plain) → read_query_csv's frame."""
+    import csv
+    import io
+
+    import pandas as pd
+
+    frame = pd.read_csv(io.StringIO(text), sep=",", header=None, names=columns,
+                        dtype={"timestamp": str} if "timestamp" in columns else None, na_values=["N/A"],
+                        keep_default_na=False, skipinitialspace=True, quoting=csv.QUOTE_NONE, engine="c")
+    for name in columns:
+        column = frame[name]
+        if name == "timestamp":
+            continue
+        if pd.api.types.is_numeric_dtype(column):  # every cell a number or N/A
+            frame[name] = column.astype("float64")
+            continue
+        cells = column.unique()  # a text column, or numbers with a few odd cells: each distinct cell once
+        frame[name] = column.map({c: _cell(c) if isinstance(c, str) else c for c in cells})
+        if all(isinstance(v, float) for v in frame[name].unique()):
+            frame[name] = frame[name].astype("float64")
+    return frame
+
+
+def read_query_rows(path: str | Path, fields: tuple[str, ...] | list[str] | None = None
+                    ) -> tuple[list[str], list[list[float | str]]]:
+    """read_query_csv's columns and rows, as lists (see there)."""
     columns: list[str] | None = list(fields) if fields else None
     records = []
     with open(path, encoding="utf-8", errors="replace") as fh:
@@ -93,10 +190,7 @@ def read_query_csv(path: str | Path, fields: tuple[str, ...] | list[str] | None 
             if columns is None or len(cells) != len(columns):
                 continue  # a prompt, an error message, or a line cut off when the sampler was stopped
             records.append([_cell(c) for c in cells])
-    frame = pd.DataFrame(records, columns=columns or list(SAMPLER_FIELDS))
-    if "timestamp" in frame:
-        frame["timestamp"] = pd.to_datetime(frame["timestamp"], format=TIMESTAMP_FORMAT, errors="coerce")
-    return frame
+    return columns or list(SAMPLER_FIELDS), records
 
 
 def _is_header(cells: list[str]) -> bool:
@@ -107,6 +201,8 @@ def _is_header(cells: list[str]) -> bool:
 
 def tidy(frame: pd.DataFrame, run_id: str, t0: datetime | None) -> pd.DataFrame:
     """The telemetry.parquet rows of one run: t_s is seconds since the server was started (host clock)."""
+    import pandas as pd
+
     out = frame.rename(columns=TIDY_COLUMNS)
     keep = [c for c in TIDY_COLUMNS.values() if c in out]
     out = out[["timestamp", *keep]].dropna(subset=["timestamp"]).copy()

@@ -13,9 +13,12 @@ from launchlab.errors import HostError
 from launchlab.hosts import Host
 from launchlab.logparse.patterns import BudgetedPattern
 from launchlab.nodes import Node
+from launchlab.polling import backoff
 from launchlab.records import Outcome, RunRecord
 
-POLL_S = 0.2
+POLL_S = 0.2  # the longest pause between two looks at a quiet server
+FIRST_POLL_S = 0.01  # the first pause, and the one after the log grew: a server ready at once is seen at once
+SAMPLES_EVERY_S = 1.0  # how often the samples are mirrored while watching (they are collected in full at the end)
 FATAL_GRACE_S = 3.0  # after a fatal line, let the server finish writing its traceback before stopping it
 
 
@@ -69,11 +72,13 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
     samples = [Mirror(n.host, f"{n.dir}/{n.csv_name}", folder.samples(n.rank), n.masker) for n in nodes]
     ready_line = ready_rx is None
     fatal_line, fatal_at = None, None
-    polls = 0
+    pauses, samples_at = backoff(FIRST_POLL_S, POLL_S), time.monotonic()
     numbers = [0] * len(nodes)  # lines read per node: where a slow pattern is reported
     while True:
+        grew = False
         for node, log in zip(nodes, logs, strict=True):
             for line in log.new_lines():
+                grew = True
                 numbers[node.rank] += 1
                 at = (numbers[node.rank], node.log_name)
                 if node.rank == 0 and ready_rx is not None and ready_rx.search(line, *at):
@@ -81,8 +86,8 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
                 if fatal_line is None and any(rx.search(line, *at) for rx in fatal_rx):
                     fatal_line = line.strip() if node.rank == 0 else f"{node.label}: {line.strip()}"
                     fatal_at = time.monotonic()
-        polls += 1
-        if polls % 5 == 0:
+        if time.monotonic() - samples_at >= SAMPLES_EVERY_S:
+            samples_at = time.monotonic()
             for mirror in samples:
                 mirror.new_lines()
         dead = [n for n in nodes if not n.host.group_alive(n.refs[-1].pgid)]
@@ -97,7 +102,10 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
             return Outcome("ready", None, "", time.monotonic() - t_launch)
         if time.monotonic() > deadline:
             return Outcome("timeout", None, f"not ready after {deadline - t_launch:.0f} s")
-        time.sleep(POLL_S)
+        # back-off, not a fixed sleep: looking again soon after the log moved, rarely while it is quiet
+        if grew:
+            pauses = backoff(FIRST_POLL_S, POLL_S)
+        time.sleep(next(pauses))
 
 
 def smoke(spec: params.SmokeSpec, node: Node, url: str, ready: Outcome, result: RunRecord) -> Outcome:

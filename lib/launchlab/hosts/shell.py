@@ -11,6 +11,7 @@ import time
 from launchlab.errors import HostError
 from launchlab.hosts import commands
 from launchlab.hosts.base import CommandResult, ProcessRef
+from launchlab.polling import backoff
 
 
 class ShellHost(abc.ABC):
@@ -18,6 +19,9 @@ class ShellHost(abc.ABC):
     file operations, which go through the transport rather than the shell)."""
 
     name: str
+    # whether commands may run from several threads at once (an SSH connection is reopened by whichever thread
+    # finds it dropped, so not there; a local shell has nothing shared)
+    concurrent_commands: bool = False
 
     def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
         """Run a shell command on the host; raise HostError on a non-zero exit unless check=False, and always when
@@ -78,16 +82,20 @@ class ShellHost(abc.ABC):
             return "gone"
         self.run(commands.kill_group(pgid, "TERM"), timeout=30)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
+        for pause in backoff():
             if not self.group_alive(pgid):
                 return "TERM"
-            time.sleep(0.1)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(pause)
         self.run(commands.kill_group(pgid, "KILL"), timeout=30)
         deadline = time.monotonic() + 10
-        while self.group_alive(pgid):
+        for pause in backoff():
+            if not self.group_alive(pgid):
+                break
             if time.monotonic() > deadline:
                 raise HostError(self.name, f"process group {pgid} survived SIGKILL; stop it by hand: kill -KILL -- -{pgid}")
-            time.sleep(0.1)
+            time.sleep(pause)
         return "KILL"
 
     def clock(self) -> str:

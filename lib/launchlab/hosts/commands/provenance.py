@@ -32,13 +32,16 @@ print(json.dumps({"python": platform.python_version(), "executable": sys.executa
 
 # Run by the server's interpreter: the server package's installed files against the sha256 in its wheel
 # RECORD (a debug print left in site-packages shows up here), files added next to them, and the git
-# commit and dirty state when the package lives in a checkout (an editable install).
+# commit and dirty state when the package lives in a checkout (an editable install). The distribution is the
+# one named like the package where there is one, else the one that installs it.
 _INTEGRITY = """\
 import base64, hashlib, importlib.util, json, os, subprocess, sys
 from importlib import metadata
 top = sys.argv[1]
-names = metadata.packages_distributions().get(top) or [top]
-dist = metadata.distribution(names[0])
+try:  # the distribution named like its package (sglang, vllm): packages_distributions reads every installed
+    dist = metadata.distribution(top)  # distribution's files, most of this script's time
+except metadata.PackageNotFoundError:
+    dist = metadata.distribution((metadata.packages_distributions().get(top) or [top])[0])
 root = str(dist.locate_file(""))
 modified, listed, checked = [], set(), 0
 for f in dist.files or []:

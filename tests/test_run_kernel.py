@@ -1,0 +1,58 @@
+"""What a run costs the kit in its kernel: the imports of the run notebook stay light, polling backs off instead
+of sleeping a fixed time, the run's peak comes from its samples without a frame, and the notebook's tables
+(pandas-free) still escape what the server wrote. The speed itself is measured in bench/run_overhead.py."""
+
+import math
+import subprocess
+import sys
+
+from conftest import DATA
+from launchlab import polling, rundir, runview, telemetry
+from launchlab.records import RunRecord
+
+HEAVY = ("papermill", "nbformat", "nbconvert", "pandas", "numpy", "pyarrow", "matplotlib", "jsonschema")
+
+
+def test_what_the_run_notebook_imports_loads_no_notebook_machinery_pandas_or_plotting():
+    # the run notebook's setup cell; papermill (through jsonschema's grammars) alone cost each run seconds
+    code = ("import sys; from launchlab import batch, runview; "
+            f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""
+
+
+def test_polling_starts_within_milliseconds_and_backs_off_to_its_longest_pause():
+    pauses = polling.backoff(0.01, 0.2)
+    assert [next(pauses) for _ in range(8)] == [0.01, 0.02, 0.04, 0.08, 0.16, 0.2, 0.2, 0.2]
+
+
+def test_the_peak_of_a_real_h200_trace_read_without_a_frame_is_the_frames_peak():
+    path = DATA / "h200-transformers-serve/trace-cb90.csv"
+    assert telemetry.peak_memory_mib(path) == telemetry.read_query_csv(path)["memory.used"].max()
+
+
+def test_a_trace_without_memory_samples_has_no_peak_not_zero(tmp_path):
+    path = tmp_path / "smi.csv"
+    path.write_text("timestamp, index, memory.used [MiB]\n2026/11/29 21:16:31.592, 0, [N/A]\n")
+    assert telemetry.peak_memory_mib(path) is None
+    assert math.isnan(telemetry.read_query_csv(path)["memory.used"].iloc[0])
+
+
+def test_the_run_notebooks_tables_escape_what_the_server_log_said(tmp_path):
+    folder = rundir.RunDir(tmp_path).run("r1")
+    folder.path.mkdir(parents=True)
+    rundir.write_json(folder.parsed, {"ranks": {"0": {"kv_gib": 12.5, "note": "<script>alert(1)</script>"},
+                                                "1": {"kv_gib": 12.4}}})
+    table = runview.rank_table(tmp_path, "r1")
+    html = table._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert table.columns == ["kv_gib", "note"] and table.rows[1] == ("1", ["12.4", ""])
+    assert repr(table).splitlines()[0].split() == ["rank", "kv_gib", "note"]
+
+
+def test_the_run_record_table_shows_what_was_recorded_and_leaves_out_empty_fields():
+    record = RunRecord("r1", "baseline", 1, "box", {}, status="failed", failure_message="Not enough <memory>")
+    table = runview.summary_table(record)
+    assert ("failure_message", ["Not enough <memory>"]) in table.rows
+    assert "Not enough &lt;memory&gt;" in table._repr_html_()
+    assert all(index != "smoke_status" for index, _ in table.rows)
