@@ -100,3 +100,12 @@ def test_only_and_repetitions_are_refused_for_a_search_with_why(tmp_path):
     res = subprocess.run([*LAUNCHLAB, "run", str(ROOT / "params/demo-threshold.yaml"), "--dry-run", "--only", "on"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "do not apply to a threshold search" in res.stderr
+
+
+def test_a_dry_run_shows_the_first_round_and_the_most_runs():
+    res = subprocess.run([*LAUNCHLAB, "run", str(ROOT / "params/demo-threshold.yaml"), "--dry-run"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "threshold search over --mem-fraction-static, its first round of 4 runs" in res.stdout
+    assert "at most 18 runs in all" in res.stdout
+    assert "--disable-custom-all-reduce --mem-fraction-static 0.50" in res.stdout

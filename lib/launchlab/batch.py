@@ -78,7 +78,10 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
     exp, plan = planned(params_path, only, repetitions)
     masker = masking.for_experiment(exp)
     extra = exp.secrets
-    lines = [f"{exp.experiment}: {len(plan)} runs, interleaved, on host(s) {', '.join(exp.host_names)}"
+    what = (f"threshold search over {exp.search.flag}, its first round of {len(plan)} runs (both ends of every "
+            f"stratum; the next probes follow from their outcomes, at most {params.plan_size(exp).runs} runs in all)"
+            if exp.search else f"{len(plan)} runs, interleaved")
+    lines = [f"{exp.experiment}: {what}, on host(s) {', '.join(exp.host_names)}"
              f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
     lines += [f"  [{r.seq}] {r.run_id}  host {r.host}" for r in plan]
     for variant in {r.variant.name: r.variant for r in plan}.values():

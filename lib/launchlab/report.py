@@ -120,7 +120,7 @@ class Report:
                 "differences": thresholds.differences(self.thresholds, self.manifest["baseline"], spec.flag)}
 
     def thresholds_text(self) -> Markdown:
-        return Markdown(_thresholds_markdown(self.threshold_verdict) if self.exp.search else
+        return Markdown(thresholds.markdown(self.threshold_verdict) if self.exp.search else
                         "(this experiment is not a threshold search)")
 
     def thresholds_table(self) -> Styler:
@@ -334,25 +334,6 @@ def _markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([head, rule, *body])
 
 
-def _thresholds_markdown(found: dict) -> str:
-    """The threshold section of report.md and the summary: per stratum its interval and the predicted
-    break-even next to it, then each stratum against the baseline's."""
-    lines = [f"## Threshold of {md_code(found['flag'])} (searched from {md(found['low'])} to {md(found['high'])}, "
-             f"resolution {md(found['resolution'])})", ""]
-    for row in found["strata"]:
-        if row["state"] == "converged":
-            predicted = row["predicted_break_even"]
-            side = ("" if predicted is None else f"; the server's own numbers predict the break-even at "
-                    f"{predicted:.4f} ({'inside' if row['predicted_in_interval'] else 'OUTSIDE'} the interval)")
-            lines.append(f"- **{md(row['stratum'])}**: ready from a value in ({row['interval_low']:g}, "
-                         f"{row['interval_high']:g}] ({row['probes']} probed values){side}")
-        else:
-            lines.append(f"- **{md(row['stratum'])}**: {md(row['state'])} — {md(row['note'])}")
-    if found["differences"]:
-        lines += [""] + [f"- {md(d['summary'])}" for d in found["differences"]]
-    return "\n".join(lines)
-
-
 def load(run_dir: str | Path = "") -> Report:
     """A run directory's report; an empty run_dir means the newest run directory under outputs/."""
     directory = rundir.RunDir.check(run_dir) if run_dir else rundir.latest(rundir.default_root())
@@ -389,7 +370,7 @@ def write_verdict(run_dir: Path) -> dict:
     if v["warnings"]:
         text += ["## Warnings", ""] + [f"- {md(w)}" for w in v["warnings"]] + [""]
     if "thresholds" in v:
-        text += [_thresholds_markdown(v["thresholds"]), ""]
+        text += [thresholds.markdown(v["thresholds"]), ""]
         rundir.write_frame(directory.thresholds_frame, rep.thresholds)
     summary = rep.budget_summary()
     if not summary.empty:

@@ -15,6 +15,7 @@ from decimal import Decimal
 import pandas as pd
 
 from launchlab import search
+from launchlab.escaping import md, md_code
 
 COLUMNS = ["stratum", "state", "interval_low", "interval_high", "width", "probes", "runs", "note",
            "predicted_break_even", "predicted_in_interval", "pre_load_free_gib"]
@@ -117,3 +118,22 @@ def _sentence(stratum, baseline, flag, base, other, low, high, per_gib, predicte
         text += (f"; the server's own numbers predict {predicted:+.4f}"
                  + ("" if per_gib is None else f" ≈ {predicted * per_gib:+.2f} GiB per GPU"))
     return text
+
+
+def markdown(found: dict) -> str:
+    """The threshold section of report.md and the summary: per stratum its interval and the predicted
+    break-even next to it, then each stratum against the baseline's."""
+    lines = [f"## Threshold of {md_code(found['flag'])} (searched from {md(found['low'])} to {md(found['high'])}, "
+             f"resolution {md(found['resolution'])})", ""]
+    for row in found["strata"]:
+        if row["state"] == "converged":
+            predicted = row["predicted_break_even"]
+            side = ("" if predicted is None else f"; the server's own numbers predict the break-even at "
+                    f"{predicted:.4f} ({'inside' if row['predicted_in_interval'] else 'OUTSIDE'} the interval)")
+            lines.append(f"- **{md(row['stratum'])}**: ready from a value in ({row['interval_low']:g}, "
+                         f"{row['interval_high']:g}] ({row['probes']} probed values){side}")
+        else:
+            lines.append(f"- **{md(row['stratum'])}**: {md(row['state'])} — {md(row['note'])}")
+    if found["differences"]:
+        lines += [""] + [f"- {md(d['summary'])}" for d in found["differences"]]
+    return "\n".join(lines)
