@@ -115,11 +115,15 @@ def test_a_threshold_outside_the_range_is_said_and_not_searched(low_ok, high_ok,
     assert result.state == search.NOT_BRACKETED and said in result.note and result.next == []
 
 
-def test_a_probe_without_a_valid_observation_stops_the_stratum_and_says_to_resume():
+def test_a_probe_lost_to_a_kit_error_is_probed_once_more_then_the_stratum_stops_and_says_to_resume():
     bounds = Bounds.parse("0.50", "0.90", "0.01")
     obs = [Observation("s", Decimal("0.50"), "01", False), Observation("s", Decimal("0.90"), "02_lost", None)]
     (result,) = search.step(bounds, ["s"], obs)
-    assert result.state == search.NO_OBSERVATION and "02_lost" in result.note and "--resume" in result.note
+    assert result.state == search.SEARCHING and [p.value for p in result.next] == ["0.90"]
+    assert "02_lost" in result.next[0].why
+    (result,) = search.step(bounds, ["s"], [*obs, Observation("s", Decimal("0.90"), "03_lost", None)])
+    assert result.state == search.NO_OBSERVATION and result.next == []
+    assert "02_lost, 03_lost" in result.note and "--resume" in result.note
 
 
 def test_an_invalid_repetition_leaves_the_valid_ones_to_decide():

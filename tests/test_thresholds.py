@@ -67,7 +67,7 @@ def test_a_noisy_stratum_claims_no_interval_and_names_its_runs_in_escaped_markdo
 
 
 def test_kit_errors_are_not_observations():
-    rows = [("01", "s", "0.70", "failed"), ("02", "s", "0.80", "error")]
+    rows = [("01", "s", "0.70", "failed"), ("02", "s", "0.80", "error"), ("03", "s", "0.80", "error")]
     runs, planned = probes(rows)
     found = thresholds.table(BOUNDS, ["s"], runs, planned, "mem_fraction_static", pd.DataFrame())
-    assert found.iloc[0]["state"] == "no_observation" and "02" in found.iloc[0]["note"]
+    assert found.iloc[0]["state"] == "no_observation" and "02, 03" in found.iloc[0]["note"]

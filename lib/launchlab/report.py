@@ -108,7 +108,8 @@ class Report:
         if spec is None:
             return pd.DataFrame(columns=thresholds.COLUMNS)
         strata = self.manifest.get("strata") or [v.name for v in params.expand(self.exp)]
-        return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, spec.factor, self.budget)
+        return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, spec.factor, self.budget,
+                                spec.repetitions)
 
     @property
     def threshold_verdict(self) -> dict:

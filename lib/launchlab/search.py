@@ -102,8 +102,11 @@ def _names(obs: list[Observation]) -> str:
     return ", ".join(o.run_id for o in obs)
 
 
-def stratum_result(bounds: Bounds, stratum: str, observations: list[Observation]) -> StratumResult:
-    """The state of one stratum from its observations, and its next probe while it is `searching`."""
+def stratum_result(bounds: Bounds, stratum: str, observations: list[Observation], repetitions: int = 1
+                   ) -> StratumResult:
+    """The state of one stratum from its observations, and its next probe while it is `searching`. A probed
+    value none of whose runs is an observation (a kit error) is probed once more; lost twice, the stratum stops
+    (`no_observation`)."""
     by_value: dict[Decimal, list[Observation]] = {}
     for o in observations:
         by_value.setdefault(o.value, []).append(o)
@@ -112,9 +115,14 @@ def stratum_result(bounds: Bounds, stratum: str, observations: list[Observation]
     for value, obs in sorted(by_value.items()):
         valid = [o for o in obs if o.success is not None]
         if not valid:
+            if len(obs) < 2 * repetitions:  # lost once (a kit error): probe it again, once
+                result.next = [Probe(stratum, bounds.text(value), f"repeats {bounds.text(value)}: its run(s) "
+                                                                  f"{_names(obs)} gave no valid observation (a kit "
+                                                                  "error)")]
+                return result
             result.state = NO_OBSERVATION
-            result.note = (f"the probe at {bounds.text(value)} gave no valid observation (runs {_names(obs)}: kit "
-                           "errors or interruptions); `launchlab run PARAMS --resume RUN_DIR` repeats them")
+            result.note = (f"the probe at {bounds.text(value)} gave no valid observation, twice (runs {_names(obs)}: "
+                           "kit errors or interruptions); `launchlab run PARAMS --resume RUN_DIR` repeats them")
             return result
         if len({o.success for o in valid}) > 1:
             ok = [o for o in valid if o.success]
@@ -166,10 +174,11 @@ def _bracket(result: StratumResult, outcome: dict[Decimal, bool]) -> None:
     result.high = min(oks) if oks else None
 
 
-def step(bounds: Bounds, strata: list[str], observations: list[Observation]) -> list[StratumResult]:
+def step(bounds: Bounds, strata: list[str], observations: list[Observation], repetitions: int = 1
+         ) -> list[StratumResult]:
     """Every stratum's result, in the order given; those still `searching` carry their next probe. The batch
     launches one probe of each in turn, so drift of the host over time affects every stratum alike."""
-    return [stratum_result(bounds, s, [o for o in observations if o.stratum == s]) for s in strata]
+    return [stratum_result(bounds, s, [o for o in observations if o.stratum == s], repetitions) for s in strata]
 
 
 def done(results: list[StratumResult]) -> bool:

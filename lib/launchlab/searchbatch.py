@@ -30,7 +30,8 @@ def run_search(exp: params.Experiment, run_dir: Path, say: notebooks.Say, run_al
             say(f"[{run.seq}/{total}] {run.run_id}  already done, skipped")
     run_all(redo, total)
     while True:
-        results = search.step(exp.search.bounds, plans.strata(exp), observations(directory, known))
+        results = search.step(exp.search.bounds, plans.strata(exp), observations(directory, known),
+                              exp.search.repetitions)
         probes = [p for r in results for p in r.next]
         if not probes:
             for r in results:

@@ -39,12 +39,12 @@ def _float(value: Decimal | None) -> float | None:
 
 
 def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[dict], factor: str,
-          budget: pd.DataFrame) -> pd.DataFrame:
+          budget: pd.DataFrame, repetitions: int = 1) -> pd.DataFrame:
     """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
     (run_id, break_even_fraction, total_gib), empty when its log gives no numbers."""
     stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
     rows = []
-    for result in search.step(bounds, strata, observations(runs, planned, factor)):
+    for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions):
         claimed = result.state == search.CONVERGED
         row = {"stratum": result.stratum, "state": result.state,
                "interval_low": _float(result.low) if claimed else None,
