@@ -13,12 +13,12 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 LAYERS = [
     {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields", "polling"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
-     "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler"},
-    {"analysis", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames"},
+     "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search"},
+    {"analysis", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames", "thresholds"},
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},
-    {"report", "export", "runview", "notebooks", "batch", "cli", "__main__"},
+    {"report", "export", "runview", "notebooks", "batch", "cli", "__main__", "searchbatch"},
 ]
 SPLIT = {"hosts"}  # packages whose submodules are placed one by one
 

@@ -18,7 +18,20 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from launchlab import __version__, hosts, locks, masking, notebooks, params, patching, records, recovery, rundir
+from launchlab import (
+    __version__,
+    hosts,
+    locks,
+    masking,
+    notebooks,
+    params,
+    patching,
+    records,
+    recovery,
+    rundir,
+    searchbatch,
+)
+from launchlab import plan as plans
 from launchlab.errors import HostError, LaunchlabError, ParamsError, RunDirError
 from launchlab.hosts import commands, sim
 from launchlab.plan import Run, make_plan
@@ -33,6 +46,10 @@ def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
     levels (`0.85`), factor=level pairs (`mem_fraction=0.85`) or variant names; a run is kept when each of
     its factors that `only` mentions is at one of the levels given."""
     exp = params.load(params_path)
+    if exp.search is not None and (only or repetitions is not None):
+        raise ParamsError(str(params_path), ["--only and --repetitions do not apply to a threshold search (`search:`); "
+                                             "its repetitions are `search.repetitions`, its strata every combination "
+                                             "of the factors' levels"])
     if repetitions is not None:
         exp = exp.model_copy(update={"repetitions": repetitions})
     plan = make_plan(exp)
@@ -61,7 +78,10 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
     exp, plan = planned(params_path, only, repetitions)
     masker = masking.for_experiment(exp)
     extra = exp.secrets
-    lines = [f"{exp.experiment}: {len(plan)} runs, interleaved, on host(s) {', '.join(exp.host_names)}"
+    what = (f"threshold search over {exp.search.flag}, its first round of {len(plan)} runs (both ends of every "
+            f"stratum; the next probes follow from their outcomes, at most {params.plan_size(exp).runs} runs in all)"
+            if exp.search else f"{len(plan)} runs, interleaved")
+    lines = [f"{exp.experiment}: {what}, on host(s) {', '.join(exp.host_names)}"
              f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
     lines += [f"  [{r.seq}] {r.run_id}  host {r.host}" for r in plan]
     for variant in {r.variant.name: r.variant for r in plan}.values():
@@ -109,16 +129,24 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
             except BaseException:
                 _discard(run_dir if resume is None else None, fresh)
                 raise
-            say(f"launchlab: {exp.experiment}: {len(plan)} runs on host(s) {', '.join(repr(h) for h in connected)}"
-                f"{' (SIMULATED)' if exp.simulated else ''} → {run_dir}")
+            size = params.plan_size(exp)
+            say(f"launchlab: {exp.experiment}: "
+                + (f"threshold search over {exp.search.flag}, at most {size.runs} runs" if exp.search else
+                   f"{len(plan)} runs")
+                + f" on host(s) {', '.join(repr(h) for h in connected)}{' (SIMULATED)' if exp.simulated else ''} "
+                  f"→ {run_dir}")
             todo = []
-            for run in plan:
+            for run in plan if exp.search is None else []:
                 if resume and records.finished(rundir.RunDir(run_dir).run(run.run_id)):
                     say(f"[{run.seq}/{len(plan)}] {run.run_id}  already done, skipped")
                 else:
                     todo.append(run)
             try:
-                _run_all(exp, todo, run_dir, connected, len(plan), say, Path(params_path).resolve())
+                if exp.search is not None:
+                    searchbatch.run_search(exp, run_dir, say, lambda runs, total: _run_all(
+                        exp, runs, run_dir, connected, total, say, Path(params_path).resolve()))
+                else:
+                    _run_all(exp, todo, run_dir, connected, len(plan), say, Path(params_path).resolve())
             except KeyboardInterrupt:
                 say(f"launchlab: interrupted; every process the current run started was stopped. Continue with "
                     f"`launchlab run {shlex.quote(str(params_path))} --resume {shlex.quote(str(run_dir))}`"
@@ -292,7 +320,9 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
     if resume is not None:
         directory = rundir.RunDir.check(resume)
         run_dir, manifest = directory.path, directory.manifest()
-        if manifest["run_ids"] != [r.run_id for r in plan] or manifest["experiment"] != exp.experiment:
+        searched = exp.search.model_dump() if exp.search else None
+        if manifest["experiment"] != exp.experiment or manifest.get("search") != searched or (
+                searched is None and manifest["run_ids"] != [r.run_id for r in plan]):
             raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
                               "resume it with the params it was run with")
         return run_dir, False
@@ -310,10 +340,12 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         "hosts": exp.host_names,
         "factors": {f: list(levels) for f, levels in exp.factors.items()},
         "baseline": params.baseline_variant(exp).name,
-        "order": "interleaved",
-        "run_ids": [r.run_id for r in plan],
-        "runs": [{"run_id": r.run_id, "seq": r.seq, "variant": r.variant.name, "levels": r.variant.levels,
-                  "repetition": r.repetition, "host": r.host} for r in plan],
+        "order": "search" if exp.search else "interleaved",
+        # a search's probes are added as it decides them (_record_probes)
+        "search": exp.search.model_dump() if exp.search else None,
+        "strata": plans.strata(exp) if exp.search else None,
+        "run_ids": [] if exp.search else [r.run_id for r in plan],
+        "runs": [] if exp.search else [r.manifest_entry() for r in plan],
         "batch": None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)
         "sim_box": str(box) if box else None,
     })

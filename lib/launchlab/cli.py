@@ -22,6 +22,14 @@ def _validate(args: argparse.Namespace) -> int:
     from launchlab.plan import make_plan
 
     exp = params.load(args.params)
+    if exp.search is not None:
+        size = params.plan_size(exp)
+        print(f"{args.params}: valid — threshold search over {exp.search.flag} from {exp.search.low} to "
+              f"{exp.search.high} (resolution {exp.search.resolution}) in {size.variants} strat"
+              f"{'um' if size.variants == 1 else 'a'}: at most {size.probes} probes × {size.repetitions} "
+              f"repetition(s) per stratum = at most {size.runs} runs on host {exp.host_name!r}"
+              f"{' (simulated)' if exp.simulated else ''}")
+        return 0
     plan = make_plan(exp)
     print(f"{args.params}: valid — {len(plan) // exp.repetitions} variant(s) × {exp.repetitions} repetition(s) "
           f"= {len(plan)} runs on host {exp.host_name!r}{' (simulated)' if exp.simulated else ''}; "

@@ -44,13 +44,14 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
     directory = rundir.RunDir(run_dir)
     run_rows, event_frames, telemetry_frames = [], [], []
     rules = exp.server.rules()
+    factors = list(exp.factors) + ([exp.search.factor] if exp.search else [])  # a search's flag: a column too
     for run_id in directory.manifest()["run_ids"]:
         folder = directory.run(run_id)
         status = records.read_status(folder)
         if status is None or not status.done:
             continue
         record = status.record
-        row = {**record.row(), **{f: record.levels.get(f) for f in exp.factors}}
+        row = {**record.row(), **{f: record.levels.get(f) for f in factors}}
         run_rows.append(row)
         t0 = _started(record)
         summary: dict | None = None
@@ -74,7 +75,7 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         row["peak_mem_used_mib"] = max(peaks) if peaks else None
         if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
             rundir.write_json(folder.parsed, summary)
-    runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + list(exp.factors))
+    runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + factors)
     for col in ("startup_s", "peak_mem_used_mib"):
         runs[col] = pd.to_numeric(runs[col])
     events = _concat(event_frames, EVENT_COLUMNS)

@@ -1,11 +1,13 @@
-"""The run plan: variants × repetitions in interleaved order (A B A B …) with stable run ids."""
+"""The run plan: variants × repetitions in interleaved order (A B A B …) with stable run ids; for a threshold
+search, a plan that grows: the probes search.py asks for, appended round by round and recorded in the manifest."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launchlab import search
 from launchlab.errors import ParamsError, RunDirError
-from launchlab.params import MAX_RUNS, Experiment, Variant, expand, plan_size
+from launchlab.params import MAX_RUNS, Experiment, Variant, expand, plan_size, variant_name
 
 
 @dataclass(frozen=True)
@@ -18,16 +20,27 @@ class Run:
     repetition: int
     host: str
     nodes: tuple[str, ...] = ()  # a multi-node run: its hosts in node-rank order (host is nodes[0])
+    probe: search.Probe | None = None  # a run of a threshold search: its stratum, flag value and why
 
     @property
     def hosts(self) -> tuple[str, ...]:
         return self.nodes or (self.host,)
+
+    def manifest_entry(self) -> dict:
+        """The run as the manifest lists it (a probe: with its stratum and why it was chosen)."""
+        entry = {"run_id": self.run_id, "seq": self.seq, "variant": self.variant.name, "levels": self.variant.levels,
+                 "repetition": self.repetition, "host": self.host}
+        if self.probe is not None:
+            entry.update({"stratum": self.probe.stratum, "why": self.probe.why})
+        return entry
 
 
 def make_plan(exp: Experiment) -> list[Run]:
     """Every repetition round runs every variant once, so drift over time (thermal state, caches, other users
     of the box) spreads over all variants instead of landing on one. With several hosts, each repetition
     round runs on one host, so no variant sees one host more than another."""
+    if exp.search is not None:  # the first round of the search; the rest follows from its outcomes
+        return probe_runs(exp, [p for r in search.step(exp.search.bounds, strata(exp), []) for p in r.next], 1)
     size = plan_size(exp)
     if size.runs > MAX_RUNS:  # validation refuses these; an Experiment changed after it (model_copy) is not
         raise ParamsError(exp.experiment, [f"the plan has {size.variants:,} variant(s) × {size.repetitions:,} "
@@ -51,3 +64,45 @@ def find_run(plan: list[Run], run_id: str) -> Run:
     known = ", ".join(r.run_id for r in plan)
     raise RunDirError(f"run id {run_id!r} is not in the plan of this params file (runs: {known}); pass one of "
                       "those, or an empty run_id for the first")
+
+
+def strata(exp: Experiment) -> list[str]:
+    """The strata of a threshold search: every combination of the factors' levels, by variant name."""
+    return [v.name for v in expand(exp)]
+
+
+def probe_variant(exp: Experiment, stratum: str, value: str) -> Variant:
+    """A stratum's variant with the searched flag set to value; the flag's value is a level of its own
+    (`mem_fraction_static=0.744`), so it is a column of runs.parquet and part of the run id."""
+    assert exp.search is not None
+    base = next(v for v in expand(exp) if v.name == stratum)
+    levels = {**base.levels, exp.search.factor: value}
+    return Variant(variant_name(levels), levels, {**base.flags, exp.search.flag: value}, dict(base.env), base.patches)
+
+
+def probe_runs(exp: Experiment, probes: list[search.Probe], first_seq: int) -> list[Run]:
+    """The runs of one round of probes: every probe once per repetition, repetition by repetition, so the
+    strata take turns (drift of the host affects them alike); repetition r runs on host r mod n."""
+    assert exp.search is not None
+    hosts = exp.host_names
+    nodes = tuple(exp.nodes or ())
+    runs: list[Run] = []
+    for rep in range(1, exp.search.repetitions + 1):
+        host = hosts[0] if nodes else hosts[(rep - 1) % len(hosts)]
+        for probe in probes:
+            variant = probe_variant(exp, probe.stratum, probe.value)
+            seq = first_seq + len(runs)
+            runs.append(Run(f"{seq:02d}_{variant.slug}_rep{rep}", seq, variant, rep, host, nodes, probe))
+    return runs
+
+
+def recorded_runs(exp: Experiment, manifest: dict) -> list[Run]:
+    """The runs a run directory's manifest lists: the plan of a fixed experiment, the probes so far of a search."""
+    if exp.search is None:
+        return make_plan(exp)
+    runs = []
+    for entry in manifest.get("runs") or []:
+        probe = search.Probe(entry["stratum"], entry["levels"][exp.search.factor], entry["why"])
+        runs.append(Run(entry["run_id"], entry["seq"], probe_variant(exp, probe.stratum, probe.value),
+                        entry["repetition"], entry["host"], tuple(exp.nodes or ()), probe))
+    return runs

@@ -150,3 +150,33 @@ def outcome_grid(runs: pd.DataFrame, factors: list[str]) -> plt.Figure | None:
     ax.set_title("launch outcome per combination", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def threshold_outcomes(runs: pd.DataFrame, stratum_of: dict[str, str], factor: str, flag: str,
+                       thresholds: pd.DataFrame, simulated: bool = False) -> plt.Figure:
+    """A threshold search: the outcome of every probe run against the flag's value, one row per stratum; the
+    interval found shaded, the break-even the server's numbers predict as a black tick."""
+    strata = list(thresholds["stratum"])
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * max(1, len(strata))))
+    for y, row in enumerate(thresholds.itertuples(index=False)):
+        mine = runs[runs["run_id"].map(stratum_of) == row.stratum]
+        for status, group in mine.groupby("status"):
+            ax.scatter(pd.to_numeric(group[factor]), [y] * len(group), color=STATUS_COLOURS.get(status, "black"),
+                       label=status if y == 0 or status not in ax.get_legend_handles_labels()[1] else None,
+                       alpha=0.8, zorder=3)
+        if row.interval_low is not None and not math.isnan(row.interval_low):
+            ax.axvspan(row.interval_low, row.interval_high, ymin=(y + 0.1) / len(strata), ymax=(y + 0.9) / len(strata),
+                       color="tab:blue", alpha=0.2)
+        if row.predicted_break_even is not None and not math.isnan(row.predicted_break_even):
+            ax.plot([row.predicted_break_even] * 2, [y - 0.3, y + 0.3], color="black", linewidth=1.5, zorder=4)
+    ax.set_yticks(range(len(strata)), strata)
+    ax.set_ylim(-0.5, len(strata) - 0.5)
+    ax.set_xlabel(flag)
+    ax.grid(alpha=0.3, axis="x")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=False))
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left")
+    title = "Outcome of every probe (shaded: the interval found; black tick: the break-even the log's numbers predict)"
+    fig.suptitle(title + (" — SIMULATED host" if simulated else ""), fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -14,7 +14,7 @@ import pandas as pd
 from IPython.display import HTML, Markdown, display
 from pandas.io.formats.style import Styler
 
-from launchlab import analysis, budget, frames, levelchecks, masking, params, plots, rundir, verdict
+from launchlab import analysis, budget, frames, levelchecks, masking, params, plots, rundir, thresholds, verdict
 from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_block, md_code
 from launchlab.logparse.kinds import KINDS
@@ -29,11 +29,19 @@ class Report:
 
     @property
     def factors(self) -> list[str]:
-        return list(self.exp.factors)
+        """The factors, and a threshold search's flag (a column of runs.parquet, one level per probed value)."""
+        return list(self.exp.factors) + ([self.exp.search.factor] if self.exp.search else [])
 
     @property
     def baseline_levels(self) -> dict[str, str]:
-        return params.baseline_variant(self.exp).levels
+        """The baseline's levels; in a search, its flag at the high end (probed in every stratum, ready there
+        when the search's assumption holds)."""
+        levels = params.baseline_variant(self.exp).levels
+        return {**levels, self.exp.search.factor: self.exp.search.high} if self.exp.search else levels
+
+    @property
+    def baseline_name(self) -> str:
+        return params.variant_name(self.baseline_levels) if self.exp.search else self.manifest["baseline"]
 
     @property
     def planned(self) -> list[dict]:
@@ -84,9 +92,48 @@ class Report:
     @cached_property
     def verdict(self) -> dict:
         rows = [{k: _plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
-        return verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
-                             self.manifest["baseline"], self.facts, rows, self.exp.drain.tolerance_mib,
-                             self.planned, self.level_checks)
+        built = verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
+                              self.baseline_name, self.facts, rows, self.exp.drain.tolerance_mib,
+                              self.planned, self.level_checks)
+        if self.exp.search is not None:
+            built["thresholds"] = self.threshold_verdict
+        return built
+
+    # -- a threshold search -----------------------------------------------------------------------------
+
+    @cached_property
+    def thresholds(self) -> pd.DataFrame:
+        """The `thresholds` frame of a search (empty for a fixed plan)."""
+        spec = self.exp.search
+        if spec is None:
+            return pd.DataFrame(columns=thresholds.COLUMNS)
+        strata = self.manifest.get("strata") or [v.name for v in params.expand(self.exp)]
+        return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, spec.factor, self.budget,
+                                spec.repetitions)
+
+    @property
+    def threshold_verdict(self) -> dict:
+        spec = self.exp.search
+        assert spec is not None
+        strata = [{k: _plain(v) for k, v in row.items()} for row in self.thresholds.to_dict("records")]
+        return {"flag": spec.flag, "low": spec.low, "high": spec.high, "resolution": spec.resolution,
+                "outcome": spec.outcome, "strata": strata,
+                "differences": thresholds.differences(self.thresholds, self.manifest["baseline"], spec.flag)}
+
+    def thresholds_text(self) -> Markdown:
+        return Markdown(thresholds.markdown(self.threshold_verdict) if self.exp.search else
+                        "(this experiment is not a threshold search)")
+
+    def thresholds_table(self) -> Styler:
+        return _table(self.thresholds, precision=4)
+
+    def threshold_plot(self):
+        """Outcome against the flag's value per stratum (None for a fixed plan or before any probe finished)."""
+        if self.exp.search is None or self.frames.runs.empty:
+            return None
+        stratum_of = {p["run_id"]: p.get("stratum") for p in self.planned}
+        return plots.threshold_outcomes(self.frames.runs, stratum_of, self.exp.search.factor, self.exp.search.flag,
+                                        self.thresholds, self.exp.simulated)
 
     # -- sections ---------------------------------------------------------------------------------------
 
@@ -328,6 +375,9 @@ def write_verdict(run_dir: Path) -> dict:
         text += ["## Confounds", ""] + [f"- {md(c['kind'])}: {md(c['detail'])}" for c in v["confounds"]] + [""]
     if v["warnings"]:
         text += ["## Warnings", ""] + [f"- {md(w)}" for w in v["warnings"]] + [""]
+    if "thresholds" in v:
+        text += [thresholds.markdown(v["thresholds"]), ""]
+        rundir.write_frame(directory.thresholds_frame, rep.thresholds)
     summary = rep.budget_summary()
     if not summary.empty:
         text += ["## Memory budget (from the server's log)", "", _markdown_table(summary), ""]

@@ -101,6 +101,7 @@ class RunDir:
     summary_html = property(lambda self: self.path / "summary.html")
     verdict_file = property(lambda self: self.path / "verdict.json")
     report_md = property(lambda self: self.path / "report.md")
+    thresholds_frame = property(lambda self: self.path / "thresholds.parquet")  # a threshold search's result
 
     def frame(self, name: str) -> Path:
         """runs.parquet, events.parquet or telemetry.parquet."""

@@ -13,7 +13,7 @@ from launchlab import hosts, lifecycle, params, rundir
 from launchlab.errors import ParamsError
 from launchlab.escaping import html_text
 from launchlab.hosts import sim
-from launchlab.plan import find_run, make_plan
+from launchlab.plan import find_run, recorded_runs
 from launchlab.records import RunRecord
 
 
@@ -26,10 +26,11 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
         raise ParamsError(str(experiment), ["the file changed after the batch validated it; this run was not "
                                             "launched — rerun the batch (`launchlab run … --resume RUN_DIR`)"])
     exp = params.load(experiment)
-    plan = make_plan(exp)
+    manifest = rundir.RunDir(run_dir).manifest()
+    plan = recorded_runs(exp, manifest)  # a search's probes so far are in the manifest only
     run = find_run(plan, run_id) if run_id else plan[0]
     slot = [int(g) for g in gpus.split(",")] if gpus else None
-    box = rundir.RunDir(run_dir).manifest().get("sim_box")  # the batch's simulated machine
+    box = manifest.get("sim_box")  # the batch's simulated machine
     own_box = box is None and any(exp.hosts[h].transport == "sim" for h in run.hosts)
     if own_box:  # a run notebook executed by hand: a simulated machine of its own, gone when the run is
         box = sim.new_box()

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from launchlab import search
 from launchlab.params import template
 
 if TYPE_CHECKING:
@@ -48,25 +49,30 @@ def slug_problem(what: str, value: str, limit: int = MAX_NAME_CHARS) -> str | No
 
 @dataclass(frozen=True)
 class PlanSize:
-    """How many runs a plan has: variants × repetitions."""
+    """How many runs a plan has: variants × repetitions; for a threshold search, the most it can take:
+    strata (variants) × probed values per stratum (probes) × runs per probe (repetitions)."""
 
     variants: int
     repetitions: int
+    probes: int = 1
 
     @property
     def runs(self) -> int:
-        return self.variants * self.repetitions
+        return self.variants * self.probes * self.repetitions
 
 
 def plan_size(exp: Experiment) -> PlanSize:
     """The size of the plan, from the number of levels; nothing is expanded."""
     variants = len(exp.variants) if exp.variants is not None else math.prod(len(lv) for lv in exp.factors.values())
+    if exp.search is not None:
+        return PlanSize(variants, exp.search.repetitions, search.max_probes(exp.search.bounds))
     return PlanSize(variants, exp.repetitions)
 
 
 def problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
     """Every cross-field problem of an experiment whose fields each validated."""
-    return _host_problems(exp) + _design_problems(exp) + _placeholder_problems(exp) + _size_problems(exp)
+    return (_host_problems(exp) + _design_problems(exp) + _placeholder_problems(exp) + _search_problems(exp)
+            + _size_problems(exp))
 
 
 def _host_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
@@ -141,16 +147,53 @@ def _placeholder_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
     return [(path, problem) for path, text in texts for problem in template.problems(text)]
 
 
+def _search_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
+    """The searched flag is the search's alone, and numeric where the command already sets it."""
+    spec = exp.search
+    if spec is None:
+        return []
+    found: list[tuple[FieldPath, str]] = []
+    for factor, levels in exp.factors.items():
+        if factor == spec.factor:
+            found.append((("factors", factor), f"is the name the searched flag {spec.flag} gets in runs.parquet and "
+                                               "run ids; rename the factor"))
+        for name, level in levels.items():
+            if spec.flag in level.flags:
+                found.append((("factors", factor, name, "flags", spec.flag),
+                              "is the searched flag: the search sets it on every probe; remove it from this level"))
+    command = list(exp.server.command)
+    if spec.flag in command:
+        i = command.index(spec.flag)
+        value = command[i + 1] if i + 1 < len(command) else ""
+        try:
+            float(value)
+        except ValueError:
+            found.append((("server", "command", i), f"sets {spec.flag} to {value[:40]!r}, which is not a number; "
+                                                    "the searched flag must be numeric"))
+    if exp.repetitions != 1:
+        found.append((("repetitions",), "with `search:`, the runs per probed value are `search.repetitions`; "
+                                        "remove the top-level `repetitions`"))
+    return found
+
+
 def _size_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
     size = plan_size(exp)
     found: list[tuple[FieldPath, str]] = []
+    if size.runs > MAX_RUNS and exp.search is not None:
+        found.append((("search",), f"the search can take {size.variants:,} strata × {size.probes} probes × "
+                                   f"{size.repetitions} repetition(s) = {size.runs:,} runs, more than the limit of "
+                                   f"{MAX_RUNS:,}; fewer factors, a coarser resolution or fewer repetitions"))
+        return found
     if size.runs > MAX_RUNS:
         found.append((("repetitions",) if size.variants <= MAX_RUNS else ("factors",),
                       f"the plan has {size.variants:,} variant(s) × {size.repetitions:,} repetition(s) = "
                       f"{size.runs:,} runs, more than the limit of {MAX_RUNS:,} runs per params file; list the "
                       "combinations you need under `variants:`, drop factors or levels, or lower `repetitions`"))
         return found  # the run ids below would be counted over a plan that is refused anyway
-    longest = len(f"{max(size.runs, 10)}_{_longest_slug(exp)}_rep{size.repetitions}")
+    slug = _longest_slug(exp)
+    if exp.search is not None:  # a probe's run id adds the flag's value: `.mem_fraction_static-0.7438`
+        slug += f".{exp.search.factor}-{exp.search.high}{exp.search.resolution}"
+    longest = len(f"{max(size.runs, 10)}_{slug}_rep{size.repetitions}")
     if longest > MAX_RUN_ID_CHARS:
         found.append((("factors",), f"run ids would be up to {longest} characters (factor and level names joined), "
                                     f"more than {MAX_RUN_ID_CHARS}; a run id names a folder — shorten factor or "

@@ -32,6 +32,7 @@ from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import ReadyRules
 from launchlab.params import design
 from launchlab.params.design import MAX_NAME_CHARS, slug_problem
+from launchlab.params.searchspec import SearchSpec
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_NAME = _IDENTIFIER
@@ -201,6 +202,8 @@ class Experiment(_Strict):
     baseline: dict[str, StrictStr] | None = None
     repetitions: int = Field(1, ge=1, le=1000)
     drain: DrainSpec = DrainSpec()
+    search: SearchSpec | None = Field(None, description="bisect a numeric flag per stratum instead of running a "
+                                      "fixed plan (see the README's threshold search)")
     sampler: SamplerSpec = SamplerSpec()
     secrets: list[StrictStr] = Field(
         [], max_length=MAX_ENTRIES,

@@ -1,0 +1,73 @@
+"""thresholds.py: a search's result from runs.parquet rows, the manifest's probes and the budget's break-even —
+what it claims, what it refuses to claim, and the difference between strata in flag units and GiB per GPU."""
+
+import pandas as pd
+
+from launchlab import search, thresholds
+
+BOUNDS = search.Bounds.parse("0.70", "0.80", "0.01")
+
+
+def probes(rows: list[tuple[str, str, str, str]]):
+    """(run_id, stratum, value, status) → the runs frame and the manifest's runs."""
+    runs = pd.DataFrame([{"run_id": r, "status": st, "mem_fraction_static": v} for r, _, v, st in rows])
+    planned = [{"run_id": r, "stratum": s, "levels": {"mem_fraction_static": v}} for r, s, v, _ in rows]
+    return runs, planned
+
+
+def budget(rows: list[tuple[str, float, float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"run_id": r, "break_even_fraction": b, "total_gib": t} for r, b, t in rows])
+
+
+STEADY = [("01", "off", "0.70", "failed"), ("02", "off", "0.80", "ready"), ("03", "on", "0.70", "failed"),
+          ("04", "on", "0.80", "ready"), ("05", "off", "0.75", "ready"), ("06", "on", "0.75", "failed"),
+          ("07", "off", "0.72", "failed"), ("08", "on", "0.78", "ready"), ("09", "off", "0.74", "failed"),
+          ("10", "on", "0.76", "ready")]
+
+
+def test_converged_strata_have_their_interval_and_the_prediction_next_to_it():
+    runs, planned = probes(STEADY)
+    found = thresholds.table(BOUNDS, ["off", "on"], runs, planned, "mem_fraction_static",
+                             budget([("01", 0.7483, 93.54), ("02", 0.7485, 93.54), ("03", 0.7533, 92.92)]))
+    off, on = found.to_dict("records")
+    assert (off["state"], off["interval_low"], off["interval_high"], off["probes"]) == ("converged", 0.74, 0.75, 5)
+    assert off["predicted_break_even"] == 0.7484 and off["predicted_in_interval"] is True
+    assert (on["interval_low"], on["interval_high"]) == (0.75, 0.76) and on["predicted_in_interval"] is True
+    assert on["runs"] == "03, 04, 06, 08, 10"
+    [diff] = thresholds.differences(found, "off", "--mem-fraction-static")
+    assert (diff["difference_low"], round(diff["difference_high"], 6)) == (0.0, 0.02)
+    assert round(diff["predicted_difference"], 4) == 0.0049
+    assert round(diff["predicted_difference_gib"], 3) == round(0.0049 * (93.54 + 92.92) / 2, 3)
+    assert diff["summary"].startswith("on does not lower the minimum --mem-fraction-static that starts, from "
+                                      "(0.74, 0.75] at off to (0.75, 0.76]: by +0 to +0.02")
+
+
+def test_a_prediction_outside_the_interval_is_said_so():
+    runs, planned = probes(STEADY)
+    found = thresholds.table(BOUNDS, ["off", "on"], runs, planned, "mem_fraction_static",
+                             budget([("01", 0.70, 93.5)]))
+    assert bool(found.loc[0, "predicted_in_interval"]) is False
+    text = thresholds.markdown({"flag": "--mem-fraction-static", "low": "0.70", "high": "0.80", "resolution": "0.01",
+                                "strata": found.to_dict("records"), "differences": []})
+    assert "predict the break-even at 0.7000 (OUTSIDE the interval)" in text
+
+
+def test_a_noisy_stratum_claims_no_interval_and_names_its_runs_in_escaped_markdown():
+    rows = [("01", "a*b", "0.70", "failed"), ("02", "a*b", "0.80", "ready"), ("03", "a*b", "0.75", "ready"),
+            ("04", "a*b", "0.75", "failed")]
+    runs, planned = probes(rows)
+    found = thresholds.table(BOUNDS, ["a*b"], runs, planned, "mem_fraction_static", pd.DataFrame())
+    row = found.iloc[0]
+    assert row["state"] == "noisy" and row["interval_low"] is None and row["interval_high"] is None
+    assert "03" in row["note"] and "04" in row["note"]
+    assert thresholds.differences(found, "a*b", "--x") == []
+    text = thresholds.markdown({"flag": "--x", "low": "0.70", "high": "0.80", "resolution": "0.01",
+                                "strata": found.to_dict("records"), "differences": []})
+    assert "**a\\*b**: noisy" in text
+
+
+def test_kit_errors_are_not_observations():
+    rows = [("01", "s", "0.70", "failed"), ("02", "s", "0.80", "error"), ("03", "s", "0.80", "error")]
+    runs, planned = probes(rows)
+    found = thresholds.table(BOUNDS, ["s"], runs, planned, "mem_fraction_static", pd.DataFrame())
+    assert found.iloc[0]["state"] == "no_observation" and "02, 03" in found.iloc[0]["note"]
