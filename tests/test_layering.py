@@ -13,12 +13,12 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 LAYERS = [
     {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
-     "params", "rundir", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler"},
+     "params", "rundir", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "logfacts"},
     {"analysis", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames"},
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},
-    {"report", "export", "runview", "notebooks", "batch", "cli", "__main__"},
+    {"report", "export", "runview", "notebooks", "batch", "cli", "__main__", "importer"},
 ]
 SPLIT = {"hosts"}  # packages whose submodules are placed one by one
 

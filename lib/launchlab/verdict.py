@@ -29,14 +29,20 @@ def _plain(value):
 
 def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
           baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
-          planned: list[dict] | None = None, level_checks: list[dict] | None = None) -> dict:
+          planned: list[dict] | None = None, level_checks: list[dict] | None = None,
+          parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset()) -> dict:
     """verdict.json: see the README for every key."""
     obs = analysis.observations(runs, factors, planned)
     valid = obs[obs["valid"]]
     decisions = [analysis.decide(obs, f, factors) for f in factors]
     effects = analysis.factor_effects(runs, events, factors, baseline, planned)
     checks = list(level_checks or [])
-    found = confounds.find(valid, facts, baseline_variant, tolerance_mib) + levelchecks.contradictions(checks)
+    found = levelchecks.contradictions(checks)  # a level that did not take effect first: nothing else means much
+    # what the logs state is compared over the valid runs and the misfiled imported ones: a log filed under the
+    # wrong levels is excluded from the comparisons, but what else differs in it is what the user must see
+    misfiled = obs[obs["invalid_kind"] == analysis.MISFILED]
+    found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
+    found += confounds.log_differences([*valid["run_id"], *misfiled["run_id"]], parsed or {}, set(declared_args))
     reasons = inconclusive_reasons(obs, decisions)
     warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
     warnings += analysis.effect_warnings(effects)
