@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import DATA, ROOT
-from launchlab import frames, importer, params, records, report, rundir
+from launchlab import confounds, frames, importer, logfacts, logparse, params, records, report, rundir
 from launchlab.errors import ImportFailed, ParamsError
 from test_real_logs import ENGINE, FIELDS, GRAPH_END, ORACLES, rank_key
 
@@ -266,3 +266,31 @@ def test_real_vllm_logs_of_both_engine_generations_and_pythons_are_a_version_con
     assert "3.10: " in python
     # no version number is stated in these excerpts: none is reported (the INDEX's versions are inferred)
     assert "server version (from the server log)" not in by_label
+
+
+# --- the log confounds, for launched runs too -------------------------------------------------------------------
+
+def parsed_of(path: Path) -> dict:
+    parsed = logparse.parse_file(path, "sglang")
+    return {**parsed.to_json(), "log_facts": logfacts.read(path, parsed)}
+
+
+def test_logs_of_one_install_differ_only_in_their_declared_arguments():
+    logs = ["baseline_debug_nocar.log", "custom_ar_debug.log", "nocar_085.log", "car_085.log"]
+    parsed = {name: parsed_of(LOGS / name) for name in logs}
+    assert parsed["car_085.log"]["log_facts"]["server_version"] == "0.5.8"
+    declared = {"mem_fraction_static", "disable_custom_all_reduce"}
+    assert confounds.log_differences(logs, parsed, declared) == []
+    undeclared = confounds.log_differences(logs, parsed, set())
+    assert {c["detail"].split(" differs")[0] for c in undeclared} == {
+        "undeclared server argument mem_fraction_static", "undeclared server argument disable_custom_all_reduce"}
+
+
+def test_a_fact_one_log_does_not_state_is_not_a_difference():
+    parsed = {"a": {"log_facts": {"server_version": "0.5.8", "nccl_version": "2.27.3"}, "args": {"x": "1"}},
+              "b": {"log_facts": {"nccl_version": "2.27.3"}, "args": {}},
+              "c": {"log_facts": {"server_version": "0.5.8"}}}
+    assert confounds.log_differences(["a", "b", "c"], parsed, set()) == []
+    parsed["c"]["log_facts"]["server_version"] = "0.5.6"
+    [found] = confounds.log_differences(["a", "b", "c"], parsed, set())
+    assert found["runs"] == ["c"] and "0.5.8: a; 0.5.6: c" in found["detail"]
