@@ -294,3 +294,15 @@ def test_a_fact_one_log_does_not_state_is_not_a_difference():
     parsed["c"]["log_facts"]["server_version"] = "0.5.6"
     [found] = confounds.log_differences(["a", "b", "c"], parsed, set())
     assert found["runs"] == ["c"] and "0.5.8: a; 0.5.6: c" in found["detail"]
+
+
+def test_logs_without_a_standard_ready_line_need_the_users_ready_pattern(tmp_path):
+    (tmp_path / "a.log").write_text("starting my server\nmodel loaded\nlistening on :8000, accepting requests\n")
+    body = {"experiment": "generic", "server": {"kind": "generic"}, "factors": {"f": {"a": {}}}, "baseline": {"f": "a"},
+            "runs": [{"levels": {"f": "a"}, "log": "a.log"}]}
+    with pytest.raises(ImportFailed, match="ready_pattern: REGEX"):
+        importer.import_runs(write_imports(tmp_path, body), tmp_path / "out", summarize=False)
+    body["server"]["ready_pattern"] = "accepting requests"
+    run_dir = importer.import_runs(write_imports(tmp_path, body), tmp_path / "out", summarize=False)
+    [run_id] = rundir.RunDir(run_dir).manifest()["run_ids"]
+    assert records.read_status(rundir.RunDir(run_dir).run(run_id)).record.status == "ready"

@@ -136,8 +136,12 @@ def experiment_of(imports: ImportsFile, kind: str, repetitions: int, source: str
             "hosts": {HOST: {"transport": "local"}},
             "server": {"kind": kind, "command": ["(imported: the command is per run)"]},
             "factors": imports.factors, "repetitions": repetitions, "secrets": imports.secrets}
-    if KINDS[kind].ready_pattern is None:
-        data["server"]["ready"] = {"log_pattern": imports.server.get("ready_pattern", "ready")}
+    if KINDS[kind].ready_pattern is None:  # its logs have no standard ready line: the user names theirs
+        if "ready_pattern" not in imports.server:
+            raise ImportFailed(imports.experiment, [
+                f"the logs are {kind} logs, which have no standard ready line: give the line that says the server is "
+                "ready as `server: {kind: " + kind + ", ready_pattern: REGEX}`"])
+        data["server"]["ready"] = {"log_pattern": imports.server["ready_pattern"]}
     if imports.baseline is not None:
         data["baseline"] = imports.baseline
     return params.loads(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), source)
