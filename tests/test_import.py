@@ -205,7 +205,8 @@ def test_an_nvidia_smi_table_gives_the_gpu_model_and_a_different_one_is_a_confou
 REAL = {
     "vllm": ["vllm-pr14447-v0-tp4-memory-profiling-workers.log", "vllm-mlcommons-issue2267-v0-tp8-loading-weights-gpu-blocks.log",
              "vllm-issue28228-kimi-linear-tp2-available-kv-cache.log", "vllm-pr29335-enginecore-dp0-model-loading-kv-size.log",
-             "vllm-issue17431-v1-0.8.5-enginecore-failed-to-start.log", "vllm-issue4429-v0.4.1-tp2-initialize-cache-error.log"],
+             "vllm-issue17431-v1-0.8.5-enginecore-failed-to-start.log", "vllm-issue4429-v0.4.1-tp2-initialize-cache-error.log",
+             "vllm-issue27508-enginecore-dp0-cuda-oom-sampler-warmup.log"],
     "sglang": ["sglang-pr11716-tp8-init-dist-load-begin.log", "sglang-pr15909-tp4-kv-alloc-capture-begin.log",
                "sglang-issue7227-tp1-capture-begin-exception.log",
                "sglang-kvcached-issue198-noprefix-load-weight-end-exception.log"],
@@ -264,6 +265,8 @@ def test_real_vllm_logs_of_both_engine_generations_and_pythons_are_a_version_con
     python = by_label["Python of the server's install (from the server log)"]["detail"]
     assert f"3.11: {run_of['vllm-issue17431-v1-0.8.5-enginecore-failed-to-start.log']}" in python
     assert "3.10: " in python
+    total = by_label["GPU memory total in GiB (from the server log)"]["detail"]
+    assert f"23.58: {run_of['vllm-pr14447-v0-tp4-memory-profiling-workers.log']}" in total and "79.11: " in total
     # no version number is stated in these excerpts: none is reported (the INDEX's versions are inferred)
     assert "server version (from the server log)" not in by_label
 

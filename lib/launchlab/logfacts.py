@@ -1,5 +1,6 @@
 """What a server log says about the software and the launch it ran, beyond the per-rank numbers: the server's
-version, the engine generation, the NCCL version, the model, the parallel sizes, the Python of its install.
+version, the engine generation, the NCCL version, the model, the parallel sizes, the Python of its install,
+the GPU's total memory where the log prints it.
 
 These are the facts two runs must share to be compared, and they are all a by-hand log has (`launchlab import`
 knows nothing else of the run). Every value is what a line of the log states; a fact no line states is absent,
@@ -28,6 +29,8 @@ _PYTHON = re.compile(r"/lib/python(\d+\.\d+)/site-packages/(?:sglang|vllm)/")
 _MODEL = ("model_path", "model")
 _TP = ("tp_size", "tensor_parallel_size")
 _DP = ("dp_size", "data_parallel_size")
+# a GPU's total memory as the log prints it (vLLM's memory profiling line, PyTorch's OOM message)
+_GPU_TOTAL = ("total_gpu_gib", "oom_total_gib")
 
 
 def _arg(args: dict[str, str], names: tuple[str, ...]) -> str | None:
@@ -49,7 +52,9 @@ def read(path: str | Path, parsed: ParsedLog) -> dict:
                 version = next(g for g in m.groups() if g).lstrip("v")
             if python is None and (m := _PYTHON.search(line)):
                 python = m.group(1)
-    values = {"server_version": version, "engine": parsed.engine, "nccl_version": parsed.nccl_version,
+    totals = {f"{v:.2f}" for fields in parsed.ranks.values() for k, v in fields.items() if k in _GPU_TOTAL}
+    values = {"gpu_total_gib": ", ".join(sorted(totals)) or None,
+              "server_version": version, "engine": parsed.engine, "nccl_version": parsed.nccl_version,
               "model": _arg(parsed.args, _MODEL), "tp_size": _arg(parsed.args, _TP), "dp_size": _arg(parsed.args, _DP),
               "python": python}
     found.update({k: v for k, v in values.items() if v is not None})
@@ -59,4 +64,4 @@ def read(path: str | Path, parsed: ParsedLog) -> dict:
 # how each fact is named in a confound
 LABELS = {"server": "server kind", "server_version": "server version", "engine": "vLLM engine generation",
           "nccl_version": "NCCL version", "model": "model", "tp_size": "TP size", "dp_size": "DP size",
-          "python": "Python of the server's install"}
+          "python": "Python of the server's install", "gpu_total_gib": "GPU memory total in GiB"}

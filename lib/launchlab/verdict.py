@@ -38,11 +38,12 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     effects = analysis.factor_effects(runs, events, factors, baseline, planned)
     checks = list(level_checks or [])
     found = levelchecks.contradictions(checks)  # a level that did not take effect first: nothing else means much
-    # what the logs state is compared over the valid runs and the misfiled imported ones: a log filed under the
-    # wrong levels is excluded from the comparisons, but what else differs in it is what the user must see
-    misfiled = obs[obs["invalid_kind"] == analysis.MISFILED]
+    # what the logs state is compared over the valid runs and the imported ones left out (misfiled, or of unknown
+    # outcome): they are no observations of a level, but what else differs in their install is what the user
+    # must see — it is stated by their logs whatever the outcome
+    left_out = obs[obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME])]
     found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
-    found += confounds.log_differences([*valid["run_id"], *misfiled["run_id"]], parsed or {}, set(declared_args))
+    found += confounds.log_differences([*valid["run_id"], *left_out["run_id"]], parsed or {}, set(declared_args))
     reasons = inconclusive_reasons(obs, decisions)
     warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
     warnings += analysis.effect_warnings(effects)
