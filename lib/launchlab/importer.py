@@ -51,6 +51,13 @@ class ImportedRun(BaseModel):
     command: str | list[str] | None = None
 
 
+class ImportedServer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = "auto"  # a server kind (logparse/kinds.py) or auto: detected from the logs
+    ready_pattern: str | None = None  # for kinds whose logs have no standard ready line
+
+
 class ImportsFile(BaseModel):
     """An imports file: a params file's experiment, question, server kind, factors and baseline, and the runs."""
 
@@ -58,7 +65,7 @@ class ImportsFile(BaseModel):
 
     experiment: str
     question: str = ""
-    server: dict[str, str] = Field(default_factory=lambda: {"kind": "auto"})
+    server: ImportedServer = ImportedServer()
     factors: dict[str, dict] = {}
     baseline: dict[str, str] | None = None
     secrets: list[str] = []
@@ -83,7 +90,7 @@ def _read_file(path: Path) -> tuple[ImportsFile, str]:
         raise ParamsError(str(path), [f"cannot read the imports file: {getattr(exc, 'strerror', None) or exc}"]) from None
     try:
         data, surprises = yamlfile.load_strict(text)
-    except Exception as exc:  # noqa: BLE001 — any YAML error: say where
+    except yaml.YAMLError as exc:
         raise ParamsError(str(path), [f"not valid YAML: {exc}"]) from None
     problems = [f"line {p.line}: {p.message}" for p in surprises]
     try:
@@ -117,7 +124,9 @@ def _check_sources(imports: ImportsFile, base: Path) -> list[Source]:
 
 def _server_kind(imports: ImportsFile, sources: list[Source]) -> str:
     """The declared kind, or the one every log shows (`auto`); logs of different servers cannot be compared."""
-    declared = imports.server.get("kind", "auto")
+    declared = imports.server.kind
+    if declared != "auto" and declared not in KINDS:
+        raise ImportFailed(imports.experiment, [f"server kind {declared!r} is not one of auto, {', '.join(KINDS)}"])
     for s in sources:
         s.kind = logparse.detect(s.log) if declared == "auto" else declared
     kinds = sorted({s.kind for s in sources})
@@ -137,11 +146,11 @@ def experiment_of(imports: ImportsFile, kind: str, repetitions: int, source: str
             "server": {"kind": kind, "command": ["(imported: the command is per run)"]},
             "factors": imports.factors, "repetitions": repetitions, "secrets": imports.secrets}
     if KINDS[kind].ready_pattern is None:  # its logs have no standard ready line: the user names theirs
-        if "ready_pattern" not in imports.server:
+        if imports.server.ready_pattern is None:
             raise ImportFailed(imports.experiment, [
                 f"the logs are {kind} logs, which have no standard ready line: give the line that says the server is "
                 "ready as `server: {kind: " + kind + ", ready_pattern: REGEX}`"])
-        data["server"]["ready"] = {"log_pattern": imports.server["ready_pattern"]}
+        data["server"]["ready"] = {"log_pattern": imports.server.ready_pattern}
     if imports.baseline is not None:
         data["baseline"] = imports.baseline
     return params.loads(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), source)
