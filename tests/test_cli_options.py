@@ -72,6 +72,9 @@ def test_the_json_schema_describes_every_key_and_the_shipped_params_validate_aga
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     for path in sorted((ROOT / "params").glob("*.yaml")):
-        errors = sorted(validator.iter_errors(yaml.safe_load(path.read_text())), key=str)
+        data = yaml.safe_load(path.read_text())
+        if "runs" in data and "hosts" not in data:
+            continue  # an imports file (`launchlab import`), checked in test_import.py
+        errors = sorted(validator.iter_errors(data), key=str)
         assert errors == [], f"{path.name}: {errors[0].message if errors else ''}"
     assert "experiment" in schema["properties"] and "sampler" in schema["properties"]

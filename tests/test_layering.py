@@ -13,12 +13,13 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 LAYERS = [
     {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields", "polling"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
-     "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search"},
+     "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search",
+     "logfacts"},
     {"analysis", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames", "thresholds"},
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},
-    {"report", "export", "runview", "notebooks", "batch", "cli", "__main__", "searchbatch"},
+    {"report", "export", "runview", "notebooks", "batch", "cli", "__main__", "searchbatch", "importer"},
 ]
 SPLIT = {"hosts"}  # packages whose submodules are placed one by one
 

@@ -18,6 +18,8 @@ VALID_STATUSES = ("ready", "failed", "timeout", "degraded")  # what the server d
 MEMORY_FIELDS = ("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib", "kv_tokens", "kv_gib",
                  "pool_end_avail_gib", "graph_mem_gib", "graph_end_avail_gib")
 MISSING, INTERRUPTED, KIT_ERROR = "missing", "interrupted", "kit error"
+UNKNOWN_OUTCOME = "outcome unknown"  # an imported log that ends before the server was ready or failed
+MISFILED = "misfiled"  # an imported log whose server ran other levels than it was filed under
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -33,8 +35,14 @@ def observations(runs: pd.DataFrame, factors: list[str], planned: list[dict] | N
     obs["invalid_kind"] = None
     obs.loc[~obs["valid"], "invalid_kind"] = KIT_ERROR
     obs.loc[~obs["valid"] & message.str.startswith("interrupted"), "invalid_kind"] = INTERRUPTED
+    obs.loc[obs["status"] == "unknown", "invalid_kind"] = UNKNOWN_OUTCOME
     obs["invalid_detail"] = None
     obs.loc[~obs["valid"], "invalid_detail"] = message[~obs["valid"]]
+    if "misfiled" in obs:
+        misfiled = obs["misfiled"].notna() & obs["valid"]
+        obs.loc[misfiled, "valid"] = False
+        obs.loc[misfiled, "invalid_kind"] = MISFILED
+        obs.loc[misfiled, "invalid_detail"] = "filed under other levels than its log shows: " + obs.loc[misfiled, "misfiled"]
     done = set(obs["run_id"])
     missing = [p for p in (planned or []) if p["run_id"] not in done]
     if missing:
@@ -61,9 +69,10 @@ def _tally(rows: pd.DataFrame) -> str:
     parts = []
     for kind, group in rows.groupby("invalid_kind", sort=False):
         n = len(group)
-        noun = {KIT_ERROR: "kit error", INTERRUPTED: "interrupted run", MISSING: "missing run"}[kind]
+        noun = {KIT_ERROR: "kit error", INTERRUPTED: "interrupted run", MISSING: "missing run",
+                UNKNOWN_OUTCOME: "imported log of unknown outcome", MISFILED: "misfiled imported log"}[kind]
         text = f"{n} {noun}{'s' if n != 1 else ''}"
-        if kind == KIT_ERROR:
+        if kind in (KIT_ERROR, UNKNOWN_OUTCOME, MISFILED):
             common = group["invalid_detail"].fillna("").value_counts()
             if len(common) and common.index[0]:
                 text += f" — {common.index[0][:200]}"
@@ -96,13 +105,14 @@ def outcomes(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None 
     """One row per variant: how many runs ended in each status (and were missing), and why the failed ones
     failed. `outcome` counts ready runs among the valid ones."""
     obs = observations(runs, factors, planned)
+    statuses = STATUSES + (("unknown",) if (obs["status"] == "unknown").any() else ())  # imported logs only
     rows = []
     for variant, group in obs.groupby("variant", sort=False):
         valid = group[group["valid"]]
         counts = group["status"].value_counts()
         reasons = sorted({r for r in group.get("failure_reason", pd.Series(dtype=object)).dropna()})
         row = {"variant": variant, **{f: group[f].iloc[0] for f in factors}, "n": len(group)}
-        row.update({s: int(counts.get(s, 0)) for s in STATUSES})
+        row.update({s: int(counts.get(s, 0)) for s in statuses})
         row["missing"] = int((group["invalid_kind"] == MISSING).sum())
         row["outcome"] = (f"{int((valid['status'] == 'ready').sum())}/{len(valid)} ready" if len(valid)
                           else "no valid run")

@@ -1,4 +1,5 @@
-"""`launchlab init | validate | run | report | parse | ls | schema` (the stable interface of ARCHITECTURE.md section 4)."""
+"""`launchlab init | validate | run | import | report | parse | ls | schema`: the stable interface of
+ARCHITECTURE.md section 4."""
 
 from __future__ import annotations
 
@@ -46,6 +47,15 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume, stop_leftovers=args.stop_leftovers,
                               wait=args.wait, only=only, repetitions=args.repetitions, confirm=_ask_on_terminal)
+    print(run_dir)
+    print(f"report: {rundir.RunDir(run_dir).summary_html}", file=sys.stderr)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from launchlab import importer, rundir
+
+    run_dir = importer.import_runs(args.imports, out_root=args.out)
     print(run_dir)
     print(f"report: {rundir.RunDir(run_dir).summary_html}", file=sys.stderr)
     return 0
@@ -148,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only these levels (0.85, mem_fraction=0.85) or variants (by name)")
     r.add_argument("--repetitions", type=int, default=None, metavar="N", help="override `repetitions:` of the params")
     r.set_defaults(func=_run)
+    im = sub.add_parser("import", help="make a run directory and its report from server logs of runs made by hand")
+    im.add_argument("imports", help="an imports file: experiment, factors, baseline and runs ({levels, log, smi, command})")
+    im.add_argument("--out", type=Path, default=None, help="root of run directories (default: outputs/)")
+    im.set_defaults(func=_import)
     rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory")
     rep.add_argument("run_dir")
     rep.set_defaults(func=_report)

@@ -1,7 +1,10 @@
-"""Confounds: what differs between runs besides the declared factors, from each run's provenance.
+"""Confounds: what differs between runs besides the declared factors, from each run's provenance and from
+what each run's own server log states.
 
 Each check is a small function of (runs, facts) that returns what it found as `{kind, detail, runs}`;
-`find` runs them all. `facts` is provenance.json of each run, by run id.
+`find` runs them all. `facts` is provenance.json of each run, by run id; `parsed` is parsed.json (the server's
+log: its arguments and `log_facts`, see logfacts.py). A fact a run does not state is not a difference: only runs
+that state it are compared (a by-hand log without a version line is not "another version").
 """
 
 from __future__ import annotations
@@ -11,10 +14,16 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from launchlab.logfacts import LABELS
+
 VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHLVL", "_", "LAUNCHLAB_RUN_ID",
                 "JPY_PARENT_PID", "PYDEVD_USE_FRAME_EVAL", "TERM", "COLUMNS", "LINES"}
 HOST_FACTS = (("driver", "driver version"), ("cuda", "CUDA version"), ("os", "operating system"), ("kernel", "kernel"))
 VALID_STATUSES = ("ready", "failed", "timeout", "degraded")
+# server arguments that differ between any two launches without changing what is compared
+VOLATILE_ARGS = {"port", "host", "random_seed", "seed", "nccl_port", "dist_init_addr", "log_requests", "api_key",
+                 "served_model_name", "tokenizer_path", "model_path", "model", "tp_size", "tensor_parallel_size",
+                 "dp_size", "data_parallel_size", "file_storage_path", "download_dir", "log_level"}
 
 
 def _key(value: object) -> object:
@@ -131,14 +140,46 @@ def unreproducible_baseline(runs: pd.DataFrame, baseline_variant: str) -> list[d
                        + ", ".join(f"{r}: {s}" for r, s in zip(base["run_id"], base["status"], strict=True))}]
 
 
+def log_differences(ids: list[str], parsed: dict[str, dict], declared: set[str]) -> list[dict]:
+    """What the server logs state differently between runs: version, engine, NCCL, model, TP/DP size, and
+    every other argument of `server_args` / `non-default args` that no factor declares (declared: the
+    argument names the factors' flags set)."""
+    logged = [r for r in ids if r in parsed]
+    found = []
+    for key, label in LABELS.items():
+        values = {r: (parsed[r].get("log_facts") or {}).get(key) for r in logged}
+        found += _differs("log", f"{label} (from the server log)", {r: v for r, v in values.items() if v is not None})
+    names = sorted({a for r in logged for a in (parsed[r].get("args") or {})} - declared - VOLATILE_ARGS)
+    for name in names:
+        values = {r: str(parsed[r]["args"][name]).strip("'\"") for r in logged if name in (parsed[r].get("args") or {})}
+        found += _differs("server argument", f"undeclared server argument {name}", values)
+    return found
+
+
+def gpu_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """GPU models and memory totals: from the kit's preflight of launched runs, or the nvidia-smi capture given
+    with an imported run. Runs without either are not compared."""
+    found = []
+    for key, label in (("name", "GPU model"), ("mem_total_mib", "GPU memory total (MiB)")):
+        values = {}
+        for r in ids:
+            gpus = _of(facts[r], "preflight", "gpus") or facts[r].get("gpus") or []
+            seen = sorted({str(g.get(key)) for g in gpus if g.get(key) is not None})
+            if seen:
+                values[r] = ", ".join(seen)
+        found += _differs("gpu", label, values)
+    return found
+
+
 Check = Callable[[list[str], dict[str, dict]], list[dict]]
 
 
 def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tolerance_mib: float = 256) -> list[dict]:
-    """Every difference between runs that the design did not declare, with the runs it touches."""
+    """Every difference in provenance and outcome between runs that the design did not declare, with the runs it
+    touches (what the server logs state: log_differences)."""
     ids = [r for r in runs["run_id"] if r in facts]
     found: list[dict] = []
-    for check in (host_differences, version_differences, file_differences, env_differences):
+    for check in (host_differences, version_differences, file_differences, env_differences, gpu_differences):
         found += check(ids, facts)
     found += busy_gpus(ids, facts, tolerance_mib)
     found += unbalanced_hosts(runs)

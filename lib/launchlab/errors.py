@@ -5,7 +5,8 @@
     ├── HostError          a host command, transfer or connection failed
     ├── ParseError         a log or telemetry file cannot be read at all
     ├── RunDirError        a run directory is missing, incomplete or not ours
-    └── NotebookFailed     papermill could not execute a notebook
+    ├── NotebookFailed     papermill could not execute a notebook
+    └── ImportFailed       `launchlab import` cannot use a file it was given (nothing is written)
 
 Messages say what happened, where, and what to do; the CLI prints them without a traceback.
 """
@@ -49,3 +50,12 @@ class NotebookFailed(LaunchlabError):
     def __init__(self, notebook: str, message: str):
         self.notebook = notebook
         super().__init__(f"notebook {notebook}: {message}")
+
+
+class ImportFailed(LaunchlabError):
+    """`launchlab import` cannot use what it was given: every problem, one line each (file and reason)."""
+
+    def __init__(self, experiment: str, problems: list[str]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"import of {experiment!r}: {len(self.problems)} problem(s), nothing was written:\n{lines}")

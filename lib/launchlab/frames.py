@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from launchlab import logparse, params, records, rundir, telemetry
+from launchlab import logfacts, logparse, params, records, rundir, telemetry
 from launchlab.errors import RunDirError
 
 RUN_COLUMNS = list(records.RunRecord.ROW)
@@ -60,11 +60,19 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
             log, csv = folder.log(node), folder.samples(node)
             if log.exists():  # TP ranks are global across nodes, so events of every node share one frame
                 parsed = logparse.parse_file(log, exp.server.kind, rules)
-                summary = _merge_parsed(summary, parsed.to_json())
-                event_frames.append(pd.DataFrame(
-                    [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
-                      "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events],
-                    columns=EVENT_COLUMNS))
+                data = parsed.to_json()
+                if node == 0:  # versions, model, sizes: what the run's own log states (confounds compare them)
+                    data["log_facts"] = logfacts.read(log, parsed)
+                summary = _merge_parsed(summary, data)
+                rows = [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
+                         "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events]
+                seen = {(e.rank, e.field) for e in parsed.events}
+                # a rank fact the parser derived rather than read off one line (vLLM's KV tokens as blocks ×
+                # block size) is a parsed fact too: in the frame, with no time
+                rows += [{"run_id": run_id, "t_s": None, "rank": rank, "field": name, "value": value}
+                         for rank, fields in parsed.ranks.items() for name, value in fields.items()
+                         if (rank, name) not in seen and isinstance(value, (int, float))]
+                event_frames.append(pd.DataFrame(rows, columns=EVENT_COLUMNS))
             if csv.exists():
                 samples = telemetry.tidy(telemetry.read_query_csv(csv), run_id, t0)
                 samples.insert(2, "node", node)

@@ -40,6 +40,12 @@ def arg_name(flag: str) -> str:
     return _ALIASES.get(bare, bare.replace("-", "_"))
 
 
+def declared_args(exp: Experiment) -> set[str]:
+    """The server arguments the factors set (by the name the server records them under): a difference in them
+    between runs is the design, not a confound."""
+    return {arg_name(flag) for levels in exp.factors.values() for level in levels.values() for flag in level.flags}
+
+
 def _expected_flags(exp: Experiment, variant: Variant, flags: Iterable[str], boolean: set[str]) -> dict[str, object]:
     """What the rendered command says of each flag: its value, True (bare), False (absent but boolean)."""
     argv = apply_flags(list(exp.server.command), variant.flags)

@@ -11,7 +11,8 @@ from typing import Literal, get_args
 from launchlab import __version__, rundir
 from launchlab.errors import RunDirError
 
-Status = Literal["ready", "failed", "timeout", "degraded", "error"]
+# unknown: an imported log that ends before the server was ready or failed (the kit did not watch the run)
+Status = Literal["ready", "failed", "timeout", "degraded", "error", "unknown"]
 State = Literal["preflight", "patching", "starting", "watching", "smoke request", "stopping", "collecting", "done"]
 STATUSES: tuple[str, ...] = get_args(Status)
 STATES: tuple[str, ...] = get_args(State)
@@ -54,10 +55,16 @@ class RunRecord:
     smoke_s: float | None = None
     smoke_response: str | None = None
     notes: list[str] = field(default_factory=list)
+    # made by hand and brought in with `launchlab import`: the kit did not watch it, so what only watching shows
+    # (preflight GPU state, installed files, environment, startup time) is None, never made up
+    imported: bool = False
+    # an imported run whose own log contradicts the levels it was filed under (what its log shows): it is not an
+    # observation of that variant, so it is left out of every comparison (and shown as a confound)
+    misfiled: str | None = None
 
     # the columns of runs.parquet, in order (then one column per factor)
     ROW = ("run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase", "failure_message",
-           "startup_s", "peak_mem_used_mib", "phase_reached", "simulated", "smoke_status")
+           "startup_s", "peak_mem_used_mib", "phase_reached", "simulated", "smoke_status", "imported", "misfiled")
     # what a full disk still lets the kit write in place of the progress record
     ESSENTIAL = ("run_id", "variant", "repetition", "host", "levels", "status", "failure_message", "stopped_with")
 

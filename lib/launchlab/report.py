@@ -19,6 +19,12 @@ from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_block, md_code
 from launchlab.logparse.kinds import KINDS
 
+IMPORTED_NOTE = ("IMPORTED runs: made by hand and brought in with `launchlab import`. The kit did not watch "
+                 "them — preflight GPU state, installed files and package versions, environment and startup time are "
+                 "not observed (imported); each outcome is read from its log alone (ready line, failure line, or "
+                 "unknown), and each level is checked against what the log shows.")
+NOT_GIVEN = "(not given: not observed (imported))"
+
 
 @dataclass(frozen=True)
 class Report:
@@ -94,7 +100,7 @@ class Report:
         rows = [{k: _plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
         built = verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
                               self.baseline_name, self.facts, rows, self.exp.drain.tolerance_mib,
-                              self.planned, self.level_checks)
+                              self.planned, self.level_checks, self.parsed, levelchecks.declared_args(self.exp))
         if self.exp.search is not None:
             built["thresholds"] = self.threshold_verdict
         return built
@@ -143,6 +149,9 @@ class Report:
                "simulated by launchlab (real processes, simulated memory). Use it to learn the kit, "
                "not as evidence about a real server.") if self.exp.simulated else ""
         finished = f"{len(runs)} of {len(self.manifest['run_ids'])} planned runs finished"
+        if self.imported:
+            sim += f"\n\n> {md(IMPORTED_NOTE)}"
+            finished = f"{len(runs)} imported run(s)"
         return Markdown(f"# {md(self.exp.experiment)}\n\n**Question:** {md(self.exp.question or '(none given)')}{sim}"
                         f"\n\n{finished} · run directory {md_code(self.run_dir.name)}")
 
@@ -154,6 +163,10 @@ class Report:
                             for f, levels in self.manifest["factors"].items()) or "- none"
         order = " → ".join(self.manifest["run_ids"][: len(self.manifest["run_ids"]) // max(1, self.exp.repetitions)])
         hosts = self.manifest.get("hosts") or [self.manifest["host"]]
+        if self.imported:
+            return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {md(self.manifest['baseline'])} · "
+                            f"**runs:** {len(self.manifest['run_ids'])} imported logs, filed by the user under the "
+                            "levels above (each checked against its log below)")
         return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {md(self.manifest['baseline'])} · "
                         f"**repetitions:** {self.exp.repetitions}, interleaved (one round: {md(order)}) · "
                         f"**host(s):** {md(', '.join(hosts))}")
@@ -168,8 +181,24 @@ class Report:
                                "not shown": len(c["runs_unknown"]), "detail": c["detail"]} for c in checks])
         return _table(frame)
 
+    @property
+    def imported(self) -> bool:
+        """The runs were made by hand and brought in with `launchlab import` (the kit did not watch them)."""
+        return bool(self.manifest.get("imported"))
+
+    def imported_commands(self) -> list[tuple[str, str, str]]:
+        """(run id, variant, the command as given, masked) of each imported run."""
+        out = []
+        for run in self.planned:
+            argv = (self.facts.get(run["run_id"]) or {}).get("command")
+            out.append((run["run_id"], run["variant"], shlex.join(argv) if argv else NOT_GIVEN))
+        return out
+
     def commands(self) -> HTML:
         """Each variant's command, and its environment and patches where they differ from the baseline's."""
+        if self.imported:
+            return HTML("\n".join(f"<p><b>{html_text(r)}</b> ({html_text(v)})</p><pre>{html_text(c)}</pre>"
+                                   for r, v, c in self.imported_commands()))
         base = params.baseline_variant(self.exp)
         base_env = {**self.exp.server.env, **base.env}
         masker, extra = masking.for_experiment(self.exp), self.exp.secrets
@@ -263,6 +292,7 @@ class Report:
     def timeline(self):
         if self.frames.telemetry.empty:
             why = ("`sampler: {kind: none}`: the runs were not sampled" if self.exp.sampler.kind == "none"
+                   else "no nvidia-smi capture with timestamps was given with the imported runs" if self.imported
                    else "no run left nvidia-smi samples")
             display(Markdown(f"No GPU trace: {why}. Peak memory figures are missing (not 0)."))
             return None
@@ -361,6 +391,8 @@ def write_verdict(run_dir: Path) -> dict:
     text = [f"# {md(rep.exp.experiment)}", "", f"Question: {md(rep.exp.question)}", ""]
     if rep.exp.simulated:
         text += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]
+    if rep.imported:
+        text += [f"> {md(IMPORTED_NOTE)}", ""]
     text += [verdict.markdown(v, rep.budget_summary()), ""]
     if v["excluded_runs"]:
         text += ["## Runs that are not observations", ""]
@@ -383,7 +415,9 @@ def write_verdict(run_dir: Path) -> dict:
         text += ["## Memory budget (from the server's log)", "", _markdown_table(summary), ""]
     text += ["## Commands", ""]
     masker = masking.for_experiment(rep.exp)
-    for variant in params.expand(rep.exp):
+    for run_id, variant, command in rep.imported_commands() if rep.imported else []:
+        text += [f"{md(run_id)} ({md(variant)}):", "", md_block(command, "sh"), ""]
+    for variant in params.expand(rep.exp) if not rep.imported else []:
         argv = masker.argv(params.apply_flags(list(rep.exp.server.command), variant.flags),
                            rep.exp.secrets)
         text += [f"{md(variant.name)}:", "", md_block(shlex.join(argv), "sh"), ""]

@@ -1,11 +1,12 @@
 """The run directory: every path of a run directory and of a run folder, atomic writes, finding run directories.
 
     <root>/<experiment>/<YYYYmmdd-HHMMSS>/              RunDir
-        experiment.yaml  manifest.json  runs.parquet  events.parquet  telemetry.parquet
+        experiment.yaml  (imports.yaml)  manifest.json  runs.parquet  events.parquet  telemetry.parquet
         summary.ipynb  summary.html  verdict.json  report.md
         runs/<run_id>/                                  RunFolder
             run_variant.ipynb  status.json  processes.json  provenance.json  parsed.json
             server.log  nvidia-smi.csv  (server.node1.log  nvidia-smi.node1.csv … for multi-node servers)
+            nvidia-smi.txt  (an imported run's capture in nvidia-smi's default table format)
             attempts/<n>/   an earlier attempt of the run, kept whole
 
 Raw files (server logs, nvidia-smi CSVs) are written once and never edited; every other file can be rebuilt
@@ -50,6 +51,7 @@ class RunFolder:
     provenance = property(lambda self: self.path / "provenance.json")
     parsed = property(lambda self: self.path / "parsed.json")
     notebook = property(lambda self: self.path / "run_variant.ipynb")
+    samples_table = property(lambda self: self.path / "nvidia-smi.txt")
 
     @staticmethod
     def log_name(node: int = 0) -> str:
@@ -96,6 +98,7 @@ class RunDir:
         return self.path.name
 
     experiment_file = property(lambda self: self.path / "experiment.yaml")
+    imports_file = property(lambda self: self.path / "imports.yaml")  # `launchlab import`: the file, masked
     manifest_file = property(lambda self: self.path / "manifest.json")
     summary_notebook = property(lambda self: self.path / "summary.ipynb")
     summary_html = property(lambda self: self.path / "summary.html")

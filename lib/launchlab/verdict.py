@@ -29,14 +29,21 @@ def _plain(value):
 
 def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
           baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
-          planned: list[dict] | None = None, level_checks: list[dict] | None = None) -> dict:
+          planned: list[dict] | None = None, level_checks: list[dict] | None = None,
+          parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset()) -> dict:
     """verdict.json: see the README for every key."""
     obs = analysis.observations(runs, factors, planned)
     valid = obs[obs["valid"]]
     decisions = [analysis.decide(obs, f, factors) for f in factors]
     effects = analysis.factor_effects(runs, events, factors, baseline, planned)
     checks = list(level_checks or [])
-    found = confounds.find(valid, facts, baseline_variant, tolerance_mib) + levelchecks.contradictions(checks)
+    found = levelchecks.contradictions(checks)  # a level that did not take effect first: nothing else means much
+    # what the logs state is compared over the valid runs and the imported ones left out (misfiled, or of unknown
+    # outcome): they are no observations of a level, but what else differs in their install is what the user
+    # must see — it is stated by their logs whatever the outcome
+    left_out = obs[obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME])]
+    found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
+    found += confounds.log_differences([*valid["run_id"], *left_out["run_id"]], parsed or {}, set(declared_args))
     reasons = inconclusive_reasons(obs, decisions)
     warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
     warnings += analysis.effect_warnings(effects)

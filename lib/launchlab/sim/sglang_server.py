@@ -17,7 +17,8 @@ Custom all-reduce follows the seed scenario's build: on, unless `--disable-custo
 `SGLANG_FORCE_CUSTOM_AR_PCIE=0` makes it fall back on a PCIe box with more than two GPUs (SGLang's warning).
 With it on, each rank holds extra IPC buffers, which costs a little KV capacity.
 
-`SIM_DEBUG_PROFILE=1` adds the instrumentation line a user would patch into SGLang:
+`SIM_SGLANG_VERSION` / `SIM_NCCL_VERSION` change the versions its log names (default 0.5.8 and 2.27.3), to
+make the log of an older install. `SIM_DEBUG_PROFILE=1` adds the instrumentation line a user would patch into SGLang:
 `DEBUG profile_max_num_token: avail=… GiB, total=… GiB, fraction=…, reserved=… GiB, rest=… GiB`.
 """
 
@@ -40,6 +41,8 @@ from pathlib import Path
 from launchlab.sim import state
 
 GIB = 1 << 30
+# the versions its log names (SIM_SGLANG_VERSION, SIM_NCCL_VERSION change them: an older install, by hand)
+SGLANG_VERSION, NCCL_VERSION = "0.5.8", "2.27.3"
 # Kimi-K2 / DeepSeek-V3 MLA: (kv_lora_rank 512 + qk_rope_head_dim 64) × 61 layers × 2 bytes (bf16) per token.
 CELL_SIZE_BYTES = (512 + 64) * 61 * 2
 CONTEXT_LEN = 262144
@@ -135,6 +138,7 @@ class _Rank:
         fraction = a.mem_fraction_static if a.mem_fraction_static is not None else _auto_mem_fraction(a, total_mib)
         self.hold(MIB["cuda_context"], 5)
         self.log("Init torch distributed begin.")
+        self.log(f"sglang is using nccl=={os.environ.get('SIM_NCCL_VERSION', NCCL_VERSION)}")
         before = self.free_gib()
         self.sleep(0.3)
         custom_ar = self.custom_all_reduce()
@@ -265,7 +269,9 @@ def _main(argv: list[str]) -> int:
     host = state.read_host(root)
     total = host["gpus"][0]["mem_total_mib"]
     fraction = args.mem_fraction_static if args.mem_fraction_static is not None else _auto_mem_fraction(args, total)
-    _log("", "launchlab SIMULATED SGLang server (SGLang 0.5.8 log format; simulated GPUs, not a real inference server)")
+    version = os.environ.get("SIM_SGLANG_VERSION", SGLANG_VERSION)
+    _log("", f"launchlab SIMULATED SGLang server (SGLang version {version} log format; simulated GPUs, not a real "
+             "inference server)")
     _log("", _server_args_line(args, fraction))
     sync = Path(tempfile.mkdtemp(prefix="sglang-sync-", dir=root))  # inside the box: nothing outside it
     children: list[subprocess.Popen] = []
