@@ -13,9 +13,10 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 LAYERS = [
     {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
+     "hosts.slurm_spec",
      "params", "rundir", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler"},
     {"analysis", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames"},
-    {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh",
+    {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh", "hosts.slurm",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},
     {"report", "export", "runview", "notebooks", "batch", "cli", "__main__"},

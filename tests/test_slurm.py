@@ -1,0 +1,115 @@
+"""The slurm transport against a real single-node Slurm (tests/slurmd.py): each run one job that runs the
+simulated SGLang server and nvidia-smi on the node; queue, stop, time limit, refusal and provenance through
+the scheduler."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import LAUNCHLAB, ROOT, write_params
+
+pytestmark = pytest.mark.slow
+
+SMALL_SLURM = """\
+experiment: small-slurm
+hosts:
+  cl:
+    transport: slurm
+    partition: gpu
+    gres: "gpu:{gres}"
+    time: "{time}"
+    max_jobs: {max_jobs}
+    workdir: {workdir}
+    simulate: {{gpus: 2, mem_total_mib: 97887, weights_gib_per_rank: 70.0, pace: {pace}}}
+server:
+  kind: sglang
+  command: [python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}"]
+  env: {{WEIRD: "a'b \\"c\\" $HOME `x` ; y"}}
+  ready: {{timeout_s: {timeout}, health_url: "http://127.0.0.1:{{port}}/health"}}
+  stop_grace_s: 5
+factors:
+  mem_fraction:
+    "0.55": {{flags: {{--mem-fraction-static: "0.55"}}}}
+    "0.85": {{flags: {{--mem-fraction-static: "0.85"}}}}
+baseline: {{mem_fraction: "0.85"}}
+repetitions: 1
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+
+
+def small(tmp_path: Path, *, gres: int = 2, time_limit: str = "00:05:00", max_jobs: int = 1, pace: float = 0.3,
+          timeout: float = 60) -> Path:
+    return write_params(tmp_path, SMALL_SLURM.format(gres=gres, time=time_limit, max_jobs=max_jobs, pace=pace,
+                                                     timeout=timeout, workdir=tmp_path / "shared"))
+
+
+def run_one_each(params_path: Path, run_dir: Path, box: Path, only: str | None = None):
+    from launchlab import hosts, lifecycle, params, plan
+
+    exp = params.load(params_path)
+    host = hosts.connect(exp, "cl", sim_box=box)
+    return [lifecycle.run_one(exp, run, run_dir, host) for run in plan.make_plan(exp) if only in (None, run.variant.name)]
+
+
+def test_each_run_is_one_job_that_fails_or_gets_ready_as_on_the_simulated_host(slurm, tmp_path, sim_root):
+    low, high = run_one_each(small(tmp_path), tmp_path / "rd", sim_root / "box")
+    assert (low.status, low.failure_reason, low.failure_phase) == ("failed", "kv_cache_no_memory", "kv_cache")
+    assert high.status == "ready" and high.startup_s is not None and high.peak_mem_used_mib > 80000
+    for record in (low, high):
+        assert record.queue_s is not None and record.queue_s >= 0
+        [job] = record.scheduler
+        assert job["JobId"].isdigit() and job["NodeList"] == slurm.node and job["Partition"] == "gpu"
+        assert job["JobName"] == f"launchlab:{record.run_id}" and "gpu:2" in job["gres"]
+        folder = tmp_path / "rd" / "runs" / record.run_id
+        assert json.loads((folder / "provenance.json").read_text())["scheduler"] == record.scheduler
+        assert [p["pid"] for p in json.loads((folder / "processes.json").read_text())] == [int(job["JobId"])] * 2
+        assert (folder / "nvidia-smi.csv").read_text().count("\n") > 1  # the sampler ran inside the job
+    assert high.stopped_with == "TERM"  # scancel --signal=TERM stopped the ready server within its grace
+    assert slurm.jobs() == [] or all(" COMPLETED " in j or "CANCELLED" in j for j in slurm.jobs())
+
+
+def test_every_env_value_reaches_the_server_inside_the_job_byte_for_byte(slurm, tmp_path, sim_root):
+    from launchlab.hosts import commands
+    from launchlab.hosts.commands import slurm as cmd
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    value = "a'b \"c\" $HOME `x` ; y\nz"
+    (folder / "server.env").write_text(commands.env_file_text({"WEIRD": value}))
+    (folder / "server.sh").write_text(cmd.launch_script(
+        ["python3", "-c", "import os, sys; sys.stdout.write(os.environ['WEIRD'])"], env_file="server.env",
+        log_name="server.log"))
+    (folder / "job.sh").write_text(cmd.job_script(str(folder)))
+    job = subprocess.run(cmd.sbatch(str(folder / "job.sh"), run_id="envcheck", batch="-", folder=str(folder),
+                                    partition="gpu", time="00:01:00", gres=None, account=None, nodes=1),
+                         shell=True, capture_output=True, text=True, check=True).stdout.strip()
+    deadline = time.monotonic() + 30
+    while not (folder / "server.exit").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert job.isdigit() and (folder / "server.exit").read_text().strip() == "0"
+    assert (folder / "server.log").read_text() == value
+
+
+def test_an_impossible_gres_is_refused_before_anything_is_submitted(slurm, tmp_path, sim_root):
+    proc = subprocess.run([*LAUNCHLAB, "run", str(small(tmp_path, gres=16)), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode != 0
+    assert "Slurm refuses the host's job" in proc.stderr and "Requested node configuration is not available" in proc.stderr
+    assert "Nothing was submitted" in proc.stderr
+    assert slurm.jobs() == []
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("status.json"))
+
+
+def test_a_job_that_outlives_its_time_limit_ends_as_a_named_reason(slurm, tmp_path, sim_root):
+    # a minute is Slurm's smallest limit; at pace 40 the simulated server is far from ready by then
+    [record] = run_one_each(small(tmp_path, time_limit="00:01:00", pace=40, timeout=600), tmp_path / "rd",
+                            sim_root / "box", only="mem_fraction=0.85")
+    assert (record.status, record.failure_reason) == ("failed", "job_time_limit"), record.failure_message
+    assert "time limit" in record.failure_message and "00:01:00" in record.failure_message
