@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from conftest import LAUNCHLAB, ROOT, write_params
