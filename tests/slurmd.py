@@ -1,5 +1,5 @@
 """A real single-node Slurm cluster on this machine for tests: munged, slurmctld and slurmd with their own
-configuration, ports, state and logs in a temp folder, 8 fake GPUs as gres (character devices that behave like
+configuration, ports, state and logs in a temp folder, 16 fake GPUs as gres (character devices that behave like
 /dev/null), and a partition `gpu`. The configuration is the one checked in ../shared/reference/slurm.md.
 
 The daemons run as root (SlurmUser=root, the only way inside a container without systemd); clients find them
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "srun")
-FAKE_GPUS = 8
+FAKE_GPUS = 16  # two 8-GPU jobs at once (max_jobs: 2)
 INSTALL = "apt-get install -y slurmctld slurmd slurm-client munge"
 
 

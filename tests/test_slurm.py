@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import LAUNCHLAB, ROOT, write_params
@@ -96,7 +98,7 @@ def test_every_env_value_reaches_the_server_inside_the_job_byte_for_byte(slurm, 
 
 
 def test_an_impossible_gres_is_refused_before_anything_is_submitted(slurm, tmp_path, sim_root):
-    proc = subprocess.run([*LAUNCHLAB, "run", str(small(tmp_path, gres=16)), "--out", str(tmp_path / "out")],
+    proc = subprocess.run([*LAUNCHLAB, "run", str(small(tmp_path, gres=64)), "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode != 0
     assert "Slurm refuses the host's job" in proc.stderr and "Requested node configuration is not available" in proc.stderr
@@ -111,3 +113,87 @@ def test_a_job_that_outlives_its_time_limit_ends_as_a_named_reason(slurm, tmp_pa
                             sim_root / "box", only="mem_fraction=0.85")
     assert (record.status, record.failure_reason) == ("failed", "job_time_limit"), record.failure_message
     assert "time limit" in record.failure_message and "00:01:00" in record.failure_message
+
+
+def launchlab_jobs(slurm) -> list[str]:
+    """The jobs of the kit the controller lists in a live state."""
+    return [j for j in slurm.jobs() if "launchlab:" in j and j.split()[1] not in ("COMPLETED", "CANCELLED", "FAILED",
+                                                                                 "TIMEOUT")]
+
+
+def test_the_seed_demo_through_slurm_gives_the_verdict_of_the_simulated_host_two_jobs_at_a_time(slurm, tmp_path,
+                                                                                               sim_root):
+    most, done = [0], threading.Event()
+
+    def count_running() -> None:
+        while not done.is_set():
+            most[0] = max(most[0], sum(" RUNNING " in f" {j} " for j in slurm.jobs() if "launchlab:" in j))
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=count_running, daemon=True)
+    watcher.start()
+    try:
+        proc = subprocess.run([*LAUNCHLAB, "run", str(ROOT / "params/sglang-custom-ar-slurm.yaml"), "--out",
+                               str(tmp_path / "out")], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    finally:
+        done.set()
+        watcher.join()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    assert most[0] == 2  # max_jobs: 2 jobs in flight at once, never more
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["controlled"] is True, verdict["confounds"]
+    assert verdict["conclusive"] is True and verdict["excluded_runs"] == []
+    assert verdict["outcome_factors"] == ["mem_fraction"] and verdict["neutral_factors"] == ["custom_ar"]
+    [kv] = [e for e in verdict["effects"] if (e["factor"], e["level"], e["metric"]) == ("custom_ar", "on", "kv_tokens")]
+    assert kv["n"] == 2 and kv["diff"] < 0 and 0.9 < kv["ratio"] < 1
+    runs = pd.read_parquet(run_dir / "runs.parquet")
+    assert set(runs[runs["mem_fraction"] == "0.55"]["failure_reason"]) == {"kv_cache_no_memory"}
+    assert set(runs[runs["mem_fraction"] == "0.85"]["status"]) == {"ready"}
+    assert runs["queue_s"].notna().all() and set(runs["job_node"]) == {slurm.node}
+    jobs = {json.loads((run_dir / "runs" / r / "provenance.json").read_text())["scheduler"][0]["JobId"]
+            for r in runs["run_id"]}
+    assert len(jobs) == 8  # one job per run
+    assert launchlab_jobs(slurm) == []
+
+
+def test_ctrl_c_mid_batch_leaves_no_job_and_resume_finishes_the_batch(slurm, tmp_path, sim_root):
+    import os
+    import signal
+
+    params_path = small(tmp_path, pace=1.0)
+    proc = subprocess.Popen([*LAUNCHLAB, "run", str(params_path), "--out", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while not any(" RUNNING " in f" {j} " for j in launchlab_jobs(slurm)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert launchlab_jobs(slurm), "no job of the batch ever ran"
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode != 0 and "--resume" in err, err[-2000:]
+    assert launchlab_jobs(slurm) == []  # scancel'ed, not left in squeue
+    run_dir = next((tmp_path / "out" / "small-slurm").iterdir())
+    resumed = subprocess.run([*LAUNCHLAB, "run", str(params_path), "--resume", str(run_dir)], capture_output=True,
+                             text=True, timeout=600, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    runs = pd.read_parquet(run_dir / "runs.parquet")
+    assert sorted(runs["status"]) == ["failed", "ready"]
+    assert launchlab_jobs(slurm) == []
+
+
+def test_a_job_of_a_dead_batch_is_a_leftover_that_stop_leftovers_cancels(slurm, tmp_path, sim_root):
+    script = tmp_path / "sleep.sh"
+    script.write_text("#!/bin/bash\nsleep 600\n")
+    job = subprocess.run(["sbatch", "--parsable", "--comment=launchlab:01_x_rep1@deadbatch0000000",
+                          "--job-name=launchlab:01_x_rep1", f"--output={tmp_path / 'sleep.out'}", str(script)],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    params_path = small(tmp_path)
+    refused = subprocess.run([*LAUNCHLAB, "run", str(params_path), "--out", str(tmp_path / "out")],
+                             capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert refused.returncode != 0 and f"pgid {job}" in refused.stderr and "--stop-leftovers" in refused.stderr
+    assert any(j.startswith(f"{job} ") for j in launchlab_jobs(slurm))
+    stopped = subprocess.run([*LAUNCHLAB, "run", str(params_path), "--out", str(tmp_path / "out"), "--stop-leftovers"],
+                             capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    assert f"stopped leftover process group {job}" in stopped.stderr
+    assert launchlab_jobs(slurm) == []

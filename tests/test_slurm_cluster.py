@@ -22,6 +22,6 @@ def test_a_job_submitted_to_the_test_cluster_runs_on_its_fake_gpus(slurm, tmp_pa
 def test_the_test_cluster_refuses_more_gpus_than_its_node_has(slurm, tmp_path):
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\ntrue\n")
-    proc = subprocess.run(["sbatch", "--test-only", "--gres=gpu:16", str(script)], capture_output=True, text=True)
+    proc = subprocess.run(["sbatch", "--test-only", "--gres=gpu:64", str(script)], capture_output=True, text=True)
     assert proc.returncode != 0
     assert "Requested node configuration is not available" in proc.stderr

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -68,7 +69,11 @@ class SlurmHost(ShellHost):
                 self.state_dir.mkdir(parents=True, exist_ok=True)
             default = str(self.state_dir / "work") if spec.simulate is not None else "~/.launchlab/work"
             self.workdir = os.path.expanduser(spec.workdir or default)
-            self.login = LocalHost(name, workdir=self.workdir)
+            # simulated: the kit's Python first on PATH, as in the jobs (and as on a sim host), so the login
+            # commands (provenance) see the interpreter the simulated server runs with, not a shim's
+            env = ({"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+                   if spec.simulate is not None else None)
+            self.login = LocalHost(name, workdir=self.workdir, env=env)
         else:
             from launchlab.hosts import ssh, ssh_spec
             self.workdir = spec.workdir or ".launchlab/work"

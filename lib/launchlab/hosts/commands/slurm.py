@@ -127,4 +127,4 @@ def in_job(job_id: int, command: str) -> str:
 def my_jobs() -> str:
     """The user's jobs the kit submitted, `JOBID STATE COMMENT` lines (the comment: `launchlab:<run id>@<batch>`),
     then a last line TAGGED_END (a listing cut short never reads as "no jobs")."""
-    return f"squeue -h -u \"$(id -un)\" -o '%i %T %k' && echo {TAGGED_END}"
+    return f"squeue -h -u \"$(id -un)\" -o '%i %T %k' && echo {shlex.quote(TAGGED_END)}"
