@@ -155,6 +155,14 @@ def test_the_seed_demo_through_slurm_gives_the_verdict_of_the_simulated_host_two
             for r in runs["run_id"]}
     assert len(jobs) == 8  # one job per run
     assert launchlab_jobs(slurm) == []
+    # the node a job ran on is a host fact: had one run landed elsewhere (pin_node: false), it is a confound
+    from launchlab import confounds
+    facts = {r: json.loads((run_dir / "runs" / r / "provenance.json").read_text()) for r in runs["run_id"]}
+    assert confounds.find(runs, facts, verdict["baseline"]) == []
+    target = runs["run_id"][2]
+    facts[target]["scheduler"][0]["NodeList"] = "gpu-node-17"
+    [found] = confounds.find(runs, facts, verdict["baseline"])
+    assert found["kind"] == "host" and "node the job ran on" in found["detail"] and found["runs"] == [target]
 
 
 def test_ctrl_c_mid_batch_leaves_no_job_and_resume_finishes_the_batch(slurm, tmp_path, sim_root):
@@ -197,3 +205,56 @@ def test_a_job_of_a_dead_batch_is_a_leftover_that_stop_leftovers_cancels(slurm, 
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     assert f"stopped leftover process group {job}" in stopped.stderr
     assert launchlab_jobs(slurm) == []
+
+
+def test_a_node_that_fails_under_a_running_job_ends_the_run_as_a_node_failure(slurm, tmp_path, sim_root):
+    result = {}
+    worker = threading.Thread(target=lambda: result.setdefault("runs", run_one_each(
+        small(tmp_path, pace=20, timeout=600), tmp_path / "rd", sim_root / "box", only="mem_fraction=0.85")))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not any(" RUNNING " in f" {j} " for j in launchlab_jobs(slurm)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        subprocess.run(["scontrol", "update", f"nodename={slurm.node}", "state=down", "reason=launchlab-test"],
+                       check=True, capture_output=True)
+        worker.join(timeout=300)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={slurm.node}", "state=resume"], capture_output=True)
+    [record] = result["runs"]
+    assert (record.status, record.failure_reason) == ("failed", "node_failure"), record.failure_message
+    assert "launchlab-test" in record.failure_message or "node" in record.failure_message
+    deadline = time.monotonic() + 60
+    while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True).stdout:
+        assert time.monotonic() < deadline, "the node did not come back"
+        time.sleep(0.5)
+
+
+def test_a_queued_job_says_why_and_its_wait_is_queue_time_not_startup_time(slurm, tmp_path, sim_root):
+    blocker = subprocess.run(["sbatch", "--parsable", "--gres=gpu:16", f"--output={tmp_path / 'block.out'}",
+                              "--wrap", "sleep 300"], capture_output=True, text=True, check=True).stdout.strip()
+    deadline = time.monotonic() + 30
+    while not any(j.startswith(f"{blocker} RUNNING") for j in slurm.jobs()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.setdefault("runs", run_one_each(
+        small(tmp_path), tmp_path / "rd", sim_root / "box", only="mem_fraction=0.85")))
+    worker.start()
+    status = tmp_path / "rd" / "runs" / "02_mem_fraction-0.85_rep1" / "status.json"
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    while "Resources" not in seen and time.monotonic() < deadline:
+        try:
+            progress = json.loads(status.read_text())
+        except (OSError, ValueError):
+            progress = {}
+        if progress.get("state") == "queued":
+            seen.append(progress.get("detail"))
+        time.sleep(0.1)
+    time.sleep(5)
+    subprocess.run(["scancel", blocker], check=True)
+    worker.join(timeout=120)
+    [record] = result["runs"]
+    assert "Resources" in seen  # Slurm's reason, in the progress the batch prints
+    assert record.status == "ready" and record.queue_s >= 5
+    assert record.startup_s < record.queue_s  # the ready clock started when the job ran

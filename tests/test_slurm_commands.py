@@ -19,6 +19,7 @@ def test_sbatch_submits_parsable_with_the_run_id_in_name_and_comment_and_quotes_
     assert "--chdir=/shared/w/r 1" in argv and "--output=/shared/w/r 1/job.out" in argv
     assert {"--partition=gpu", "--time=00:30:00", "--gres=gpu:8", "--account=proj", "--nodelist=node7",
             "--constraint=h100 a100", "--qos=high"} <= set(argv)
+    assert "--no-requeue" in argv  # one run, one attempt
     assert argv[-1] == "/shared/w/r 1/job.sh" and "--hold" not in argv and "--test-only" not in argv
 
 
@@ -79,3 +80,17 @@ def test_a_slurm_host_entry_refuses_what_the_kit_sets_itself_and_a_simulated_box
                 {"time": "half an hour"}, {"partition": "-x"}):
         with pytest.raises(ValueError):
             SlurmHost(**{"transport": "slurm", "partition": "gpu", **bad})
+
+
+def test_a_simulated_job_sees_its_gpus_numbered_from_zero_before_the_env_file(tmp_path):
+    import subprocess
+
+    (tmp_path / "server.env").write_text("X=1\n")
+    script = cmd.launch_script(["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], env_file="server.env", log_name="log",
+                               renumber_gpus=True)
+    assert script.index(cmd.RENUMBER_GPUS) < script.index(". ./server.env")
+    (tmp_path / "run.sh").write_text(script)
+    subprocess.run(["bash", "run.sh"], cwd=tmp_path, check=True,
+                   env={"PATH": "/usr/bin:/bin", "SLURM_JOB_GPUS": "8,9,10", "CUDA_VISIBLE_DEVICES": "8,9,10"})
+    assert (tmp_path / "log").read_text() == "0,1,2\n"
+    assert cmd.RENUMBER_GPUS not in cmd.launch_script(["x"], env_file=None, log_name="log")

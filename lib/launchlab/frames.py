@@ -75,7 +75,7 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
             rundir.write_json(folder.parsed, summary)
     runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + list(exp.factors))
-    for col in ("startup_s", "peak_mem_used_mib"):
+    for col in ("startup_s", "peak_mem_used_mib", "queue_s"):
         runs[col] = pd.to_numeric(runs[col])
     events = _concat(event_frames, EVENT_COLUMNS)
     events["t_s"] = pd.to_numeric(events["t_s"])

@@ -104,7 +104,8 @@ class SlurmHost(ShellHost):
     # -- a run as a job ---------------------------------------------------------------------------------------
 
     def start_detached(self, role: str, argv, *, cwd: str, log_name: str, env_file: str | None = None) -> ProcessRef:
-        script = cmd.launch_script(argv, env_file=env_file, log_name=log_name)
+        script = cmd.launch_script(argv, env_file=env_file, log_name=log_name,
+                                   renumber_gpus=self.spec.simulate is not None)
         if role == "server":
             self.write_text(f"{cwd}/server.sh", script)
             job = self._jobs.get(cwd)
@@ -189,8 +190,9 @@ class SlurmHost(ShellHost):
             state, reason, node = self._state(ref.pgid)
             if state not in ("PENDING", "CONFIGURING", "REQUEUED"):
                 break
+            reason = reason if reason not in ("", "None") else state  # "None": not yet looked at by the scheduler
             if reason != last:
-                on_wait(reason or state)
+                on_wait(reason)
                 last = reason
             time.sleep(POLL_S)
         if state == "RUNNING" and self.spec.pin_node and node:

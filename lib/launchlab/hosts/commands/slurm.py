@@ -16,10 +16,20 @@ FACTS_FILE = "job.facts"  # what the job learnt about itself (node, GPUs, start 
 SERVER_EXIT_FILE = "server.exit"
 
 
-def launch_script(argv: list[str] | tuple[str, ...], *, env_file: str | None, log_name: str) -> str:
+# the job's GPUs as 0…n-1, as a cluster that constrains devices with cgroups shows them to the job
+RENUMBER_GPUS = ('n=$(echo "${SLURM_JOB_GPUS:-}" | tr , "\\n" | grep -c .); '
+                 '[ "$n" -gt 0 ] && export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1)))')
+
+
+def launch_script(argv: list[str] | tuple[str, ...], *, env_file: str | None, log_name: str,
+                  renumber_gpus: bool = False) -> str:
     """A script (run inside the job, in the run folder) that execs argv with the env file's variables exported
-    byte for byte, its output into log_name: the server (under srun) or the sampler."""
+    byte for byte, its output into log_name: the server (under srun) or the sampler. `renumber_gpus`: see the
+    job's GPUs as 0…n-1 (a simulated box in the job has exactly the job's GPUs, numbered from 0), before the
+    env file, so a CUDA_VISIBLE_DEVICES of the params still wins."""
     lines = ["#!/bin/bash", "# written by launchlab: run inside the Slurm job, in the run folder"]
+    if renumber_gpus:
+        lines.append(RENUMBER_GPUS)
     if env_file:
         lines.append(f"set -a; . ./{shlex.quote(env_file)}; set +a")
     lines.append(f"exec {shlex.join(argv)} > {shlex.quote(log_name)} 2>&1 < /dev/null")
@@ -75,7 +85,10 @@ def sbatch(script: str, *, run_id: str, batch: str, folder: str, partition: str,
     argv = ["sbatch", "--test-only"] if test_only else ["sbatch", "--parsable"]
     argv += [f"--job-name={JOB_PREFIX}{run_id}", f"--comment={JOB_PREFIX}{run_id}@{batch}", f"--partition={partition}",
              f"--time={time}", f"--nodes={nodes}", "--ntasks-per-node=1", f"--chdir={folder}",
-             f"--output={folder}/job.out"]
+             f"--output={folder}/job.out",
+             # one run, one attempt: a job requeued after a node failure or a preemption would start the server
+             # again into the same folder; ended, it is a named failure instead
+             "--no-requeue"]
     if gres:
         argv.append(f"--gres={gres}")
     if account:
