@@ -94,3 +94,14 @@ def test_a_simulated_job_sees_its_gpus_numbered_from_zero_before_the_env_file(tm
                    env={"PATH": "/usr/bin:/bin", "SLURM_JOB_GPUS": "8,9,10", "CUDA_VISIBLE_DEVICES": "8,9,10"})
     assert (tmp_path / "log").read_text() == "0,1,2\n"
     assert cmd.RENUMBER_GPUS not in cmd.launch_script(["x"], env_file=None, log_name="log")
+
+
+def test_a_slurm_host_with_an_ssh_login_node_opens_without_connecting_and_runs_its_commands_over_ssh(sim_root):
+    from launchlab.hosts import slurm, ssh
+    from launchlab.hosts.slurm_spec import SlurmHost
+
+    host = slurm.open_host("cl", SlurmHost(transport="slurm", login="login-node", partition="gpu"))
+    assert isinstance(host.login, ssh.SshHost) and host.login.spec.address == "login-node"
+    assert host.login._conn is None and host.scheduled and not host.simulated
+    assert host.workdir == ".launchlab/work"
+    host.close()

@@ -241,7 +241,7 @@ class SlurmHost(ShellHost):
         return None
 
     def placement(self, ref: ProcessRef) -> dict:
-        """Where the job runs, from `scontrol show job` (and sacct where the cluster keeps accounting)."""
+        """Where the job runs, from `scontrol show job` (read when it starts to run)."""
         res = self.run(cmd.job_details(ref.pgid), timeout=60, check=False)
         facts = dict(part.split("=", 1) for part in shlex.split(res.stdout.strip()) if "=" in part)
         keep = ("JobId", "JobName", "JobState", "Partition", "NodeList", "BatchHost", "NumNodes", "TimeLimit",

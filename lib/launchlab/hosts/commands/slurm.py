@@ -1,6 +1,7 @@
-"""Commands of the slurm transport: the job script and the scripts it runs, sbatch (for real and --test-only),
-the job's state and facts, scancel, a command run inside a running job (srun --overlap), and the listing of the
-user's launchlab jobs. They run on the login node; every value is shell-quoted."""
+"""Commands of the slurm transport: the job script and the scripts it runs, sbatch (for real and
+--test-only), the job's state and facts (squeue, scontrol show job), scancel, a command run inside a running
+job (srun --overlap), and the listing of the user's launchlab jobs. They run on the login node; every value
+is shell-quoted."""
 
 from __future__ import annotations
 
@@ -114,12 +115,6 @@ def job_state(job_id: int) -> str:
 def job_details(job_id: int) -> str:
     """`scontrol show job` of one job, one line of key=value pairs."""
     return f"scontrol show job -o {int(job_id)}"
-
-
-def job_accounting(job_id: int) -> str:
-    """sacct's record of a job after its end (empty where the cluster keeps no accounting)."""
-    return (f"sacct -n -P -j {int(job_id)} -o JobID,State,ExitCode,NodeList,AllocTRES,Partition,Elapsed "
-            "2>/dev/null || true")
 
 
 def cancel(job_id: int, signal: str | None = None) -> str:
