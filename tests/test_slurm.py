@@ -72,6 +72,8 @@ def test_each_run_is_one_job_that_fails_or_gets_ready_as_on_the_simulated_host(s
         assert [p["pid"] for p in json.loads((folder / "processes.json").read_text())] == [int(job["JobId"])] * 2
         assert (folder / "nvidia-smi.csv").read_text().count("\n") > 1  # the sampler ran inside the job
     assert high.stopped_with == "TERM"  # scancel --signal=TERM stopped the ready server within its grace
+    # pin_node: the second run asks for the node the first one got
+    assert low.scheduler[0]["ReqNodeList"] == "(null)" and high.scheduler[0]["ReqNodeList"] == slurm.node
     assert slurm.jobs() == [] or all(" COMPLETED " in j or "CANCELLED" in j for j in slurm.jobs())
 
 
