@@ -115,6 +115,7 @@ def test_a_job_that_outlives_its_time_limit_ends_as_a_named_reason(slurm, tmp_pa
                             sim_root / "box", only="mem_fraction=0.85")
     assert (record.status, record.failure_reason) == ("failed", "job_time_limit"), record.failure_message
     assert "time limit" in record.failure_message and "00:01:00" in record.failure_message
+    assert record.scheduler_end[0]["JobState"] == "TIMEOUT" and record.scheduler_end[0]["Reason"] == "TimeLimit"
 
 
 def launchlab_jobs(slurm) -> list[str]:
@@ -259,4 +260,5 @@ def test_a_queued_job_says_why_and_its_wait_is_queue_time_not_startup_time(slurm
     [record] = result["runs"]
     assert "Resources" in seen  # Slurm's reason, in the progress the batch prints
     assert record.status == "ready" and record.queue_s >= 5
+    assert record.scheduler_end[0]["JobState"] not in ("PENDING", "RUNNING")  # read after the job ended
     assert record.startup_s < record.queue_s  # the ready clock started when the job ran

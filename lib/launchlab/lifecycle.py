@@ -89,6 +89,7 @@ def finish(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFold
         if progress:
             progress("stopping")
         cleanup.cleanup(exp, run_nodes, folder, record, collect=collect)
+        _scheduler_end(run_nodes, record)
         if progress:
             progress("collecting")
         logs, peaks = _read_results(exp, run_nodes, folder, record)
@@ -176,6 +177,21 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
         record.scheduler = [p for p in placed if p]
         rundir.update_json(folder.provenance, {"scheduler": record.scheduler})
     return t_launch
+
+
+def _scheduler_end(run_nodes: list[Node], record: RunRecord) -> None:
+    """How each node's job ended, as the scheduler tells it after the end (state, exit code, end time)."""
+    ends = []
+    for node in run_nodes:
+        if node.host.scheduled and node.refs:
+            try:
+                facts = node.host.placement(node.refs[-1]) or {}
+            except LaunchlabError as exc:
+                record.notes.append(f"how the job on {node.label} ended is unknown: {exc}")
+                continue
+            ends.append({k: facts[k] for k in ("JobId", "JobState", "Reason", "ExitCode", "EndTime") if k in facts})
+    if ends:
+        record.scheduler_end = ends
 
 
 def _preflight(host: Host, slot: list[int] | None = None) -> dict:

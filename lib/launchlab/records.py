@@ -55,6 +55,7 @@ class RunRecord:
     smoke_s: float | None = None
     smoke_response: str | None = None
     scheduler: list[dict] | None = None  # per node, where its job ran: job id, node, partition, gres (slurm)
+    scheduler_end: list[dict] | None = None  # per node, how its job ended: state, reason, exit code, end time
     notes: list[str] = field(default_factory=list)
 
     # the columns of runs.parquet, in order (then one column per factor)

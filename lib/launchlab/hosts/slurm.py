@@ -245,7 +245,7 @@ class SlurmHost(ShellHost):
         res = self.run(cmd.job_details(ref.pgid), timeout=60, check=False)
         facts = dict(part.split("=", 1) for part in shlex.split(res.stdout.strip()) if "=" in part)
         keep = ("JobId", "JobName", "JobState", "Partition", "NodeList", "ReqNodeList", "BatchHost", "NumNodes", "TimeLimit",
-                "SubmitTime", "StartTime", "TRES", "Account", "Comment")
+                "SubmitTime", "StartTime", "EndTime", "Reason", "ExitCode", "TRES", "Account", "Comment")
         found = {k: facts[k] for k in keep if k in facts}
         gres = [v for k, v in facts.items() if k.startswith(("TresPerNode", "Gres", "TresPerJob"))]
         if gres:
