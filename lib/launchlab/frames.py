@@ -2,7 +2,8 @@
 
     runs.parquet       one row per run: run_id, variant, repetition, host, status, failure_reason,
                        failure_phase, failure_message, startup_s, peak_mem_used_mib, phase_reached,
-                       simulated, smoke_status, then one column per factor
+                       simulated, smoke_status, queue_s and job_node (a scheduler's host: the job's wait in
+                       the queue and the node it ran on; empty elsewhere), then one column per factor
     events.parquet     run_id, t_s, rank, field, value: every metric parsed from the server log
     telemetry.parquet  run_id, t_s, node, gpu_index, gpu_uuid, mem_used_mib, mem_total_mib, mem_free_mib,
                        util_gpu_pct: the nvidia-smi samples (node: 0 unless the server spans several hosts)
