@@ -127,3 +127,34 @@ def sshd(tmp_path, sim_root, monkeypatch):
     monkeypatch.setenv("LAUNCHLAB_SSH_CONFIG", str(server.ssh_config))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A real single-node Slurm (munged, slurmctld, slurmd; 16 fake GPUs as gres, partition `gpu`) for the tests
+    of a module; clients reach it through SLURM_CONF. Skipped when the daemons are not installed or cannot
+    start, unless LAUNCHLAB_REQUIRE_SLURM=1 (CI), which turns the skip into a failure."""
+    import slurmd as slurm_helper
+    from launchlab import config
+
+    def unavailable(why: str):
+        if config.require_slurm():
+            pytest.fail(f"Slurm is required here (LAUNCHLAB_REQUIRE_SLURM=1) but {why}: {slurm_helper.INSTALL}")
+        pytest.skip(f"{why} ({slurm_helper.INSTALL}); .ci/run installs it and requires these tests")
+
+    if missing := slurm_helper.missing():
+        unavailable(f"{', '.join(missing)} not installed")
+    cluster = slurm_helper.make_cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        cluster.stop()
+        unavailable(f"the daemons did not start: {exc}")
+    previous = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    yield cluster
+    cluster.stop()
+    if previous is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = previous

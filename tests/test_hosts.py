@@ -93,7 +93,7 @@ def test_every_registered_transport_names_its_spec_and_opens_a_host_that_closes(
 
     from launchlab.hosts import TRANSPORTS, Host
 
-    assert list(TRANSPORTS) == ["sim", "local", "ssh"]
+    assert list(TRANSPORTS) == ["sim", "local", "ssh", "slurm"]
     for name, transport in TRANSPORTS.items():
         assert typing.get_args(transport.spec.model_fields["transport"].annotation) == (name,)
         module = importlib.import_module(transport.module)
@@ -132,10 +132,10 @@ def test_params_take_the_transports_their_messages_and_master_addr_from_the_regi
     body = "experiment: t\nhosts:\n  box: {{{host}}}\nserver: {{kind: generic, command: [x], ready: {{log_pattern: x}}}}\n"
     with pytest.raises(ParamsError) as unknown:
         params.loads(body.format(host="transport: telnet"))
-    assert "unknown transport 'telnet'; use one of: sim, local, ssh" in str(unknown.value)
+    assert "unknown transport 'telnet'; use one of: sim, local, ssh, slurm" in str(unknown.value)
     with pytest.raises(ParamsError) as missing:
         params.loads(body.format(host="gpus: 1"))
-    assert "needs `transport:` (sim, local or ssh)" in str(missing.value)
+    assert "needs `transport:` (sim, local, ssh or slurm)" in str(missing.value)
     nodes = ("experiment: t\nnodes: [n0, n1]\nhosts:\n  n0: {{{first}}}\n  n1: {{transport: sim}}\n"
              "server: {{kind: generic, command: [x], ready: {{log_pattern: x}}}}\n")
     assert params.master_addr(params.loads(nodes.format(first="transport: ssh, address: gpu-head"))) == "gpu-head"

@@ -13,10 +13,11 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 LAYERS = [
     {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields", "polling"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
+     "hosts.slurm_spec",
      "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search",
      "logfacts"},
     {"analysis", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames", "thresholds"},
-    {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh",
+    {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh", "hosts.slurm",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},
     {"report", "export", "runview", "notebooks", "batch", "cli", "__main__", "searchbatch", "importer"},

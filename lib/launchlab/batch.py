@@ -104,7 +104,7 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
     says yes; else the batch refuses), and every patch applies. A simulated host is a box of this batch's own,
     removed at the end; every host the batch opened is closed at the end."""
     exp, plan = planned(params_path, only, repetitions)
-    box = sim.new_box() if any(exp.hosts[h].transport == "sim" for h in exp.host_names) else None
+    box = sim.new_box() if any(exp.hosts[h].simulated for h in exp.host_names) else None
     opened = contextlib.ExitStack()  # closes every host opened below (an SSH connection) when the batch ends
     try:
         connected = {name: opened.enter_context(contextlib.closing(hosts.connect(exp, name, sim_box=box)))
@@ -185,6 +185,9 @@ def _check_reachable(host, sampler: str) -> None:
         host.run(commands.answer(), timeout=30)
     except HostError as exc:
         raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
+    if host.scheduled:  # its GPUs are on nodes its jobs get: ask the scheduler whether it would take one
+        host.check_submission(f"{host.workdir}/.submit-check")
+        return
     if sampler == "none":
         return
     found = host.run(commands.which("nvidia-smi"), timeout=30, check=False)
@@ -224,7 +227,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
     # One worker per host, or per GPU slot of a host that has `gpu_slots`: the slots of a host take that
     # host's runs in plan order, one each at a time. A multi-node run belongs to the worker of its node 0.
     queues = {name: [r for r in runs if r.host == name] for name in dict.fromkeys(r.host for r in runs)}
-    slots = {name: exp.hosts[name].gpu_slots or [None] for name in queues}
+    slots = {name: exp.hosts[name].worker_slots() for name in queues}
     finished = {(name, i): threading.Event() for name in queues for i in range(len(slots[name]))}
 
     def next_run(name: str) -> Run | None:

@@ -6,6 +6,7 @@
     LAUNCHLAB_LOCK_DIR     the host locks' folder on real hosts (default: /tmp/launchlab-locks)
     LAUNCHLAB_SSH_CONFIG   an ssh_config file to read instead of ~/.ssh/config
     LAUNCHLAB_KNOWN_HOSTS  known_hosts files (os.pathsep-separated) instead of ~/.ssh/known_hosts and the system's
+    LAUNCHLAB_REQUIRE_SLURM  1: the tests that need a real Slurm fail (with how to install it) instead of skipping
 
 The README lists the same variables; a test keeps the two in step.
 """
@@ -17,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 VARIABLES = ("LAUNCHLAB_OUTPUTS", "LAUNCHLAB_NOTEBOOKS", "LAUNCHLAB_SIM_ROOT", "LAUNCHLAB_LOCK_DIR",
-             "LAUNCHLAB_SSH_CONFIG", "LAUNCHLAB_KNOWN_HOSTS")
+             "LAUNCHLAB_SSH_CONFIG", "LAUNCHLAB_KNOWN_HOSTS", "LAUNCHLAB_REQUIRE_SLURM")
 DEFAULT_LOCK_DIR = "/tmp/launchlab-locks"
 
 
@@ -51,3 +52,8 @@ def ssh_config() -> str | None:
 def known_hosts() -> list[Path] | None:
     value = _get("LAUNCHLAB_KNOWN_HOSTS")
     return [Path(p) for p in value.split(os.pathsep)] if value else None
+
+
+def require_slurm() -> bool:
+    """Whether the Slurm tests must run (CI): a missing slurmctld/slurmd/munge is then a failure, not a skip."""
+    return _get("LAUNCHLAB_REQUIRE_SLURM") == "1"

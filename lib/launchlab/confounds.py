@@ -60,6 +60,13 @@ def host_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
                                                                           for r in ids})]
 
 
+def node_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """The compute node a scheduler's job ran on (Slurm's node list): with `pin_node: false` runs can land on
+    different machines, and that difference is compared like any other host fact."""
+    return _differs("host", "node the job ran on", {
+        r: ",".join(p.get("NodeList") or "?" for p in facts[r].get("scheduler") or []) or None for r in ids})
+
+
 def version_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
     found = _differs("versions", "Python", {r: _of(facts[r], "interpreter", "python") for r in ids})
     packages = sorted({p for r in ids for p in (_of(facts[r], "interpreter", "packages") or {})})
@@ -179,7 +186,8 @@ def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tole
     touches (what the server logs state: log_differences)."""
     ids = [r for r in runs["run_id"] if r in facts]
     found: list[dict] = []
-    for check in (host_differences, version_differences, file_differences, env_differences, gpu_differences):
+    for check in (host_differences, node_differences, version_differences, file_differences, env_differences,
+                  gpu_differences):
         found += check(ids, facts)
     found += busy_gpus(ids, facts, tolerance_mib)
     found += unbalanced_hosts(runs)

@@ -2,7 +2,8 @@
 
     runs.parquet       one row per run: run_id, variant, repetition, host, status, failure_reason,
                        failure_phase, failure_message, startup_s, peak_mem_used_mib, phase_reached,
-                       simulated, smoke_status, then one column per factor
+                       simulated, smoke_status, queue_s and job_node (a scheduler's host: the job's wait in
+                       the queue and the node it ran on; empty elsewhere), then one column per factor
     events.parquet     run_id, t_s, rank, field, value: every metric parsed from the server log
     telemetry.parquet  run_id, t_s, node, gpu_index, gpu_uuid, mem_used_mib, mem_total_mib, mem_free_mib,
                        util_gpu_pct: the nvidia-smi samples (node: 0 unless the server spans several hosts)
@@ -84,7 +85,7 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
             rundir.write_json(folder.parsed, summary)
     runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + factors)
-    for col in ("startup_s", "peak_mem_used_mib"):
+    for col in ("startup_s", "peak_mem_used_mib", "queue_s"):
         runs[col] = pd.to_numeric(runs[col])
     events = _concat(event_frames, EVENT_COLUMNS)
     events["t_s"] = pd.to_numeric(events["t_s"])

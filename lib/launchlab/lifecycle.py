@@ -65,7 +65,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
             progress("patching")
             _patch(run, run_nodes, launches, folder)
         progress("starting")
-        t_launch = _start(exp, run_dir, run_nodes, launches, folder, record)
+        t_launch = _start(exp, run_dir, run_nodes, launches, folder, record, progress)
         progress("watching")
         outcome = watch.watch(run_nodes, folder, exp.server.rules(), launches[0].health_url,
                               t_launch + exp.server.ready.timeout_s, t_launch, record.notes)
@@ -90,6 +90,7 @@ def finish(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFold
         if progress:
             progress("stopping")
         cleanup.cleanup(exp, run_nodes, folder, record, collect=collect)
+        _scheduler_end(run_nodes, record)
         if progress:
             progress("collecting")
         logs, peaks = _read_results(exp, run_nodes, folder, record)
@@ -103,9 +104,9 @@ class _Progress:
     def __init__(self, folder: rundir.RunFolder, record: RunRecord):
         self.folder, self.record, self.t0 = folder, record, time.monotonic()
 
-    def __call__(self, state: records.State) -> None:
+    def __call__(self, state: records.State, detail: str | None = None) -> None:
         try:  # progress only: a full disk must not keep the cleanup from stopping the server
-            records.write_progress(self.folder, self.record.run_id, state, time.monotonic() - self.t0)
+            records.write_progress(self.folder, self.record.run_id, state, time.monotonic() - self.t0, detail)
         except LaunchlabError as exc:
             self.record.notes.append(f"progress not recorded: {exc}")
 
@@ -124,7 +125,8 @@ def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: ru
         for node in run_nodes:
             node.host.make_dir(node.dir)
             node.sampled = exp.sampler.kind != "none"
-            if node.sampled:
+            # a scheduler's host has no GPUs of the run before its job starts (the job samples them itself)
+            if node.sampled and not node.host.scheduled:
                 preflights[node.rank] = pool.submit(_preflight, node.host, node.gpus) \
                     if getattr(node.host, "concurrent_commands", False) else _done(_preflight(node.host, node.gpus))
         launches, per_node = _provenance(exp, run, run_nodes)
@@ -164,10 +166,12 @@ def _patch(run: Run, run_nodes: list[Node], launches: list, folder: rundir.RunFo
 
 
 def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launches: list, folder: rundir.RunFolder,
-           record: RunRecord) -> float:
+           record: RunRecord, progress=None) -> float:
     """The samplers, then the servers, detached, each recorded in processes.json as soon as it runs; returns
     when the servers were started (monotonic clock). The run id travels in the environment of everything the
-    kit starts, so a process a lost run left behind can be found again on its host (recovery.leftovers)."""
+    kit starts, so a process a lost run left behind can be found again on its host (recovery.leftovers).
+    On a scheduler's host the server is a job that may wait in the queue first: the wait is `queue_s`, and the
+    start (and so the ready timeout and startup_s) is when the job runs."""
     tag = {RUN_ID_ENV: run_nodes[0].tag, locks.BATCH_ENV: _batch_of(run_dir)}
     for node in run_nodes:
         if node.sampled:
@@ -184,7 +188,33 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
         node.refs.append(node.host.start_detached("server", launch.argv, cwd=node.dir, log_name=node.log_name,
                                                   env_file="server.env"))
         nodes.write_processes(folder, run_nodes)
+    if any(n.host.scheduled for n in run_nodes):
+        queued = [n.host.wait_started(n.refs[-1], lambda reason: progress and progress("queued", reason))
+                  for n in run_nodes]
+        record.queue_s = max(queued)
+        if progress:
+            progress("watching")
+        record.server_started_at = run_nodes[0].host.clock()
+        t_launch = time.monotonic()
+        placed = [n.host.placement(n.refs[-1]) for n in run_nodes]
+        record.scheduler = [p for p in placed if p]
+        rundir.update_json(folder.provenance, {"scheduler": record.scheduler})
     return t_launch
+
+
+def _scheduler_end(run_nodes: list[Node], record: RunRecord) -> None:
+    """How each node's job ended, as the scheduler tells it after the end (state, exit code, end time)."""
+    ends = []
+    for node in run_nodes:
+        if node.host.scheduled and node.refs:
+            try:
+                facts = node.host.placement(node.refs[-1]) or {}
+            except LaunchlabError as exc:
+                record.notes.append(f"how the job on {node.label} ended is unknown: {exc}")
+                continue
+            ends.append({k: facts[k] for k in ("JobId", "JobState", "Reason", "ExitCode", "EndTime") if k in facts})
+    if ends:
+        record.scheduler_end = ends
 
 
 def _preflight(host: Host, slot: list[int] | None = None) -> dict:

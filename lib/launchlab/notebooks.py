@@ -45,7 +45,9 @@ class _Progress(threading.Thread):
             except RunDirError:
                 status = None
             state = status.state if status is not None else "kernel starting"
-            if state != last and state != "done":
+            if status is not None and status.detail:  # e.g. `queued (Priority)`: the scheduler's reason
+                state = f"{state} ({status.detail})"
+            if state != last and not state.startswith("done"):
                 self.say(f"{self.label}  {state}  {time.monotonic() - self.t0:.1f} s")
                 last = state
 

@@ -13,7 +13,7 @@ from launchlab.errors import RunDirError
 
 # unknown: an imported log that ends before the server was ready or failed (the kit did not watch the run)
 Status = Literal["ready", "failed", "timeout", "degraded", "error", "unknown"]
-State = Literal["preflight", "patching", "starting", "watching", "smoke request", "stopping", "collecting", "done"]
+State = Literal["preflight", "patching", "starting", "queued", "watching", "smoke request", "stopping", "collecting", "done"]
 STATUSES: tuple[str, ...] = get_args(Status)
 STATES: tuple[str, ...] = get_args(State)
 
@@ -42,7 +42,8 @@ class RunRecord:
     failure_phase: str | None = None
     failure_message: str | None = None
     phase_reached: str | None = None
-    startup_s: float | None = None
+    startup_s: float | None = None  # from the server's start (on a scheduler's host: when its job began to run)
+    queue_s: float | None = None  # how long its job waited in the scheduler's queue (None: no scheduler)
     peak_mem_used_mib: float | None = None
     server_started_at: str | None = None
     stopped_with: str | None = None
@@ -54,6 +55,8 @@ class RunRecord:
     smoke_status: int | None = None
     smoke_s: float | None = None
     smoke_response: str | None = None
+    scheduler: list[dict] | None = None  # per node, where its job ran: job id, node, partition, gres (slurm)
+    scheduler_end: list[dict] | None = None  # per node, how its job ended: state, reason, exit code, end time
     notes: list[str] = field(default_factory=list)
     # made by hand and brought in with `launchlab import`: the kit did not watch it, so what only watching shows
     # (preflight GPU state, installed files, environment, startup time) is None, never made up
@@ -64,7 +67,8 @@ class RunRecord:
 
     # the columns of runs.parquet, in order (then one column per factor)
     ROW = ("run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase", "failure_message",
-           "startup_s", "peak_mem_used_mib", "phase_reached", "simulated", "smoke_status", "imported", "misfiled")
+           "startup_s", "peak_mem_used_mib", "phase_reached", "simulated", "smoke_status", "imported", "misfiled",
+           "queue_s", "job_node")
     # what a full disk still lets the kit write in place of the progress record
     ESSENTIAL = ("run_id", "variant", "repetition", "host", "levels", "status", "failure_message", "stopped_with")
 
@@ -72,6 +76,12 @@ class RunRecord:
     def from_json(cls, data: dict) -> RunRecord:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+    @property
+    def job_node(self) -> str | None:
+        """The node(s) the run's job ran on (a scheduler's host), else None."""
+        nodes = [p.get("NodeList") for p in self.scheduler or [] if p.get("NodeList")]
+        return ",".join(nodes) or None
 
     def row(self) -> dict:
         return {c: getattr(self, c) for c in self.ROW}
@@ -84,6 +94,7 @@ class StatusFile:
     state: State
     record: RunRecord | None
     elapsed_s: float | None = None
+    detail: str | None = None  # what the state waits on (queued: the scheduler's reason)
 
     @property
     def done(self) -> bool:
@@ -99,11 +110,16 @@ def read_status(folder: rundir.RunFolder) -> StatusFile | None:
     state = data.get("state")
     if state not in STATES:
         raise RunDirError(f"{folder.status} has an unknown state {state!r}; rebuild the run with --resume")
-    return StatusFile(state, RunRecord.from_json(data) if state == "done" else None, data.get("elapsed_s"))
+    return StatusFile(state, RunRecord.from_json(data) if state == "done" else None, data.get("elapsed_s"),
+                      data.get("detail"))
 
 
-def write_progress(folder: rundir.RunFolder, run_id: str, state: State, elapsed_s: float) -> None:
-    rundir.write_json(folder.status, {"run_id": run_id, "state": state, "elapsed_s": round(elapsed_s, 2)})
+def write_progress(folder: rundir.RunFolder, run_id: str, state: State, elapsed_s: float,
+                   detail: str | None = None) -> None:
+    progress = {"run_id": run_id, "state": state, "elapsed_s": round(elapsed_s, 2)}
+    if detail:
+        progress["detail"] = detail
+    rundir.write_json(folder.status, progress)
 
 
 def write_final(folder: rundir.RunFolder, record: RunRecord) -> None:

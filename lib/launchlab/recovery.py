@@ -52,6 +52,8 @@ def leftovers(host: Host, live: set[str] | None = None) -> list[dict]:
     [{pgid, pids, run, batch}]. Another batch's live runs, and other users' processes, are never listed."""
     if live is None:
         live = locks.live_batches(locks.holders(host))
+    if host.scheduled:  # its runs are jobs: the scheduler lists them (by the run id and batch they carry)
+        return host.leftovers(live)
     me = host.run(commands.user_id(), timeout=30, check=False).stdout.strip()
     out = host.run(commands.find_launchlab_processes(RUN_ID_ENV, locks.BATCH_ENV, STATE_ENV), timeout=60).stdout
     if not out.rstrip().endswith(commands.TAGGED_END):  # a cut-off listing never reads as "none left"

@@ -96,6 +96,10 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
         if dead:
             for log in logs:
                 log.new_lines()
+            # a scheduler that ended the job (time limit, node failure, preemption) names why
+            ended = next((why for n in dead if (why := n.host.ended_why(n.refs[-1].pgid)) is not None), None)
+            if ended is not None:
+                return Outcome("failed", ended[0], ended[1])
             where = "" if len(nodes) == 1 else f" on {', '.join(n.label for n in dead)}"
             return Outcome("failed", "process_exited", f"the server exited{where} before it was ready")
         if fatal_line is None and ready_line and (health_url is None or nodes[0].host.http_status(health_url) == 200):

@@ -9,7 +9,7 @@ runs is built in commands/. Adding a transport is those two modules, its command
     base.py      the contract: HostParams (base of a spec), the Host protocol, CommandResult, ProcessRef
     shell.py     ShellHost: what shell-driven transports share (run and check in one place, process groups, HTTP)
     commands/    every shell command, one function each
-    sim.py  local.py  ssh.py   and their *_spec.py: the transports
+    sim.py  local.py  ssh.py  slurm.py   and their *_spec.py: the transports
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launchlab.hosts import local_spec, sim_spec, ssh_spec
+from launchlab.hosts import local_spec, sim_spec, slurm_spec, ssh_spec
 from launchlab.hosts.base import CommandResult, Host, HostParams, ProcessRef
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ TRANSPORTS: dict[str, Transport] = {
     "sim": Transport(sim_spec.SimHost, "launchlab.hosts.sim"),
     "local": Transport(local_spec.LocalHost, "launchlab.hosts.local"),
     "ssh": Transport(ssh_spec.SshHost, "launchlab.hosts.ssh"),
+    "slurm": Transport(slurm_spec.SlurmHost, "launchlab.hosts.slurm"),
 }
 
 

@@ -37,6 +37,11 @@ class HostParams(StrictModel):
         """{master_addr} of a multi-node server whose node 0 is this host, when the params name none."""
         return "127.0.0.1"
 
+    def worker_slots(self) -> list[list[int] | None]:
+        """The runs a batch keeps in flight on this host at once: one per GPU slot (`gpu_slots`), else one on all
+        of its GPUs (None). A scheduler's host (slurm) says how many jobs, and the scheduler picks the GPUs."""
+        return list(getattr(self, "gpu_slots", None) or [None])
+
 
 class Host(Protocol):
     """What the lifecycle, locks, reaper, provenance and patching call on a host, whatever its transport."""
@@ -44,6 +49,7 @@ class Host(Protocol):
     name: str
     transport: str
     simulated: bool
+    scheduled: bool  # its runs are scheduler jobs on nodes the kit does not run commands on (slurm)
     workdir: str
 
     def run(self, command: str, *, timeout: float = 60, check: bool = True,
@@ -62,3 +68,7 @@ class Host(Protocol):
     def free_port(self) -> int: ...
     def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]: ...
     def close(self) -> None: ...  # what the host holds open (a connection); a no-op where nothing is open
+    # a scheduler's host: the server's process is a job that may wait in a queue and that the scheduler may end
+    def wait_started(self, ref: ProcessRef, on_wait) -> float: ...  # seconds queued; on_wait(reason) while queued
+    def ended_why(self, pgid: int) -> tuple[str, str] | None: ...  # (reason, message) when not the server's doing
+    def placement(self, ref: ProcessRef) -> dict | None: ...  # where it runs: job id, node, partition, GPUs

@@ -22,6 +22,7 @@ class ShellHost(abc.ABC):
     # whether commands may run from several threads at once (an SSH connection is reopened by whichever thread
     # finds it dropped, so not there; a local shell has nothing shared)
     concurrent_commands: bool = False
+    scheduled = False  # a process starts when it is started, and ends only by its own doing or the kit's
 
     def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
         """Run a shell command on the host; raise HostError on a non-zero exit unless check=False, and always when
@@ -97,6 +98,18 @@ class ShellHost(abc.ABC):
                 raise HostError(self.name, f"process group {pgid} survived SIGKILL; stop it by hand: kill -KILL -- -{pgid}")
             time.sleep(pause)
         return "KILL"
+
+    def wait_started(self, ref: ProcessRef, on_wait) -> float:
+        """A process started detached runs at once: no queue."""
+        return 0.0
+
+    def ended_why(self, pgid: int) -> tuple[str, str] | None:
+        """Nothing but the server itself (or the kit) ends its process here."""
+        return None
+
+    def placement(self, ref: ProcessRef) -> dict | None:
+        """Where a process runs is the host itself (its facts are in the provenance)."""
+        return None
 
     def clock(self) -> str:
         return self.run(commands.host_clock(), timeout=30).stdout.strip()

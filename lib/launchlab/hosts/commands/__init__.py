@@ -11,6 +11,8 @@ unit-tested as strings (tests/test_commands.py). Transports only execute them; c
     locks.py       the per-GPU lock files of locks.py
     provenance.py  host facts, the server interpreter's packages, installed-file integrity, environment
     patches.py     check, apply and revert a patch of the installed server package
+    slurm.py       the slurm transport: job script, sbatch, squeue, scontrol, scancel, srun inside a job
+                   (imported as `from launchlab.hosts.commands import slurm`)
 """
 
 from launchlab.hosts.commands.files import make_private_dir, remove_tree

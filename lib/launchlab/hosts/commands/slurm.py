@@ -1,0 +1,138 @@
+"""Commands of the slurm transport: the job script and the scripts it runs, sbatch (for real and
+--test-only), the job's state and facts (squeue, scontrol show job), scancel, a command run inside a running
+job (srun --overlap), and the listing of the user's launchlab jobs. They run on the login node; every value
+is shell-quoted."""
+
+from __future__ import annotations
+
+import shlex
+
+from launchlab.hosts.commands.processes import ENV_NAME, TAGGED_END
+
+JOB_PREFIX = "launchlab:"  # the job name and --comment of every job the kit submits start with it
+# the states in which a job still holds (or waits for) its node and GPUs
+LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+               "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
+FACTS_FILE = "job.facts"  # what the job learnt about itself (node, GPUs, start time), key=value lines
+SERVER_EXIT_FILE = "server.exit"
+
+
+# the job's GPUs as 0…n-1, as a cluster that constrains devices with cgroups shows them to the job
+RENUMBER_GPUS = ('n=$(echo "${SLURM_JOB_GPUS:-}" | tr , "\\n" | grep -c .); '
+                 '[ "$n" -gt 0 ] && export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1)))')
+
+
+def launch_script(argv: list[str] | tuple[str, ...], *, env_file: str | None, log_name: str,
+                  renumber_gpus: bool = False) -> str:
+    """A script (run inside the job, in the run folder) that execs argv with the env file's variables exported
+    byte for byte, its output into log_name: the server (under srun) or the sampler. `renumber_gpus`: see the
+    job's GPUs as 0…n-1 (a simulated box in the job has exactly the job's GPUs, numbered from 0), before the
+    env file, so a CUDA_VISIBLE_DEVICES of the params still wins."""
+    lines = ["#!/bin/bash", "# written by launchlab: run inside the Slurm job, in the run folder"]
+    if renumber_gpus:
+        lines.append(RENUMBER_GPUS)
+    if env_file:
+        lines.append(f"set -a; . ./{shlex.quote(env_file)}; set +a")
+    lines.append(f"exec {shlex.join(argv)} > {shlex.quote(log_name)} 2>&1 < /dev/null")
+    return "\n".join(lines) + "\n"
+
+
+def job_script(folder: str, *, env: dict[str, str] | None = None, drain_s: float = 30) -> str:
+    """The batch script of one run: record the job's facts, start the sampler (sampler.sh, when the run has one)
+    and the server (server.sh, one srun task), forward a TERM to the server, wait for it, record its exit
+    status, wait (bounded) for the server's GPU processes to go, then stop the sampler. `env`: variables
+    exported first (a simulated box's PATH and state)."""
+    exports = []
+    for name, value in (env or {}).items():
+        if not ENV_NAME.match(name):
+            raise ValueError(f"not a valid environment variable name: {name!r}")
+        exports.append(f"export {name}={shlex.quote(value)}")
+    body = f"""\
+#!/bin/bash
+# written by launchlab: one run as one Slurm job
+cd {shlex.quote(folder)} || exit 1
+{chr(10).join(exports)}
+{{ echo "job_id=$SLURM_JOB_ID"; echo "node=$SLURMD_NODENAME"; echo "nodelist=$SLURM_JOB_NODELIST"
+  echo "partition=$SLURM_JOB_PARTITION"; echo "gpus=${{SLURM_JOB_GPUS:-}}"
+  echo "cuda_visible_devices=${{CUDA_VISIBLE_DEVICES:-}}"; echo "started_at=$(date +%Y-%m-%dT%H:%M:%S.%N)"; }} > {FACTS_FILE}
+sampler=
+if [ -f sampler.sh ]; then setsid bash ./sampler.sh & sampler=$!; fi
+srun --nodes=1 --ntasks=1 bash ./server.sh &
+server=$!
+# scancel --signal=TERM (and the time limit's TERM) reach the batch shell too: pass it on, then keep waiting
+trap 'kill -TERM "$server" 2>/dev/null' TERM
+wait "$server"; rc=$?
+while kill -0 "$server" 2>/dev/null; do wait "$server"; rc=$?; done
+echo "$rc" > {SERVER_EXIT_FILE}
+# the drain, inside the job: give the GPUs' processes up to {drain_s:.0f} s to leave before the job ends
+if command -v nvidia-smi >/dev/null 2>&1; then
+  for _ in $(seq {max(1, int(drain_s * 2))}); do
+    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -v '^$')" ] && break
+    sleep 0.5
+  done
+fi
+if [ -n "$sampler" ]; then kill -TERM -- -"$sampler" 2>/dev/null; wait "$sampler"; fi
+exit "$rc"
+"""
+    return body
+
+
+def sbatch(script: str, *, run_id: str, batch: str, folder: str, partition: str, time: str, gres: str | None,
+           account: str | None, nodes: int, extra: list[str] | tuple[str, ...] = (), hold: bool = False,
+           test_only: bool = False, nodelist: str | None = None) -> str:
+    """Submit the job script (sbatch --parsable prints the job id); --test-only: ask whether it would be
+    accepted, submitting nothing. The job name carries the run id, the comment the run id and the batch
+    (`launchlab:<run id>@<batch>`: leftover detection tells a live batch's jobs from a dead one's)."""
+    argv = ["sbatch", "--test-only"] if test_only else ["sbatch", "--parsable"]
+    argv += [f"--job-name={JOB_PREFIX}{run_id}", f"--comment={JOB_PREFIX}{run_id}@{batch}", f"--partition={partition}",
+             f"--time={time}", f"--nodes={nodes}", "--ntasks-per-node=1", f"--chdir={folder}",
+             f"--output={folder}/job.out",
+             # one run, one attempt: a job requeued after a node failure or a preemption would start the server
+             # again into the same folder; ended, it is a named failure instead
+             "--no-requeue"]
+    if gres:
+        argv.append(f"--gres={gres}")
+    if account:
+        argv.append(f"--account={account}")
+    if nodelist:
+        argv.append(f"--nodelist={nodelist}")
+    if hold:
+        argv.append("--hold")
+    argv += list(extra)
+    return f"{shlex.join(argv)} {shlex.quote(script)}"
+
+
+def release(job_id: int) -> str:
+    return f"scontrol release {int(job_id)}"
+
+
+def job_state(job_id: int) -> str:
+    """Print `STATE REASON NODES` of the job (any state the controller still remembers); squeue fails with
+    "Invalid job id" once it forgot it."""
+    return f"squeue -h -t all -j {int(job_id)} -o '%T %r %N'"
+
+
+def job_details(job_id: int) -> str:
+    """`scontrol show job` of one job, one line of key=value pairs."""
+    return f"scontrol show job -o {int(job_id)}"
+
+
+def cancel(job_id: int, signal: str | None = None) -> str:
+    """scancel: with a signal, only signal the job's steps (its server); without, end the job."""
+    if signal is not None and not signal.isalnum():
+        raise ValueError(signal)
+    sig = f"--signal={signal} " if signal else ""  # the steps (the server), not the batch shell: it drains after
+    return f"scancel {sig}{int(job_id)}"
+
+
+def in_job(job_id: int, command: str) -> str:
+    """Run a shell command on the job's (first) node, inside its allocation, next to its server
+    (srun --overlap shares the job's resources instead of waiting for them)."""
+    return (f"srun --jobid={int(job_id)} --overlap --nodes=1 --ntasks=1 --quiet --gres=none "
+            f"bash -c {shlex.quote(command)}")
+
+
+def my_jobs() -> str:
+    """The user's jobs the kit submitted, `JOBID STATE COMMENT` lines (the comment: `launchlab:<run id>@<batch>`),
+    then a last line TAGGED_END (a listing cut short never reads as "no jobs")."""
+    return f"squeue -h -u \"$(id -un)\" -o '%i %T %k' && echo {shlex.quote(TAGGED_END)}"

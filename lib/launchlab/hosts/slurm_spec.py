@@ -1,0 +1,83 @@
+"""The params of a `slurm` host (a `hosts.<name>` entry with `transport: slurm`): a partition of a cluster,
+reached through its scheduler from a login node (this machine, or an ssh alias), each run one batch job.
+
+Every value here reaches `sbatch`'s argv (shell-quoted) or the job script, so each is checked to be what it says.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import AfterValidator, Field, StrictStr, model_validator
+
+from launchlab import fields
+from launchlab.fields import MAX_MIB, PathStr, no_control
+from launchlab.hosts.base import HostParams
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+_GRES = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
+_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+
+
+def _matches(rx: re.Pattern, what: str, example: str):
+    def check(value: str) -> str:
+        if not rx.match(value) or len(value) > 200:
+            raise ValueError(f"{what} `{value[:40]}` is not valid; write it as Slurm does, e.g. {example}")
+        return value
+
+    return AfterValidator(check)
+
+
+class SlurmSimulate(fields.StrictModel):
+    """The simulated GPU box each job of a `simulate:` host runs in (the keys of a `sim` host)."""
+
+    gpus: int = Field(8, ge=1, le=64)
+    mem_total_mib: int = Field(97887, gt=0, le=MAX_MIB)
+    mem_reserved_mib: int = Field(566, ge=0, le=MAX_MIB)
+    weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB / 1024)
+    gpu_name: Annotated[str, Field(max_length=96), no_control("gpu_name")] = (
+        "RTX PRO 6000 Blackwell Server Edition (simulated)")
+    pace: float = Field(1.0, gt=0, le=1000)
+
+
+class SlurmHost(HostParams):
+    """A Slurm partition: each run is one job (`sbatch`), its server started with `srun` inside it."""
+
+    transport: Literal["slurm"]
+    login: Annotated[str, fields.address("login")] = Field(
+        "local", description="`local` (sbatch runs here) or an ssh alias of the login node")
+    partition: Annotated[str, _matches(_NAME, "partition", "gpu")]
+    account: Annotated[str, _matches(_NAME, "account", "myproj")] | None = None
+    gres: Annotated[str, _matches(_GRES, "gres", "gpu:8 or gpu:h100:4")] | None = Field(
+        None, description="generic resources per node, e.g. gpu:8")
+    nodes: int = Field(1, ge=1, le=1, description="nodes per job (a multi-node server through Slurm is not yet supported)")
+    time: Annotated[str, _matches(_TIME, "time", "00:30:00 or 1-00:00:00")] = Field(
+        "01:00:00", description="the job's time limit (sbatch --time)")
+    pin_node: bool = Field(True, description="every run on the node the first run got (the controlled choice)")
+    max_jobs: int = Field(1, ge=1, le=64, description="runs in flight at once")
+    sbatch_args: list[Annotated[StrictStr, Field(max_length=1000), no_control("sbatch_args")]] = Field(
+        default_factory=list, description="anything else for sbatch, each passed as one quoted argument")
+    workdir: PathStr | None = Field(None, description="run folders on the cluster's shared filesystem "
+                                                      "(default ~/.launchlab/work)")
+    simulate: SlurmSimulate | None = Field(None, description="tests and demo: a simulated GPU box inside each job")
+
+    gpu_slots: ClassVar[None] = None  # the scheduler places each job on its GPUs: no slots of the kit's own
+
+    @property
+    def simulated(self) -> bool:  # type: ignore[override]
+        return self.simulate is not None
+
+    @model_validator(mode="after")
+    def _simulate_needs_local_login(self) -> SlurmHost:
+        if self.simulate is not None and self.login != "local":
+            raise ValueError("`simulate` needs `login: local` (the simulated box is prepared on this machine)")
+        if any(a.startswith(("--parsable", "--comment", "--job-name", "--output", "--chdir", "--test-only"))
+               for a in self.sbatch_args):
+            raise ValueError("sbatch_args must not set --parsable, --comment, --job-name, --output, --chdir or "
+                             "--test-only: the kit sets them for every job")
+        return self
+
+    def worker_slots(self) -> list[None]:
+        """One worker per job allowed in flight; the scheduler picks the GPUs."""
+        return [None] * self.max_jobs

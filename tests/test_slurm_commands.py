@@ -1,0 +1,107 @@
+"""The slurm transport's shell commands, as strings (tests/test_slurm.py runs them against a real Slurm)."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from launchlab.hosts.commands import slurm as cmd
+
+
+def test_sbatch_submits_parsable_with_the_run_id_in_name_and_comment_and_quotes_every_value():
+    line = cmd.sbatch("/shared/w/r 1/job.sh", run_id="01_a_rep1", batch="b0", folder="/shared/w/r 1",
+                      partition="gpu", time="00:30:00", gres="gpu:8", account="proj", nodes=1,
+                      extra=["--constraint=h100 a100", "--qos=high"], nodelist="node7")
+    argv = shlex.split(line)
+    assert argv[:2] == ["sbatch", "--parsable"]
+    assert "--job-name=launchlab:01_a_rep1" in argv and "--comment=launchlab:01_a_rep1@b0" in argv
+    assert "--chdir=/shared/w/r 1" in argv and "--output=/shared/w/r 1/job.out" in argv
+    assert {"--partition=gpu", "--time=00:30:00", "--gres=gpu:8", "--account=proj", "--nodelist=node7",
+            "--constraint=h100 a100", "--qos=high"} <= set(argv)
+    assert "--no-requeue" in argv  # one run, one attempt
+    assert argv[-1] == "/shared/w/r 1/job.sh" and "--hold" not in argv and "--test-only" not in argv
+
+
+def test_sbatch_test_only_asks_without_submitting_and_hold_submits_held():
+    ask = shlex.split(cmd.sbatch("j.sh", run_id="r", batch="-", folder="/f", partition="gpu", time="1", gres=None,
+                                 account=None, nodes=1, test_only=True))
+    assert ask[:2] == ["sbatch", "--test-only"] and "--parsable" not in ask and not any("gres" in a for a in ask)
+    held = shlex.split(cmd.sbatch("j.sh", run_id="r", batch="-", folder="/f", partition="gpu", time="1", gres=None,
+                                  account=None, nodes=1, hold=True))
+    assert "--hold" in held
+
+
+def test_stop_is_scancel_with_term_to_the_steps_then_plain_scancel():
+    assert cmd.cancel(42, "TERM") == "scancel --signal=TERM 42"
+    assert cmd.cancel(42) == "scancel 42"
+    with pytest.raises(ValueError):
+        cmd.cancel(42, "TERM; rm -rf /")
+
+
+def test_state_details_and_in_job_commands_take_only_a_job_number():
+    assert cmd.job_state(7) == "squeue -h -t all -j 7 -o '%T %r %N'"
+    assert cmd.job_details(7) == "scontrol show job -o 7"
+    assert cmd.release(7) == "scontrol release 7"
+    with pytest.raises(ValueError):
+        cmd.job_state("7; true")
+    inner = shlex.split(cmd.in_job(7, "curl -s 'http://x/health'"))
+    assert inner[:3] == ["srun", "--jobid=7", "--overlap"] and inner[-1] == "curl -s 'http://x/health'"
+
+
+def test_the_job_script_records_its_facts_runs_sampler_and_server_and_passes_term_on():
+    script = cmd.job_script("/shared/w/run 1", env={"PATH": "/box/bin:/usr/bin", "LAUNCHLAB_SIM_STATE": "/box it"})
+    assert script.startswith("#!/bin/bash\n")
+    assert "cd '/shared/w/run 1' || exit 1" in script
+    assert "export LAUNCHLAB_SIM_STATE='/box it'" in script
+    assert "srun --nodes=1 --ntasks=1 bash ./server.sh &" in script
+    assert "trap 'kill -TERM \"$server\" 2>/dev/null' TERM" in script
+    assert f"> {cmd.SERVER_EXIT_FILE}" in script and f"> {cmd.FACTS_FILE}" in script
+    with pytest.raises(ValueError):
+        cmd.job_script("/f", env={"BAD NAME": "x"})
+
+
+def test_the_launch_script_sources_the_env_file_and_execs_the_quoted_argv_into_its_log():
+    script = cmd.launch_script(["python3", "-m", "srv", "--x", "a b;c"], env_file="server.env", log_name="server.log")
+    assert "set -a; . ./server.env; set +a" in script
+    assert "exec python3 -m srv --x 'a b;c' > server.log 2>&1 < /dev/null" in script
+
+
+def test_the_listing_of_kit_jobs_ends_with_the_end_marker():
+    assert cmd.my_jobs().endswith("&& echo '# end of the list'")
+
+
+def test_a_slurm_host_entry_refuses_what_the_kit_sets_itself_and_a_simulated_box_on_a_remote_login(tmp_path):
+    from launchlab.hosts.slurm_spec import SlurmHost
+
+    ok = SlurmHost(transport="slurm", partition="gpu", gres="gpu:8", max_jobs=2, simulate={"gpus": 8})
+    assert ok.simulated and ok.worker_slots() == [None, None] and ok.pin_node
+    for bad in ({"sbatch_args": ["--output=/tmp/x"]}, {"login": "head", "simulate": {}}, {"gres": "gpu:8; rm"},
+                {"time": "half an hour"}, {"partition": "-x"}):
+        with pytest.raises(ValueError):
+            SlurmHost(**{"transport": "slurm", "partition": "gpu", **bad})
+
+
+def test_a_simulated_job_sees_its_gpus_numbered_from_zero_before_the_env_file(tmp_path):
+    import subprocess
+
+    (tmp_path / "server.env").write_text("X=1\n")
+    script = cmd.launch_script(["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], env_file="server.env", log_name="log",
+                               renumber_gpus=True)
+    assert script.index(cmd.RENUMBER_GPUS) < script.index(". ./server.env")
+    (tmp_path / "run.sh").write_text(script)
+    subprocess.run(["bash", "run.sh"], cwd=tmp_path, check=True,
+                   env={"PATH": "/usr/bin:/bin", "SLURM_JOB_GPUS": "8,9,10", "CUDA_VISIBLE_DEVICES": "8,9,10"})
+    assert (tmp_path / "log").read_text() == "0,1,2\n"
+    assert cmd.RENUMBER_GPUS not in cmd.launch_script(["x"], env_file=None, log_name="log")
+
+
+def test_a_slurm_host_with_an_ssh_login_node_opens_without_connecting_and_runs_its_commands_over_ssh(sim_root):
+    from launchlab.hosts import slurm, ssh
+    from launchlab.hosts.slurm_spec import SlurmHost
+
+    host = slurm.open_host("cl", SlurmHost(transport="slurm", login="login-node", partition="gpu"))
+    assert isinstance(host.login, ssh.SshHost) and host.login.spec.address == "login-node"
+    assert host.login._conn is None and host.scheduled and not host.simulated
+    assert host.workdir == ".launchlab/work"
+    host.close()
