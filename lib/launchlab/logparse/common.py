@@ -32,6 +32,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
+_TRACEBACK_HEADER = re.compile(r"\s*Traceback \(most recent call last\):?")
 _NCCL_VERSION = re.compile(r"\busing nccl==(?P<pip>[\w.]+)|\bNCCL version (?P<lib>\d+\.\d+\.\d+)")
 
 
@@ -48,9 +49,12 @@ class Event:
 
 @dataclass(frozen=True)
 class Failure:
+    """Why a launch failed, in which phase, the line that says so and its number in the log (None: not from a line)."""
+
     reason: str
     phase: str
     message: str
+    line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,8 @@ class ParsedLog:
     routes: list[str] = field(default_factory=list)
     worker_deaths: list[WorkerDeath] = field(default_factory=list)
     slow_patterns: list[SlowPattern] = field(default_factory=list)  # params patterns that ran over their time budget
+    phase_lines: dict[str, int] = field(default_factory=dict)  # the line number of each phase's first line
+    line: int = 0  # the number of the line being parsed: where a phase or a failure is seen
 
     def later(self, a: str | None, b: str | None) -> str | None:
         """The later of two phases (None counts as earliest)."""
@@ -114,6 +120,8 @@ class ParsedLog:
     def reach(self, phase: str) -> None:
         if PHASES.index(phase) > PHASES.index(self.phase_reached):
             self.phase_reached = phase
+        if self.line and phase != "startup":
+            self.phase_lines.setdefault(phase, self.line)
 
     def record(self, t: datetime | None, rank: str, name: str, value: float, line: int) -> None:
         self.ranks.setdefault(rank, {})[name] = value
@@ -149,7 +157,32 @@ class ParsedLog:
         """Keep the strongest evidence: a specific reason replaces a generic `exception`, never the reverse."""
         if self.failure is None or (self.failure.reason == "exception" and reason != "exception"):
             self.failure = Failure(reason, phase or (self.failure.phase if self.failure else self.phase_reached),
-                                   message.strip()[:2000])
+                                   failure_message(message), self.line or None)
+
+    def refine(self, reason: str, message: str, phase: str | None = None) -> None:
+        """The exception line that ends the traceback of the failure already noted: it becomes the message (and its
+        line the failure's line); its reason replaces a generic one, never a specific one; a phase the traceback's
+        frames name replaces the phase that was only where the log had got to."""
+        old = self.failure
+        if old is None:
+            self.fail(reason, phase, message)
+            return
+        self.failure = Failure(reason if old.reason == "exception" else old.reason, phase or old.phase,
+                               failure_message(message), self.line or old.line)
+
+    def place(self, phase: str) -> None:
+        """The failure happened in this phase (from the traceback's frames): it overrides where the log had got to."""
+        if self.failure is not None:
+            self.failure = Failure(self.failure.reason, phase, self.failure.message, self.failure.line)
+
+    def settle(self) -> ParsedLog:
+        """After the last line: the log got at least as far as the phase its failure is placed in."""
+        if self.failure is not None:
+            if PHASES.index(self.failure.phase) > PHASES.index(self.phase_reached):
+                self.phase_reached = self.failure.phase
+            if self.failure.line is not None and self.failure.phase != "startup":
+                self.phase_lines.setdefault(self.failure.phase, self.failure.line)
+        return self
 
     def to_json(self) -> dict:
         """The stable `launchlab parse --json` object (ARCHITECTURE.md section 4.3)."""
@@ -158,7 +191,8 @@ class ParsedLog:
             "ready": self.ready,
             "phase_reached": self.phase_reached,
             "failure": None if self.failure is None else {
-                "reason": self.failure.reason, "phase": self.failure.phase, "message": self.failure.message},
+                "reason": self.failure.reason, "phase": self.failure.phase, "message": self.failure.message,
+                "line": self.failure.line},
             "ranks": {r: dict(sorted(self.ranks[r].items())) for r in sorted(self.ranks, key=rank_order)},
             "custom_ar": {r: {"state": c.state, "reason": c.reason, "message": c.message}
                           for r, c in sorted(self.custom_ar.items(), key=lambda item: rank_order(item[0]))},
@@ -166,7 +200,15 @@ class ParsedLog:
             "args": dict(self.args),
             "adjusted_args": dict(self.adjusted_args),
             "nccl_version": self.nccl_version,
+            "phase_lines": {p: self.phase_lines[p] for p in PHASES if p in self.phase_lines},
         }
+
+
+def failure_message(text: str) -> str:
+    """What a failure line says, without the header of a traceback that follows it ("Scheduler hit an exception:
+    Traceback (most recent call last):" → "Scheduler hit an exception"): the header names no error."""
+    text = _TRACEBACK_HEADER.sub("", text.strip()).rstrip(" :")
+    return (text or "a traceback whose last line is not in the log")[:2000]
 
 
 def rank_order(rank: str) -> tuple[int, str]:
@@ -221,7 +263,7 @@ def feed_lines(parser: LineParser, raw_lines: Iterable[str]) -> ParsedLog:
     for number, raw in enumerate(raw_lines, start=1):
         for segment in clean(raw.rstrip("\n")):
             parser.feed(number, segment)
-    return parser.result()
+    return parser.result().settle()
 
 
 def scan_file(parser: LineParser, path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> ParsedLog:
@@ -246,7 +288,7 @@ def scan_file(parser: LineParser, path: str | Path, chunk_bytes: int = CHUNK_BYT
             if parser.wants_every_line or _matters(parser.anchors, block, boring):
                 _feed_block(parser, block, number)
             number += block.count(b"\n")
-    return parser.result()
+    return parser.result().settle()
 
 
 def _matters(rx: re.Pattern[bytes], block: bytes, boring: set[bytes]) -> bool:
@@ -310,7 +352,7 @@ def classify(message: str) -> str:
         return "kv_cache_no_memory"
     if re.search(r"Capture (?:cuda|CUDA) graph failed|CUDA_GRAPH_CAPTURE_FAILED", message):
         return "cuda_graph_failed"
-    if re.search(r"CUDA out of memory|OutOfMemoryError", message):
+    if re.search(r"(?:CUDA|HIP|XPU) out of memory|OutOfMemoryError|CUDA error: out of memory", message):
         return "cuda_oom"
     if re.search(r"custom_all_reduce|Custom ?[Aa]ll[Rr]educe", message):
         return "custom_allreduce_failed"
