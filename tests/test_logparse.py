@@ -104,6 +104,8 @@ def test_a_big_log_streams_through_chunks_and_keeps_late_lines(tmp_path):
     assert parsed.ranks["0"]["weights_mem_gib"] == 8.81
     assert (parsed.failure.reason, parsed.failure.phase) == ("cuda_oom", "kv_cache")
     assert "Tried to allocate 2.00 GiB" in parsed.failure.message
+    # line numbers count the skipped chunks too: the failure is the exception line, after 1 + 40 000 + 1 + 3 000
+    assert parsed.failure.line == 43_003 and parsed.phase_lines == {"weights": 1, "kv_cache": 43_003}
 
 
 def test_cuda_oom_message_numbers_become_fields_of_the_failing_rank():

@@ -1,10 +1,12 @@
 """What every server-log parser shares: streaming, line cleaning, the vocabularies and the ParsedLog record.
 
 A server that ran for days writes hundreds of MB of decode-progress lines, so files are read in chunks and
-a chunk is only decoded and handed to the line parser when one of its lines could matter. The test is
-exact and cheap: with digits removed, the thousands of progress lines of a chunk collapse into a handful of
-distinct templates; only if one of those templates contains an anchor word of a parser (or the parser is in
-the middle of a traceback) is the chunk parsed line by line. Memory stays bounded by the chunk size.
+a chunk is only decoded and handed to the line parser when one of its lines could matter: when it contains an
+anchor word of the parser (every statement a parser reads contains one of its anchors literally) or the parser
+is inside a multi-line message (a traceback). The anchors are searched all at once over the raw bytes by an
+Aho-Corasick automaton with a SIMD prefilter (ahocorasick-rs), at about the speed of `grep -F`; counting the
+chunk's newlines (for line numbers) is the only other pass over a skipped chunk. Memory stays bounded by the
+chunk size.
 
 Line cleaning: ANSI colour codes are removed and `\\r`-separated progress-bar updates are split, so a log
 line glued after a bar is seen on its own.
@@ -19,15 +21,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+import ahocorasick_rs
+
 from launchlab.logparse.patterns import SlowPattern
 
 PHASES = ("startup", "dist_init", "weights", "kv_cache", "cuda_graph", "warmup", "http", "ready")
 REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_failed", "custom_allreduce_failed",
            "nccl_error", "exception")
 CUSTOM_AR_STATES = ("active", "disabled", "failed")  # weakest evidence first: a later state never loses to an earlier one
-CHUNK_BYTES = 256 * 1024  # small enough to stay in cache; measured fastest in bench/parse_vs_grep.py
-_DIGITS = b"0123456789"
-_MAX_TEMPLATES = 20_000  # bounds the memory of the template cache
+CHUNK_BYTES = 256 * 1024  # measured fastest in bench/parse_vs_grep.py: the chunks fed whole stay short
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
@@ -216,19 +218,39 @@ def rank_order(rank: str) -> tuple[int, str]:
     return (int(rank), "") if rank.isdigit() else (1 << 30, rank)
 
 
+class Anchors:
+    """The anchor words of a parser: `search(data)` says whether any of them occurs in data (bytes)."""
+
+    def __init__(self, words: Iterable[str]):
+        self.words = tuple(words)
+        # leftmost-first is the match kind under which the automaton uses its SIMD prefilter (10x faster here)
+        self._automaton = ahocorasick_rs.BytesAhoCorasick([w.encode() for w in self.words],
+                                                          matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
+
+        self._text_automaton = ahocorasick_rs.AhoCorasick(list(self.words),
+                                                          matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
+
+    def search(self, data: bytes) -> bool:
+        return bool(self._automaton.find_matches_as_indexes(data))
+
+    def contains(self, text: str) -> bool:
+        """Whether a decoded line holds an anchor: a parser skips the rest of its work on a line that holds none."""
+        return bool(self._text_automaton.find_matches_as_indexes(text))
+
+
 class LineParser(Protocol):
     """What the streaming reader drives: one parser per server kind."""
 
-    anchors: re.Pattern[bytes]  # a line that matches none of these (digits removed) cannot matter
+    anchors: Anchors  # a line that contains none of these cannot matter
     wants_every_line: bool  # True while inside a multi-line message (a traceback)
 
     def feed(self, number: int, text: str) -> None: ...
     def result(self) -> ParsedLog: ...
 
 
-def anchors(words: Iterable[str]) -> re.Pattern[bytes]:
-    """The anchor regex of a parser: literal words, matched against lines whose digits were removed."""
-    return re.compile(b"|".join(re.escape(w.encode()) for w in words))
+def anchors(words: Iterable[str]) -> Anchors:
+    """The anchors of a parser: literal words, each contained in every statement it stands for."""
+    return Anchors(words)
 
 
 def match_statement(log: ParsedLog, statements: list, msg: str, t: datetime | None, rank: str,
@@ -267,8 +289,7 @@ def feed_lines(parser: LineParser, raw_lines: Iterable[str]) -> ParsedLog:
 
 
 def scan_file(parser: LineParser, path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> ParsedLog:
-    """Stream a log file through a parser, skipping chunks whose every line is boring (see module doc)."""
-    boring: set[bytes] = set()
+    """Stream a log file through a parser, skipping chunks in which no line can matter (see module doc)."""
     number = 0
     rest = b""
     with open(path, "rb") as fh:
@@ -278,34 +299,28 @@ def scan_file(parser: LineParser, path: str | Path, chunk_bytes: int = CHUNK_BYT
                 if rest:
                     _feed_block(parser, rest, number)
                 break
-            cut = block.rfind(b"\n") + 1
             if rest:
-                block, cut = rest + block, cut + len(rest)
+                block = rest + block
+            cut = block.rfind(b"\n") + 1
             if cut == 0:  # one line longer than the chunk: keep reading
                 rest = block
                 continue
-            block, rest = block[:cut], block[cut:]
-            if parser.wants_every_line or _matters(parser.anchors, block, boring):
-                _feed_block(parser, block, number)
-            number += block.count(b"\n")
+            # the partial last line is searched too: a match there feeds this chunk early, never wrongly
+            if parser.wants_every_line or parser.anchors.search(block):
+                number += _feed_block(parser, block[:cut], number)
+            else:
+                number += block.count(b"\n")  # the partial last line has none
+            rest = block[cut:]
     return parser.result().settle()
 
 
-def _matters(rx: re.Pattern[bytes], block: bytes, boring: set[bytes]) -> bool:
-    templates = set(block.translate(None, _DIGITS).split(b"\n"))
-    templates -= boring
-    for template in templates:
-        if rx.search(template):
-            return True
-        if len(boring) < _MAX_TEMPLATES:
-            boring.add(template)
-    return False
-
-
-def _feed_block(parser: LineParser, block: bytes, first_number: int) -> None:
-    for offset, raw in enumerate(block.decode("utf-8", errors="replace").split("\n"), start=1):
+def _feed_block(parser: LineParser, block: bytes, first_number: int) -> int:
+    """Feed every line of a chunk; the number of newlines in it."""
+    lines = block.decode("utf-8", errors="replace").split("\n")
+    for offset, raw in enumerate(lines, start=1):
         for segment in clean(raw):
             parser.feed(first_number + offset, segment)
+    return len(lines) - 1
 
 
 def open_lines(path: str | Path) -> Iterator[str]:

@@ -37,7 +37,8 @@ ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weigh
            "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
-           "KV cache dtype", "Automatically reduce", "Started server process", *custom_ar.ANCHORS)
+           "KV cache dtype", "Automatically reduce", "Started server process", "NCCL", "Interrupt", "SystemExit",
+           *custom_ar.ANCHORS)
 
 _PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
@@ -89,12 +90,10 @@ _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-frac
 
 
 def _timestamp(text: str) -> datetime | None:
-    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
-        try:
-            return datetime.strptime(text, fmt)
-        except ValueError:
-            pass
-    return None  # HH:MM:SS only (SGLang ≤ 0.3.3): no date to anchor it
+    try:
+        return datetime.fromisoformat(text)  # `2025-11-30 12:01:02[.123]`; C-fast, unlike strptime
+    except ValueError:
+        return None  # HH:MM:SS only (SGLang ≤ 0.3.3): no date to anchor it
 
 
 class SGLangParser:
@@ -118,11 +117,12 @@ class SGLangParser:
             self.frames.conclude(log)
         self.wants_every_line = False
         msg = m["msg"]
-        t = _timestamp(m["ts"])
-        tp = _TP.search(m["tags"])
         if (dp := _DP.search(m["tags"])) is not None:
             log.dp_ranks.add(dp.group(1))
-        self._message(number, msg, t, tp.group(1) if tp else "0")
+        if not self.anchors.contains(msg):  # a decode or access line in a chunk fed for another line: nothing to read
+            return
+        tp = _TP.search(m["tags"])
+        self._message(number, msg, _timestamp(m["ts"]), tp.group(1) if tp else "0")
 
     def _unprefixed(self, number: int, text: str) -> None:
         if self.wants_every_line:
@@ -138,7 +138,8 @@ class SGLangParser:
                 self.wants_every_line = False
             return
         # a bare message (pasted without its prefix) or a line of another program
-        self._message(number, text.strip(), None, "0", bare=True)
+        if self.anchors.contains(text):
+            self._message(number, text.strip(), None, "0", bare=True)
 
     def _message(self, number: int, msg: str, t: datetime | None, rank: str, bare: bool = False) -> None:
         log = self.log

@@ -311,10 +311,13 @@ class VLLMParser:
         return log
 
 
+_YEAR = datetime.now().year
+
+
 def _timestamp(month_day: str, hms: str) -> datetime | None:
     """vLLM prints no year; the current year is assumed (the run pipeline re-anchors to the launch date)."""
     try:
-        return datetime.strptime(f"{datetime.now().year}-{month_day} {hms}", "%Y-%m-%d %H:%M:%S")
+        return datetime.fromisoformat(f"{_YEAR}-{month_day} {hms}")
     except ValueError:
         return None
 
