@@ -212,3 +212,13 @@ def test_old_torch_cuda_oom_message_gives_the_same_fields():
     assert parsed.failure.reason == "cuda_oom"
     assert parsed.ranks["0"] == {"oom_request_gib": 20 / 1024, "oom_gpu_index": 0, "oom_total_gib": 15.78,
                                  "oom_torch_allocated_gib": 14.56, "oom_free_gib": 3.12 / 1024, "oom_reserved_gib": 14.66}
+
+
+def test_a_wrapped_statement_is_rejoined_but_a_line_ending_in_a_number_does_not_swallow_the_next():
+    """vLLM statements cut by the terminal are read whole at their first line; a complete line that happens to end in
+    a number leaves the next line to be read on its own (here the weights bar, at its own line)."""
+    parsed = vllm.parse(["INFO 04-18 08:26:18 [kv_cache_utils.py:634] GPU KV cache size: 532,032\n", "tokens\n",
+                         "INFO 04-21 21:28:20 [config.py:1] Using max model len 32768\n",
+                         "Loading safetensors checkpoint shards:   0% Completed | 0/3 [00:00<?, ?it/s]\n"])
+    assert parsed.ranks["0"]["kv_tokens"] == 532032
+    assert parsed.phase_lines == {"kv_cache": 1, "weights": 4}

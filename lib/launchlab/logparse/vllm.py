@@ -208,10 +208,14 @@ class VLLMParser:
     def _rejoin(self, pending: tuple[int, str, datetime | None, str], text: str) -> bool:
         """A statement the terminal wrapped ("GPU KV cache size: 532,032" / "tokens"): parsed whole, at its first line."""
         number, msg, t, rank = pending
-        line, self.log.line = self.log.line, number
-        matched = bool(text) and match_statement(self.log, _STATEMENTS, f"{msg} {text}", t, rank, number) is not None
-        self.log.line = line
-        return matched
+        joined = f"{msg} {text}"
+        for row in _STATEMENTS:  # only a statement that spans the cut: never one inside the next line alone
+            if (m := row[0].search(joined)) is not None and m.start() < len(msg) < m.end():
+                line, self.log.line = self.log.line, number
+                match_statement(self.log, [row], joined, t, rank, number)
+                self.log.line = line
+                return True
+        return False
 
     def _unprefixed(self, number: int, text: str, rank: str) -> None:
         if text.startswith("INFO:") and "Application startup complete" in text:
