@@ -222,3 +222,11 @@ def test_a_wrapped_statement_is_rejoined_but_a_line_ending_in_a_number_does_not_
                          "Loading safetensors checkpoint shards:   0% Completed | 0/3 [00:00<?, ?it/s]\n"])
     assert parsed.ranks["0"]["kv_tokens"] == 532032
     assert parsed.phase_lines == {"kv_cache": 1, "weights": 4}
+
+
+def test_init_engine_time_with_its_compilation_part():
+    """The statement as vllm-project/vllm PR #39240 quotes it (no excerpt with it was found for the real-log corpus)."""
+    parsed = vllm.parse(["(EngineCore pid=7) INFO 04-21 21:29:40 [core.py:260] init engine (profile, create kv cache, "
+                         "warmup model) took 76.40 s (compilation: 9.18 s)\n"])
+    assert parsed.ranks["0"]["init_engine_s"] == 76.40 and parsed.ranks["0"]["init_engine_compile_s"] == 9.18
+    assert parsed.phase_reached == "warmup" and parsed.phase_lines == {"warmup": 1}
