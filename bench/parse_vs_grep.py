@@ -4,7 +4,7 @@
 
 Builds a log like one a server writes over days (a real startup, then decode-progress and access lines of 8
 TP ranks), times `grep -E` over it (the reference) and `launchlab.logparse.parse_file` in a fresh process,
-and prints both, their ratio and the parser's peak memory. Targets (issue 3): ratio ≤ 5, peak < 200 MB.
+and prints both, their ratio and the parser's peak memory. Targets (issue 12): ratio ≤ 2, peak < 200 MB.
 Exit status 1 when a target is missed. The file is written to a temporary folder and removed afterwards.
 """
 
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+TARGET_RATIO = 2.0  # issue 12 (issue 3 asked for 5)
 HEAD = ROOT / "tests/fixtures/real-logs/sglang-pr11830-tp1-kv-alloc-capture-end.log"
 MARKERS = ("Init torch distributed|Load weight (begin|end)|KV Cache is allocated|Memory pool end|Capture cuda graph"
            "|max_total_num_tokens|Uvicorn running|ready to roll|Not enough memory|Scheduler hit an exception|DEBUG ")
@@ -81,11 +82,11 @@ def main() -> int:
     print(f"log: {size_mb:.0f} MB of SGLang output (8 TP ranks, decode progress and access lines after a real startup)")
     print(f"grep -E (reference): best {best(grep_s):.3f} s of {args.repeat}  ({', '.join(f'{t:.3f}' for t in grep_s)})")
     print(f"launchlab parse:     best {best(parse_s):.3f} s of {args.repeat}  ({', '.join(f'{t:.3f}' for t in parse_s)})")
-    print(f"ratio parse / grep:  {ratio:.2f}   (target ≤ 5)")
+    print(f"ratio parse / grep:  {ratio:.2f}   (target ≤ {TARGET_RATIO})")
     print(f"parser peak memory:  {rss:.0f} MB  (target < 200 MB; the whole process, interpreter included)")
     reason = result["failure"]["reason"] if result["failure"] else None
     print(f"parsed: ready={result['ready']} ranks={result['ranks']} failure={reason}")
-    ok = ratio <= 5 and rss < 200 and result["failure"] is not None
+    ok = ratio <= TARGET_RATIO and rss < 200 and result["failure"] is not None
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -36,7 +36,7 @@ def test_parse_json_has_the_stable_keys():
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert list(data) == ["server", "ready", "phase_reached", "failure", "ranks", "custom_ar", "debug", "args",
-                          "adjusted_args", "nccl_version"]
+                          "adjusted_args", "nccl_version", "phase_lines"]
     assert data["server"] == "sglang"
     assert data["ranks"]["0"]["kv_tokens"] == 2243474
     assert data["ranks"]["0"]["graph_mem_gib"] == 1.44
@@ -46,6 +46,17 @@ def test_parse_without_json_prints_a_table():
     res = cli("parse", str(DATA / "real-logs/sglang-pr11830-tp1-kv-alloc-capture-end.log"))
     assert res.returncode == 0
     assert "phase reached: cuda_graph" in res.stdout and "kv_tokens" in res.stdout
+
+
+def test_parse_says_on_which_line_the_failure_and_each_phase_are():
+    """Issue 12: a user can jump into the log — `--json` gives the lines, the human output shows them."""
+    log = DATA / "real-logs-more/vllm-issue53013-worker-dp1-tp1-ep3-estimated-graph-no-memory.log"
+    data = json.loads(cli("parse", str(log), "--json").stdout)
+    assert data["failure"]["line"] == 2 and data["phase_lines"] == {"kv_cache": 1}
+    res = cli("parse", str(log))
+    assert res.returncode == 0
+    assert "failure: kv_cache_no_memory in kv_cache (line 2): ValueError: No available memory" in res.stdout
+    assert "phases: kv_cache from line 1" in res.stdout
 
 
 def test_parse_of_a_missing_file_is_a_clear_error(tmp_path):

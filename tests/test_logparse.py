@@ -104,6 +104,8 @@ def test_a_big_log_streams_through_chunks_and_keeps_late_lines(tmp_path):
     assert parsed.ranks["0"]["weights_mem_gib"] == 8.81
     assert (parsed.failure.reason, parsed.failure.phase) == ("cuda_oom", "kv_cache")
     assert "Tried to allocate 2.00 GiB" in parsed.failure.message
+    # line numbers count the skipped chunks too: the failure is the exception line, after 1 + 40 000 + 1 + 3 000
+    assert parsed.failure.line == 43_003 and parsed.phase_lines == {"weights": 1, "kv_cache": 43_003}
 
 
 def test_cuda_oom_message_numbers_become_fields_of_the_failing_rank():
@@ -210,3 +212,21 @@ def test_old_torch_cuda_oom_message_gives_the_same_fields():
     assert parsed.failure.reason == "cuda_oom"
     assert parsed.ranks["0"] == {"oom_request_gib": 20 / 1024, "oom_gpu_index": 0, "oom_total_gib": 15.78,
                                  "oom_torch_allocated_gib": 14.56, "oom_free_gib": 3.12 / 1024, "oom_reserved_gib": 14.66}
+
+
+def test_a_wrapped_statement_is_rejoined_but_a_line_ending_in_a_number_does_not_swallow_the_next():
+    """vLLM statements cut by the terminal are read whole at their first line; a complete line that happens to end in
+    a number leaves the next line to be read on its own (here the weights bar, at its own line)."""
+    parsed = vllm.parse(["INFO 04-18 08:26:18 [kv_cache_utils.py:634] GPU KV cache size: 532,032\n", "tokens\n",
+                         "INFO 04-21 21:28:20 [config.py:1] Using max model len 32768\n",
+                         "Loading safetensors checkpoint shards:   0% Completed | 0/3 [00:00<?, ?it/s]\n"])
+    assert parsed.ranks["0"]["kv_tokens"] == 532032
+    assert parsed.phase_lines == {"kv_cache": 1, "weights": 4}
+
+
+def test_init_engine_time_with_its_compilation_part():
+    """The statement as vllm-project/vllm PR #39240 quotes it (no excerpt with it was found for the real-log corpus)."""
+    parsed = vllm.parse(["(EngineCore pid=7) INFO 04-21 21:29:40 [core.py:260] init engine (profile, create kv cache, "
+                         "warmup model) took 76.40 s (compilation: 9.18 s)\n"])
+    assert parsed.ranks["0"]["init_engine_s"] == 76.40 and parsed.ranks["0"]["init_engine_compile_s"] == 9.18
+    assert parsed.phase_reached == "warmup" and parsed.phase_lines == {"warmup": 1}

@@ -10,7 +10,8 @@ from conftest import ROOT
 from launchlab import nbcheck
 
 DESIGN_CARD = {"jupyterlab", "papermill", "nbconvert", "ipykernel", "pandas", "pyarrow", "matplotlib", "fabric",
-               "pydantic", "pyyaml", "regex"}  # regex: params patterns searched with a timeout (logparse/patterns.py)
+               "pydantic", "pyyaml", "regex",  # regex: params patterns searched with a timeout (logparse/patterns.py)
+               "ahocorasick-rs"}  # the log parsers' anchors searched at grep's speed (logparse/common.py, issue 12)
 
 
 def _name(requirement: str) -> str:

@@ -11,6 +11,7 @@ import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from launchlab.logparse.common import ParsedLog, exception_line, feed_lines
 from launchlab.logparse.cuda_oom import gib
 
 LOGS = DATA / "real-logs"
+MORE = DATA / "real-logs-more"  # issue 12's excerpts, not from ../shared/data (SOURCES.md there names each thread)
 # INDEX.md names → the field names of ARCHITECTURE.md section 4.3
 FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail": "weights_end_avail_gib",
           "weights_usage": "weights_mem_gib", "dist_init_usage": "dist_init_mem_gib", "kv_tokens": "kv_tokens",
@@ -31,7 +33,8 @@ FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail":
           "torch_compile_s": "torch_compile_s", "model_load_gib": "weights_mem_gib", "weights_gib": "profile_weights_gib",
           "non_torch_gib": "non_torch_gib", "activation_peak_gib": "activation_peak_gib", "profile_s": "profile_s",
           "total_gpu_gib": "total_gpu_gib", "util": "gpu_memory_utilization", "usable_gib": "usable_gib",
-          "capture_bs_count": "capture_bs_count", "capture_bs_max": "capture_bs_max"}
+          "capture_bs_count": "capture_bs_count", "capture_bs_max": "capture_bs_max",
+          "graph_estimate_gib": "graph_estimate_gib"}
 GRAPH_END = {"elapsed_s": "graph_s", "usage": "graph_mem_gib", "avail": "graph_end_avail_gib"}
 # top-level numbers the engine (or one rank for it) prints: found on some rank
 ENGINE = {"model_load_gib": "weights_mem_gib", "kv_avail_gib": "kv_avail_gib", "kv_tokens": "kv_tokens",
@@ -41,7 +44,9 @@ ENGINE = {"model_load_gib": "weights_mem_gib", "kv_avail_gib": "kv_avail_gib", "
           "kv_capacity_tokens": "kv_tokens", "startup_free_gib": "startup_free_gib", "total_gib": "total_gpu_gib",
           "util": "gpu_memory_utilization", "requested_gib": "requested_gib", "weights_gib": "profile_weights_gib",
           "activation_peak_gib": "activation_peak_gib", "non_torch_gib": "non_torch_gib",
-          "cuda_graph_gib": "cuda_graph_gib", "current_kv_cache_gib": "kv_gib"}
+          "cuda_graph_gib": "cuda_graph_gib", "current_kv_cache_gib": "kv_gib", "warmup_run_s": "warmup_run_s",
+          "graph_estimate_gib": "graph_estimate_gib", "graph_pool_actual_gib": "graph_pool_actual_gib",
+          "graph_pool_estimated_gib": "graph_pool_estimated_gib"}
 # rank facts stated in words (ParsedLog.rank_info)
 RANK_INFO = ("model_type", "dtype", "graph_kind", "kv_cache_dtype")
 SCHEDULER_SUMMARY = {"max_total_num_tokens": "max_total_num_tokens", "chunked_prefill_size": "chunked_prefill_size",
@@ -52,23 +57,25 @@ OOM = {"tried_to_allocate": "oom_request_gib", "gpu_index": "oom_gpu_index", "to
        "free": "oom_free_gib", "process_in_use_gib": "oom_process_used_gib",
        "allocated_by_pytorch_gib": "oom_torch_allocated_gib", "private_pools_cuda_graphs": "oom_private_pools_gib",
        "reserved_unallocated": "oom_reserved_unallocated_gib"}
-PHASES = {"dist_init": "dist_init", "weights": "weights", "kv_pool": "kv_cache", "profile_run": "kv_cache",
+PHASES = {"startup": "startup", "dist_init": "dist_init", "weights": "weights", "kv_pool": "kv_cache", "profile_run": "kv_cache",
           "kv_sizing": "kv_cache", "profile_run_sampler": "kv_cache", "cuda_graph": "cuda_graph",
           "scheduler_summary": "cuda_graph", "engine_init_done": "warmup", "http": "http", "ready": "ready"}
 REASONS = {"scheduler_exception_unknown": "exception", "no_available_memory_for_cache_blocks": "kv_cache_no_memory",
            "kv_cache_size_invalid": "kv_cache_no_memory", "max_model_len_exceeds_kv_capacity": "max_len_exceeds_kv",
-           "custom_allreduce_cuda_error": "custom_allreduce_failed", "cuda_oom": "cuda_oom"}
+           "custom_allreduce_cuda_error": "custom_allreduce_failed", "cuda_oom": "cuda_oom",
+           "cuda_graph_capture_failed": "cuda_graph_failed"}
 
 
-def oracles() -> dict[str, dict]:
-    text = (LOGS / "INDEX.md").read_text()
+def oracles(folder: Path) -> dict[str, dict]:
+    text = (folder / "INDEX.md").read_text()
     entries = {}
     for name, block in re.findall(r"^### (\S+\.log)\n.*?```yaml\n(.*?)```", text, re.S | re.M):
         entries[name] = yaml.safe_load(block)
     return entries
 
 
-ORACLES = oracles()
+ORACLES = {**oracles(LOGS), **oracles(MORE)}
+FOLDER = {p.name: folder for folder in (LOGS, MORE) for p in folder.glob("*.log")}
 
 
 @dataclass(frozen=True)
@@ -192,7 +199,7 @@ def check_note(case: Case, want: str) -> None:
 
 def check_line_prefix(case: Case, want: str) -> None:
     """Lines behind a foreign prefix parse exactly as they do with the prefix taken off."""
-    lines = (LOGS / case.name).read_text().splitlines(keepends=True)
+    lines = (FOLDER[case.name] / case.name).read_text().splitlines(keepends=True)
     prefixed = [line for line in lines if line.startswith(want)]
     assert prefixed, f"no line starts with {want!r}"
     bare = [line[len(want):] if line.startswith(want) else line for line in lines]
@@ -223,6 +230,13 @@ def check_pid(role: str) -> Callable[[Case, int], None]:
     return check
 
 
+def check_phase_lines(case: Case, want: dict) -> None:
+    """The line where each phase's first line is (INDEX phase names; several map to one parser phase)."""
+    got = case.data["phase_lines"]
+    for phase, line in want.items():
+        assert got.get(PHASES[phase]) == line, f"{phase}: {got}"
+
+
 def check_http_up(case: Case, want: bool) -> None:
     up = PARSER_PHASES.index(case.data["phase_reached"]) >= PARSER_PHASES.index("http")
     assert up == want and (case.parsed.http_url is not None) == want
@@ -241,6 +255,10 @@ def check_failure(case: Case, want: dict | None) -> None:
         assert got is None, got
         return
     assert got is not None
+    # the message is what went wrong, never the header of the traceback that leads to it (issue 12)
+    assert "Traceback (most recent call last)" not in got["message"], got
+    # the log got at least as far as the phase it failed in (issue 12)
+    assert PARSER_PHASES.index(case.data["phase_reached"]) >= PARSER_PHASES.index(got["phase"]), case.data
     from_title = want.get("source") == "title"  # the excerpt stops before the failure: the thread's title names it
     for key, value in want.items():
         if key == "reason":
@@ -255,6 +273,8 @@ def check_failure(case: Case, want: dict | None) -> None:
                 assert got["phase"] == PHASES[value], got
         elif key == "source":
             assert value == "title", f"unknown failure source {value!r}"
+        elif key == "line":  # where the failure is read from, so a user can jump into the log (issue 12)
+            assert got["line"] == value, got
         elif key == "detail":
             assert value in got["message"], got
         elif key == "exception":
@@ -296,6 +316,7 @@ CHECKS: dict[str, Callable[[Case, Any], None]] = {
     "dead_worker_exit_code": lambda case, want: check_dead_worker(case, case.oracle),
     "suggested_kv_cache_memory_bytes": check_suggested_kv_cache_memory_bytes,
     "check": check_note,
+    "phase_lines": check_phase_lines,
     "line_prefix": check_line_prefix,
     **{key: check_engine_number(key) for key in ENGINE},
 }
@@ -306,7 +327,20 @@ def assert_equal(got: Any, want: Any) -> None:
 
 
 def test_every_log_in_the_folder_has_an_oracle():
-    assert {p.name for p in LOGS.glob("*.log")} <= set(ORACLES)
+    assert set(FOLDER) <= set(ORACLES)
+
+
+def test_the_issue_12_excerpts_are_pinned_and_each_names_its_thread():
+    """real-logs-more is not a copy of ../shared: its own SHA256SUMS pins the excerpts, SOURCES.md gives each URL."""
+    import hashlib
+
+    sums = [line.split(maxsplit=1) for line in (MORE / "SHA256SUMS").read_text().splitlines() if line.strip()]
+    assert {name for _, name in sums} == {p.name for p in MORE.glob("*.log")}
+    for digest, name in sums:
+        assert hashlib.sha256((MORE / name).read_bytes()).hexdigest() == digest, name
+    sources = (MORE / "SOURCES.md").read_text()
+    for _, name in sums:
+        assert re.search(rf"^\| {re.escape(name)} \| https://github\.com/\S+ \|$", sources, re.M), name
 
 
 def test_the_fixture_copies_are_the_shared_captures_byte_for_byte():
@@ -325,10 +359,10 @@ def test_every_index_key_has_a_check():
     assert not unknown, f"INDEX keys without a check: {sorted(unknown)}"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in LOGS.glob("*.log")))
+@pytest.mark.parametrize("name", sorted(FOLDER))
 def test_real_log_parses_to_its_index_values(name):
     oracle = ORACLES[name]
-    parsed = logparse.parse_file(LOGS / name)
+    parsed = logparse.parse_file(FOLDER[name] / name)
     case = Case(name, oracle, parsed, parsed.to_json())
     assert case.data["server"] == ("sglang" if name.startswith("sglang") else "vllm")
     for key in ("ready", "failure"):

@@ -121,7 +121,10 @@ def _parse(args: argparse.Namespace) -> int:
     print(f"server: {data['server']}   ready: {data['ready']}   phase reached: {data['phase_reached']}")
     if data["failure"]:
         f = data["failure"]
-        print(f"failure: {f['reason']} in {f['phase']}: {f['message']}")
+        where = f" (line {f['line']})" if f.get("line") else ""
+        print(f"failure: {f['reason']} in {f['phase']}{where}: {f['message']}")
+    if data.get("phase_lines"):  # where each phase begins, so the log can be opened there
+        print("phases: " + ", ".join(f"{phase} from line {line}" for phase, line in data["phase_lines"].items()))
     fields = sorted({k for r in data["ranks"].values() for k in r})
     if fields:
         print("rank  " + "  ".join(f"{f:>22}" for f in fields))

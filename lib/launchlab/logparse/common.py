@@ -1,10 +1,12 @@
 """What every server-log parser shares: streaming, line cleaning, the vocabularies and the ParsedLog record.
 
 A server that ran for days writes hundreds of MB of decode-progress lines, so files are read in chunks and
-a chunk is only decoded and handed to the line parser when one of its lines could matter. The test is
-exact and cheap: with digits removed, the thousands of progress lines of a chunk collapse into a handful of
-distinct templates; only if one of those templates contains an anchor word of a parser (or the parser is in
-the middle of a traceback) is the chunk parsed line by line. Memory stays bounded by the chunk size.
+a chunk is only decoded and handed to the line parser when one of its lines could matter: when it contains an
+anchor word of the parser (every statement a parser reads contains one of its anchors literally) or the parser
+is inside a multi-line message (a traceback). The anchors are searched all at once over the raw bytes by an
+Aho-Corasick automaton with a SIMD prefilter (ahocorasick-rs), at about the speed of `grep -F`; counting the
+chunk's newlines (for line numbers) is the only other pass over a skipped chunk. Memory stays bounded by the
+chunk size.
 
 Line cleaning: ANSI colour codes are removed and `\\r`-separated progress-bar updates are split, so a log
 line glued after a bar is seen on its own.
@@ -19,19 +21,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+import ahocorasick_rs
+
 from launchlab.logparse.patterns import SlowPattern
 
 PHASES = ("startup", "dist_init", "weights", "kv_cache", "cuda_graph", "warmup", "http", "ready")
 REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_failed", "custom_allreduce_failed",
            "nccl_error", "exception")
 CUSTOM_AR_STATES = ("active", "disabled", "failed")  # weakest evidence first: a later state never loses to an earlier one
-CHUNK_BYTES = 256 * 1024  # small enough to stay in cache; measured fastest in bench/parse_vs_grep.py
-_DIGITS = b"0123456789"
-_MAX_TEMPLATES = 20_000  # bounds the memory of the template cache
+CHUNK_BYTES = 256 * 1024  # measured fastest in bench/parse_vs_grep.py: the chunks fed whole stay short
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
+_TRACEBACK_HEADER = re.compile(r"\s*Traceback \(most recent call last\):?")
 _NCCL_VERSION = re.compile(r"\busing nccl==(?P<pip>[\w.]+)|\bNCCL version (?P<lib>\d+\.\d+\.\d+)")
 
 
@@ -48,9 +51,12 @@ class Event:
 
 @dataclass(frozen=True)
 class Failure:
+    """Why a launch failed, in which phase, the line that says so and its number in the log (None: not from a line)."""
+
     reason: str
     phase: str
     message: str
+    line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,8 @@ class ParsedLog:
     routes: list[str] = field(default_factory=list)
     worker_deaths: list[WorkerDeath] = field(default_factory=list)
     slow_patterns: list[SlowPattern] = field(default_factory=list)  # params patterns that ran over their time budget
+    phase_lines: dict[str, int] = field(default_factory=dict)  # the line number of each phase's first line
+    line: int = 0  # the number of the line being parsed: where a phase or a failure is seen
 
     def later(self, a: str | None, b: str | None) -> str | None:
         """The later of two phases (None counts as earliest)."""
@@ -114,6 +122,8 @@ class ParsedLog:
     def reach(self, phase: str) -> None:
         if PHASES.index(phase) > PHASES.index(self.phase_reached):
             self.phase_reached = phase
+        if self.line and phase != "startup":
+            self.phase_lines.setdefault(phase, self.line)
 
     def record(self, t: datetime | None, rank: str, name: str, value: float, line: int) -> None:
         self.ranks.setdefault(rank, {})[name] = value
@@ -149,7 +159,32 @@ class ParsedLog:
         """Keep the strongest evidence: a specific reason replaces a generic `exception`, never the reverse."""
         if self.failure is None or (self.failure.reason == "exception" and reason != "exception"):
             self.failure = Failure(reason, phase or (self.failure.phase if self.failure else self.phase_reached),
-                                   message.strip()[:2000])
+                                   failure_message(message), self.line or None)
+
+    def refine(self, reason: str, message: str, phase: str | None = None) -> None:
+        """The exception line that ends the traceback of the failure already noted: it becomes the message (and its
+        line the failure's line); its reason replaces a generic one, never a specific one; a phase the traceback's
+        frames name replaces the phase that was only where the log had got to."""
+        old = self.failure
+        if old is None:
+            self.fail(reason, phase, message)
+            return
+        self.failure = Failure(reason if old.reason == "exception" else old.reason, phase or old.phase,
+                               failure_message(message), self.line or old.line)
+
+    def place(self, phase: str) -> None:
+        """The failure happened in this phase (from the traceback's frames): it overrides where the log had got to."""
+        if self.failure is not None:
+            self.failure = Failure(self.failure.reason, phase, self.failure.message, self.failure.line)
+
+    def settle(self) -> ParsedLog:
+        """After the last line: the log got at least as far as the phase its failure is placed in."""
+        if self.failure is not None:
+            if PHASES.index(self.failure.phase) > PHASES.index(self.phase_reached):
+                self.phase_reached = self.failure.phase
+            if self.failure.line is not None and self.failure.phase != "startup":
+                self.phase_lines.setdefault(self.failure.phase, self.failure.line)
+        return self
 
     def to_json(self) -> dict:
         """The stable `launchlab parse --json` object (ARCHITECTURE.md section 4.3)."""
@@ -158,7 +193,8 @@ class ParsedLog:
             "ready": self.ready,
             "phase_reached": self.phase_reached,
             "failure": None if self.failure is None else {
-                "reason": self.failure.reason, "phase": self.failure.phase, "message": self.failure.message},
+                "reason": self.failure.reason, "phase": self.failure.phase, "message": self.failure.message,
+                "line": self.failure.line},
             "ranks": {r: dict(sorted(self.ranks[r].items())) for r in sorted(self.ranks, key=rank_order)},
             "custom_ar": {r: {"state": c.state, "reason": c.reason, "message": c.message}
                           for r, c in sorted(self.custom_ar.items(), key=lambda item: rank_order(item[0]))},
@@ -166,7 +202,15 @@ class ParsedLog:
             "args": dict(self.args),
             "adjusted_args": dict(self.adjusted_args),
             "nccl_version": self.nccl_version,
+            "phase_lines": {p: self.phase_lines[p] for p in PHASES if p in self.phase_lines},
         }
+
+
+def failure_message(text: str) -> str:
+    """What a failure line says, without the header of a traceback that follows it ("Scheduler hit an exception:
+    Traceback (most recent call last):" → "Scheduler hit an exception"): the header names no error."""
+    text = _TRACEBACK_HEADER.sub("", text.strip()).rstrip(" :")
+    return (text or "a traceback whose last line is not in the log")[:2000]
 
 
 def rank_order(rank: str) -> tuple[int, str]:
@@ -174,19 +218,39 @@ def rank_order(rank: str) -> tuple[int, str]:
     return (int(rank), "") if rank.isdigit() else (1 << 30, rank)
 
 
+class Anchors:
+    """The anchor words of a parser: `search(data)` says whether any of them occurs in data (bytes)."""
+
+    def __init__(self, words: Iterable[str]):
+        self.words = tuple(words)
+        # leftmost-first is the match kind under which the automaton uses its SIMD prefilter (10x faster here)
+        self._automaton = ahocorasick_rs.BytesAhoCorasick([w.encode() for w in self.words],
+                                                          matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
+
+        self._text_automaton = ahocorasick_rs.AhoCorasick(list(self.words),
+                                                          matchkind=ahocorasick_rs.MATCHKIND_LEFTMOST_FIRST)
+
+    def search(self, data: bytes) -> bool:
+        return bool(self._automaton.find_matches_as_indexes(data))
+
+    def contains(self, text: str) -> bool:
+        """Whether a decoded line holds an anchor: a parser skips the rest of its work on a line that holds none."""
+        return bool(self._text_automaton.find_matches_as_indexes(text))
+
+
 class LineParser(Protocol):
     """What the streaming reader drives: one parser per server kind."""
 
-    anchors: re.Pattern[bytes]  # a line that matches none of these (digits removed) cannot matter
+    anchors: Anchors  # a line that contains none of these cannot matter
     wants_every_line: bool  # True while inside a multi-line message (a traceback)
 
     def feed(self, number: int, text: str) -> None: ...
     def result(self) -> ParsedLog: ...
 
 
-def anchors(words: Iterable[str]) -> re.Pattern[bytes]:
-    """The anchor regex of a parser: literal words, matched against lines whose digits were removed."""
-    return re.compile(b"|".join(re.escape(w.encode()) for w in words))
+def anchors(words: Iterable[str]) -> Anchors:
+    """The anchors of a parser: literal words, each contained in every statement it stands for."""
+    return Anchors(words)
 
 
 def match_statement(log: ParsedLog, statements: list, msg: str, t: datetime | None, rank: str,
@@ -221,12 +285,11 @@ def feed_lines(parser: LineParser, raw_lines: Iterable[str]) -> ParsedLog:
     for number, raw in enumerate(raw_lines, start=1):
         for segment in clean(raw.rstrip("\n")):
             parser.feed(number, segment)
-    return parser.result()
+    return parser.result().settle()
 
 
 def scan_file(parser: LineParser, path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> ParsedLog:
-    """Stream a log file through a parser, skipping chunks whose every line is boring (see module doc)."""
-    boring: set[bytes] = set()
+    """Stream a log file through a parser, skipping chunks in which no line can matter (see module doc)."""
     number = 0
     rest = b""
     with open(path, "rb") as fh:
@@ -236,34 +299,28 @@ def scan_file(parser: LineParser, path: str | Path, chunk_bytes: int = CHUNK_BYT
                 if rest:
                     _feed_block(parser, rest, number)
                 break
-            cut = block.rfind(b"\n") + 1
             if rest:
-                block, cut = rest + block, cut + len(rest)
+                block = rest + block
+            cut = block.rfind(b"\n") + 1
             if cut == 0:  # one line longer than the chunk: keep reading
                 rest = block
                 continue
-            block, rest = block[:cut], block[cut:]
-            if parser.wants_every_line or _matters(parser.anchors, block, boring):
-                _feed_block(parser, block, number)
-            number += block.count(b"\n")
-    return parser.result()
+            # the partial last line is searched too: a match there feeds this chunk early, never wrongly
+            if parser.wants_every_line or parser.anchors.search(block):
+                number += _feed_block(parser, block[:cut], number)
+            else:
+                number += block.count(b"\n")  # the partial last line has none
+            rest = block[cut:]
+    return parser.result().settle()
 
 
-def _matters(rx: re.Pattern[bytes], block: bytes, boring: set[bytes]) -> bool:
-    templates = set(block.translate(None, _DIGITS).split(b"\n"))
-    templates -= boring
-    for template in templates:
-        if rx.search(template):
-            return True
-        if len(boring) < _MAX_TEMPLATES:
-            boring.add(template)
-    return False
-
-
-def _feed_block(parser: LineParser, block: bytes, first_number: int) -> None:
-    for offset, raw in enumerate(block.decode("utf-8", errors="replace").split("\n"), start=1):
+def _feed_block(parser: LineParser, block: bytes, first_number: int) -> int:
+    """Feed every line of a chunk; the number of newlines in it."""
+    lines = block.decode("utf-8", errors="replace").split("\n")
+    for offset, raw in enumerate(lines, start=1):
         for segment in clean(raw):
             parser.feed(first_number + offset, segment)
+    return len(lines) - 1
 
 
 def open_lines(path: str | Path) -> Iterator[str]:
@@ -310,7 +367,7 @@ def classify(message: str) -> str:
         return "kv_cache_no_memory"
     if re.search(r"Capture (?:cuda|CUDA) graph failed|CUDA_GRAPH_CAPTURE_FAILED", message):
         return "cuda_graph_failed"
-    if re.search(r"CUDA out of memory|OutOfMemoryError", message):
+    if re.search(r"(?:CUDA|HIP|XPU) out of memory|OutOfMemoryError|CUDA error: out of memory", message):
         return "cuda_oom"
     if re.search(r"custom_all_reduce|Custom ?[Aa]ll[Rr]educe", message):
         return "custom_allreduce_failed"

@@ -32,6 +32,7 @@ class GenericParser:
         self.in_traceback = False
 
     def feed(self, number: int, text: str) -> None:
+        self.log.line = number
         if (records := debug_records(text)) is not None:
             self.log.add_debug(records, None, "0", number)
         if self.ready_rx is not None and self.ready_rx.search(text, number):

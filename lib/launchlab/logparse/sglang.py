@@ -30,13 +30,15 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.frames import Attribution
 from launchlab.logparse.serverkind import ServerKind
 
 ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weight", "KV Cache", "Memory pool",
            "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
-           "KV cache dtype", "Automatically reduce", "Started server process", *custom_ar.ANCHORS)
+           "KV cache dtype", "Automatically reduce", "Started server process", "NCCL", "Interrupt", "SystemExit",
+           *custom_ar.ANCHORS)
 
 _PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
@@ -88,12 +90,10 @@ _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-frac
 
 
 def _timestamp(text: str) -> datetime | None:
-    for fmt in ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
-        try:
-            return datetime.strptime(text, fmt)
-        except ValueError:
-            pass
-    return None  # HH:MM:SS only (SGLang ≤ 0.3.3): no date to anchor it
+    try:
+        return datetime.fromisoformat(text)  # `2025-11-30 12:01:02[.123]`; C-fast, unlike strptime
+    except ValueError:
+        return None  # HH:MM:SS only (SGLang ≤ 0.3.3): no date to anchor it
 
 
 class SGLangParser:
@@ -104,34 +104,42 @@ class SGLangParser:
         self.wants_every_line = False  # inside a traceback that continues without the SGLang prefix
         self.current: str | None = None  # the phase in progress: after "Load weight end" it is the KV pool
         self.traceback_rank = "0"  # the rank whose "Scheduler hit an exception" the unprefixed lines continue
+        self.frames = Attribution()  # the phase the traceback's frames name
 
     def feed(self, number: int, text: str) -> None:
         log = self.log
+        log.line = number
         m = _PREFIX.search(text)
         if m is None:
             self._unprefixed(number, text)
             return
+        if self.wants_every_line:  # the traceback ended without its exception line (cut, or another rank's line)
+            self.frames.conclude(log)
         self.wants_every_line = False
         msg = m["msg"]
-        t = _timestamp(m["ts"])
-        tp = _TP.search(m["tags"])
         if (dp := _DP.search(m["tags"])) is not None:
             log.dp_ranks.add(dp.group(1))
-        self._message(number, msg, t, tp.group(1) if tp else "0")
+        if not self.anchors.contains(msg):  # a decode or access line in a chunk fed for another line: nothing to read
+            return
+        tp = _TP.search(m["tags"])
+        self._message(number, msg, _timestamp(m["ts"]), tp.group(1) if tp else "0")
 
     def _unprefixed(self, number: int, text: str) -> None:
         if self.wants_every_line:
             if (found := custom_ar.recognise(text)) is not None:  # e.g. the kernel's error inside the traceback
                 self.log.note_custom_ar(self.traceback_rank, found)
-            if exception_line(text) is not None:
+            self.frames.see(text)
+            if not text[:1].isspace() and exception_line(text) is not None:
                 for name, value in oom_fields(text).items():
                     self.log.record(None, self.traceback_rank, name, value, number)
                 reason = classify(text)
-                self.log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, text.strip())
+                self.log.refine(reason, text.strip(), "kv_cache" if reason == "kv_cache_no_memory" else None)
+                self.frames.conclude(self.log)
                 self.wants_every_line = False
             return
         # a bare message (pasted without its prefix) or a line of another program
-        self._message(number, text.strip(), None, "0", bare=True)
+        if self.anchors.contains(text):
+            self._message(number, text.strip(), None, "0", bare=True)
 
     def _message(self, number: int, msg: str, t: datetime | None, rank: str, bare: bool = False) -> None:
         log = self.log
@@ -166,6 +174,7 @@ class SGLangParser:
             log.fail(classify(msg), self.current, msg)
             self.wants_every_line = True
             self.traceback_rank = rank
+            self.frames.see(msg)  # the header: a new traceback
         elif "Capture cuda graph failed" in msg or "Capture CUDA graph failed" in msg:
             log.fail("cuda_graph_failed", "cuda_graph", msg)
         elif "Initialization failed. warmup error" in msg:
@@ -215,6 +224,8 @@ class SGLangParser:
             log.pids.setdefault("http_server", int(pid.group(1)))
 
     def result(self) -> ParsedLog:
+        if self.wants_every_line:  # the log ends inside a traceback
+            self.frames.conclude(self.log)
         custom_ar.disabled_by_user(self.log, self.log.args.get("tp_size"), "server_args")
         return self.log
 

@@ -32,6 +32,7 @@ class TransformersParser:
 
     def feed(self, number: int, text: str) -> None:
         log = self.log
+        log.line = number
         msg = text.strip()
         if (records := debug_records(msg)) is not None:
             log.add_debug(records, None, "0", number)

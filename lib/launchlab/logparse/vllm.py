@@ -33,6 +33,7 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.frames import Attribution, method_phase
 from launchlab.logparse.serverkind import ServerKind
 
 BLOCK_SIZE = 16  # vLLM's default tokens per KV block
@@ -41,9 +42,12 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
            "Starting vLLM", "Uvicorn running", "Available routes", "Application startup complete", "torch.compile",
            "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
            "max seq len", "world_size", "NCCL", "nccl", "num_gpu_blocks", "profile run", "dummy",
-           "args", "config", "Route:", "Started server process", *custom_ar.ANCHORS)
+           "args", "config", "Route:", "Started server process", "checkpoint shards", "warmup run", *custom_ar.ANCHORS)
 
-_TAG = re.compile(r"\((?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\)\s?")
+# `(VllmWorker rank=3 pid=N)`, Ray's `(RayWorkerWrapper pid=N, ip=10.0.0.2)`; a paste may lose the opening parenthesis
+_TAG = re.compile(r"(?:\(|^)(?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s?")
+_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")  # Ray's deduplication suffix
+_WRAPPED = re.compile(r"[\d:]$")  # a statement cut by the terminal ends in its number or its colon
 _LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
                    r"\[?(?P<file>[\w./-]+):(?P<line>\d+)\] (?P<msg>.*)")
 _TP_IN_TAG = re.compile(r"TP(\d+)")
@@ -51,11 +55,13 @@ _DP_IN_TAG = re.compile(r"DP(\d+)")
 _WORKERS = ("VllmWorkerProcess", "RayWorker", "VllmWorker", "Worker")  # processes that are one TP rank
 _ROLES = {"APIServer": "api_server", "EngineCore": "engine_core"}
 _N = r"([\d.]+)"
+_SIGNED = r"(-?[\d.]+)"
 
 # (regex on the message, phase, [(group, field, converter)])
 _STATEMENTS = [
     (re.compile(r"world_size=\d+ rank=\d+|Custom allreduce is disabled|NCCL version|nccl=="), "dist_init", []),
-    (re.compile(r"Starting to load model|Loading weights took"), "weights", []),
+    (re.compile(r"Starting to load model|Loading weights took|Loading (?:safetensors|pt) checkpoint shards:"), "weights",
+     []),  # the bar is untagged, and the first sign of the weights on a worker that tags nothing else
     (re.compile(rf"(?:Loading model weights|Model loading) took {_N} Gi?B(?: memory)?(?: and {_N} seconds)?"), "weights",
      [(1, "weights_mem_gib"), (2, "weights_s")]),
     (re.compile(rf"Memory profiling takes {_N} seconds"), "kv_cache", [(1, "profile_s")]),
@@ -73,7 +79,14 @@ _STATEMENTS = [
       (5, "profile_weights_gib"), (6, "activation_peak_gib"), (7, "non_torch_gib"), (8, "cuda_graph_gib"),
       (9, "suggested_kv_cache_memory_bytes"), (10, "max_kv_cache_memory_bytes"), (11, "kv_gib")]),
     (re.compile(rf"Available KV cache memory: {_N} GiB"), "kv_cache", [(1, "kv_avail_gib")]),
-    (re.compile(r"torch\.compile takes ([\d.]+) s in total"), "kv_cache", [(1, "torch_compile_s")]),
+    (re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total"), "kv_cache", [(1, "torch_compile_s")]),
+    (re.compile(rf"Initial profiling/warmup run took {_N} s"), "kv_cache", [(1, "warmup_run_s")]),
+    (re.compile(rf"Profiling CUDA graph memory:|Estimated CUDA graph memory: {_N} GiB total"), "kv_cache",
+     [(1, "graph_estimate_gib")]),  # ≥ 0.21: the graphs are estimated while sizing the KV cache
+    (re.compile(rf"Initial free memory {_N} GiB, reserved {_N} GiB memory for KV Cache"), "kv_cache",
+     [(1, "startup_free_gib"), (2, "kv_avail_gib")]),  # --kv-cache-memory given (and XPU): no profiling
+    (re.compile(rf"CUDA graph pool memory: {_SIGNED} GiB \(actual\), {_SIGNED} GiB \(estimated\)"), "cuda_graph",
+     [(1, "graph_pool_actual_gib"), (2, "graph_pool_estimated_gib")]),
     (re.compile(r"(?:GPU|GPU \+ host) KV cache size: ([\d,]+) tokens"), "kv_cache", [(1, "kv_tokens")]),
     (re.compile(r"# (?:GPU|cuda|\w+) blocks: (\d+)(?:, # CPU blocks: (\d+))?|num_gpu_blocks is: (\d+)"), "kv_cache",
      [(1, "kv_blocks"), (2, "kv_cpu_blocks"), (3, "kv_blocks")]),
@@ -83,7 +96,8 @@ _STATEMENTS = [
     (re.compile(r"Capturing (?:cudagraphs|the model for CUDA graphs|CUDA graphs)"), "cuda_graph", []),
     (re.compile(rf"Graph capturing finished in {_N} secs(?:, took {_N} GiB)?"), "cuda_graph",
      [(1, "graph_s"), (2, "graph_mem_gib")]),
-    (re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_N} s"), "warmup", [(1, "init_engine_s")]),
+    (re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_N} s(?:econds)?(?: \(compilation: {_N} s\))?"),
+     "warmup", [(1, "init_engine_s"), (2, "init_engine_compile_s")]),
     (re.compile(r"Starting vLLM (?:API )?server|Uvicorn running on|Available routes are"), "http", []),
 ]
 # Error lines that decide the failure without a traceback: (regex, reason, phase or None for "where it got to")
@@ -99,17 +113,6 @@ _FAILURES = [
 _WRAPPERS = re.compile(r"EngineCore failed to start|EngineCore hit an exception|Error executing method"
                        r"|WorkerProc hit an exception|Worker proc \S+ died unexpectedly|Worker VllmWorkerProcess pid \d+ died"
                        r"|Engine core initialization failed|Traceback \(most recent call last\)")
-# Functions whose frame in a traceback says which phase failed (the deepest one seen wins).
-_FRAME = re.compile(r'File "[^"]+", line \d+, in (\w+)')
-_FRAME_PHASES = {
-    "init_distributed_environment": "dist_init", "initialize_model_parallel": "dist_init",
-    "load_model": "weights", "load_weights": "weights",
-    "determine_num_available_blocks": "kv_cache", "determine_available_memory": "kv_cache",
-    "_initialize_kv_caches": "kv_cache", "profile_run": "kv_cache", "_dummy_sampler_run": "kv_cache",
-    "initialize_cache": "kv_cache", "get_kv_cache_config": "kv_cache", "check_enough_kv_cache_memory": "kv_cache",
-    "raise_if_cache_size_invalid": "kv_cache",
-    "capture_model": "cuda_graph", "_capture_cudagraphs": "cuda_graph",
-}
 _DUMMY = re.compile(r"\b_?dummy_")  # vLLM's memory profiling runs the model on dummy inputs
 _MAX_LEN = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
                       r"\((\d+)\)")
@@ -136,9 +139,11 @@ class VLLMParser:
 
     def __init__(self) -> None:
         self.log = ParsedLog(server="vllm")
-        self.wants_every_line = False
+        self.in_traceback = False
+        self.pending: tuple[int, str, datetime | None, str] | None = None  # a statement that may go on on the next line
+        self.frames = Attribution()
+        self.dummy = False  # a traceback line ran the model on dummy inputs: vLLM's memory profiling
         self.worker_ranks: dict[str, str] = {}
-        self.frame_phase: str | None = None
         self.flag_source = "args"  # the line that last set disable_custom_all_reduce
 
     def _rank(self, tag: re.Match | None) -> str:
@@ -152,7 +157,12 @@ class VLLMParser:
             return self.worker_ranks.setdefault(tag["pid"], str(len(self.worker_ranks) + 1))
         return "0"  # EngineCore, APIServer, …: engine-level lines
 
+    @property
+    def wants_every_line(self) -> bool:
+        return self.in_traceback or self.pending is not None
+
     def feed(self, number: int, text: str) -> None:
+        self.log.line = number
         tag = _TAG.search(text)
         rest = text[tag.end():] if tag else text
         m = _LINE.search(rest)
@@ -160,8 +170,10 @@ class VLLMParser:
         if tag is not None:
             self._process(tag, rank)
         self._engine(text)
+        pending, self.pending = self.pending, None
         if m is None:
-            self._unprefixed(number, rest.strip(), rank)
+            if pending is None or not self._rejoin(pending, rest.strip()):
+                self._unprefixed(number, rest.strip(), rank)
             return
         t = _timestamp(m["md"], m["hms"])
         if m["file"].startswith("v1/"):
@@ -192,6 +204,18 @@ class VLLMParser:
                 self.log.engine = "v1"
             elif self.log.engine is None and _V0.search(text):
                 self.log.engine = "v0"
+
+    def _rejoin(self, pending: tuple[int, str, datetime | None, str], text: str) -> bool:
+        """A statement the terminal wrapped ("GPU KV cache size: 532,032" / "tokens"): parsed whole, at its first line."""
+        number, msg, t, rank = pending
+        joined = f"{msg} {text}"
+        for row in _STATEMENTS:  # only a statement that spans the cut: never one inside the next line alone
+            if (m := row[0].search(joined)) is not None and m.start() < len(msg) < m.end():
+                line, self.log.line = self.log.line, number
+                match_statement(self.log, [row], joined, t, rank, number)
+                self.log.line = line
+                return True
+        return False
 
     def _unprefixed(self, number: int, text: str, rank: str) -> None:
         if text.startswith("INFO:") and "Application startup complete" in text:
@@ -224,8 +248,12 @@ class VLLMParser:
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         self._server_facts(msg)
+        if "across cluster" in msg:
+            msg = _REPEATED.sub("", msg)
         if match_statement(log, _STATEMENTS, msg, t, rank, number) is not None:
             return
+        if level is not None and _WRAPPED.search(msg):
+            self.pending = (number, msg, t, rank)
         self._failure(number, msg, t, rank)
 
     def _server_facts(self, msg: str) -> None:
@@ -247,46 +275,53 @@ class VLLMParser:
         log = self.log
         for name, value in oom_fields(msg).items():
             log.record(t, rank, name, value, number)
-        if (frame := _FRAME.search(msg)) is not None:
-            self.frame_phase = log.later(self.frame_phase, _FRAME_PHASES.get(frame.group(1)))
-        if _DUMMY.search(msg):
-            self.frame_phase = log.later(self.frame_phase, "kv_cache")
+        self.frames.see(msg)
+        self.dummy = self.dummy or _DUMMY.search(msg) is not None
         if (too_long := _MAX_LEN.search(msg)) is not None:
             log.record(None, "0", "max_model_len", float(too_long.group(1)), 0)
             log.record(None, "0", "kv_tokens", float(too_long.group(2)), 0)
         for rx, reason, phase in _FAILURES:
             if rx.search(msg):
-                log.fail(reason, phase or self.frame_phase, msg)
+                log.fail(reason, phase or self._frame_phase(), msg)
                 return
-        if self.wants_every_line and _FRAME_EVIDENCE.search(msg):
+        if self.in_traceback and _FRAME_EVIDENCE.search(msg):
             log.fail("kv_cache_no_memory", "kv_cache", msg)
             return
         if _WRAPPERS.search(msg):
-            log.fail("exception", None, msg)
-            self.wants_every_line = True
+            log.fail("exception", method_phase(msg), msg)  # "Error executing method load_model": the method is the phase
+            self.in_traceback = True
             return
         found = exception_line(msg)
         if found is not None:
             reason = classify(msg)
-            phase = self.frame_phase or ("kv_cache" if reason in ("kv_cache_no_memory", "max_len_exceeds_kv") else None)
-            log.fail(reason, phase, msg)
-            self.wants_every_line = False
+            phase = self._frame_phase() or ("kv_cache" if reason in ("kv_cache_no_memory", "max_len_exceeds_kv") else None)
+            if log.failure is not None and log.failure.reason == "exception" and not exception_line(log.failure.message):
+                log.refine(reason, msg, phase)  # the wrapper's traceback ends here: its last line says what went wrong
+            else:
+                log.fail(reason, phase, msg)
+            self.in_traceback = False
+
+    def _frame_phase(self) -> str | None:
+        return self.frames.phase or ("kv_cache" if self.dummy else None)
 
     def result(self) -> ParsedLog:
         log = self.log
         for fields in log.ranks.values():
             if "kv_blocks" in fields and "kv_tokens" not in fields:
                 fields["kv_tokens"] = fields["kv_blocks"] * BLOCK_SIZE
-        if log.failure is not None and self.frame_phase and log.failure.reason == "exception":
-            log.failure = type(log.failure)(log.failure.reason, self.frame_phase, log.failure.message)
+        if log.failure is not None and log.failure.reason == "exception" and self.frames.phase is not None:
+            self.frames.conclude(log)
         custom_ar.disabled_by_user(log, log.args.get("tensor_parallel_size"), self.flag_source)
         return log
+
+
+_YEAR = datetime.now().year
 
 
 def _timestamp(month_day: str, hms: str) -> datetime | None:
     """vLLM prints no year; the current year is assumed (the run pipeline re-anchors to the launch date)."""
     try:
-        return datetime.strptime(f"{datetime.now().year}-{month_day} {hms}", "%Y-%m-%d %H:%M:%S")
+        return datetime.fromisoformat(f"{_YEAR}-{month_day} {hms}")
     except ValueError:
         return None
 
@@ -304,7 +339,8 @@ def _budget(events, runs, telemetry):
 KIND = ServerKind(
     name="vllm",
     evidence=re.compile(r"(?:DEBUG|INFO|WARNING|ERROR) \d{2}-\d{2} \d{2}:\d{2}:\d{2} \[?[\w./-]+:\d+\]|vllm|vLLM"
-                        r"|Available KV cache memory|GPU KV cache size|# (?:GPU|cuda) blocks"),
+                        r"|Available KV cache memory|GPU KV cache size|# (?:GPU|cuda) blocks"
+                        r"|\((?:VllmWorker|Worker_\w+) (?:rank=\d+ )?pid=\d+\)|CUDA graph pool memory: .* \(actual\)"),
     ready_pattern=r"Application startup complete\.",
     fatal_patterns=(
         r"EngineCore failed to start", r"EngineCore hit an exception", r"Engine core initialization failed",
