@@ -18,7 +18,7 @@ LAYERS = [
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},
-    {"report", "export", "runview", "notebooks", "batch", "cli", "__main__"},
+    {"report", "export", "liveprogress", "runview", "notebooks", "batch", "cli", "__main__"},
 ]
 SPLIT = {"hosts"}  # packages whose submodules are placed one by one
 

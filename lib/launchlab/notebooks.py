@@ -11,7 +11,7 @@ from pathlib import Path
 
 import papermill
 
-from launchlab import config, export, frames, params, records, recovery, report, rundir
+from launchlab import config, export, frames, liveprogress, params, records, recovery, report, rundir
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.plan import Run
 
@@ -85,8 +85,8 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
     if not records.done(folder) or problem:
         recovery.recover(exp, run, run_dir, hosts, problem or "the run notebook ended without a final status")
     record = records.read_status(folder).record
-    why = f" ({record.failure_reason})" if record.failure_reason else ""
-    say(f"{label}  {record.status}{why}  {time.monotonic() - progress.t0:.1f} s")
+    # the outcome and when it was reached, then the run's whole time: "ready at 6.3 s, stopped (done in 7.6 s)"
+    say(f"{label}  {liveprogress.outcome_line(record)} (done in {time.monotonic() - progress.t0:.1f} s)")
 
 
 def notebook_error(exc: Exception) -> str:
