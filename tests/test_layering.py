@@ -14,7 +14,7 @@ LAYERS = [
     {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
      "params", "rundir", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler"},
-    {"analysis", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames"},
+    {"analysis", "answer", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames"},
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},

@@ -119,4 +119,4 @@ def summarize(run_dir: Path, say: Say = stderr) -> Path:
         execute("summary.ipynb", nb, {"run_dir": str(directory.path)})
     except papermill.PapermillExecutionError as exc:
         raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
-    return export.notebook_to_html(nb, directory.summary_html)
+    return export.notebook_to_html(nb, directory.summary_html, title=f"{exp.experiment} — launchlab report")
