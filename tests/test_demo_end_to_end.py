@@ -228,7 +228,8 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
     proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    finished = [line for line in proc.stderr.splitlines() if re.search(r"\]\s\S+\s+ready\s+[\d.]+ s$", line)]
+    finished = [line for line in proc.stderr.splitlines()
+                if re.search(r"\]\s\S+\s+ready at [\d.]+ s, .*\(done in [\d.]+ s\)$", line)]
     order = [line.split()[1] for line in finished]
     assert len(order) == 4
     # the fast host's two runs (replicate 2) are both done before the slow host's second run is
