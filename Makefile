@@ -5,21 +5,29 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test bench lint check-notebooks check-fixtures clean
+.PHONY: help setup demo lab test bench lint check-notebooks check-fixtures clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
+	@echo "== creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "== upgrading pip"
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "== installing launchlab and its tools into $(VENV) (a minute or two; pip lists each package)"
+	$(BIN)/pip install --progress-bar off -e '.[dev]'
 	touch $(STAMP)
+	@echo "== $(VENV) is ready"
 
 setup: $(STAMP)  ## create .venv with the project and its tools
 
 demo: $(STAMP)  ## run the embedded default experiment (simulated 8-GPU host) and print where the report is
 	@$(BIN)/launchlab run params/demo.yaml > /dev/null  # progress and "report: …/summary.html" go to stderr
+
+lab: $(STAMP)  ## JupyterLab on notebooks/ (outputs stripped when a template is saved; --allow-root only as root)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --config=jupyter/jupyter_server_config.py \
+	  $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check)
 	$(BIN)/python -m pytest -q

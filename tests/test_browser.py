@@ -66,3 +66,40 @@ def test_the_report_renders_offline_with_its_tables_and_plots(chromium, demo_run
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copy(shot, ARTIFACTS / "summary.png")
     print(f"screenshot of the report: {ARTIFACTS / 'summary.png'}")
+
+
+# Measured by the page itself once laid out at 1400 px: its title, the images' alternative text, and every table
+# wider than the page that is not inside a container scrolling sideways (the figures' own label overlaps are
+# measured on the figures: tests/test_plots.py).
+LAYOUT_PROBE = """<script>window.addEventListener('load', () => {
+  const page = document.documentElement.clientWidth;
+  const scrolls = (el) => { for (let p = el.parentElement; p; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX;
+      if ((o === 'auto' || o === 'scroll') && p.clientWidth <= page) return true; } return false; };
+  const cut = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().width > page && !scrolls(t));
+  const wide = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().width > page);
+  const alts = [...document.images].map(i => i.getAttribute('alt') || '');
+  document.body.setAttribute('data-layout', JSON.stringify({title: document.title, page, wide: wide.length,
+    cut: cut.map(t => t.innerText.slice(0, 80)), alts}));
+});</script></body>"""
+
+
+def test_the_report_is_titled_after_the_experiment_its_images_say_what_they_show_and_wide_tables_scroll(
+        chromium, demo_run, tmp_path):
+    import html
+    import json
+
+    run_dir, _ = demo_run
+    page = tmp_path / "summary.html"
+    page.write_text((run_dir / "summary.html").read_text().replace("</body>", LAYOUT_PROBE))
+    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2400",
+                          "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    layout = json.loads(html.unescape(re.search(r'data-layout="([^"]*)"', dom.stdout).group(1)))
+    assert layout["title"] == "demo-custom-ar-vs-mem-fraction — launchlab report"
+    assert len(layout["alts"]) >= 3
+    assert all(alt and "No description" not in alt for alt in layout["alts"]), layout["alts"]
+    assert layout["page"] <= 1400
+    assert layout["wide"] >= 1, "the effects table is wider than 1400 px: the check below has something to check"
+    assert layout["cut"] == [], f"tables wider than the page without a scroll container: {layout['cut']}"

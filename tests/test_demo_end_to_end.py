@@ -83,7 +83,8 @@ def test_frames_have_the_documented_columns(demo_run):
 def test_progress_lines_name_the_run_its_state_and_elapsed_time(demo_run):
     _, stderr = demo_run
     assert re.search(r"\[1/8\] 01_custom_ar-off\.mem_fraction-0\.55_rep1  watching  [\d.]+ s", stderr)
-    assert re.search(r"\[8/8\] 08_custom_ar-on\.mem_fraction-0\.85_rep2  ready  [\d.]+ s", stderr)
+    assert re.search(r"\[8/8\] 08_custom_ar-on\.mem_fraction-0\.85_rep2  ready at [\d.]+ s, stopped \(done in [\d.]+ s\)",
+                     stderr)
 
 
 def test_summary_html_has_tables_and_embedded_plots_and_no_code_or_remote_fetches(demo_run):
@@ -227,7 +228,8 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
     proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    finished = [line for line in proc.stderr.splitlines() if re.search(r"\]\s\S+\s+ready\s+[\d.]+ s$", line)]
+    finished = [line for line in proc.stderr.splitlines()
+                if re.search(r"\]\s\S+\s+ready at [\d.]+ s, .*\(done in [\d.]+ s\)$", line)]
     order = [line.split()[1] for line in finished]
     assert len(order) == 4
     # the fast host's two runs (replicate 2) are both done before the slow host's second run is

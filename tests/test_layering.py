@@ -16,11 +16,11 @@ LAYERS = [
      "hosts.slurm_spec",
      "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search",
      "logfacts"},
-    {"analysis", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames", "thresholds"},
+    {"analysis", "answer", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames", "thresholds"},
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh", "hosts.slurm",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},
-    {"report", "export", "runview", "notebooks", "batch", "cli", "__main__", "searchbatch", "importer"},
+    {"report", "export", "liveprogress", "runview", "notebooks", "batch", "cli", "__main__", "searchbatch", "importer"},
 ]
 SPLIT = {"hosts"}  # packages whose submodules are placed one by one
 

@@ -46,7 +46,7 @@ def test_notebooks_are_thin_a_parameters_cell_then_calls():
         cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
         assert "parameters" in cells[0]["metadata"].get("tags", []), path
         for line in "".join(cells[0]["source"]).splitlines():
-            assert re.fullmatch(r'\w+ = "[^"]*"  # .+', line), f"{path}: parameters cell line {line!r}"
+            assert re.fullmatch(r'\w+: str = "[^"]*"  # .+', line), f"{path}: parameters cell line {line!r}"
         for cell in cells:
             source = "".join(cell["source"])
             assert not re.search(r"^\s*(def |class |for |while )|import re\b", source, re.M), f"{path}: {source}"

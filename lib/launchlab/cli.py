@@ -106,7 +106,12 @@ def _ls(args: argparse.Namespace) -> int:
 def _schema(args: argparse.Namespace) -> int:
     from launchlab import params
 
-    print(json.dumps(params.json_schema(), indent=2))
+    if args.markdown:
+        from launchlab.params import reference
+
+        print(reference.markdown(params.json_schema()))
+    else:
+        print(json.dumps(params.json_schema(), indent=2))
     return 0
 
 
@@ -172,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("dir", nargs="?", default=None, help="root of run directories (default: outputs/)")
     ls.set_defaults(func=_ls)
     sc = sub.add_parser("schema", help="print the params files' JSON Schema")
+    sc.add_argument("--markdown", action="store_true", help="the README's params reference, from the same schema")
     sc.set_defaults(func=_schema)
     pa = sub.add_parser("parse", help="parse a server log")
     pa.add_argument("log")

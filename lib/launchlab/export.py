@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import nbformat
 from nbconvert import HTMLExporter
 
 from launchlab import rundir
@@ -21,11 +22,15 @@ def remote_references(html: str) -> list[str]:
     return [m.group(0) for m in REMOTE.finditer(html)]
 
 
-def notebook_to_html(notebook: Path, html_path: Path) -> Path:
+def notebook_to_html(notebook: Path, html_path: Path, title: str | None = None) -> Path:
+    """The page, titled `title` (the experiment) rather than after the notebook's file name."""
     exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
                             exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
                             embed_images=True)
-    body, _ = exporter.from_filename(str(notebook))
+    nb = nbformat.read(str(notebook), as_version=4)
+    if title:
+        nb.metadata["title"] = title  # the template escapes it
+    body, _ = exporter.from_notebook_node(nb, {"metadata": {"name": notebook.stem}})
     remote = remote_references(body)
     if remote:
         raise RunDirError(f"{html_path}: the report would fetch from the internet ({remote[:3]}); "

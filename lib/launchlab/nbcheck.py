@@ -1,4 +1,5 @@
-"""Committed notebooks carry no outputs: `python -m launchlab.nbcheck notebooks/` (used by `make test`)."""
+"""Committed notebooks carry no outputs: `python -m launchlab.nbcheck notebooks/` (used by `make test`), and
+`make lab`'s Jupyter server strips them when a template is saved (`pre_save_hook`, jupyter/jupyter_server_config.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,21 @@ def dirty_cells(path: Path) -> list[int]:
     nb = json.loads(path.read_text(encoding="utf-8"))
     return [i for i, c in enumerate(nb.get("cells", []))
             if c.get("cell_type") == "code" and (c.get("outputs") or c.get("execution_count"))]
+
+
+def strip(nb: dict) -> dict:
+    """The notebook without outputs and execution counts (in place; returned for convenience)."""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    return nb
+
+
+def pre_save_hook(model: dict, path: str, **kwargs) -> None:
+    """Jupyter's pre-save hook: a notebook saved at the top of the served folder (the kit's templates) is written
+    without outputs; one in a sub-folder is the user's own copy and is kept as it is."""
+    if model.get("type") == "notebook" and "/" not in path.strip("/"):
+        strip(model["content"])
 
 
 def main(argv: list[str]) -> int:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launchlab import config, params, records, recovery, rundir, workspace
+from launchlab import config, liveprogress, params, records, recovery, rundir, workspace
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.plan import Run
 
@@ -85,8 +85,8 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
     if not records.done(folder) or problem:
         recovery.recover(exp, run, run_dir, hosts, problem or "the run notebook ended without a final status")
     record = records.read_status(folder).record
-    why = f" ({record.failure_reason})" if record.failure_reason else ""
-    say(f"{label}  {record.status}{why}  {time.monotonic() - progress.t0:.1f} s")
+    # the outcome and when it was reached, then the run's whole time: "ready at 6.3 s, stopped (done in 7.6 s)"
+    say(f"{label}  {liveprogress.outcome_line(record)} (done in {time.monotonic() - progress.t0:.1f} s)")
 
 
 def notebook_error(exc: Exception) -> str:
@@ -125,4 +125,4 @@ def summarize(run_dir: Path, say: Say = stderr) -> Path:
         execute("summary.ipynb", nb, {"run_dir": str(directory.path)})
     except papermill.PapermillExecutionError as exc:
         raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
-    return export.notebook_to_html(nb, directory.summary_html)
+    return export.notebook_to_html(nb, directory.summary_html, title=f"{exp.experiment} — launchlab report")

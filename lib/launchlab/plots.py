@@ -121,7 +121,8 @@ def memory_budget(rank_memory: pd.DataFrame, card_gib: float | None) -> plt.Figu
         ax.axvline(card_gib, color="black", linestyle="--", linewidth=0.8, label="card capacity")
     ax.set_xlabel("GiB per GPU (server log; free = what was left after the last phase that ran)")
     ax.invert_yaxis()
-    ax.legend(fontsize=8, ncols=3, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(data) < 4 else -0.15))
+    # above the bars: below them the legend covered the axis label
+    ax.legend(fontsize=8, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.01), frameon=False)
     fig.tight_layout()
     return fig
 
@@ -133,7 +134,9 @@ def outcome_grid(runs: pd.DataFrame, factors: list[str]) -> plt.Figure | None:
     if len(factors) != 2:
         return None
     rows, cols = (list(runs[f].drop_duplicates()) for f in factors)
-    fig, ax = plt.subplots(figsize=(1.8 + 1.4 * len(cols), 1.2 + 0.9 * len(rows)))
+    # each column wide enough for its label and its cell text, so neighbouring tick labels never overlap
+    widest = max([len(str(c)) for c in cols] + [len("no valid run"), len("(9 excluded)")])
+    fig, ax = plt.subplots(figsize=(2.2 + max(1.4, 0.09 * widest) * len(cols), 1.4 + 0.9 * len(rows)))
     share = [[0.0] * len(cols) for _ in rows]
     for i, a in enumerate(rows):
         for j, b in enumerate(cols):
@@ -144,9 +147,12 @@ def outcome_grid(runs: pd.DataFrame, factors: list[str]) -> plt.Figure | None:
             left = len(cell) - n
             label = f"{k}/{n} ready" if n else "no valid run"
             ax.text(j, i, label + (f"\n({left} excluded)" if left else ""), ha="center", va="center", fontsize=9)
-    ax.imshow(share, cmap="RdYlGn", vmin=0, vmax=1)
-    ax.set_xticks(range(len(cols)), [f"{factors[1]}={c}" for c in cols])
-    ax.set_yticks(range(len(rows)), [f"{factors[0]}={r}" for r in rows])
+    ax.imshow(share, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")  # cells as wide as their labels
+    # the factor names once, as axis labels; the levels alone as tick labels
+    ax.set_xticks(range(len(cols)), [str(c) for c in cols])
+    ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+    ax.set_xlabel(factors[1])
+    ax.set_ylabel(factors[0])
     ax.set_title("launch outcome per combination", fontsize=10)
     fig.tight_layout()
     return fig

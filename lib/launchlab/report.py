@@ -3,6 +3,7 @@ reader needs it — verdict, design, confounds, outcomes, effects, budget, timel
 
 from __future__ import annotations
 
+import io
 import math
 import shlex
 from dataclasses import dataclass
@@ -10,11 +11,12 @@ from functools import cached_property
 from pathlib import Path
 from urllib.parse import quote
 
+import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import HTML, Markdown, display
+from IPython.display import HTML, Image, Markdown, display
 from pandas.io.formats.style import Styler
 
-from launchlab import analysis, budget, frames, levelchecks, masking, params, plots, rundir, thresholds, verdict
+from launchlab import analysis, answer, budget, frames, levelchecks, masking, params, plots, rundir, thresholds, verdict
 from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_block, md_code
 from launchlab.logparse.kinds import KINDS
@@ -156,7 +158,12 @@ class Report:
                         f"\n\n{finished} · run directory {md_code(self.run_dir.name)}")
 
     def verdict_text(self) -> Markdown:
-        return Markdown(verdict.markdown(self.verdict, self.budget_summary()))
+        return Markdown(self.verdict_markdown())
+
+    def verdict_markdown(self) -> str:
+        """The verdict's prose, then the answer to the experiment's question where the measurements give one."""
+        said = answer.markdown(self.exp.question, self.verdict["effects"], self.baseline_levels)
+        return verdict.markdown(self.verdict, self.budget_summary()) + (f"\n\n{said}" if said else "")
 
     def design(self) -> Markdown:
         factors = "\n".join(f"- {md_code(f)}: {', '.join(md_code(lv) for lv in levels)}"
@@ -227,10 +234,13 @@ class Report:
         return Markdown("**The comparison is not controlled.**\n\n" + "\n".join(lines))
 
     def outcomes(self) -> Styler:
-        return _table(analysis.outcomes(self.frames.runs, self.factors, self.planned))
+        return _table(in_gib(analysis.outcomes(self.frames.runs, self.factors, self.planned)))
 
-    def outcome_grid(self):
-        return plots.outcome_grid(self.observations, self.factors)
+    def outcome_grid(self) -> None:
+        fig = plots.outcome_grid(self.observations, self.factors)
+        if fig is not None:
+            a, b = self.factors
+            _show(fig, f"Heatmap: the share of ready runs for every combination of {a} and {b}")
 
     def deciders(self) -> Styler:
         return _table(analysis.outcome_deciders(self.frames.runs, self.factors, self.planned))
@@ -241,6 +251,7 @@ class Report:
         if effects.empty:
             return _table(pd.DataFrame({"note": ["no metric was measured on both sides of any factor in one stratum"]}))
         effects["strata"] = effects["strata"].map("; ".join)
+        effects = _effects_in_gib(effects)
         return _table(effects[["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
                                "baseline_n", "baseline_mean", "diff", "ratio", "signs_disagree"]], precision=3)
 
@@ -264,12 +275,12 @@ class Report:
         if (intro := KINDS[self.exp.server.kind].report_intro) is not None:
             return Markdown(intro)
         return Markdown(f"The `{self.exp.server.kind}` server prints no memory budget in its log; the GPU memory it "
-                        "took is in the effects above (`peak_mem_used_mib`, from nvidia-smi) and the timelines below.")
+                        "took is in the effects above (`peak_mem_used_gib`, from nvidia-smi) and the timelines below.")
 
-    def budget_table(self) -> Styler:
+    def budget_table(self) -> Styler | Markdown:
         summary = self.budget_summary()
-        if summary.empty:
-            return _table(pd.DataFrame({"note": ["the logs carry no memory-budget numbers"]}))
+        if summary.empty:  # the intro above already says why; an empty table would only look broken
+            return Markdown("")
         return _table(summary, precision=3)
 
     def budget_gap(self) -> Markdown:
@@ -278,18 +289,25 @@ class Report:
         notes = sorted({n for n in self.budget.get("gap_note", pd.Series(dtype=str)) if n})
         return Markdown("\n".join(f"- {n}" for n in notes) or "The formula's numbers match the card within 1 GiB.")
 
-    def rank_memory(self) -> Styler:
-        return _table(analysis.rank_memory(self.frames.events, self.frames.runs))
-
-    def budget_plot(self):
-        """The stacked budget per variant, when the server's log gave the numbers (None otherwise)."""
+    def rank_memory(self) -> Styler | Markdown:
+        """Per-variant means of the memory lines the server printed, when it printed any."""
         memory = analysis.rank_memory(self.frames.events, self.frames.runs)
         if memory.empty:
-            return None
-        card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
-        return plots.memory_budget(memory, card)
+            return Markdown("")
+        display(Markdown("Per-variant means of the memory lines the server printed (GiB as printed; SGLang's `GB` "
+                         "is GiB), with the ranks that disagree named."))
+        return _table(memory)
 
-    def timeline(self):
+    def budget_plot(self) -> None:
+        """The stacked budget per variant, when the server's log gave the numbers (nothing otherwise)."""
+        memory = analysis.rank_memory(self.frames.events, self.frames.runs)
+        if memory.empty or not memory.columns.isin([c for c, _, _ in plots.BUDGET_PARTS]).any():
+            return
+        card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
+        _show(plots.memory_budget(memory, card), "Stacked bars: where each variant's GPU memory went, per the "
+                                                  "server's log (distributed init, weights, KV cache, CUDA graphs, free)")
+
+    def timeline(self) -> None:
         if self.frames.telemetry.empty:
             why = ("`sampler: {kind: none}`: the runs were not sampled" if self.exp.sampler.kind == "none"
                    else "no nvidia-smi capture with timestamps was given with the imported runs" if self.imported
@@ -297,7 +315,8 @@ class Report:
             display(Markdown(f"No GPU trace: {why}. Peak memory figures are missing (not 0)."))
             return None
         fig = plots.memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated)
-        return plots.mark_phases(fig, self.frames.events, self.frames.runs)
+        _show(plots.mark_phases(fig, self.frames.events, self.frames.runs),
+              "Line plots: GPU memory used over time, one panel per variant, one line per run coloured by outcome")
 
     def failures(self) -> Styler:
         return _table(analysis.failures(self.frames.runs))
@@ -313,7 +332,7 @@ class Report:
         return HTML("\n".join(parts) or "<p>Every run became ready.</p>")
 
     def runs_table(self) -> Styler:
-        return _table(self.frames.runs)
+        return _table(in_gib(self.frames.runs))
 
     def run_links(self) -> HTML:
         """Relative links to each run's raw files (they work where the run directory is opened whole)."""
@@ -338,6 +357,35 @@ def _plain(value):
     return value
 
 
+def _show(fig, alt: str) -> None:
+    """A figure as a PNG with alternative text (nbconvert's placeholder says nothing), closed afterwards so the
+    inline backend does not show it a second time."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    display(Image(data=buffer.getvalue(), format="png", metadata={"alt": alt}))
+
+
+def in_gib(frame: pd.DataFrame) -> pd.DataFrame:
+    """Memory columns in GiB, the unit of the plots and the server logs (`peak_mem_used_mib` → `_gib`)."""
+    mib = [c for c in frame.columns if isinstance(c, str) and "_mib" in c]
+    out = frame.copy()
+    for column in mib:
+        out[column] = pd.to_numeric(out[column], errors="coerce") / 1024
+    return out.rename(columns={c: c.replace("_mib", "_gib") for c in mib})
+
+
+def _effects_in_gib(effects: pd.DataFrame) -> pd.DataFrame:
+    """The effects rows of a MiB metric in GiB (the ratio is the same in either unit)."""
+    rows = effects["metric"].astype(str).str.contains("_mib")
+    for column in ("mean", "sd", "min", "max", "baseline_mean", "diff"):
+        if column in effects:
+            effects[column] = effects[column].astype(float)
+            effects.loc[rows, column] = effects.loc[rows, column] / 1024
+    effects.loc[rows, "metric"] = effects.loc[rows, "metric"].str.replace("_mib", "_gib")
+    return effects
+
+
 def _table(frame: pd.DataFrame, precision: int = 2) -> Styler:
     """A table as the report shows it: no index column, fixed decimals, long texts in full, NaN as blank, and
     every cell and header HTML-escaped (cells hold log lines and params values)."""
@@ -355,6 +403,8 @@ def log_tail(path: Path, lines: int = 20) -> str:
 def _markdown_table(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table, every cell escaped (pandas' to_markdown needs an extra package)."""
     def cell(v) -> str:
+        if v is None:
+            return ""
         if isinstance(v, float):
             return "" if math.isnan(v) else f"{v:.3f}"
         return md(v)
@@ -393,11 +443,12 @@ def write_verdict(run_dir: Path) -> dict:
         text += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]
     if rep.imported:
         text += [f"> {md(IMPORTED_NOTE)}", ""]
-    text += [verdict.markdown(v, rep.budget_summary()), ""]
+    text += [rep.verdict_markdown(), ""]
     if v["excluded_runs"]:
         text += ["## Runs that are not observations", ""]
         text += [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in v["excluded_runs"]] + [""]
-    text += ["## Outcomes", "", _markdown_table(analysis.outcomes(rep.frames.runs, rep.factors, rep.planned)), ""]
+    text += ["## Outcomes", "", _markdown_table(in_gib(analysis.outcomes(rep.frames.runs, rep.factors, rep.planned))),
+             ""]
     if v["level_checks"]:
         checks = pd.DataFrame([{"factor": c["factor"], "level": c["level"], "check": c["check"],
                                 "confirmed": len(c["runs_confirmed"]), "contradicted": len(c["runs_contradicted"]),

@@ -116,8 +116,15 @@ def markdown(v: dict, budget_summary: pd.DataFrame) -> str:
     if not budget_summary.empty and "break_even_fraction" in budget_summary:
         pairs = [(n, b) for n, b in zip(budget_summary["variant"], budget_summary["break_even_fraction"], strict=True)
                  if pd.notna(b)]
-        if pairs:
+        by_value: dict[str, list[str]] = {}  # said once per distinct value, with the variants that share it
+        for name, b in pairs:
+            by_value.setdefault(f"{b:.3f}", []).append(name)
+        if len(by_value) == 1:
+            [value] = by_value
+            lines.append(f"**Break-even `mem_fraction_static`** (from the logged numbers: 1 − avail/total): {value} "
+                         "in every variant. A launch has room for a KV cache only above it.")
+        elif by_value:
             lines.append("**Break-even `mem_fraction_static`** (from the logged numbers: 1 − avail/total): "
-                         + ", ".join(f"{md(name)}: {b:.3f}" for name, b in pairs)
+                         + "; ".join(f"{value} for {md(' · '.join(names))}" for value, names in by_value.items())
                          + ". A launch has room for a KV cache only above it.")
     return "\n\n".join(lines)

@@ -32,23 +32,25 @@ def _matches(rx: re.Pattern, what: str, example: str):
 class SlurmSimulate(fields.StrictModel):
     """The simulated GPU box each job of a `simulate:` host runs in (the keys of a `sim` host)."""
 
-    gpus: int = Field(8, ge=1, le=64)
-    mem_total_mib: int = Field(97887, gt=0, le=MAX_MIB)
-    mem_reserved_mib: int = Field(566, ge=0, le=MAX_MIB)
-    weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB / 1024)
-    gpu_name: Annotated[str, Field(max_length=96), no_control("gpu_name")] = (
+    gpus: int = Field(8, ge=1, le=64, description="simulated GPUs in each job")
+    mem_total_mib: int = Field(97887, gt=0, le=MAX_MIB, description="memory.total of each simulated GPU, MiB")
+    mem_reserved_mib: int = Field(566, ge=0, le=MAX_MIB, description="memory the simulated driver reserves, MiB")
+    weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB / 1024,
+                                        description="model weights the simulated server loads per rank, GiB")
+    gpu_name: Annotated[str, Field(max_length=96, description="the simulated GPUs' name"), no_control("gpu_name")] = (
         "RTX PRO 6000 Blackwell Server Edition (simulated)")
-    pace: float = Field(1.0, gt=0, le=1000)
+    pace: float = Field(1.0, gt=0, le=1000, description="time scale of the simulated server (1: its usual pace)")
 
 
 class SlurmHost(HostParams):
     """A Slurm partition: each run is one job (`sbatch`), its server started with `srun` inside it."""
 
-    transport: Literal["slurm"]
+    transport: Literal["slurm"] = Field(description="`slurm`: each run one batch job of the cluster's scheduler")
     login: Annotated[str, fields.address("login")] = Field(
         "local", description="`local` (sbatch runs here) or an ssh alias of the login node")
-    partition: Annotated[str, _matches(_NAME, "partition", "gpu")]
-    account: Annotated[str, _matches(_NAME, "account", "myproj")] | None = None
+    partition: Annotated[str, _matches(_NAME, "partition", "gpu")] = Field(description="the partition (sbatch --partition)")
+    account: Annotated[str, _matches(_NAME, "account", "myproj")] | None = Field(
+        None, description="the account to charge (sbatch --account)")
     gres: Annotated[str, _matches(_GRES, "gres", "gpu:8 or gpu:h100:4")] | None = Field(
         None, description="generic resources per node, e.g. gpu:8")
     nodes: int = Field(1, ge=1, le=1, description="nodes per job (a multi-node server through Slurm is not yet supported)")

@@ -76,9 +76,13 @@ class Level(_Strict):
     """What one level of a factor changes: command-line flags, environment variables, and patches (unified
     diffs against the server's installed package, applied before the launch and reverted after it)."""
 
-    flags: dict[str, FlagValue] = Field({}, max_length=MAX_ENTRIES)
-    env: dict[str, StrictStr] = Field({}, max_length=MAX_ENTRIES)
-    patches: list[PathStr] = Field([], max_length=64)
+    flags: dict[str, FlagValue] = Field({}, max_length=MAX_ENTRIES, description=(
+        "flags this level sets on the command, e.g. {--mem-fraction-static: \"0.85\"}; values are strings; true adds "
+        "the flag bare, false removes it"))
+    env: dict[str, StrictStr] = Field({}, max_length=MAX_ENTRIES, description="environment variables this level sets "
+                                                                            "(values are strings)")
+    patches: list[PathStr] = Field([], max_length=64, description="unified diffs against the server's installed "
+                                   "package, applied before the launch and reverted after it")
 
     @field_validator("flags")
     @classmethod
@@ -98,11 +102,14 @@ HostSpec = Annotated[functools.reduce(operator.or_, (t.spec for t in TRANSPORTS.
 
 
 class ReadySpec(_Strict):
-    timeout_s: float = Field(900, gt=0, le=MAX_TIMEOUT_S)
-    health_url: Url | None = None
+    timeout_s: float = Field(900, gt=0, le=MAX_TIMEOUT_S, description="a run not ready after this long is a "
+                                                                       "`timeout`, s")
+    health_url: Url | None = Field(None, description="ready once this answers 200, asked from the server's host, "
+                                                     "e.g. http://127.0.0.1:{port}/health")
     log_pattern: str | None = Field(None, max_length=4096,
                                     description="regex of the ready line; default from the server kind")
-    fatal_patterns: list[Annotated[str, Field(max_length=4096)]] = Field([], max_length=256)
+    fatal_patterns: list[Annotated[str, Field(max_length=4096)]] = Field(
+        [], max_length=256, description="regexes of log lines that mean the launch failed, beyond the kind's own")
 
     @field_validator("log_pattern", "fatal_patterns")
     @classmethod
@@ -121,8 +128,8 @@ class SmokeSpec(_Strict):
 
     url: Url = Field(description="e.g. http://127.0.0.1:{port}/v1/completions")
     body: dict[str, Any] = Field({}, description="sent as JSON: mappings, lists, strings, numbers, true/false, null")
-    timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S)
-    expect_status: int = Field(200, ge=100, le=599)
+    timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S, description="how long to wait for the answer, s")
+    expect_status: int = Field(200, ge=100, le=599, description="the HTTP status a healthy server answers")
 
     @field_validator("body")
     @classmethod
@@ -150,12 +157,15 @@ def _json_problem(value: Any, where: str) -> str | None:
 
 
 class ServerSpec(_Strict):
-    kind: ServerKindName
-    command: list[StrictStr] = Field(min_length=1, max_length=MAX_COMMAND_TOKENS)
-    env: dict[str, StrictStr] = Field({}, max_length=MAX_ENTRIES)
-    ready: ReadySpec = ReadySpec()
-    smoke: SmokeSpec | None = None
-    stop_grace_s: float = Field(10, gt=0, le=MAX_TIMEOUT_S)
+    kind: ServerKindName = Field(description="which server writes the log: its parser, ready line and fatal lines")
+    command: list[StrictStr] = Field(min_length=1, max_length=MAX_COMMAND_TOKENS, description=(
+        "the baseline command as a list of strings; {port}, {run_id}, {host}, {gpus}, {node_rank}, {nnodes} and "
+        "{master_addr} are filled in per run"))
+    env: dict[str, StrictStr] = Field({}, max_length=MAX_ENTRIES, description="environment variables of every run "
+                                                                            "(values are strings)")
+    ready: ReadySpec = Field(ReadySpec(), description="when a run counts as ready, failed or timed out")
+    smoke: SmokeSpec | None = Field(None, description="one request sent once the server is ready")
+    stop_grace_s: float = Field(10, gt=0, le=MAX_TIMEOUT_S, description="after SIGTERM, how long before SIGKILL, s")
 
     _env_names = field_validator("env")(_check_env_names)
 
@@ -173,8 +183,10 @@ class ServerSpec(_Strict):
 class DrainSpec(_Strict):
     """After stopping: wait until every GPU's memory.used is back within tolerance of its preflight value."""
 
-    timeout_s: float = Field(60, ge=0, le=MAX_TIMEOUT_S)
-    tolerance_mib: int = Field(256, ge=0, le=MAX_MIB)
+    timeout_s: float = Field(60, ge=0, le=MAX_TIMEOUT_S, description="how long to wait for the memory to come back, "
+                                                                     "s; a GPU still held then is noted on the run")
+    tolerance_mib: int = Field(256, ge=0, le=MAX_MIB, description="how far above its preflight value a GPU's memory "
+                                                                  "may stay, MiB")
 
 
 class SamplerSpec(_Strict):
@@ -182,29 +194,38 @@ class SamplerSpec(_Strict):
     enough to see allocations that last tens of milliseconds; `kind: none` runs without a GPU trace (a host
     without nvidia-smi: no preflight GPU state, no memory drain, no peaks — the report says so)."""
 
-    kind: Literal["nvidia-smi", "nvml", "none"] = "nvidia-smi"
-    interval_ms: int = Field(100, ge=1, le=3_600_000)
+    kind: Literal["nvidia-smi", "nvml", "none"] = Field("nvidia-smi", description="what samples the GPUs: "
+                                                        "nvidia-smi, NVML (nvidia-ml-py on the host) or nothing")
+    interval_ms: int = Field(100, ge=1, le=3_600_000, description="time between samples, ms")
 
 
 class Experiment(_Strict):
-    experiment: Annotated[str, _slug("experiment name", MAX_EXPERIMENT_CHARS)]
-    question: str = ""
-    hosts: dict[str, HostSpec] = Field(min_length=1)
+    experiment: Annotated[str, _slug("experiment name", MAX_EXPERIMENT_CHARS)] = Field(
+        description="the experiment's name: the folder of its run directories (letters, digits, - _ .)")
+    question: str = Field("", description="what the experiment asks, in words: heads the report, and the verdict "
+                                          "answers it where the measurements allow")
+    hosts: dict[str, HostSpec] = Field(min_length=1, description="the machines, by name; each names its "
+                                                                "`transport:` (sim, local, ssh) and that transport's "
+                                                                "keys")
     host: str | list[str] | None = Field(None, description="the host(s) the runs use; default: the only host. With "
                                          "several, repetition r runs on host r mod n, so every host runs whole replicates")
     nodes: list[str] | None = Field(None, description="a multi-node server: every run spans these hosts, in "
                                                        "node-rank order; excludes `host:`")
     master_addr: Annotated[str, _address("master_addr")] | None = Field(
         None, description="{master_addr} for multi-node servers; default: the address of the first node")
-    server: ServerSpec
-    factors: dict[str, dict[str, Level]] = {}
-    variants: list[dict[str, StrictStr]] | None = None
-    baseline: dict[str, StrictStr] | None = None
-    repetitions: int = Field(1, ge=1, le=1000)
-    drain: DrainSpec = DrainSpec()
+    server: ServerSpec = Field(description="the server: its kind, baseline command, environment, readiness")
+    factors: dict[str, dict[str, Level]] = Field({}, description=(
+        "what to vary: factor name → level name → what the level changes (flags, env, patches); every combination "
+        "of levels is a variant unless `variants:` lists them"))
+    variants: list[dict[str, StrictStr]] | None = Field(None, description=(
+        "only these combinations of levels, e.g. [{custom_ar: on, mem_fraction: \"0.85\"}]; default: all of them"))
+    baseline: dict[str, StrictStr] | None = Field(None, description=(
+        "the variant every effect is measured against, as factor: level; default: each factor's first level"))
+    repetitions: int = Field(1, ge=1, le=1000, description="runs of each variant, interleaved (A B A B …)")
+    drain: DrainSpec = Field(DrainSpec(), description="after each run, wait for the GPUs' memory to come back")
     search: SearchSpec | None = Field(None, description="bisect a numeric flag per stratum instead of running a "
                                       "fixed plan (see the README's threshold search)")
-    sampler: SamplerSpec = SamplerSpec()
+    sampler: SamplerSpec = Field(SamplerSpec(), description="how GPU memory is sampled during a run")
     secrets: list[StrictStr] = Field(
         [], max_length=MAX_ENTRIES,
         description="env variable names and flag names whose values are secret, beyond the built-in name pattern "

@@ -1,0 +1,35 @@
+"""The verdict answers the experiment's question where the measurements allow — on the real H200 run directory
+of examples/ ("how much GPU memory at 0.5 vs 0.9?") — and report.md prints no Python None."""
+
+import shutil
+
+from conftest import ROOT
+from launchlab import answer, report
+
+H200 = ROOT / "examples" / "h200-transformers-kv" / "20261129-232709"
+
+
+def test_the_h200_verdict_answers_how_much_memory_each_memory_percent_took(tmp_path):
+    run_dir = tmp_path / "h200"
+    shutil.copytree(H200, run_dir)
+    report.write_verdict(run_dir)
+    text = (run_dir / "report.md").read_text()
+    verdict_part = text.split("## Outcomes")[0]
+    # 124,197 MiB against 70,049 MiB of nvidia-smi's peak, matched runs, n=2 each side
+    assert "- peak GPU memory (nvidia-smi): `memory_percent=0.9` 121.3 GiB vs `memory_percent=0.5` 68.4 GiB " \
+           "(+52.9 GiB, 1.77×; n=2 vs 2" in verdict_part
+    assert "None" not in text
+    outcomes = text.split("## Outcomes")[1].split("\n## ")[0]
+    assert "peak\\_mem\\_used\\_gib\\_max" in outcomes and "| 121.286 |" in outcomes, "memory in GiB, as in the plots"
+
+
+def test_a_question_about_nothing_measured_gets_no_answer_section():
+    effects = [{"factor": "a", "level": "2", "metric": "peak_mem_used_mib", "mean": 2048.0, "baseline_mean": 1024.0,
+                "diff": 1024.0, "ratio": 2.0, "n": 3, "baseline_n": 3, "strata": ["alone"], "signs_disagree": False}]
+    assert answer.markdown("Which flag makes the launch fail?", effects, {"a": "1"}) == ""
+    assert answer.markdown("", effects, {"a": "1"}) == ""
+    said = answer.markdown("How much memory does a=2 take?", effects, {"a": "1"})
+    assert "`a=2` 2.0 GiB vs `a=1` 1.0 GiB (+1.0 GiB, 2.00×; n=3 vs 3)" in said
+    disagreeing = [{**effects[0], "signs_disagree": True}]
+    assert answer.markdown("How much memory does a=2 take?", disagreeing, {"a": "1"}) == "", \
+        "an effect whose sign differs between strata is not summed up in one line"

@@ -1,0 +1,194 @@
+"""JupyterLab itself, as a new user meets it: `jupyter lab` started here (127.0.0.1, a token, the config `make lab`
+passes) and driven by a real headless Chromium over the DevTools protocol — run_variant.ipynb run top to bottom
+shows its live progress updating and prints its run directory; summary.ipynb then shows the verdict.
+Screenshots are kept in outputs/test-artifacts/."""
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import websocket
+
+from conftest import ROOT
+from test_browser import ARTIFACTS, FLAGS, chromium  # noqa: F401 (the fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what: str, check, timeout: float, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+class Page:
+    """One Chromium tab over the DevTools protocol (a websocket of JSON commands)."""
+
+    def __init__(self, debug_port: int):
+        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{debug_port}/json", timeout=10))
+        url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+        self.ws = websocket.create_connection(url, timeout=60, suppress_origin=True)
+        self.next_id = 0
+
+    def send(self, method: str, **params) -> dict:
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.recv())
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise AssertionError(f"{method}: {message['error']}")
+                return message["result"]
+
+    def js(self, expression: str):
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise AssertionError(f"{expression[:80]}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def screenshot(self, path: Path) -> None:
+        path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"]))
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+def outputs_text(page: Page) -> str:
+    return page.js("[...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea')]"
+                   ".map(e => e.innerText).join('\\n')") or ""
+
+
+@pytest.fixture
+def lab(tmp_path, chromium):  # noqa: F811
+    """A JupyterLab on a copy of the notebooks and params, and a Chromium tab showing it."""
+    shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    shutil.copytree(ROOT / "params", tmp_path / "params")
+    token, port, debug_port = secrets.token_hex(16), free_port(), free_port()
+    env = {**os.environ, "LAUNCHLAB_OUTPUTS": str(tmp_path / "outputs"), "LAUNCHLAB_SIM_ROOT": str(tmp_path / "sim"),
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    root = ["--allow-root"] if os.geteuid() == 0 else []
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         f"--IdentityProvider.token={token}", f"--notebook-dir={tmp_path / 'notebooks'}",
+         f"--config={ROOT / 'jupyter' / 'jupyter_server_config.py'}", "--LabApp.expose_app_in_browser=True", *root],
+        env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "lab.log", "w"), start_new_session=True)
+    browser = None
+    try:
+        wait_for("jupyter lab to answer", lambda: http_ok(f"http://127.0.0.1:{port}/api/status?token={token}"), 120)
+        # the report test's flags, with this machine's JupyterLab let through the blocked name lookups
+        flags = [f if not f.startswith("--host-resolver-rules") else f + ", EXCLUDE 127.0.0.1" for f in FLAGS]
+        browser = subprocess.Popen([chromium, *flags, f"--user-data-dir={tmp_path / 'profile'}",
+                                    f"--remote-debugging-port={debug_port}", "--remote-allow-origins=*",
+                                    "--window-size=1400,1000", "--disable-renderer-backgrounding",
+                                    "--disable-background-timer-throttling",
+                                    "--disable-backgrounding-occluded-windows", "about:blank"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for("chromium's DevTools port", lambda: http_ok(f"http://127.0.0.1:{debug_port}/json/version"), 60)
+        page = Page(debug_port)
+        page.send("Page.enable")
+        page.send("Page.bringToFront")  # a page in the background gets no animation frames: Lab would not redraw
+        page.send("Emulation.setFocusEmulationEnabled", enabled=True)
+        yield page, f"http://127.0.0.1:{port}", token, tmp_path
+        page.close()
+    finally:
+        for proc in (browser, server):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, 15)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, 9)
+                    proc.wait()
+
+
+def panel_of(name: str) -> str:
+    """JavaScript for the notebook panel of a file (Lab's currentWidget is null in a page without focus)."""
+    return f"[...window.jupyterapp.shell.widgets('main')].find(w => w.context && w.context.path === '{name}')"
+
+
+def open_and_run_all(page: Page, base: str, token: str, name: str) -> None:
+    """Open a notebook from its URL, wait until its kernel is up, and run all its cells (Run → Run All Cells)."""
+    page.send("Page.navigate", url=f"{base}/lab/tree/{name}?token={token}")
+    panel = panel_of(name)
+    try:
+        wait_for(f"{name} to open with its kernel", lambda: page.js(
+            f"(() => {{ if (!window.jupyterapp) return false; const w = {panel};"
+            " if (!w) return false; window.jupyterapp.shell.activateById(w.id);"
+            " const k = w.sessionContext.session && w.sessionContext.session.kernel;"
+            " return !!(k && k.status === 'idle' && w.content.widgets.length); })()"), 180)
+    except AssertionError:
+        page.screenshot(ARTIFACTS / f"jupyterlab-stuck-{name}.png")
+        raise
+    # not awaited: the command's promise settles only once every cell has run
+    page.js("window.jupyterapp.commands.execute('notebook:run-all-cells'), true")
+
+
+def test_jupyterlab_runs_the_run_notebook_with_live_progress_and_then_the_summary_with_its_verdict(lab):
+    page, base, token, folder = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    open_and_run_all(page, base, token, "run_variant.ipynb")
+    seen: list[str] = []
+
+    def progress_until_done():
+        text = page.js("[...document.querySelectorAll('.launchlab-progress')].map(e => e.innerText).join('|')") or ""
+        if text and (not seen or seen[-1] != text):
+            seen.append(text)
+        if len(seen) == 3:
+            page.screenshot(ARTIFACTS / "jupyterlab-run-progress.png")
+        return "written to" in outputs_text(page)
+
+    wait_for("the run notebook to finish", progress_until_done, 400, every=0.3)
+    states = [s.split("\n")[0] for s in seen]
+    assert len(seen) >= 3, f"the progress display never updated: {seen}"
+    assert any("watching" in s for s in states) and any("log reached" in s for s in states), states
+    assert "failed (kv_cache_no_memory)" in states[-1], states
+    assert len(page.js("[...document.querySelectorAll('.launchlab-progress')]")) == 1, "one display, updated in place"
+    text = outputs_text(page)
+    run_dir = Path(text.split("run directory: ")[1].split()[0])
+    assert run_dir.parent.parent == folder / "outputs" and (run_dir / "manifest.json").exists()
+    wait_for("the GPU trace and the rank table", lambda: "rank 7" in outputs_text(page)
+             and page.js("document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedImage img')"
+                         ".length") >= 1, 120)
+    page.screenshot(ARTIFACTS / "jupyterlab-run-variant.png")
+
+    open_and_run_all(page, base, token, "summary.ipynb")
+    # Lab draws only the cells in view, so "every cell ran" is read from the notebook's model, not the page
+    outputs = wait_for("every cell of the summary to run", lambda: page.js(
+        "(() => { const w = " + panel_of("summary.ipynb") + "; if (!w) return null; const m = w.content.model;"
+        " const cells = Array.from({length: m.cells.length}, (_, i) => m.cells.get(i)).filter(c => c.type === 'code');"
+        " const k = w.sessionContext.session && w.sessionContext.session.kernel;"
+        " if (!k || k.status !== 'idle' || cells.some(c => c.executionCount === null)) return null;"
+        " return JSON.stringify(cells.map(c => c.outputs.toJSON())); })()"), 300)
+    assert '"ename"' not in outputs, "a cell of the summary failed"
+    assert "1 of 8 planned runs finished" in outputs and run_dir.name in outputs
+    assert "runs/01_custom_ar-off.mem_fraction-0.55_rep1/server.log" in outputs, "the last cell ran"
+    page.js(f"{panel_of('summary.ipynb')}.content.scrollToItem(3)")  # the verdict's cell
+    wait_for("the verdict on the page", lambda: "Inconclusive" in outputs_text(page), 60)
+    page.screenshot(ARTIFACTS / "jupyterlab-summary.png")
+    print(f"screenshots: {ARTIFACTS}/jupyterlab-*.png")

@@ -1,0 +1,39 @@
+"""`make lab`: JupyterLab on the notebooks, started the right way, and templates saved from it without outputs
+(the real jupyter_server contents manager with the config `make lab` passes)."""
+
+import json
+import os
+import subprocess
+
+import nbformat
+from jupyter_server.services.contents.filemanager import FileContentsManager
+from traitlets.config.loader import PyFileConfigLoader
+
+from conftest import ROOT
+from launchlab import nbcheck
+
+
+def executed(source: str) -> dict:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(source, execution_count=3)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="run directory: /tmp/x\n")]
+    nb.cells = [cell]
+    return json.loads(nbformat.writes(nb))
+
+
+def test_a_template_saved_from_lab_loses_its_outputs_and_a_copy_in_a_subfolder_keeps_them(tmp_path):
+    config = PyFileConfigLoader("jupyter_server_config.py", path=str(ROOT / "jupyter")).load_config()
+    manager = FileContentsManager(root_dir=str(tmp_path), config=config)
+    (tmp_path / "mine").mkdir()
+    for path in ("run_variant.ipynb", "mine/copy.ipynb"):
+        manager.save({"type": "notebook", "format": "json", "content": executed("print(1)")}, path)
+    assert nbcheck.dirty_cells(tmp_path / "run_variant.ipynb") == []
+    assert nbcheck.dirty_cells(tmp_path / "mine" / "copy.ipynb") == [0]
+
+
+def test_make_lab_serves_the_notebooks_with_that_config_and_allows_root_only_for_root():
+    plan = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    line = plan.stdout.replace("\\\n", " ")
+    assert "jupyter lab --notebook-dir=notebooks --config=jupyter/jupyter_server_config.py" in line
+    assert ("--allow-root" in line) == (os.geteuid() == 0)
