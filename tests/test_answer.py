@@ -4,7 +4,7 @@ of examples/ ("how much GPU memory at 0.5 vs 0.9?") — and report.md prints no 
 import shutil
 
 from conftest import ROOT
-from launchlab import answer, report
+from launchlab import answer, reportmd
 
 H200 = ROOT / "examples" / "h200-transformers-kv" / "20261129-232709"
 
@@ -12,7 +12,7 @@ H200 = ROOT / "examples" / "h200-transformers-kv" / "20261129-232709"
 def test_the_h200_verdict_answers_how_much_memory_each_memory_percent_took(tmp_path):
     run_dir = tmp_path / "h200"
     shutil.copytree(H200, run_dir)
-    report.write_verdict(run_dir)
+    reportmd.write_verdict(run_dir)
     text = (run_dir / "report.md").read_text()
     verdict_part = text.split("## Outcomes")[0]
     # 124,197 MiB against 70,049 MiB of nvidia-smi's peak, matched runs, n=2 each side

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import DATA, ROOT
-from launchlab import confounds, frames, importer, logfacts, logparse, params, records, report, rundir
+from launchlab import confounds, frames, importer, logfacts, logparse, params, records, reportmd, rundir
 from launchlab.errors import ImportFailed, ParamsError
 from test_real_logs import ENGINE, FIELDS, GRAPH_END, ORACLES, rank_key
 
@@ -126,7 +126,7 @@ def test_a_log_that_ends_during_weight_loading_has_an_unknown_outcome_and_is_lef
     assert record.status == "unknown" and record.failure_reason is None
     assert record.failure_message.startswith("unknown: the log ends during weight loading")
     frames.write(run_dir, frames.build(run_dir, params.load(rundir.RunDir(run_dir).experiment_file)))
-    verdict = report.write_verdict(run_dir)
+    verdict = reportmd.write_verdict(run_dir)
     assert [r["why"] for r in verdict["excluded_runs"]] == ["outcome unknown"] and not verdict["conclusive"]
 
 
@@ -170,7 +170,7 @@ def test_secrets_in_an_imported_log_and_command_are_masked_in_every_file_of_the_
                   "command": "python3 -m sglang.launch_server --api-key sk-live-0123456789 --hf-token hf_abcdefgh"}]})
     run_dir = importer.import_runs(path, tmp_path / "out", summarize=False)
     frames.write(run_dir, frames.build(run_dir, params.load(rundir.RunDir(run_dir).experiment_file)))
-    report.write_verdict(run_dir)
+    reportmd.write_verdict(run_dir)
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(p.name == "server.log" for p in files) and any(p.name == "parsed.json" for p in files)
     for p in files:
@@ -196,7 +196,7 @@ def test_an_nvidia_smi_table_gives_the_gpu_model_and_a_different_one_is_a_confou
     names = [json.loads(directory.run(r).provenance.read_text())["gpus"] for r in directory.manifest()["run_ids"]]
     assert names[0][0]["name"] == "NVIDIA H200" and names[1][0]["name"] == "NVIDIA GeForce RTX 5090"
     frames.write(run_dir, frames.build(run_dir, params.load(directory.experiment_file)))
-    verdict = report.write_verdict(run_dir)
+    verdict = reportmd.write_verdict(run_dir)
     assert any(c["kind"] == "gpu" and "GPU model differs" in c["detail"] for c in verdict["confounds"])
 
 
@@ -221,7 +221,7 @@ def import_real(tmp_path: Path, names: list[str]) -> tuple[Path, dict[str, str]]
         "runs": [{"levels": {"log": f"log{i}"}, "log": str(DATA / "real-logs" / n)} for i, n in enumerate(names)]})
     run_dir = importer.import_runs(path, tmp_path / "out", summarize=False)
     frames.write(run_dir, frames.build(run_dir, params.load(rundir.RunDir(run_dir).experiment_file)))
-    report.write_verdict(run_dir)
+    reportmd.write_verdict(run_dir)
     run_ids = rundir.RunDir(run_dir).manifest()["run_ids"]
     return run_dir, dict(zip(names, run_ids, strict=True))
 

@@ -20,7 +20,8 @@ LAYERS = [
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh", "hosts.slurm",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},
-    {"report", "export", "liveprogress", "runview", "notebooks", "batch", "cli", "__main__", "searchbatch", "importer"},
+    {"reporttables", "report", "reportmd", "export", "liveprogress", "runview", "notebooks", "batch", "cli", "__main__",
+     "searchbatch", "importer"},
 ]
 SPLIT = {"hosts"}  # packages whose submodules are placed one by one
 

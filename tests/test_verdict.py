@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import LAUNCHLAB, write_params
-from launchlab import frames, levelchecks, params, report
+from launchlab import frames, levelchecks, params, reportmd
 
 pytestmark = pytest.mark.slow
 NO_SMI = "the sampler could not start: nvidia-smi not found"
@@ -31,7 +31,7 @@ def rebuild(run_dir: Path) -> dict:
     """What `launchlab report` does before the notebook: frames from the raw files, verdict.json, report.md."""
     exp = params.load(run_dir / "experiment.yaml")
     frames.write(run_dir, frames.build(run_dir, exp))
-    report.write_verdict(run_dir)
+    reportmd.write_verdict(run_dir)
     return json.loads((run_dir / "verdict.json").read_text())
 
 

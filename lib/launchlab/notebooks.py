@@ -113,12 +113,12 @@ def summarize(run_dir: Path, say: Say = stderr) -> Path:
     export summary.html (what `launchlab report` does); return the HTML's path."""
     import papermill  # here: the run kernel imports this module, and these (pandas, matplotlib, nbconvert) cost it seconds
 
-    from launchlab import export, frames, report
+    from launchlab import export, frames, reportmd
 
     directory = rundir.RunDir.check(run_dir)
     exp = params.load(directory.experiment_file)
     frames.write(directory.path, frames.build(directory.path, exp))
-    verdict = report.write_verdict(directory.path)
+    verdict = reportmd.write_verdict(directory.path)
     say(f"launchlab: frames, verdict.json and report.md written ({_verdict_line(verdict)}); rendering the summary")
     nb = directory.summary_notebook
     try:

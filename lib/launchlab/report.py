@@ -1,25 +1,23 @@
-"""The comparison of a run directory: verdict.json, report.md, and what summary.ipynb shows, in the order a
+"""The comparison of a run directory as summary.ipynb shows it (and reportmd.py writes it), in the order a
 reader needs it — verdict, design, confounds, outcomes, effects, budget, timelines, per-run detail."""
 
 from __future__ import annotations
 
-import io
-import math
 import shlex
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from urllib.parse import quote
 
-import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import HTML, Image, Markdown, display
+from IPython.display import HTML, Markdown, display
 from pandas.io.formats.style import Styler
 
 from launchlab import analysis, answer, budget, frames, levelchecks, masking, params, plots, rundir, thresholds, verdict
 from launchlab.errors import RunDirError
-from launchlab.escaping import html_text, md, md_block, md_code
+from launchlab.escaping import html_text, md, md_code
 from launchlab.logparse.kinds import KINDS
+from launchlab.reporttables import effects_in_gib, in_gib, log_tail, plain, show, styled
 
 IMPORTED_NOTE = ("IMPORTED runs: made by hand and brought in with `launchlab import`. The kit did not watch "
                  "them — preflight GPU state, installed files and package versions, environment and startup time are "
@@ -99,7 +97,7 @@ class Report:
 
     @cached_property
     def verdict(self) -> dict:
-        rows = [{k: _plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
+        rows = [{k: plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
         built = verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
                               self.baseline_name, self.facts, rows, self.exp.drain.tolerance_mib,
                               self.planned, self.level_checks, self.parsed, levelchecks.declared_args(self.exp))
@@ -123,7 +121,7 @@ class Report:
     def threshold_verdict(self) -> dict:
         spec = self.exp.search
         assert spec is not None
-        strata = [{k: _plain(v) for k, v in row.items()} for row in self.thresholds.to_dict("records")]
+        strata = [{k: plain(v) for k, v in row.items()} for row in self.thresholds.to_dict("records")]
         return {"flag": spec.flag, "low": spec.low, "high": spec.high, "resolution": spec.resolution,
                 "outcome": spec.outcome, "strata": strata,
                 "differences": thresholds.differences(self.thresholds, self.manifest["baseline"], spec.flag)}
@@ -133,7 +131,7 @@ class Report:
                         "(this experiment is not a threshold search)")
 
     def thresholds_table(self) -> Styler:
-        return _table(self.thresholds, precision=4)
+        return styled(self.thresholds, precision=4)
 
     def threshold_plot(self):
         """Outcome against the flag's value per stratum (None for a fixed plan or before any probe finished)."""
@@ -181,12 +179,12 @@ class Report:
     def level_checks_table(self) -> Styler:
         checks = self.verdict["level_checks"]
         if not checks:
-            return _table(pd.DataFrame({"note": ["no level sets a flag the server's log records, and no factor is "
+            return styled(pd.DataFrame({"note": ["no level sets a flag the server's log records, and no factor is "
                                                  "about custom all-reduce: nothing to check"]}))
         frame = pd.DataFrame([{"factor": c["factor"], "level": c["level"], "check": c["check"],
                                "confirmed": len(c["runs_confirmed"]), "contradicted": len(c["runs_contradicted"]),
                                "not shown": len(c["runs_unknown"]), "detail": c["detail"]} for c in checks])
-        return _table(frame)
+        return styled(frame)
 
     @property
     def imported(self) -> bool:
@@ -234,25 +232,25 @@ class Report:
         return Markdown("**The comparison is not controlled.**\n\n" + "\n".join(lines))
 
     def outcomes(self) -> Styler:
-        return _table(in_gib(analysis.outcomes(self.frames.runs, self.factors, self.planned)))
+        return styled(in_gib(analysis.outcomes(self.frames.runs, self.factors, self.planned)))
 
     def outcome_grid(self) -> None:
         fig = plots.outcome_grid(self.observations, self.factors)
         if fig is not None:
             a, b = self.factors
-            _show(fig, f"Heatmap: the share of ready runs for every combination of {a} and {b}")
+            show(fig, f"Heatmap: the share of ready runs for every combination of {a} and {b}")
 
     def deciders(self) -> Styler:
-        return _table(analysis.outcome_deciders(self.frames.runs, self.factors, self.planned))
+        return styled(analysis.outcome_deciders(self.frames.runs, self.factors, self.planned))
 
     def effects(self) -> Styler:
         effects = pd.DataFrame(analysis.factor_effects(self.frames.runs, self.frames.events, self.factors,
                                                        self.baseline_levels, self.planned))
         if effects.empty:
-            return _table(pd.DataFrame({"note": ["no metric was measured on both sides of any factor in one stratum"]}))
+            return styled(pd.DataFrame({"note": ["no metric was measured on both sides of any factor in one stratum"]}))
         effects["strata"] = effects["strata"].map("; ".join)
-        effects = _effects_in_gib(effects)
-        return _table(effects[["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
+        effects = effects_in_gib(effects)
+        return styled(effects[["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
                                "baseline_n", "baseline_mean", "diff", "ratio", "signs_disagree"]], precision=3)
 
     def warnings(self) -> Markdown:
@@ -281,7 +279,7 @@ class Report:
         summary = self.budget_summary()
         if summary.empty:  # the intro above already says why; an empty table would only look broken
             return Markdown("")
-        return _table(summary, precision=3)
+        return styled(summary, precision=3)
 
     def budget_gap(self) -> Markdown:
         if self.budget.empty:
@@ -296,7 +294,7 @@ class Report:
             return Markdown("")
         display(Markdown("Per-variant means of the memory lines the server printed (GiB as printed; SGLang's `GB` "
                          "is GiB), with the ranks that disagree named."))
-        return _table(memory)
+        return styled(memory)
 
     def budget_plot(self) -> None:
         """The stacked budget per variant, when the server's log gave the numbers (nothing otherwise)."""
@@ -304,7 +302,7 @@ class Report:
         if memory.empty or not memory.columns.isin([c for c, _, _ in plots.BUDGET_PARTS]).any():
             return
         card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
-        _show(plots.memory_budget(memory, card), "Stacked bars: where each variant's GPU memory went, per the "
+        show(plots.memory_budget(memory, card), "Stacked bars: where each variant's GPU memory went, per the "
                                                   "server's log (distributed init, weights, KV cache, CUDA graphs, free)")
 
     def timeline(self) -> None:
@@ -315,11 +313,11 @@ class Report:
             display(Markdown(f"No GPU trace: {why}. Peak memory figures are missing (not 0)."))
             return None
         fig = plots.memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated)
-        _show(plots.mark_phases(fig, self.frames.events, self.frames.runs),
+        show(plots.mark_phases(fig, self.frames.events, self.frames.runs),
               "Line plots: GPU memory used over time, one panel per variant, one line per run coloured by outcome")
 
     def failures(self) -> Styler:
-        return _table(analysis.failures(self.frames.runs))
+        return styled(analysis.failures(self.frames.runs))
 
     def failure_logs(self, lines: int = 20) -> HTML:
         """The last lines of the server log of every run that did not become ready."""
@@ -332,7 +330,7 @@ class Report:
         return HTML("\n".join(parts) or "<p>Every run became ready.</p>")
 
     def runs_table(self) -> Styler:
-        return _table(in_gib(self.frames.runs))
+        return styled(in_gib(self.frames.runs))
 
     def run_links(self) -> HTML:
         """Relative links to each run's raw files (they work where the run directory is opened whole)."""
@@ -344,75 +342,6 @@ class Report:
                      for f in files if f.exists()]
             items.append(f"<li>{html_text(run_id)}: {' · '.join(links) or 'no files (the run never started)'}</li>")
         return HTML(f"<ul>{''.join(items)}</ul>")
-
-
-def _plain(value):
-    """A value JSON can hold (NaN → None, numpy scalars → Python)."""
-    if value is None:
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-def _show(fig, alt: str) -> None:
-    """A figure as a PNG with alternative text (nbconvert's placeholder says nothing), closed afterwards so the
-    inline backend does not show it a second time."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    display(Image(data=buffer.getvalue(), format="png", metadata={"alt": alt}))
-
-
-def in_gib(frame: pd.DataFrame) -> pd.DataFrame:
-    """Memory columns in GiB, the unit of the plots and the server logs (`peak_mem_used_mib` → `_gib`)."""
-    mib = [c for c in frame.columns if isinstance(c, str) and "_mib" in c]
-    out = frame.copy()
-    for column in mib:
-        out[column] = pd.to_numeric(out[column], errors="coerce") / 1024
-    return out.rename(columns={c: c.replace("_mib", "_gib") for c in mib})
-
-
-def _effects_in_gib(effects: pd.DataFrame) -> pd.DataFrame:
-    """The effects rows of a MiB metric in GiB (the ratio is the same in either unit)."""
-    rows = effects["metric"].astype(str).str.contains("_mib")
-    for column in ("mean", "sd", "min", "max", "baseline_mean", "diff"):
-        if column in effects:
-            effects[column] = effects[column].astype(float)
-            effects.loc[rows, column] = effects.loc[rows, column] / 1024
-    effects.loc[rows, "metric"] = effects.loc[rows, "metric"].str.replace("_mib", "_gib")
-    return effects
-
-
-def _table(frame: pd.DataFrame, precision: int = 2) -> Styler:
-    """A table as the report shows it: no index column, fixed decimals, long texts in full, NaN as blank, and
-    every cell and header HTML-escaped (cells hold log lines and params values)."""
-    frame = frame.rename(columns=lambda c: html_text(c))
-    return frame.style.hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
-
-
-def log_tail(path: Path, lines: int = 20) -> str:
-    """The last lines of a (possibly huge) log file."""
-    with open(path, "rb") as fh:
-        fh.seek(max(0, path.stat().st_size - 64 * 1024))
-        return "\n".join(fh.read().decode("utf-8", errors="replace").splitlines()[-lines:])
-
-
-def _markdown_table(frame: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table, every cell escaped (pandas' to_markdown needs an extra package)."""
-    def cell(v) -> str:
-        if v is None:
-            return ""
-        if isinstance(v, float):
-            return "" if math.isnan(v) else f"{v:.3f}"
-        return md(v)
-
-    head = "| " + " | ".join(md(c) for c in frame.columns) + " |"
-    rule = "|" + "---|" * len(frame.columns)
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([head, rule, *body])
 
 
 # the telemetry columns the report reads: a 200-run directory has millions of samples, and their GPU UUIDs alone
@@ -430,47 +359,3 @@ def load(run_dir: str | Path = "") -> Report:
     except RunDirError:  # a run notebook's own folder, or a batch still running: read what the runs left
         tables = frames.build(path, exp)
     return Report(path, exp, directory.manifest(), tables)
-
-
-def write_verdict(run_dir: Path) -> dict:
-    """verdict.json and report.md (for pasting into an issue) from the frames of a run directory."""
-    rep = load(run_dir)
-    v = rep.verdict
-    directory = rundir.RunDir(rep.run_dir)
-    rundir.write_json(directory.verdict_file, v)
-    text = [f"# {md(rep.exp.experiment)}", "", f"Question: {md(rep.exp.question)}", ""]
-    if rep.exp.simulated:
-        text += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]
-    if rep.imported:
-        text += [f"> {md(IMPORTED_NOTE)}", ""]
-    text += [rep.verdict_markdown(), ""]
-    if v["excluded_runs"]:
-        text += ["## Runs that are not observations", ""]
-        text += [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in v["excluded_runs"]] + [""]
-    text += ["## Outcomes", "", _markdown_table(in_gib(analysis.outcomes(rep.frames.runs, rep.factors, rep.planned))),
-             ""]
-    if v["level_checks"]:
-        checks = pd.DataFrame([{"factor": c["factor"], "level": c["level"], "check": c["check"],
-                                "confirmed": len(c["runs_confirmed"]), "contradicted": len(c["runs_contradicted"]),
-                                "not shown": len(c["runs_unknown"])} for c in v["level_checks"]])
-        text += ["## Did each level take effect? (the server's own log)", "", _markdown_table(checks), ""]
-    if v["confounds"]:
-        text += ["## Confounds", ""] + [f"- {md(c['kind'])}: {md(c['detail'])}" for c in v["confounds"]] + [""]
-    if v["warnings"]:
-        text += ["## Warnings", ""] + [f"- {md(w)}" for w in v["warnings"]] + [""]
-    if "thresholds" in v:
-        text += [thresholds.markdown(v["thresholds"]), ""]
-        rundir.write_frame(directory.thresholds_frame, rep.thresholds)
-    summary = rep.budget_summary()
-    if not summary.empty:
-        text += ["## Memory budget (from the server's log)", "", _markdown_table(summary), ""]
-    text += ["## Commands", ""]
-    masker = masking.for_experiment(rep.exp)
-    for run_id, variant, command in rep.imported_commands() if rep.imported else []:
-        text += [f"{md(run_id)} ({md(variant)}):", "", md_block(command, "sh"), ""]
-    for variant in params.expand(rep.exp) if not rep.imported else []:
-        argv = masker.argv(params.apply_flags(list(rep.exp.server.command), variant.flags),
-                           rep.exp.secrets)
-        text += [f"{md(variant.name)}:", "", md_block(shlex.join(argv), "sh"), ""]
-    rundir.write_text(directory.report_md, "\n".join(text))
-    return v
