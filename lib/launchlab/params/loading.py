@@ -201,7 +201,7 @@ def dump_resolved(exp: Experiment, masked: bool = False) -> str:
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     if yaml.safe_load(text) != data:
         # PyYAML writes a few characters (NEL, U+2028, …) raw that it then reads as line breaks; escaped
-        # as \N, \L, \uXXXX in double quotes, every string reads back as written
+        # as \N, \L or \u and four hex digits in double quotes, every string reads back as written
         text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False)
     return text
 
