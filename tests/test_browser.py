@@ -32,10 +32,13 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "outputs" / "test-artifacts"  
 
 def test_the_report_renders_offline_with_its_tables_and_plots(chromium, demo_run, tmp_path):
     run_dir, _ = demo_run
-    # a copy with a probe that records, once loaded, whether every image decoded
+    # a copy with a probe that records, once loaded, whether every figure drew: PNGs decoded, inline SVG charts
+    # laid out with a size
     probe = ("<script>window.addEventListener('load', () => { const imgs = [...document.images]; "
-             "document.body.setAttribute('data-images', imgs.length + ':' + "
-             "imgs.filter(i => i.complete && i.naturalWidth > 0).length); });</script></body>")
+             "const svgs = [...document.querySelectorAll('[role=img] svg')]; "
+             "document.body.setAttribute('data-images', (imgs.length + svgs.length) + ':' + "
+             "(imgs.filter(i => i.complete && i.naturalWidth > 0).length "
+             "+ svgs.filter(s => s.getBoundingClientRect().width > 50).length)); });</script></body>")
     page = tmp_path / "summary.html"
     page.write_text((run_dir / "summary.html").read_text().replace("</body>", probe))
     url = page.as_uri()
@@ -47,8 +50,9 @@ def test_the_report_renders_offline_with_its_tables_and_plots(chromium, demo_run
     assert "Outcome" in dom.stdout and "Verdict" in dom.stdout
     assert "kv_cache_no_memory" in dom.stdout
     assert "2/2 ready" in dom.stdout and "0/2 ready" in dom.stdout
+    assert "Threshold search" not in dom.stdout, "a fixed plan shows no (empty) threshold-search section"
     images = re.search(r'data-images="(\d+):(\d+)"', dom.stdout)
-    assert images and int(images.group(1)) >= 3 and images.group(1) == images.group(2), "an image did not render"
+    assert images and int(images.group(1)) >= 3 and images.group(1) == images.group(2), "a figure did not render"
     # Chromium itself calls Google services (updates, accounts, time) whatever the page; everything else would
     # have come from the report. None may be there.
     urls = set(re.findall(r'"url":"([a-z]+://[^/"]*)', netlog.read_text())) if netlog.exists() else set()
@@ -68,9 +72,9 @@ def test_the_report_renders_offline_with_its_tables_and_plots(chromium, demo_run
     print(f"screenshot of the report: {ARTIFACTS / 'summary.png'}")
 
 
-# Measured by the page itself once laid out at 1400 px: its title, the images' alternative text, and every table
-# wider than the page that is not inside a container scrolling sideways (the figures' own label overlaps are
-# measured on the figures: tests/test_plots.py).
+# Measured by the page itself once laid out at 1400 px: its title, the figures' alternative text, every table wider
+# than the page that is not inside a container scrolling sideways, and in every chart (inline SVG whose text the
+# browser lays out) the tick labels, axis labels and legend that overlap one another.
 LAYOUT_PROBE = """<script>window.addEventListener('load', () => {
   const page = document.documentElement.clientWidth;
   const scrolls = (el) => { for (let p = el.parentElement; p; p = p.parentElement) {
@@ -78,28 +82,72 @@ LAYOUT_PROBE = """<script>window.addEventListener('load', () => {
       if ((o === 'auto' || o === 'scroll') && p.clientWidth <= page) return true; } return false; };
   const cut = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().width > page && !scrolls(t));
   const wide = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().width > page);
-  const alts = [...document.images].map(i => i.getAttribute('alt') || '');
+  const alts = [...document.images].map(i => i.getAttribute('alt') || '')
+    .concat([...document.querySelectorAll('[role=img]')].map(f => f.getAttribute('aria-label') || ''));
+  const box = (els) => els.map(e => ({text: e.textContent.trim(), r: e.getBoundingClientRect()}))
+    .filter(b => b.text && b.r.width > 0);
+  const hit = (a, b) => Math.min(a.r.right, b.r.right) - Math.max(a.r.left, b.r.left) > 0.5
+    && Math.min(a.r.bottom, b.r.bottom) - Math.max(a.r.top, b.r.top) > 0.5;
+  const overlaps = [];
+  let labels = 0;
+  document.querySelectorAll('[role=img] svg g[id^=axes_]').forEach((axes) => {
+    const svg = axes.ownerSVGElement;
+    const ticks = (axis) => box([...axes.querySelectorAll(`g[id^=${axis}tick_] text`)]);
+    const named = box([...axes.querySelectorAll('g[id$=label] text')]);
+    const legend = [...svg.querySelectorAll('g[id^=legend_]')].map(g => ({text: 'legend', r: g.getBoundingClientRect()}));
+    const groups = [ticks('x'), ticks('y'), [...ticks('x'), ...ticks('y'), ...named, ...legend]];
+    labels += groups[2].length;
+    groups.forEach((group, g) => group.forEach((a, i) => group.slice(i + 1).forEach((b) => {
+      if (hit(a, b) && !(g === 2 && a.text === b.text)) overlaps.push(a.text + ' / ' + b.text); })));
+  });
   document.body.setAttribute('data-layout', JSON.stringify({title: document.title, page, wide: wide.length,
-    cut: cut.map(t => t.innerText.slice(0, 80)), alts}));
+    cut: cut.map(t => t.innerText.slice(0, 80)), alts, labels, overlaps: [...new Set(overlaps)]}));
 });</script></body>"""
 
 
-def test_the_report_is_titled_after_the_experiment_its_images_say_what_they_show_and_wide_tables_scroll(
-        chromium, demo_run, tmp_path):
+def layout(chromium, html_text: str, tmp_path: Path) -> dict:
+    """What LAYOUT_PROBE measured on the page laid out at 1400 px by headless Chromium."""
     import html
     import json
 
-    run_dir, _ = demo_run
-    page = tmp_path / "summary.html"
-    page.write_text((run_dir / "summary.html").read_text().replace("</body>", LAYOUT_PROBE))
+    page = tmp_path / "page.html"
+    page.write_text(html_text.replace("</body>", LAYOUT_PROBE))
     dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2400",
                           "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
                          capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    layout = json.loads(html.unescape(re.search(r'data-layout="([^"]*)"', dom.stdout).group(1)))
-    assert layout["title"] == "demo-custom-ar-vs-mem-fraction — launchlab report"
-    assert len(layout["alts"]) >= 3
-    assert all(alt and "No description" not in alt for alt in layout["alts"]), layout["alts"]
-    assert layout["page"] <= 1400
-    assert layout["wide"] >= 1, "the effects table is wider than 1400 px: the check below has something to check"
-    assert layout["cut"] == [], f"tables wider than the page without a scroll container: {layout['cut']}"
+    return json.loads(html.unescape(re.search(r'data-layout="([^"]*)"', dom.stdout).group(1)))
+
+
+def test_the_report_is_titled_after_the_experiment_its_figures_say_what_they_show_labels_never_overlap_and_wide_tables_scroll(
+        chromium, demo_run, tmp_path):
+    run_dir, _ = demo_run
+    found = layout(chromium, (run_dir / "summary.html").read_text(), tmp_path)
+    assert found["title"] == "demo-custom-ar-vs-mem-fraction — launchlab report"
+    assert len(found["alts"]) >= 3
+    assert all(alt and "No description" not in alt for alt in found["alts"]), found["alts"]
+    assert found["page"] <= 1400
+    assert found["wide"] >= 1, "the effects table is wider than 1400 px: the check below has something to check"
+    assert found["cut"] == [], f"tables wider than the page without a scroll container: {found['cut']}"
+    # the outcome grid and the budget chart: their tick labels, axis labels and legend, as Chromium laid them out
+    assert found["labels"] >= 10, "the charts' labels were not found as text: the overlap check would be empty"
+    assert found["overlaps"] == [], f"labels that overlap on the page: {found['overlaps']}"
+
+
+def test_the_layout_probe_finds_tick_labels_that_overlap(chromium, tmp_path):
+    """The check above can fail: a chart whose x tick labels are long and close together is caught."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from launchlab.escaping import inline_svg
+    from launchlab.reporttables import figure_svg
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.bar(range(4), [1, 2, 3, 4])
+    ax.set_xticks(range(4), [f"a-rather-long-level-name-{i}" for i in range(4)])
+    page = f'<html><body><div role="img" aria-label="bars">{inline_svg(figure_svg(fig))}</div></body></html>'
+    found = layout(chromium, page, tmp_path)
+    assert found["alts"] == ["bars"]
+    assert "a-rather-long-level-name-0 / a-rather-long-level-name-1" in found["overlaps"], found

@@ -5,7 +5,7 @@ import html
 import pytest
 from nbconvert.filters.markdown_mistune import markdown2html_mistune as render
 
-from launchlab.escaping import html_text, md, md_block, md_code
+from launchlab.escaping import html_text, inline_svg, md, md_block, md_code
 
 HOSTILE = [
     "<img src=x onerror=alert(1)>",
@@ -39,3 +39,24 @@ def test_a_code_block_is_longer_than_any_fence_inside_it():
 
 def test_html_text_escapes_quotes_for_attributes():
     assert html_text('"><script>') == "&quot;&gt;&lt;script&gt;"
+
+
+HOSTILE_SVG = """<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink"
+ onload="alert(1)"><script>alert(2)</script><style>@import url(http://evil.example/x.css);</style>
+<g id="axes_1"><text onclick="alert(3)" style="background:url(http://evil.example/t.png)">level &lt;b&gt;</text>
+<a xlink:href="javascript:alert(4)"><rect width="5" height="5"/></a><foreignObject><div>x</div></foreignObject>
+<image xlink:href="http://evil.example/i.png"/><image xlink:href="data:image/png;base64,AAAA"/>
+<use xlink:href="#p1"/></g><style>*{stroke-linejoin: round}</style></svg>"""
+
+
+def test_an_inline_chart_keeps_its_drawing_and_text_and_loses_scripts_handlers_links_and_remote_styles():
+    clean = inline_svg(HOSTILE_SVG)
+    for gone in ("script", "alert", "evil.example", "javascript", "foreignObject", "<a ", "onload", "onclick"):
+        assert gone not in clean, gone
+    assert "level &lt;b&gt;" in clean and 'id="axes_1"' in clean  # the text stays text, escaped
+    assert "data:image/png;base64,AAAA" in clean and 'href="#p1"' in clean and "stroke-linejoin" in clean
+
+
+def test_what_is_not_an_svg_document_is_refused():
+    with pytest.raises(ValueError):
+        inline_svg("<html xmlns='http://www.w3.org/1999/xhtml'><body/></html>")

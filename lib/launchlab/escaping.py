@@ -40,3 +40,47 @@ def md_block(text: str, info: str = "text") -> str:
 def html_text(text: object) -> str:
     """Text for an HTML element or attribute."""
     return html.escape(str(text), quote=True)
+
+
+# A figure the report draws is inline SVG (so a browser lays out its text and a test can measure it); its text
+# can hold a factor level or a variant name from a params file. Matplotlib escapes that text, and this keeps only
+# the drawing elements a matplotlib figure uses, so even a tampered notebook output cannot bring a script, an
+# event handler, a foreign object or a link into the shared page.
+_SVG = "http://www.w3.org/2000/svg"
+_XLINK = "http://www.w3.org/1999/xlink"
+_SVG_ELEMENTS = {"svg", "g", "path", "defs", "use", "clipPath", "rect", "text", "tspan", "image", "title", "desc",
+                 "style", "line", "polyline", "polygon", "circle", "ellipse", "linearGradient", "stop", "pattern"}
+
+
+def _safe_href(value: str) -> bool:
+    return value.startswith("#") or value.startswith("data:image/png;base64,")
+
+
+def inline_svg(svg: str) -> str:
+    """An SVG document as inert markup for an HTML page: only drawing elements, no `on…` attribute, links only
+    to the figure's own parts or embedded PNG data, no style that imports or fetches."""
+    import xml.etree.ElementTree as ET
+
+    ET.register_namespace("", _SVG)
+    ET.register_namespace("xlink", _XLINK)
+    root = ET.fromstring(svg.encode())
+
+    def clean(element) -> None:
+        for child in list(element):
+            tag = child.tag.split("}")[-1] if isinstance(child.tag, str) else ""
+            risky_style = tag == "style" and re.search(r"@import|url\(\s*['\"]?(?!#)", child.text or "")
+            if tag not in _SVG_ELEMENTS or not child.tag.startswith("{" + _SVG) or risky_style:
+                element.remove(child)
+                continue
+            clean(child)
+        for name in list(element.attrib):
+            local = name.split("}")[-1].lower()
+            value = element.attrib[name]
+            if local.startswith("on") or (local == "href" and not _safe_href(value.strip())) \
+                    or (local == "style" and re.search(r"url\(\s*['\"]?(?!#)|expression", value)):
+                del element.attrib[name]
+
+    if root.tag != f"{{{_SVG}}}svg":
+        raise ValueError("not an SVG document")
+    clean(root)
+    return ET.tostring(root, encoding="unicode")

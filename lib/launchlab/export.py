@@ -10,6 +10,7 @@ from nbconvert import HTMLExporter
 
 from launchlab import rundir
 from launchlab.errors import RunDirError
+from launchlab.escaping import inline_svg
 
 TEMPLATES = Path(__file__).parent / "templates"
 # Anything that would make a browser reach out: a remote script/style/image/frame, or a module import.
@@ -27,6 +28,7 @@ def notebook_to_html(notebook: Path, html_path: Path, title: str | None = None) 
     exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
                             exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
                             embed_images=True)
+    exporter.register_filter("inline_svg", inline_svg)
     nb = nbformat.read(str(notebook), as_version=4)
     if title:
         nb.metadata["title"] = title  # the template escapes it

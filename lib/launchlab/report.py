@@ -26,6 +26,12 @@ IMPORTED_NOTE = ("IMPORTED runs: made by hand and brought in with `launchlab imp
 NOT_GIVEN = "(not given: not observed (imported))"
 
 
+THRESHOLD_INTRO = ("## Threshold search\n\nFor a params file with `search:`: per stratum, the interval of the "
+                   "searched flag between the highest value that did not start and the lowest that did, next to the "
+                   "break-even the server's own memory numbers predict; strata whose outcome was noisy or not monotone "
+                   "in the flag are named with their runs.")
+
+
 @dataclass(frozen=True)
 class Report:
     run_dir: Path
@@ -126,20 +132,21 @@ class Report:
                 "outcome": spec.outcome, "strata": strata,
                 "differences": thresholds.differences(self.thresholds, self.manifest["baseline"], spec.flag)}
 
-    def thresholds_text(self) -> Markdown:
-        return Markdown(thresholds.markdown(self.threshold_verdict) if self.exp.search else
-                        "(this experiment is not a threshold search)")
-
-    def thresholds_table(self) -> Styler:
-        return styled(self.thresholds, precision=4)
-
-    def threshold_plot(self):
-        """Outcome against the flag's value per stratum (None for a fixed plan or before any probe finished)."""
-        if self.exp.search is None or self.frames.runs.empty:
-            return None
+    def threshold_search(self) -> None:
+        """The search's section: interval per stratum, the table and the probes' plot — and nothing at all for a
+        fixed plan (an empty section would read as a missing result)."""
+        spec = self.exp.search
+        if spec is None:
+            return
+        display(Markdown(THRESHOLD_INTRO + "\n\n" + thresholds.markdown(self.threshold_verdict)))
+        display(styled(self.thresholds, precision=4))
+        if self.frames.runs.empty:
+            return
         stratum_of = {p["run_id"]: p.get("stratum") for p in self.planned}
-        return plots.threshold_outcomes(self.frames.runs, stratum_of, self.exp.search.factor, self.exp.search.flag,
-                                        self.thresholds, self.exp.simulated)
+        fig = plots.threshold_outcomes(self.frames.runs, stratum_of, spec.factor, spec.flag, self.thresholds,
+                                       self.exp.simulated)
+        show(fig, f"Dots: the outcome of every probe run against {spec.flag}, one row per stratum; shaded: the "
+                  "interval found; black tick: the break-even the log's numbers predict")
 
     # -- sections ---------------------------------------------------------------------------------------
 
@@ -314,7 +321,8 @@ class Report:
             return None
         fig = plots.memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated)
         show(plots.mark_phases(fig, self.frames.events, self.frames.runs),
-              "Line plots: GPU memory used over time, one panel per variant, one line per run coloured by outcome")
+             "Line plots: GPU memory used over time, one panel per variant, one line per run coloured by outcome",
+             raster=True)
 
     def failures(self) -> Styler:
         return styled(analysis.failures(self.frames.runs))

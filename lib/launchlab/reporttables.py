@@ -1,5 +1,5 @@
 """How the report formats what it shows: memory in GiB, escaped tables (HTML Stylers and Markdown), figures as
-PNGs with alternative text, the end of a log. Shared by the notebook's sections (report.py) and report.md
+SVG or PNG with alternative text, the end of a log. Shared by the notebook's sections (report.py) and report.md
 (reportmd.py); every string from a log, a host or a params file is escaped here."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import Image, display
+from IPython.display import SVG, Image, display
 from pandas.io.formats.style import Styler
 
 from launchlab.escaping import html_text, md
@@ -27,9 +27,25 @@ def plain(value):
     return value
 
 
-def show(fig, alt: str) -> None:
-    """A figure as a PNG with alternative text (nbconvert's placeholder says nothing), closed afterwards so the
-    inline backend does not show it a second time."""
+def figure_svg(fig) -> str:
+    """A figure as SVG whose text stays text (not outlines), so the page lays it out and a browser test can measure
+    where each label lands; closed afterwards so the inline backend does not show it a second time."""
+    for ax in fig.axes:  # named groups in the SVG, found by tests/test_browser.py's overlap check
+        ax.xaxis.label.set_gid("xlabel")
+        ax.yaxis.label.set_gid("ylabel")
+    buffer = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "launchlab"}):  # salt: the same ids every run
+        fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def show(fig, alt: str, raster: bool = False) -> None:
+    """A figure with alternative text (nbconvert's placeholder says nothing): SVG for charts, PNG (`raster`) for
+    dense line plots, where thousands of points would make the page heavy."""
+    if not raster:
+        display(SVG(data=figure_svg(fig), metadata={"alt": alt}))
+        return
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
