@@ -213,12 +213,16 @@ REAL = {
 }
 
 
-def import_real(tmp_path: Path, names: list[str]) -> tuple[Path, dict[str, str]]:
+def import_real(tmp_path: Path, names: list[str], versions: dict[str, str] | None = None) -> tuple[Path, dict[str, str]]:
+    """versions: what the user declares for some logs (`version:` of a run in the imports file)."""
     levels = {f"log{i}": {} for i in range(len(names))}
+    runs = [{"levels": {"log": f"log{i}"}, "log": str(DATA / "real-logs" / n)} for i, n in enumerate(names)]
+    for run, name in zip(runs, names, strict=True):
+        if name in (versions or {}):
+            run["version"] = versions[name]
     path = write_imports(tmp_path, {
         "experiment": "real-logs", "server": {"kind": "auto"}, "factors": {"log": levels},
-        "baseline": {"log": "log0"},
-        "runs": [{"levels": {"log": f"log{i}"}, "log": str(DATA / "real-logs" / n)} for i, n in enumerate(names)]})
+        "baseline": {"log": "log0"}, "runs": runs})
     run_dir = importer.import_runs(path, tmp_path / "out", summarize=False)
     frames.write(run_dir, frames.build(run_dir, params.load(rundir.RunDir(run_dir).experiment_file)))
     reportmd.write_verdict(run_dir)
@@ -267,8 +271,35 @@ def test_real_vllm_logs_of_both_engine_generations_and_pythons_are_a_version_con
     assert "3.10: " in python
     total = by_label["GPU memory total in GiB (from the server log)"]["detail"]
     assert f"23.58: {run_of['vllm-pr14447-v0-tp4-memory-profiling-workers.log']}" in total and "79.11: " in total
-    # no version number is stated in these excerpts: none is reported (the INDEX's versions are inferred)
-    assert "server version (from the server log)" not in by_label
+    # no version number is stated in these excerpts and none was declared: none is reported
+    assert not [label for label in by_label if label.startswith("server version")]
+
+
+def test_versions_declared_for_real_logs_that_do_not_print_them_are_a_named_version_confound(tmp_path):
+    # what the users of these threads said they ran: vLLM 0.4.1 (issue 4429, stated), 0.8.5 (issue 17431: the
+    # environment `python_vllm_env_085`); the other logs are left without a version
+    old, new = "vllm-issue4429-v0.4.1-tp2-initialize-cache-error.log", "vllm-issue17431-v1-0.8.5-enginecore-failed-to-start.log"
+    run_dir, run_of = import_real(tmp_path, REAL["vllm"], {old: "0.4.1", new: "0.8.5"})
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    [version] = [c for c in verdict["confounds"] if c["detail"].startswith("server version")]
+    declared = ", ".join(sorted([run_of[old], run_of[new]]))
+    assert version["detail"].startswith(f"server version (from the server log; declared in the imports file for {declared})")
+    assert f"0.4.1: {run_of[old]}" in version["detail"] and f"0.8.5: {run_of[new]}" in version["detail"]
+    assert version["runs"] == [run_of[old]]  # the runs of all but the first value (0.8.5 comes first in run order)
+    assert verdict["controlled"] is False
+    events = pd.read_parquet(run_dir / "events.parquet")  # the declaration adds no parsed fact
+    assert not (events["field"].astype(str).str.contains("version")).any()
+
+
+def test_a_declared_version_the_log_contradicts_is_named_and_the_logs_version_is_used():
+    logs = ["baseline_debug_nocar.log", "car_085.log"]
+    parsed = {name: parsed_of(LOGS / name) for name in logs}
+    facts = {"baseline_debug_nocar.log": {"declared": {"server_version": "0.5.8"}},
+             "car_085.log": {"declared": {"server_version": "0.5.6"}}}
+    found = confounds.log_differences(logs, parsed, {"mem_fraction_static", "disable_custom_all_reduce"}, facts)
+    assert found == [{"kind": "declared", "runs": ["car_085.log"],
+                      "detail": "run car_085.log: the imports file declares server version 0.5.6, but its log states "
+                                "0.5.8 (the log's is used)"}]
 
 
 # --- the log confounds, for launched runs too -------------------------------------------------------------------

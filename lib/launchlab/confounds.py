@@ -147,20 +147,41 @@ def unreproducible_baseline(runs: pd.DataFrame, baseline_variant: str) -> list[d
                        + ", ".join(f"{r}: {s}" for r, s in zip(base["run_id"], base["status"], strict=True))}]
 
 
-def log_differences(ids: list[str], parsed: dict[str, dict], declared: set[str]) -> list[dict]:
+def log_differences(ids: list[str], parsed: dict[str, dict], declared: set[str],
+                    facts: dict[str, dict] | None = None) -> list[dict]:
     """What the server logs state differently between runs: version, engine, NCCL, model, TP/DP size, and
     every other argument of `server_args` / `non-default args` that no factor declares (declared: the
-    argument names the factors' flags set)."""
+    argument names the factors' flags set). The server version of an imported run whose log does not print it
+    is the one its imports file declares (facts: provenance, `declared`), named as such."""
     logged = [r for r in ids if r in parsed]
     found = []
     for key, label in LABELS.items():
         values = {r: (parsed[r].get("log_facts") or {}).get(key) for r in logged}
-        found += _differs("log", f"{label} (from the server log)", {r: v for r, v in values.items() if v is not None})
+        values = {r: v for r, v in values.items() if v is not None}
+        if key == "server_version":
+            found += _declared_versions(ids, values, facts or {})
+            continue
+        found += _differs("log", f"{label} (from the server log)", values)
     names = sorted({a for r in logged for a in (parsed[r].get("args") or {})} - declared - VOLATILE_ARGS)
     for name in names:
         values = {r: str(parsed[r]["args"][name]).strip("'\"") for r in logged if name in (parsed[r].get("args") or {})}
         found += _differs("server argument", f"undeclared server argument {name}", values)
     return found
+
+
+def _declared_versions(ids: list[str], stated: dict[str, str], facts: dict[str, dict]) -> list[dict]:
+    """The server version per run: what its log states, else what the imports file declares. A declaration the
+    log contradicts is a confound of its own (the user's notes and the run disagree)."""
+    declared = {r: v for r in ids if (v := _of(facts.get(r), "declared", "server_version"))}
+    found = [{"kind": "declared", "runs": [r],
+              "detail": f"run {r}: the imports file declares server version {declared[r]}, but its log states "
+                        f"{stated[r]} (the log's is used)"}
+             for r in ids if r in declared and r in stated and str(declared[r]) != str(stated[r])]
+    values = {r: stated.get(r, declared.get(r)) for r in ids if r in stated or r in declared}  # in run order
+    only_declared = sorted(r for r in values if r not in stated)
+    label = "server version (from the server log" + (f"; declared in the imports file for {', '.join(only_declared)}"
+                                                      if only_declared else "") + ")"
+    return found + _differs("log", label, values)
 
 
 def gpu_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:

@@ -49,6 +49,9 @@ class ImportedRun(BaseModel):
     log: str
     smi: str | None = None
     command: str | list[str] | None = None
+    # the server's version as the user knows it (pip show, the image tag): most logs never print it, and a version
+    # difference between hand-made runs is the first thing to rule out; a version the log states wins
+    version: str | None = None
 
 
 class ImportedServer(BaseModel):
@@ -299,7 +302,8 @@ def _write(directory: rundir.RunDir, imports_path: Path, text: str, exp: params.
             "source": {"log": str(s.log), "log_sha256": _sha256(s.log),
                        "smi": str(s.smi) if s.smi else None, "smi_sha256": _sha256(s.smi) if s.smi else None},
             "command": run_masker.argv(argv, exp.secrets) if argv else None,
-            "gpus": gpus, "driver": driver}))
+            "gpus": gpus, "driver": driver,
+            "declared": {"server_version": s.entry.version} if s.entry.version else {}}))
         runs.append({"run_id": run_id, "seq": s.n, "variant": variant.name, "levels": variant.levels,
                      "repetition": rep, "host": HOST, "imported": True})
     rundir.write_text(directory.imports_file, every_secret.text(text))  # it holds the runs' commands

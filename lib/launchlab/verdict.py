@@ -43,7 +43,8 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     # must see — it is stated by their logs whatever the outcome
     left_out = obs[obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME])]
     found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
-    found += confounds.log_differences([*valid["run_id"], *left_out["run_id"]], parsed or {}, set(declared_args))
+    found += confounds.log_differences([*valid["run_id"], *left_out["run_id"]], parsed or {}, set(declared_args),
+                                       facts)
     reasons = inconclusive_reasons(obs, decisions)
     warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
     warnings += analysis.effect_warnings(effects)
