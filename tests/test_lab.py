@@ -37,3 +37,21 @@ def test_make_lab_serves_the_notebooks_with_that_config_and_allows_root_only_for
     line = plan.stdout.replace("\\\n", " ")
     assert "jupyter lab --notebook-dir=notebooks --config=jupyter/jupyter_server_config.py" in line
     assert ("--allow-root" in line) == (os.geteuid() == 0)
+
+
+def test_make_setup_says_what_it_is_doing_before_each_step_and_lets_pip_list_the_packages_it_installs():
+    # the plan of the real recipe (-B: as on a fresh clone, whatever .venv holds here); running it for real needs
+    # the package index, which tests do not reach (the newcomer check runs it)
+    plan = subprocess.run(["make", "-n", "-B", "setup"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    lines = [line for line in plan.stdout.splitlines() if line.strip()]
+    commands = [i for i, line in enumerate(lines) if not line.startswith("echo")]
+    assert commands, plan.stdout
+    for i in commands[:-1]:  # every step but the final `touch` is announced by the line before it
+        if lines[i].startswith("touch"):
+            continue
+        assert lines[i - 1].startswith('echo "== '), f"step without a progress line before it: {lines[i]}"
+    [install] = [line for line in lines if "pip install" in line and "-e" in line]
+    assert "--quiet" not in install and "-q " not in install, "the long step must show pip's own progress"
+    assert any("a minute or two" in line for line in lines), "the long step says how long it takes"
+    assert lines[-1].startswith('echo "== ') and "ready" in lines[-1]
