@@ -170,20 +170,28 @@ class SGLangParser:
             log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
         elif _NOT_ENOUGH.search(msg):
             log.fail("kv_cache_no_memory", "kv_cache", msg)
+        elif "Initialization failed. warmup error" in msg:
+            # the warm-up request after the server started: the line itself says the phase, and its traceback follows
+            log.reach("warmup")
+            log.fail(classify(msg), "warmup", msg)
+            self._traceback(msg, rank)
         elif "Scheduler hit an exception" in msg or msg.rstrip().endswith("Traceback (most recent call last):"):
             log.fail(classify(msg), self.current, msg)
-            self.wants_every_line = True
-            self.traceback_rank = rank
-            self.frames.see(msg)  # the header: a new traceback
+            self._traceback(msg, rank)
         elif "Capture cuda graph failed" in msg or "Capture CUDA graph failed" in msg:
             log.fail("cuda_graph_failed", "cuda_graph", msg)
-        elif "Initialization failed. warmup error" in msg:
-            log.fail(classify(msg), "warmup", msg)
         elif not bare and exception_line(msg) is not None:
             for name, value in oom_fields(msg).items():
                 log.record(t, rank, name, value, number)
             reason = classify(msg)
             log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
+
+    def _traceback(self, msg: str, rank: str) -> None:
+        """A failure line whose traceback follows without the SGLang prefix: read every line until its exception."""
+        if msg.rstrip().endswith("Traceback (most recent call last):") or "Scheduler hit an exception" in msg:
+            self.wants_every_line = True
+            self.traceback_rank = rank
+            self.frames.see(msg)  # the header: a new traceback
 
     def _server_args(self, number: int, text: str, t: datetime | None) -> None:
         log = self.log
