@@ -1,7 +1,8 @@
 """The SGLang server kind: its startup logs → per-rank memory fields, phase reached, readiness and failure.
 
 Covers the SGLang 0.3–0.5.23 statement formats of reference/log-formats.md section 2: the `[date time TPn]`
-prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored),
+prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored; a `PPn` tag
+keys the rank `pp<n>.<TP rank>`),
 bare messages without a prefix, GB read as GiB, tracebacks that continue unprefixed after
 "Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure. Also read:
 the `server_args=ServerArgs(…)` line (→ `args`), custom all-reduce statements (logparse/custom_ar.py), the NCCL
@@ -45,6 +46,7 @@ _PREFIX = re.compile(
     r"(?P<tags>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] (?P<msg>.*)"
 )
 _TP = re.compile(r"TP(\d+)")
+_PP = re.compile(r"\bPP(\d+)")
 _DP = re.compile(r"\bDP(\d+)")  # not MOE_DP
 _N = r"(-?[\d.]+)"
 
@@ -89,6 +91,15 @@ _SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
 _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory")
 
 
+def _rank(tags: str) -> str:
+    """The rank a line's tags name: the TP rank; under pipeline parallelism `pp<stage>.<TP rank>`, since every stage
+    has its own GPUs and TP ranks that start again at 0 (`PP3` → "pp3.0", `DP0 PP1 TP2` or `TP2 PP1` → "pp1.2")."""
+    tp = _TP.search(tags)
+    rank = tp.group(1) if tp else "0"
+    pp = _PP.search(tags)
+    return rank if pp is None else f"pp{pp.group(1)}.{rank}"
+
+
 def _timestamp(text: str) -> datetime | None:
     try:
         return datetime.fromisoformat(text)  # `2025-11-30 12:01:02[.123]`; C-fast, unlike strptime
@@ -121,8 +132,7 @@ class SGLangParser:
             log.dp_ranks.add(dp.group(1))
         if not self.anchors.contains(msg):  # a decode or access line in a chunk fed for another line: nothing to read
             return
-        tp = _TP.search(m["tags"])
-        self._message(number, msg, _timestamp(m["ts"]), tp.group(1) if tp else "0")
+        self._message(number, msg, _timestamp(m["ts"]), _rank(m["tags"]))
 
     def _unprefixed(self, number: int, text: str) -> None:
         if self.wants_every_line:
