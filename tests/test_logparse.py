@@ -28,6 +28,16 @@ def test_a_pipeline_stage_keys_its_ranks_apart_whatever_the_tag_order():
         {"pp0.2": 30.0, "pp1.2": 29.0, "pp1.0": 28.0}
 
 
+def test_a_hard_scheduler_watchdog_timeout_is_a_failure_and_a_soft_one_is_not():
+    # wordings of the sglang source: the older one, and the newer with its soft flag (soft only dumps the stacks)
+    hard = sglang.parse(lines("[2026-01-29 13:12:36 PP1 TP0] Scheduler watchdog timeout "
+                              "(self.watchdog_timeout=300, self.soft=False)\n"))
+    soft = sglang.parse(lines("[2026-01-29 13:12:36 PP1 TP0] Scheduler watchdog timeout "
+                              "(self.watchdog_timeout=300, self.soft=True)\n"))
+    assert hard.failure is not None and hard.failure.reason == "exception" and hard.failure.line == 1
+    assert soft.failure is None
+
+
 def test_a_foreign_prefix_ansi_and_a_progress_bar_do_not_hide_a_line():
     parsed = sglang.parse(lines(
         "sglang-1  | \x1b[32m[2025-10-16 10:00:00 TP0] Memory pool end. avail mem=40.03 GB\x1b[0m\n"

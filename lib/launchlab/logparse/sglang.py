@@ -39,7 +39,7 @@ ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weigh
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
            "KV cache dtype", "Automatically reduce", "Started server process", "NCCL", "Interrupt", "SystemExit",
-           *custom_ar.ANCHORS)
+           "atchdog timeout", *custom_ar.ANCHORS)
 
 _PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
@@ -81,6 +81,9 @@ _OVER_CAP = re.compile(r"max_total_tokens=\d+ is larger than the profiled value 
 _SERVER_ARGS = "server_args=ServerArgs("
 _SETTINGS = ("mem_fraction_static", "tp_size")  # also kept as events, for the frames
 _SUMMARY_PAIR = re.compile(r"(\w+)=(-?[\d.]+)( GB)?")  # max_total_num_tokens=…, context_len=…, available_gpu_mem=… GB
+# The scheduler's watchdog before it kills the server (older "Watchdog timeout (…)", newer "Scheduler watchdog
+# timeout (…, self.soft=False)"; a soft one only dumps the stacks and the server goes on)
+_WATCHDOG = re.compile(r"(?:Scheduler w|W)atchdog timeout \(self\.watchdog_timeout=[\d.]+(?:, self\.soft=False)?\)")
 _MEM_FRACTION_AUTO = re.compile(r"Automatically reduce --mem-fraction-static to ([\d.]+)")
 _WEIGHTS_TYPE = re.compile(r"Load weight end\..*?\btype=(\w+)(?:, dtype=([\w.]+))?")
 _KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)|KV Cache (?:is allocated|VA upper bound)\. dtype: ([\w.]+),")
@@ -180,6 +183,8 @@ class SGLangParser:
             log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
         elif _NOT_ENOUGH.search(msg):
             log.fail("kv_cache_no_memory", "kv_cache", msg)
+        elif _WATCHDOG.match(msg):  # a scheduler stuck that long: SGLang kills the server after it
+            log.fail("exception", self.current, msg)
         elif "Initialization failed. warmup error" in msg:
             # the warm-up request after the server started: the line itself says the phase, and its traceback follows
             log.reach("warmup")
