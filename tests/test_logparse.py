@@ -18,6 +18,26 @@ def test_ranks_come_from_the_tp_tag_and_untagged_lines_are_rank_0():
                             "0": {"weights_begin_avail_gib": 20.0}}
 
 
+def test_a_pipeline_stage_keys_its_ranks_apart_whatever_the_tag_order():
+    # tag orders of real logs: `TP2 PP0` (sglang #10046, 2025-09), `PP1 TP0` (#17941), `DP0 PP1 TP0` (2026)
+    parsed = sglang.parse(lines(
+        "[2025-09-04 18:09:42 TP2 PP0] Load weight end. avail mem=40.00 GB, mem usage=30.00 GB.\n"
+        "[2026-01-29 13:12:36 PP1 TP2] Load weight end. avail mem=41.00 GB, mem usage=29.00 GB.\n"
+        "[2026-06-28 23:41:27 DP0 PP1 TP0] Load weight end. avail mem=42.00 GB, mem usage=28.00 GB.\n"))
+    assert {rank: fields["weights_mem_gib"] for rank, fields in parsed.ranks.items()} == \
+        {"pp0.2": 30.0, "pp1.2": 29.0, "pp1.0": 28.0}
+
+
+def test_a_hard_scheduler_watchdog_timeout_is_a_failure_and_a_soft_one_is_not():
+    # wordings of the sglang source: the older one, and the newer with its soft flag (soft only dumps the stacks)
+    hard = sglang.parse(lines("[2026-01-29 13:12:36 PP1 TP0] Scheduler watchdog timeout "
+                              "(self.watchdog_timeout=300, self.soft=False)\n"))
+    soft = sglang.parse(lines("[2026-01-29 13:12:36 PP1 TP0] Scheduler watchdog timeout "
+                              "(self.watchdog_timeout=300, self.soft=True)\n"))
+    assert hard.failure is not None and hard.failure.reason == "exception" and hard.failure.line == 1
+    assert soft.failure is None
+
+
 def test_a_foreign_prefix_ansi_and_a_progress_bar_do_not_hide_a_line():
     parsed = sglang.parse(lines(
         "sglang-1  | \x1b[32m[2025-10-16 10:00:00 TP0] Memory pool end. avail mem=40.03 GB\x1b[0m\n"

@@ -34,7 +34,8 @@ FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail":
           "non_torch_gib": "non_torch_gib", "activation_peak_gib": "activation_peak_gib", "profile_s": "profile_s",
           "total_gpu_gib": "total_gpu_gib", "util": "gpu_memory_utilization", "usable_gib": "usable_gib",
           "capture_bs_count": "capture_bs_count", "capture_bs_max": "capture_bs_max",
-          "graph_estimate_gib": "graph_estimate_gib"}
+          "graph_estimate_gib": "graph_estimate_gib", "max_total_num_tokens": "max_total_num_tokens",
+          "available_gpu_mem": "available_gpu_mem_gib"}
 GRAPH_END = {"elapsed_s": "graph_s", "usage": "graph_mem_gib", "avail": "graph_end_avail_gib"}
 # top-level numbers the engine (or one rank for it) prints: found on some rank
 ENGINE = {"model_load_gib": "weights_mem_gib", "kv_avail_gib": "kv_avail_gib", "kv_tokens": "kv_tokens",
@@ -46,7 +47,7 @@ ENGINE = {"model_load_gib": "weights_mem_gib", "kv_avail_gib": "kv_avail_gib", "
           "activation_peak_gib": "activation_peak_gib", "non_torch_gib": "non_torch_gib",
           "cuda_graph_gib": "cuda_graph_gib", "current_kv_cache_gib": "kv_gib", "warmup_run_s": "warmup_run_s",
           "graph_estimate_gib": "graph_estimate_gib", "graph_pool_actual_gib": "graph_pool_actual_gib",
-          "graph_pool_estimated_gib": "graph_pool_estimated_gib"}
+          "graph_pool_estimated_gib": "graph_pool_estimated_gib", "init_engine_compile_s": "init_engine_compile_s"}
 # rank facts stated in words (ParsedLog.rank_info)
 RANK_INFO = ("model_type", "dtype", "graph_kind", "kv_cache_dtype")
 SCHEDULER_SUMMARY = {"max_total_num_tokens": "max_total_num_tokens", "chunked_prefill_size": "chunked_prefill_size",
@@ -59,7 +60,7 @@ OOM = {"tried_to_allocate": "oom_request_gib", "gpu_index": "oom_gpu_index", "to
        "reserved_unallocated": "oom_reserved_unallocated_gib"}
 PHASES = {"startup": "startup", "dist_init": "dist_init", "weights": "weights", "kv_pool": "kv_cache", "profile_run": "kv_cache",
           "kv_sizing": "kv_cache", "profile_run_sampler": "kv_cache", "cuda_graph": "cuda_graph",
-          "scheduler_summary": "cuda_graph", "engine_init_done": "warmup", "http": "http", "ready": "ready"}
+          "scheduler_summary": "cuda_graph", "engine_init_done": "warmup", "warmup": "warmup", "http": "http", "ready": "ready"}
 REASONS = {"scheduler_exception_unknown": "exception", "no_available_memory_for_cache_blocks": "kv_cache_no_memory",
            "kv_cache_size_invalid": "kv_cache_no_memory", "max_model_len_exceeds_kv_capacity": "max_len_exceeds_kv",
            "custom_allreduce_cuda_error": "custom_allreduce_failed", "cuda_oom": "cuda_oom",

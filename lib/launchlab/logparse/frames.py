@@ -37,6 +37,8 @@ _FUNCTIONS = {
     "init_cuda_graphs": "cuda_graph", "init_device_graphs": "cuda_graph", "init_piecewise_cuda_graphs": "cuda_graph",
     # warm-up after the capture
     "compile_or_warm_up_model": "warmup", "_warm_up_model": "warmup", "kernel_warmup": "warmup",
+    # SGLang's warm-up request once the server is up (0.3–0.4 `_wait_and_warmup`, ≥ 0.5 `_execute_server_warmup`)
+    "_wait_and_warmup": "warmup", "_execute_server_warmup": "warmup",
 }
 _CAPTURE_FILES = ("cuda_graph_runner", "torch/cuda/graphs.py")
 # vLLM's `Error executing method X` names the worker method that failed

@@ -1,7 +1,8 @@
 """The SGLang server kind: its startup logs → per-rank memory fields, phase reached, readiness and failure.
 
 Covers the SGLang 0.3–0.5.23 statement formats of reference/log-formats.md section 2: the `[date time TPn]`
-prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored),
+prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored; a `PPn` tag
+keys the rank `pp<n>.<TP rank>`),
 bare messages without a prefix, GB read as GiB, tracebacks that continue unprefixed after
 "Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure. Also read:
 the `server_args=ServerArgs(…)` line (→ `args`), custom all-reduce statements (logparse/custom_ar.py), the NCCL
@@ -38,13 +39,14 @@ ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weigh
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
            "KV cache dtype", "Automatically reduce", "Started server process", "NCCL", "Interrupt", "SystemExit",
-           *custom_ar.ANCHORS)
+           "atchdog timeout", *custom_ar.ANCHORS)
 
 _PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
     r"(?P<tags>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] (?P<msg>.*)"
 )
 _TP = re.compile(r"TP(\d+)")
+_PP = re.compile(r"\bPP(\d+)")
 _DP = re.compile(r"\bDP(\d+)")  # not MOE_DP
 _N = r"(-?[\d.]+)"
 
@@ -79,6 +81,9 @@ _OVER_CAP = re.compile(r"max_total_tokens=\d+ is larger than the profiled value 
 _SERVER_ARGS = "server_args=ServerArgs("
 _SETTINGS = ("mem_fraction_static", "tp_size")  # also kept as events, for the frames
 _SUMMARY_PAIR = re.compile(r"(\w+)=(-?[\d.]+)( GB)?")  # max_total_num_tokens=…, context_len=…, available_gpu_mem=… GB
+# The scheduler's watchdog before it kills the server (older "Watchdog timeout (…)", newer "Scheduler watchdog
+# timeout (…, self.soft=False)"; a soft one only dumps the stacks and the server goes on)
+_WATCHDOG = re.compile(r"(?:Scheduler w|W)atchdog timeout \(self\.watchdog_timeout=[\d.]+(?:, self\.soft=False)?\)")
 _MEM_FRACTION_AUTO = re.compile(r"Automatically reduce --mem-fraction-static to ([\d.]+)")
 _WEIGHTS_TYPE = re.compile(r"Load weight end\..*?\btype=(\w+)(?:, dtype=([\w.]+))?")
 _KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)|KV Cache (?:is allocated|VA upper bound)\. dtype: ([\w.]+),")
@@ -87,6 +92,15 @@ _CAPTURE_BS = re.compile(r"Capture (?:cuda|CUDA|cpu|npu) graph bs (\[[\d, ]*\])"
 _UVICORN = re.compile(r"Uvicorn running on (\S+)")
 _SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
 _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory")
+
+
+def _rank(tags: str) -> str:
+    """The rank a line's tags name: the TP rank; under pipeline parallelism `pp<stage>.<TP rank>`, since every stage
+    has its own GPUs and TP ranks that start again at 0 (`PP3` → "pp3.0", `DP0 PP1 TP2` or `TP2 PP1` → "pp1.2")."""
+    tp = _TP.search(tags)
+    rank = tp.group(1) if tp else "0"
+    pp = _PP.search(tags)
+    return rank if pp is None else f"pp{pp.group(1)}.{rank}"
 
 
 def _timestamp(text: str) -> datetime | None:
@@ -121,8 +135,7 @@ class SGLangParser:
             log.dp_ranks.add(dp.group(1))
         if not self.anchors.contains(msg):  # a decode or access line in a chunk fed for another line: nothing to read
             return
-        tp = _TP.search(m["tags"])
-        self._message(number, msg, _timestamp(m["ts"]), tp.group(1) if tp else "0")
+        self._message(number, msg, _timestamp(m["ts"]), _rank(m["tags"]))
 
     def _unprefixed(self, number: int, text: str) -> None:
         if self.wants_every_line:
@@ -170,20 +183,30 @@ class SGLangParser:
             log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
         elif _NOT_ENOUGH.search(msg):
             log.fail("kv_cache_no_memory", "kv_cache", msg)
+        elif _WATCHDOG.match(msg):  # a scheduler stuck that long: SGLang kills the server after it
+            log.fail("exception", self.current, msg)
+        elif "Initialization failed. warmup error" in msg:
+            # the warm-up request after the server started: the line itself says the phase, and its traceback follows
+            log.reach("warmup")
+            log.fail(classify(msg), "warmup", msg)
+            self._traceback(msg, rank)
         elif "Scheduler hit an exception" in msg or msg.rstrip().endswith("Traceback (most recent call last):"):
             log.fail(classify(msg), self.current, msg)
-            self.wants_every_line = True
-            self.traceback_rank = rank
-            self.frames.see(msg)  # the header: a new traceback
+            self._traceback(msg, rank)
         elif "Capture cuda graph failed" in msg or "Capture CUDA graph failed" in msg:
             log.fail("cuda_graph_failed", "cuda_graph", msg)
-        elif "Initialization failed. warmup error" in msg:
-            log.fail(classify(msg), "warmup", msg)
         elif not bare and exception_line(msg) is not None:
             for name, value in oom_fields(msg).items():
                 log.record(t, rank, name, value, number)
             reason = classify(msg)
             log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
+
+    def _traceback(self, msg: str, rank: str) -> None:
+        """A failure line whose traceback follows without the SGLang prefix: read every line until its exception."""
+        if msg.rstrip().endswith("Traceback (most recent call last):") or "Scheduler hit an exception" in msg:
+            self.wants_every_line = True
+            self.traceback_rank = rank
+            self.frames.see(msg)  # the header: a new traceback
 
     def _server_args(self, number: int, text: str, t: datetime | None) -> None:
         log = self.log

@@ -42,7 +42,8 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
            "Starting vLLM", "Uvicorn running", "Available routes", "Application startup complete", "torch.compile",
            "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
            "max seq len", "world_size", "NCCL", "nccl", "num_gpu_blocks", "profile run", "dummy",
-           "args", "config", "Route:", "Started server process", "checkpoint shards", "warmup run", *custom_ar.ANCHORS)
+           "args", "config", "Route:", "Started server process", "checkpoint shards", "warmup run",
+           "VLLM_CPU_KVCACHE_SPACE", *custom_ar.ANCHORS)
 
 # `(VllmWorker rank=3 pid=N)`, Ray's `(RayWorkerWrapper pid=N, ip=10.0.0.2)`; a paste may lose the opening parenthesis
 _TAG = re.compile(r"(?:\(|^)(?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s?")
@@ -123,6 +124,8 @@ _ARGUMENTS = [
     (re.compile(r"^args: Namespace\("), call_arguments, "args"),
     (re.compile(r"^Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: "), config_arguments, "engine config"),
 ]
+# The CPU backend profiles nothing: its KV cache is VLLM_CPU_KVCACHE_SPACE GiB, said only when the default is used
+_CPU_KV_SPACE = re.compile(r"VLLM_CPU_KVCACHE_SPACE \(Gi?B\) for CPU backend is not set, using (\d+) by default")
 _HTTP_URL = re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (\S+)|Uvicorn running on (\S+)")
 _ROUTE = re.compile(r"Route: ([^,\s]+)")
 _SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
@@ -248,6 +251,9 @@ class VLLMParser:
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         self._server_facts(msg)
+        if (space := _CPU_KV_SPACE.search(msg)) is not None:  # a setting the config prints: it moves no phase
+            log.record(t, rank, "kv_avail_gib", float(space.group(1)), number)
+            return
         if "across cluster" in msg:
             msg = _REPEATED.sub("", msg)
         if match_statement(log, _STATEMENTS, msg, t, rank, number) is not None:
