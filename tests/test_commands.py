@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
 
 import pytest
 
@@ -122,6 +123,9 @@ def test_interpreter_commands_quote_the_interpreter_and_print_one_json_line(tmp_
     assert shlex.split(commands.package_integrity("python3", TRAP))[-1] == TRAP
     facts = json.loads(sh(commands.interpreter_facts(sys.executable)).stdout)
     assert facts["executable"] and "pytest" in facts["packages"]
+    # every installed distribution with the version importlib.metadata's own parser gives
+    assert facts["packages"] == {d.metadata["Name"].lower(): d.version for d in metadata.distributions()
+                                 if d.metadata["Name"]}
     integrity = json.loads(sh(commands.package_integrity(sys.executable, "pytest")).stdout)
     assert integrity["package"] == "pytest" and integrity["files_checked"] > 0
     env = json.loads(sh(commands.host_environment()).stdout)
