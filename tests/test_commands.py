@@ -115,7 +115,14 @@ def test_host_facts_print_each_section_under_its_mark():
     assert cmd.startswith(f"echo {shlex.quote(commands.SECTION_MARK + 'hostname')}; hostname 2>&1")
     out = sh(cmd).stdout
     marks = [line for line in out.splitlines() if line.startswith(commands.SECTION_MARK)]
-    assert [m.removeprefix(commands.SECTION_MARK) for m in marks] == ["hostname", "kernel", "os", "gpus", "table", "topo"]
+    assert [m.removeprefix(commands.SECTION_MARK) for m in marks] == ["hostname", "kernel", "os", "gpus", "table", "topo",
+                                                                      "boot_id"]
+    # an earlier run's table and topology taken over (provenance.host_facts): the rest is read again, or just those
+    assert commands.STEADY_SECTIONS == ("table", "topo")
+    names = [m.removeprefix(commands.SECTION_MARK) for m in sh(commands.host_facts(skip=commands.STEADY_SECTIONS)
+                                                              ).stdout.splitlines() if m.startswith(commands.SECTION_MARK)]
+    assert names == ["hostname", "kernel", "os", "gpus", "boot_id"]
+    assert commands.host_facts(only=("topo",)) == f"echo {shlex.quote(commands.SECTION_MARK + 'topo')}; nvidia-smi topo -m 2>&1"
 
 
 def test_interpreter_commands_quote_the_interpreter_and_print_one_json_line(tmp_path):

@@ -42,6 +42,7 @@ from launchlab.hosts.commands.processes import (
 )
 from launchlab.hosts.commands.provenance import (
     SECTION_MARK,
+    STEADY_SECTIONS,
     host_environment,
     host_facts,
     interpreter_facts,
@@ -49,7 +50,7 @@ from launchlab.hosts.commands.provenance import (
 )
 
 __all__ = [
-    "APP_FIELDS", "SAMPLER_FIELDS", "SECTION_MARK", "SNAPSHOT_FIELDS", "TAGGED_END", "answer", "env_file_text",
+    "APP_FIELDS", "SAMPLER_FIELDS", "SECTION_MARK", "SNAPSHOT_FIELDS", "STEADY_SECTIONS", "TAGGED_END", "answer", "env_file_text",
     "env_value", "find_launchlab_processes", "find_tagged", "free_port", "gpu_apps", "gpu_indices", "gpu_sampler",
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
     "interpreter_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",

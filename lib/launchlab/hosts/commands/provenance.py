@@ -11,10 +11,13 @@ _SECTIONS = {
     "hostname": "hostname",
     "kernel": "uname -srm",
     "os": ". /etc/os-release 2>/dev/null && echo \"$PRETTY_NAME\"",
-    "gpus": "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv,noheader,nounits",
+    "gpus": "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version --format=csv,noheader,nounits",
     "table": "nvidia-smi",
     "topo": "nvidia-smi topo -m",
 }
+# With the GPU list and their driver version, what identifies the facts of STEADY_SECTIONS: the boot (provenance.host_facts)
+_KEY_SECTIONS = {"boot_id": "cat /proc/sys/kernel/random/boot_id"}
+STEADY_SECTIONS = ("table", "topo")  # what nvidia-smi cannot print differently while the key sections stay the same
 SECTION_MARK = "@@launchlab-section "  # starts the line that names each section
 # Printed by the server's interpreter: its version and every installed distribution. Name and Version are read
 # from the head of each METADATA (core metadata: headers first, then a blank line, then the description):
@@ -88,9 +91,12 @@ print(json.dumps({"package": dist.metadata["Name"], "version": dist.version, "fi
 _ENV = "import json, os; print(json.dumps(dict(os.environ)))"
 
 
-def host_facts() -> str:
-    """Print each of _SECTIONS under a SECTION_MARK line; a section that fails prints its error instead."""
-    return "; ".join(f"echo {shlex.quote(SECTION_MARK + name)}; {cmd} 2>&1" for name, cmd in _SECTIONS.items())
+def host_facts(skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> str:
+    """Print each of _SECTIONS and the key sections under a SECTION_MARK line (a section that fails prints its
+    error instead); skip: sections left out (STEADY_SECTIONS known from an earlier run), only: just those."""
+    sections = {**_SECTIONS, **_KEY_SECTIONS}
+    names = [n for n in (only if only is not None else sections) if n not in skip]
+    return "; ".join(f"echo {shlex.quote(SECTION_MARK + name)}; {sections[name]} 2>&1" for name in names)
 
 
 def interpreter_facts(python: str) -> str:
