@@ -153,3 +153,28 @@ def test_validating_params_loads_no_transport_implementation():
             "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_local_host_reads_whether_a_group_is_alive_from_proc_as_the_shells_check_answers(tmp_path):
+    # read from /proc, not with bash, ps and awk (a dozen asks per run; bench/run_overhead.py): the same answers
+    import subprocess
+    import time
+
+    from launchlab.hosts.local import LocalHost
+    from launchlab.hosts.shell import ShellHost
+
+    host = LocalHost("here", workdir=str(tmp_path))
+    running = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    zombie = subprocess.Popen(["true"], start_new_session=True)  # not waited for: a zombie in its own group
+    try:
+        deadline = time.monotonic() + 10
+        while open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        for pgid, alive in ((running.pid, True), (zombie.pid, False), (2**22 + 1, False)):
+            assert host.group_alive(pgid) is alive and ShellHost.group_alive(host, pgid) is alive, pgid
+    finally:
+        running.kill()
+        running.wait()
+        zombie.wait()
+    assert host.group_alive(running.pid) is False

@@ -55,6 +55,31 @@ class LocalHost(ShellHost):
         return CommandResult(command, out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace"),
                              proc.returncode)
 
+    def group_alive(self, pgid: int) -> bool:
+        """The shell's check (a process of the group that is not a zombie) read from /proc here: a run asks a
+        dozen times (watch, stop), and bash, ps and awk cost each ask 15–25 ms of CPU a starting server needs
+        (bench/run_overhead.py). Without /proc (macOS) the shell's check."""
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False  # no process at all in the group, zombies included
+        except PermissionError:
+            pass  # another user's group exists: look at its states
+        if not os.path.isdir("/proc/self"):
+            return super().group_alive(pgid)
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue  # exited meanwhile
+            state, _ppid, group = stat[stat.rfind(b")") + 2:].split(maxsplit=3)[:3]  # after the command's name
+            if int(group) == pgid and state not in (b"Z", b"X"):
+                return True
+        return False
+
     def write_text(self, path: str, text: str, private: bool = False) -> None:
         if not private:
             Path(path).write_text(text, encoding="utf-8")
