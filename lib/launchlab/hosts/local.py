@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from launchlab.hosts import local_spec
+from launchlab.hosts import commands, local_spec
 from launchlab.hosts.base import CommandResult
 from launchlab.hosts.shell import ShellHost
 
@@ -79,6 +79,31 @@ class LocalHost(ShellHost):
             if int(group) == pgid and state not in (b"Z", b"X"):
                 return True
         return False
+
+    def tagged_listing(self, env_name: str) -> str:
+        """commands.find_tagged's listing read from /proc here: the same lines (this user's live processes that carry
+        env_name, zombies left out), without the shell loop's five processes per tagged process — a run lists
+        three times (bench/run_overhead.py). Without /proc (macOS) the shell's listing."""
+        if not os.path.isdir("/proc/self"):
+            return super().tagged_listing(env_name)
+        prefix = env_name.encode() + b"="
+        lines = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                    value = next((v[len(prefix):] for v in fh.read().split(b"\0") if v.startswith(prefix)), None)
+                if value is None:
+                    continue
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue  # another user's process (not readable, as for grep -s), or one that exited meanwhile
+            state, _ppid, group = stat[stat.rfind(b")") + 2:].split(maxsplit=3)[:3]
+            if state != b"Z":
+                lines.append(f"{entry.name} {int(group)} {value.decode('utf-8', errors='replace')}")
+        return "\n".join([*lines, commands.TAGGED_END]) + "\n"
 
     def write_text(self, path: str, text: str, private: bool = False) -> None:
         if not private:
