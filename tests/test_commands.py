@@ -137,6 +137,11 @@ def test_interpreter_commands_quote_the_interpreter_and_print_one_json_line(tmp_
     assert integrity["package"] == "pytest" and integrity["files_checked"] > 0
     env = json.loads(sh(commands.host_environment()).stdout)
     assert "PATH" in env
+    # both from one start of the interpreter: the same two lines
+    both = [json.loads(line) for line in sh(commands.server_python(sys.executable, "pytest")).stdout.splitlines()]
+    assert both == [facts, integrity]
+    assert shlex.split(commands.server_python("python3", TRAP))[-1] == TRAP
+    assert [json.loads(line) for line in sh(commands.server_python(sys.executable, None)).stdout.splitlines()] == [facts]
 
 
 def test_the_forward_and_the_reverse_patch_are_built_each_on_its_own():

@@ -152,20 +152,42 @@ def earlier_facts(run_dir: rundir.RunDir, run_id: str, host: str) -> tuple[str, 
     return None
 
 
+def python_facts(host: Host, argv: list[str] | tuple[str, ...]) -> tuple[dict | None, dict | None]:
+    """interpreter_facts and integrity from one start of the server's interpreter (commands.server_python): the
+    same two records, each with its own error when its part failed."""
+    if not _is_python(argv):
+        return None, None
+    package = server_package(argv)
+    res = host.run(commands.server_python(argv[0], package), timeout=300, check=False)
+    found: dict[str, dict] = {}
+    for line in res.stdout.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # whatever else the interpreter printed (a sitecustomize, a warning)
+        if isinstance(record, dict):
+            found["integrity" if "files_checked" in record else "interpreter"] = record
+    why = (res.stderr or res.stdout).strip()[-500:]
+    interpreter = found.get("interpreter") or {"error": why}
+    if package is None:
+        return interpreter, None
+    return interpreter, found.get("integrity") or {"package": package, "error": why}
+
+
 def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, secret_names=(),
                 earlier: tuple[str, dict] | None = None) -> dict:
     """What one node of a run was: the host and its facts, the server's interpreter and installed files, the
-    environment a process inherits there, the launch — every secret masked (masking.Masker). The four
+    environment a process inherits there, the launch — every secret masked (masking.Masker). The three
     commands are independent and most of their time is spent starting an interpreter or nvidia-smi on the host,
     so they run at once where the host allows it: one after the other they were the largest part of a short run
     (bench/run_overhead.py)."""
-    workers = 4 if getattr(host, "concurrent_commands", False) else 1
+    workers = 3 if getattr(host, "concurrent_commands", False) else 1
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
         facts_f = pool.submit(host_facts, host, earlier)
-        interpreter_f = pool.submit(interpreter_facts, host, launch.argv)
-        integrity_f = pool.submit(integrity, host, launch.argv)
+        python_f = pool.submit(python_facts, host, launch.argv)
         env_f = pool.submit(host_env, host, lambda env: masker.env(env, secret_names))
     facts = facts_f.result()
+    interpreter, installed = python_f.result()
     return {
         "node": rank,
         "host": host.name,
@@ -173,8 +195,8 @@ def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, s
         "simulated": host.simulated,
         "hostname": facts["hostname"],
         "host_facts": facts,
-        "interpreter": interpreter_f.result(),
-        "integrity": integrity_f.result(),
+        "interpreter": interpreter,
+        "integrity": installed,
         "host_env": env_f.result(),
         "argv": masker.argv(launch.argv, secret_names),
         "env": masker.env(launch.env, secret_names),

@@ -47,6 +47,7 @@ from launchlab.hosts.commands.provenance import (
     host_facts,
     interpreter_facts,
     package_integrity,
+    server_python,
 )
 
 __all__ = [
@@ -55,5 +56,5 @@ __all__ = [
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
     "interpreter_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
     "make_private_dir", "package_integrity", "patch_apply", "patch_check", "patch_revert", "process_group",
-    "remove_tree", "signal_tagged", "start_detached", "user_id", "which", "wrapper_script",
+    "remove_tree", "server_python", "signal_tagged", "start_detached", "user_id", "which", "wrapper_script",
 ]

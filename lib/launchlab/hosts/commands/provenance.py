@@ -104,6 +104,13 @@ def interpreter_facts(python: str) -> str:
     return f"{shlex.quote(python)} -c {shlex.quote(_PYTHON)}"
 
 
+def server_python(python: str, package: str | None) -> str:
+    """interpreter_facts' JSON line, then (for a package) package_integrity's, from one start of the interpreter:
+    both import importlib.metadata, most of their time, and a run asked for both every time."""
+    script = _PYTHON + (f"exec({_INTEGRITY!r})\n" if package is not None else "")
+    return f"{shlex.quote(python)} -c {shlex.quote(script)}" + (f" {shlex.quote(package)}" if package is not None else "")
+
+
 def package_integrity(python: str, package: str) -> str:
     """The package's installed files against its RECORD, files added, and its git state, as one JSON line."""
     return f"{shlex.quote(python)} -c {shlex.quote(_INTEGRITY)} {shlex.quote(package)}"
