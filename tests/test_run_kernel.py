@@ -72,14 +72,3 @@ def test_a_batch_run_notebook_names_the_summary_for_its_gpu_trace_and_loads_no_p
     assert "runview.gpu_trace(run_dir, 'r1')" in said
     assert loaded == []
 
-
-
-def test_a_process_that_ran_a_run_freezes_its_garbage_collector_at_exit_once():
-    # the interpreter's last collections over the run's imports kept a batch's kernel alive for 0.1 s more than an
-    # empty notebook's (bench/run_overhead.py); the freeze happens at exit only, never while the kernel works
-    code = ("import atexit, gc; from launchlab import runview; before = atexit._ncallbacks(); "
-            "runview._no_last_collection_at_exit(); runview._no_last_collection_at_exit(); "
-            "print(atexit._ncallbacks() - before, gc.get_freeze_count()); atexit._run_exitfuncs(); "
-            "print(gc.get_freeze_count() > 1000)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["1", "0", "True"]

@@ -5,10 +5,8 @@ run: the run itself never waits for them (half a second and more of every run; b
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
-import gc
 import shutil
 import sys
 from dataclasses import dataclass
@@ -33,7 +31,6 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
         raise ParamsError(str(experiment), ["the file changed after the batch validated it; this run was not "
                                             "launched — rerun the batch (`launchlab run … --resume RUN_DIR`)"])
     exp = params.load(experiment)
-    _no_last_collection_at_exit()
     manifest = rundir.RunDir(run_dir).manifest()
     plan = recorded_runs(exp, manifest)  # a search's probes so far are in the manifest only
     run = find_run(plan, run_id) if run_id else plan[0]
@@ -52,21 +49,6 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
     finally:
         if own_box:
             shutil.rmtree(box, ignore_errors=True)
-
-
-def _no_last_collection_at_exit() -> None:
-    """Freeze the garbage collector when this process exits, once. The interpreter's last collections walk every
-    object the run's imports made (pydantic's schemas, the parsers' patterns): 110–130 ms that kept a batch's
-    kernel alive past two of jupyter_client's 100 ms polls for its exit, 0.3 s of shutdown against 0.2 s for an
-    empty notebook's kernel (bench/run_overhead.py). Nothing is lost: an object still alive at exit is not
-    promised its __del__ (Python's data model), and the kit closes what it writes with `with` blocks."""
-    global _FREEZE_AT_EXIT
-    if not _FREEZE_AT_EXIT:
-        atexit.register(gc.freeze)  # exit handlers run before the last collections, and every one still runs
-        _FREEZE_AT_EXIT = True
-
-
-_FREEZE_AT_EXIT = False
 
 
 def _in_kernel() -> bool:
