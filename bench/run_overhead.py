@@ -85,7 +85,7 @@ def main() -> int:
                 tic = time.perf_counter()
                 notebooks.execute(str(floor_nb), work / "floor-out.ipynb",  # an absolute template: used as it is
                                   {"experiment": str(PARAMS), "run_id": run.run_id, "run_dir": str(run_dir),
-                                   "gpus": "", "params_sha256": digest})
+                                   "gpus": "", "params_sha256": digest, "draw_trace": False})  # as run_notebook passes
                 return time.perf_counter() - tic
 
             def kit(run=run) -> float:

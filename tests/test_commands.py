@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import metadata
 
 import pytest
 
@@ -114,7 +115,14 @@ def test_host_facts_print_each_section_under_its_mark():
     assert cmd.startswith(f"echo {shlex.quote(commands.SECTION_MARK + 'hostname')}; hostname 2>&1")
     out = sh(cmd).stdout
     marks = [line for line in out.splitlines() if line.startswith(commands.SECTION_MARK)]
-    assert [m.removeprefix(commands.SECTION_MARK) for m in marks] == ["hostname", "kernel", "os", "gpus", "table", "topo"]
+    assert [m.removeprefix(commands.SECTION_MARK) for m in marks] == ["hostname", "kernel", "os", "gpus", "table", "topo",
+                                                                      "boot_id"]
+    # an earlier run's table and topology taken over (provenance.host_facts): the rest is read again, or just those
+    assert commands.STEADY_SECTIONS == ("table", "topo")
+    names = [m.removeprefix(commands.SECTION_MARK) for m in sh(commands.host_facts(skip=commands.STEADY_SECTIONS)
+                                                              ).stdout.splitlines() if m.startswith(commands.SECTION_MARK)]
+    assert names == ["hostname", "kernel", "os", "gpus", "boot_id"]
+    assert commands.host_facts(only=("topo",)) == f"echo {shlex.quote(commands.SECTION_MARK + 'topo')}; nvidia-smi topo -m 2>&1"
 
 
 def test_interpreter_commands_quote_the_interpreter_and_print_one_json_line(tmp_path):
@@ -122,10 +130,18 @@ def test_interpreter_commands_quote_the_interpreter_and_print_one_json_line(tmp_
     assert shlex.split(commands.package_integrity("python3", TRAP))[-1] == TRAP
     facts = json.loads(sh(commands.interpreter_facts(sys.executable)).stdout)
     assert facts["executable"] and "pytest" in facts["packages"]
+    # every installed distribution with the version importlib.metadata's own parser gives
+    assert facts["packages"] == {d.metadata["Name"].lower(): d.version for d in metadata.distributions()
+                                 if d.metadata["Name"]}
     integrity = json.loads(sh(commands.package_integrity(sys.executable, "pytest")).stdout)
     assert integrity["package"] == "pytest" and integrity["files_checked"] > 0
     env = json.loads(sh(commands.host_environment()).stdout)
     assert "PATH" in env
+    # both from one start of the interpreter: the same two lines
+    both = [json.loads(line) for line in sh(commands.server_python(sys.executable, "pytest")).stdout.splitlines()]
+    assert both == [facts, integrity]
+    assert shlex.split(commands.server_python("python3", TRAP))[-1] == TRAP
+    assert [json.loads(line) for line in sh(commands.server_python(sys.executable, None)).stdout.splitlines()] == [facts]
 
 
 def test_the_forward_and_the_reverse_patch_are_built_each_on_its_own():

@@ -30,6 +30,11 @@ def test_the_run_directory_has_the_documented_layout(demo_run):
         nb = json.loads((folder / "run_variant.ipynb").read_text())
         assert nb["metadata"]["papermill"]["parameters"]["run_id"] == folder.name
         assert any(c.get("outputs") for c in nb["cells"] if c["cell_type"] == "code"), "notebook was executed"
+        # the batch leaves the run's GPU trace to summary.html (it cost each run 1.5 s; bench/run_overhead.py)
+        assert nb["metadata"]["papermill"]["parameters"]["draw_trace"] is False
+        trace = next(c for c in nb["cells"] if "gpu_trace" in "".join(c["source"]))
+        assert "summary.html" in "".join("".join(o.get("text", "")) for o in trace["outputs"])  # text: a list of lines
+        assert not any("image/png" in o.get("data", {}) for o in trace["outputs"])
 
 
 def test_the_outcome_matrix_is_the_seed_scenario(demo_run):

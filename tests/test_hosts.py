@@ -153,3 +153,48 @@ def test_validating_params_loads_no_transport_implementation():
             "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_local_host_reads_whether_a_group_is_alive_from_proc_as_the_shells_check_answers(tmp_path):
+    # read from /proc, not with bash, ps and awk (a dozen asks per run; bench/run_overhead.py): the same answers
+    import subprocess
+    import time
+
+    from launchlab.hosts.local import LocalHost
+    from launchlab.hosts.shell import ShellHost
+
+    host = LocalHost("here", workdir=str(tmp_path))
+    running = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    zombie = subprocess.Popen(["true"], start_new_session=True)  # not waited for: a zombie in its own group
+    try:
+        deadline = time.monotonic() + 10
+        while open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        for pgid, alive in ((running.pid, True), (zombie.pid, False), (2**22 + 1, False)):
+            assert host.group_alive(pgid) is alive and ShellHost.group_alive(host, pgid) is alive, pgid
+    finally:
+        running.kill()
+        running.wait()
+        zombie.wait()
+    assert host.group_alive(running.pid) is False
+
+
+def test_a_local_host_lists_the_kits_tagged_processes_from_proc_as_the_shells_listing_does(tmp_path, sim_root):
+    # a run lists them three times (sweep, drain, last sweep); the shell's loop starts five processes per process
+    from launchlab import reaper
+    from launchlab.hosts import commands
+    from launchlab.hosts.shell import ShellHost
+
+    host = SimHost("box", params.SimHost(transport="sim", gpus=1), sim_root / "b")
+    pgid = leftover(host, tmp_path)
+    try:
+        ours, shells = host.tagged_listing(reaper.RUN_ID_ENV), ShellHost.tagged_listing(host, reaper.RUN_ID_ENV)
+        assert f"{pgid} {pgid} old-run\n" in ours
+        # (this shared machine's other tagged processes may come and go between the two listings)
+        assert [line for line in shells.splitlines() if line.startswith(f"{pgid} ")] == [f"{pgid} {pgid} old-run"]
+        assert ours.splitlines()[-1] == shells.splitlines()[-1] == commands.TAGGED_END
+        assert [p.pid for p in reaper.of_run(host, "old-run")] == [pgid]
+    finally:
+        host.kill_group(pgid, 1)
+    assert reaper.of_run(host, "old-run") == []

@@ -43,6 +43,33 @@ def test_a_ready_run_is_stopped_drained_and_collected(small_params):
     assert [g["mem_used_mib"] for g in provenance["preflight"]["gpus"]] == [0, 0]
 
 
+def test_a_second_run_on_a_host_takes_its_table_and_topology_over_and_other_gpus_or_a_new_boot_read_them_again(
+        small_params):
+    from launchlab import provenance
+
+    path = small_params(pace=0.01)
+    exp = params.load(path)
+    plan = make_plan(exp)
+    run_dir = batch.ensure_run_dir(path)
+    hosts = {name: connect(exp, name) for name in plan[0].hosts}
+    for run in plan[:2]:
+        lifecycle.run_one(exp, run, run_dir, hosts)
+    first, second = (json.loads(rundir.RunDir(run_dir).run(r.run_id).provenance.read_text())["host_facts"]
+                     for r in plan[:2])
+    assert first["steady_from"] is None and first["topology_text"] and first["driver"] == "580.159.04"
+    assert second["steady_from"] == plan[0].run_id  # said where they were read
+    assert {k: second[k] for k in first if k != "steady_from"} == {k: first[k] for k in first if k != "steady_from"}
+
+    host = hosts[plan[0].host]  # the real simulated host, its commands seen on the way
+    seen, execute = [], host.execute
+    host.execute = lambda command, **kw: seen.append(command) or execute(command, **kw)
+    assert provenance.host_facts(host, ("r", second))["steady_from"] == plan[0].run_id
+    assert not any("topo -m" in c or "nvidia-smi 2>&1" in c for c in seen), "nvidia-smi's table and topology again"
+    seen.clear()
+    elsewhere = provenance.host_facts(host, ("r", {**second, "steady_key": "0" * 64}))  # another boot or GPU list
+    assert elsewhere == first and any("topo -m" in c for c in seen)
+
+
 def test_a_run_that_hits_not_enough_memory_fails_in_the_kv_cache_phase(small_params):
     result, _ = run_first(small_params(), index=0)  # mem_fraction 0.55
     assert result.status == "failed"

@@ -58,3 +58,17 @@ def test_the_run_record_table_shows_what_was_recorded_and_leaves_out_empty_field
     assert ("failure_message", ["Not enough <memory>"]) in table.rows and table.rows[0][0] == "outcome"
     assert "Not enough &lt;memory&gt;" in table._repr_html_()
     assert all(index != "smoke_status" for index, _ in table.rows)
+
+
+def test_a_batch_run_notebook_names_the_summary_for_its_gpu_trace_and_loads_no_pandas_or_matplotlib(tmp_path):
+    # `launchlab run` passes draw_trace=False: the summary draws every run's trace, and drawing it in each run
+    # notebook first cost a batch about 1.5 s per run (bench/run_overhead.py)
+    code = ("import sys; from launchlab import runview; "
+            f"assert runview.gpu_trace({str(tmp_path)!r}, 'r1', draw=False) is None; "
+            f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    said, loaded = out.strip().splitlines()[0], out.strip().splitlines()[1:]
+    assert f"drawn in the batch's summary ({tmp_path / 'summary.html'}" in said
+    assert "runview.gpu_trace(run_dir, 'r1')" in said
+    assert loaded == []
+

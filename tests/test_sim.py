@@ -101,3 +101,33 @@ def test_sim_server_fails_like_sglang_when_the_rest_is_negative(box, tmp_path):
     assert not parsed.ready
     assert (parsed.failure.reason, parsed.failure.phase) == ("kv_cache_no_memory", "kv_cache")
     assert "SIMULATED" in log.splitlines()[0]
+
+
+def test_the_simulated_nvidia_smi_starts_without_site_and_finds_the_kit_with_no_pythonpath(box, tmp_path):
+    # started half a dozen times per run: site's .pth files cost each start more than its work (bench/run_overhead.py)
+    import os
+
+    import launchlab
+    from launchlab.sim import state
+
+    _, host = box
+    script = (host.state_dir / "bin" / "nvidia-smi").read_text()
+    assert script.startswith(f"#!/bin/sh\nexec {sys.executable} -S -c ")
+    assert repr(os.path.dirname(os.path.dirname(launchlab.__file__))) in script
+    env = {k: v for k, v in {**os.environ, **host.env}.items() if k != "PYTHONPATH"}
+    out = subprocess.run(["nvidia-smi", "-L"], env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[0].startswith("GPU 0: ") and f"(UUID: {state.gpu_uuid('box', 0)})" in out.stdout
+
+
+def test_the_servers_interpreter_is_asked_once_for_its_packages_and_installed_files_with_the_same_answers(box):
+    from launchlab import provenance
+
+    _, host = box
+    argv = ["python3", "-m", "launchlab.sim.sglang_server"]
+    assert provenance.python_facts(host, argv) == (provenance.interpreter_facts(host, argv),
+                                                   provenance.integrity(host, argv))
+    interpreter, installed = provenance.python_facts(host, ["python3", "-m", "no_such_package_here"])
+    assert "launchlab" in interpreter["packages"]  # the interpreter's part stands when the package's fails
+    assert installed["package"] == "no_such_package_here" and "PackageNotFoundError" in installed["error"]
+    assert provenance.python_facts(host, ["python3", "script.py"])[1] is None
+    assert provenance.python_facts(host, ["bash", "-c", "true"]) == (None, None)

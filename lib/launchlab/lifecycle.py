@@ -60,7 +60,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     outcome: Outcome | None = None
     try:
         progress("preflight")
-        launches = _prepare(exp, run, run_nodes, folder)
+        launches = _prepare(exp, run, run_nodes, folder, run_dir)
         if run.variant.patches:
             progress("patching")
             _patch(run, run_nodes, launches, folder)
@@ -115,7 +115,7 @@ class _Progress:
 # The steps
 
 
-def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: rundir.RunFolder) -> list:
+def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: rundir.RunFolder, run_dir: Path) -> list:
     """Each node's run folder and GPU state before the launch, the launches rendered (their secrets known to
     the masks from here on), and the provenance recorded. The preflight of a host whose commands may run at once
     runs next to the provenance's commands (both only read the host; one after the other they were most of a
@@ -129,7 +129,7 @@ def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: ru
             if node.sampled and not node.host.scheduled:
                 preflights[node.rank] = pool.submit(_preflight, node.host, node.gpus) \
                     if getattr(node.host, "concurrent_commands", False) else _done(_preflight(node.host, node.gpus))
-        launches, per_node = _provenance(exp, run, run_nodes)
+        launches, per_node = _provenance(exp, run, run_nodes, rundir.RunDir(run_dir))
         for node, record in zip(run_nodes, per_node, strict=True):
             node.preflight = preflights[node.rank].result() if node.rank in preflights else None
             record["preflight"] = node.preflight
@@ -144,15 +144,18 @@ def _done(value) -> Future:
     return future
 
 
-def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node]) -> tuple[list, list[dict]]:
+def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node],
+                run_dir: rundir.RunDir) -> tuple[list, list[dict]]:
     """The launches rendered, their secrets added to the nodes' masks, and each node's provenance record (its
-    preflight filled in by _prepare)."""
+    preflight filled in by _prepare; the host facts that cannot have changed taken over from the newest earlier
+    run on the same host, provenance.host_facts)."""
     port = run_nodes[0].host.free_port()
     launches = [params.render(exp, run.variant, port=port, run_id=run.run_id, host=n.host.name, node_rank=n.rank,
                               nnodes=len(run_nodes), gpus=n.gpus) for n in run_nodes]
     for node, launch in zip(run_nodes, launches, strict=True):
         node.masker = node.masker.merge(masking.Masker.collect(launch.env, launch.argv, exp.secrets))
-    per_node = [provenance.node_record(n.host, n.rank, launch, None, n.masker, exp.secrets)
+    per_node = [provenance.node_record(n.host, n.rank, launch, None, n.masker, exp.secrets,
+                                       provenance.earlier_facts(run_dir, run.run_id, n.host.name))
                 for n, launch in zip(run_nodes, launches, strict=True)]
     return launches, per_node
 

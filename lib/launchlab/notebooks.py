@@ -77,7 +77,8 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
                  # masked, and the server needs the real values (the digest proves the file is unchanged)
                  {"experiment": str(params_file), "run_id": run.run_id, "run_dir": str(run_dir),
                   "gpus": ",".join(str(g) for g in gpus) if gpus else "",
-                  "params_sha256": params.digest(params_file)})
+                  "params_sha256": params.digest(params_file),
+                  "draw_trace": False})  # the summary draws every run's GPU trace (runview.gpu_trace)
     except Exception as exc:  # any notebook failure becomes this run's error, the batch goes on
         problem = f"the run notebook failed: {notebook_error(exc)}"
     finally:

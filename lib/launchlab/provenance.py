@@ -8,12 +8,15 @@ nvidia-smi, no Python in argv[0]) is recorded as missing, never as an error: pro
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import posixpath
 import re
 from concurrent.futures import ThreadPoolExecutor
 
-from launchlab import smitext, telemetry
+from launchlab import rundir, smitext, telemetry
+from launchlab.errors import LaunchlabError
 from launchlab.hosts import Host, commands
 
 
@@ -63,16 +66,49 @@ def split_sections(text: str) -> dict[str, str]:
     return {k: "\n".join(v).strip() for k, v in sections.items()}
 
 
-def host_facts(host: Host) -> dict:
-    sections = split_sections(host.run(commands.host_facts(), timeout=120, check=False).stdout)
-    table = smitext.parse_table(sections.get("table", ""))
+def steady_key(sections: dict[str, str]) -> str | None:
+    """What the facts of nvidia-smi's table (driver, CUDA) and `topo -m` depend on, read afresh for every run:
+    the boot (a new kernel, GPUs moved between slots) and the GPU list with the driver version (a GPU fallen off
+    the bus, a driver swapped without a reboot). While it is the same, those two cannot print anything
+    different. None when the host has no boot id to tell (then nothing is taken over)."""
+    if not _BOOT_ID.fullmatch(sections.get("boot_id", "")):
+        return None
+    return hashlib.sha256(f"{sections['boot_id']}\n{sections.get('gpus', '')}".encode()).hexdigest()
+
+
+_BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+STEADY_FACTS = ("driver", "cuda", "topology", "nvlink_pairs", "topology_text")  # from commands.STEADY_SECTIONS
+
+
+def host_facts(host: Host, earlier: tuple[str, dict] | None = None) -> dict:
+    """The host's facts. earlier: (run id, host facts) that an earlier run of the same run directory recorded on
+    this host; when its steady_key is this run's, its table and topology facts are taken over (`steady_from`
+    names that run) instead of starting nvidia-smi twice more (two of the half-dozen starts of a run, and the
+    slowest on a real host). Everything else is read again for every run."""
+    known = earlier[1] if earlier is not None and earlier[1].get("steady_key") else None
+    sections = split_sections(host.run(commands.host_facts(skip=commands.STEADY_SECTIONS if known else ()),
+                                       timeout=120, check=False).stdout)
+    key = steady_key(sections)
+    if known is not None and key is not None and known["steady_key"] == key:
+        facts = _facts(sections, "", "")
+        return {**facts, **{k: known.get(k) for k in STEADY_FACTS}, "steady_key": key,
+                "steady_from": known.get("steady_from") or earlier[0]}
+    if known is not None:  # the boot, driver or GPUs changed since the earlier run: read what depends on them too
+        sections |= split_sections(host.run(commands.host_facts(only=commands.STEADY_SECTIONS), timeout=120,
+                                            check=False).stdout)
+    return {**_facts(sections, sections.get("table", ""), sections.get("topo", "")), "steady_key": key,
+            "steady_from": None}
+
+
+def _facts(sections: dict[str, str], table_text: str, topo_text: str) -> dict:
+    table = smitext.parse_table(table_text)
     gpus = []
     for line in sections.get("gpus", "").splitlines():
         cells = line.split(", ")
-        if len(cells) == 5 and cells[0].strip().isdigit():
+        if len(cells) == 6 and cells[0].strip().isdigit():
             gpus.append({"index": int(cells[0]), "name": cells[1], "uuid": cells[2], "bus_id": cells[3],
                          "mem_total_mib": telemetry.parse_number(cells[4])})
-    topo = smitext.parse_topo(sections.get("topo", ""))
+    topo = smitext.parse_topo(topo_text)
     return {
         "hostname": sections.get("hostname") or None,
         "kernel": sections.get("kernel") or None,
@@ -82,7 +118,7 @@ def host_facts(host: Host) -> dict:
         "gpus": gpus,
         "topology": topo,
         "nvlink_pairs": sum(1 for link in topo if link["nvlink"]) // 2,
-        "topology_text": sections.get("topo") or None,
+        "topology_text": topo_text or None,
     }
 
 
@@ -97,19 +133,61 @@ def interpreter_facts(host: Host, argv: list[str] | tuple[str, ...]) -> dict | N
         return {"error": (res.stderr or res.stdout).strip()[-500:]}
 
 
-def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, secret_names=()) -> dict:
+def earlier_facts(run_dir: rundir.RunDir, run_id: str, host: str) -> tuple[str, dict] | None:
+    """(run id, host facts) of the newest other run of the run directory on this host, for host_facts to take its
+    steady facts over; None when there is none (or its record cannot be read: then they are read again)."""
+    newest: list[tuple[float, rundir.RunFolder]] = []
+    for folder in run_dir.run_folders():
+        with contextlib.suppress(OSError):
+            if folder.run_id != run_id:
+                newest.append((folder.provenance.stat().st_mtime, folder))
+    for _, folder in sorted(newest, key=lambda pair: pair[0], reverse=True):
+        try:
+            record = rundir.read_json(folder.provenance)
+        except (LaunchlabError, ValueError):
+            continue
+        for node in [record, *(record.get("nodes") or [])]:
+            if node.get("host") == host and isinstance(node.get("host_facts"), dict):
+                return folder.run_id, node["host_facts"]
+    return None
+
+
+def python_facts(host: Host, argv: list[str] | tuple[str, ...]) -> tuple[dict | None, dict | None]:
+    """interpreter_facts and integrity from one start of the server's interpreter (commands.server_python): the
+    same two records, each with its own error when its part failed."""
+    if not _is_python(argv):
+        return None, None
+    package = server_package(argv)
+    res = host.run(commands.server_python(argv[0], package), timeout=300, check=False)
+    found: dict[str, dict] = {}
+    for line in res.stdout.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # whatever else the interpreter printed (a sitecustomize, a warning)
+        if isinstance(record, dict):
+            found["integrity" if "files_checked" in record else "interpreter"] = record
+    why = (res.stderr or res.stdout).strip()[-500:]
+    interpreter = found.get("interpreter") or {"error": why}
+    if package is None:
+        return interpreter, None
+    return interpreter, found.get("integrity") or {"package": package, "error": why}
+
+
+def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, secret_names=(),
+                earlier: tuple[str, dict] | None = None) -> dict:
     """What one node of a run was: the host and its facts, the server's interpreter and installed files, the
-    environment a process inherits there, the launch — every secret masked (masking.Masker). The four
+    environment a process inherits there, the launch — every secret masked (masking.Masker). The three
     commands are independent and most of their time is spent starting an interpreter or nvidia-smi on the host,
     so they run at once where the host allows it: one after the other they were the largest part of a short run
     (bench/run_overhead.py)."""
-    workers = 4 if getattr(host, "concurrent_commands", False) else 1
+    workers = 3 if getattr(host, "concurrent_commands", False) else 1
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
-        facts_f = pool.submit(host_facts, host)
-        interpreter_f = pool.submit(interpreter_facts, host, launch.argv)
-        integrity_f = pool.submit(integrity, host, launch.argv)
+        facts_f = pool.submit(host_facts, host, earlier)
+        python_f = pool.submit(python_facts, host, launch.argv)
         env_f = pool.submit(host_env, host, lambda env: masker.env(env, secret_names))
     facts = facts_f.result()
+    interpreter, installed = python_f.result()
     return {
         "node": rank,
         "host": host.name,
@@ -117,8 +195,8 @@ def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, s
         "simulated": host.simulated,
         "hostname": facts["hostname"],
         "host_facts": facts,
-        "interpreter": interpreter_f.result(),
-        "integrity": integrity_f.result(),
+        "interpreter": interpreter,
+        "integrity": installed,
         "host_env": env_f.result(),
         "argv": masker.argv(launch.argv, secret_names),
         "env": masker.env(launch.env, secret_names),

@@ -40,7 +40,7 @@ class Sweep:
 
 def tagged(host: Host) -> list[Tagged]:
     """Every live process on the host that carries a run id, of any run."""
-    out = host.run(commands.find_tagged(RUN_ID_ENV), timeout=60).stdout
+    out = host.tagged_listing(RUN_ID_ENV)
     lines = out.splitlines()
     if not lines or lines[-1] != commands.TAGGED_END:
         raise HostError(host.name, "the listing of processes carrying a run id did not run to its end "

@@ -115,6 +115,11 @@ class RunDir:
     def run(self, run_id: str) -> RunFolder:
         return RunFolder(self.path / "runs" / run_id)
 
+    def run_folders(self) -> list[RunFolder]:
+        """Every run folder there is now, in no particular order."""
+        runs = self.path / "runs"
+        return [RunFolder(p) for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
+
     def manifest(self) -> dict:
         return read_json(self.manifest_file)
 

@@ -90,10 +90,16 @@ def summary_table(result: RunRecord) -> Table:
     return Table("", ["value"], [(k, [str(v)]) for k, v in rows.items()])
 
 
-def gpu_trace(run_dir: str | Path, run_id: str):
+def gpu_trace(run_dir: str | Path, run_id: str, draw: bool = True):
     """The run's GPU memory over time from its nvidia-smi samples (the fullest GPU at each sample), or None
-    with a line saying why there is none."""
+    with a line saying why there is none. draw=False (what `launchlab run` passes) says where the trace is
+    instead: the batch's summary draws every run's trace with the same figure, and drawing it here first cost
+    each run of a batch about 1.5 s of pandas and matplotlib (bench/run_overhead.py)."""
     folder = rundir.RunDir(run_dir).run(run_id)
+    if not draw:
+        print(f"The GPU trace of this run is drawn in the batch's summary ({Path(run_dir) / 'summary.html'}, "
+              f"GPU memory over time); to draw it here: runview.gpu_trace(run_dir, {run_id!r})")
+        return None
     status = records.read_status(folder)
     if status is None or not status.done or not folder.samples().exists():
         print(f"No GPU trace: {folder.samples()} was not written (the run was not sampled, or never started).")

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from launchlab.hosts import local_spec
+from launchlab.hosts import commands, local_spec
 from launchlab.hosts.base import CommandResult
 from launchlab.hosts.shell import ShellHost
 
@@ -54,6 +54,56 @@ class LocalHost(ShellHost):
                 raise self.timed_out(command, timeout) from None
         return CommandResult(command, out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace"),
                              proc.returncode)
+
+    def group_alive(self, pgid: int) -> bool:
+        """The shell's check (a process of the group that is not a zombie) read from /proc here: a run asks a
+        dozen times (watch, stop), and bash, ps and awk cost each ask 15–25 ms of CPU a starting server needs
+        (bench/run_overhead.py). Without /proc (macOS) the shell's check."""
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False  # no process at all in the group, zombies included
+        except PermissionError:
+            pass  # another user's group exists: look at its states
+        if not os.path.isdir("/proc/self"):
+            return super().group_alive(pgid)
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue  # exited meanwhile
+            state, _ppid, group = stat[stat.rfind(b")") + 2:].split(maxsplit=3)[:3]  # after the command's name
+            if int(group) == pgid and state not in (b"Z", b"X"):
+                return True
+        return False
+
+    def tagged_listing(self, env_name: str) -> str:
+        """commands.find_tagged's listing read from /proc here: the same lines (this user's live processes that carry
+        env_name, zombies left out), without the shell loop's five processes per tagged process — a run lists
+        three times (bench/run_overhead.py). Without /proc (macOS) the shell's listing."""
+        if not os.path.isdir("/proc/self"):
+            return super().tagged_listing(env_name)
+        prefix = env_name.encode() + b"="
+        lines = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                    value = next((v[len(prefix):] for v in fh.read().split(b"\0") if v.startswith(prefix)), None)
+                if value is None:
+                    continue
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue  # another user's process (not readable, as for grep -s), or one that exited meanwhile
+            state, _ppid, group = stat[stat.rfind(b")") + 2:].split(maxsplit=3)[:3]
+            if state != b"Z":
+                lines.append(f"{entry.name} {int(group)} {value.decode('utf-8', errors='replace')}")
+        return "\n".join([*lines, commands.TAGGED_END]) + "\n"
 
     def write_text(self, path: str, text: str, private: bool = False) -> None:
         if not private:

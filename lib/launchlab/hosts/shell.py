@@ -76,6 +76,10 @@ class ShellHost(abc.ABC):
                                        f"{answer[-200:]!r} instead of alive or dead")
         return answer == "alive"
 
+    def tagged_listing(self, env_name: str) -> str:
+        """`pid pgid value` for every live process carrying env_name, then commands.TAGGED_END (reaper.tagged)."""
+        return self.run(commands.find_tagged(env_name), timeout=60).stdout
+
     def kill_group(self, pgid: int, grace_s: float) -> str:
         """TERM the whole group, wait up to grace_s, then KILL what is left. Returns the last signal sent,
         or "gone" when the group had already exited."""

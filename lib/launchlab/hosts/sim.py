@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import launchlab
 from launchlab import config
 from launchlab.hosts import commands, sim_spec
 from launchlab.hosts.local import LocalHost
@@ -52,10 +53,20 @@ def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost) -> dict[str,
         ],
     })
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(commands.wrapper_script([sys.executable, "-m", "launchlab.sim.nvidia_smi"]))
+    smi.write_text(commands.wrapper_script(stand_in_argv()))
     smi.chmod(0o755)
     path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     return {"PATH": path, state.STATE_ENV: str(state_dir)}
+
+
+def stand_in_argv() -> list[str]:
+    """How the simulated nvidia-smi is started: the kit's Python without `site` (-S), launchlab's own folder put
+    first on sys.path by hand. A run starts it half a dozen times (preflight, facts, sampler, drain), and site's
+    .pth files cost each start more than the stand-in's own work (bench/run_overhead.py); the stand-in needs
+    nothing but the standard library and launchlab.sim."""
+    package_parent = str(Path(launchlab.__file__).resolve().parent.parent)
+    code = f"import sys; sys.path.insert(0, {package_parent!r}); from launchlab.sim import nvidia_smi; nvidia_smi.cli()"
+    return [sys.executable, "-S", "-c", code]
 
 
 class SimHost(LocalHost):

@@ -239,8 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(opts["loop_s"])
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command: main's exit status; a loop stopped by the kit (or a closed pipe) ends quietly."""
     try:
         sys.exit(main())
     except (KeyboardInterrupt, BrokenPipeError):
         sys.exit(0)
+
+
+if __name__ == "__main__":
+    cli()

@@ -35,7 +35,6 @@ import threading
 import time
 import traceback
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from launchlab.sim import state
@@ -221,37 +220,44 @@ def _scheduler(args: argparse.Namespace) -> int:
 # main process: starts schedulers, then the HTTP server
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server_version = "uvicorn"
-    warmed = threading.Event()
+def _handler_class():
+    """The HTTP handler of the main process (http.server imported here: the scheduler processes, started once per
+    rank and waited for by every run, need none of it)."""
+    from http.server import BaseHTTPRequestHandler
 
-    def _reply(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    class _Handler(BaseHTTPRequestHandler):
+        server_version = "uvicorn"
+        warmed = threading.Event()
 
-    def do_GET(self) -> None:  # http.server's naming
-        if self.path in ("/health", "/health_generate"):
-            self._reply(200 if self.warmed.is_set() else 503, {})
-        elif self.path in ("/get_model_info", "/model_info"):
-            self._reply(200, {"model_path": self.server.model_path, "simulated": True})
-        else:
-            self._reply(404, {"detail": "Not Found"})
+        def _reply(self, code: int, body: dict) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
 
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        if self.path in ("/generate", "/v1/completions"):
-            self._reply(200, {"text": " simulated", "meta_info": {"simulated": True}})
-        else:
-            self._reply(404, {"detail": "Not Found"})
+        def do_GET(self) -> None:  # http.server's naming
+            if self.path in ("/health", "/health_generate"):
+                self._reply(200 if self.warmed.is_set() else 503, {})
+            elif self.path in ("/get_model_info", "/model_info"):
+                self._reply(200, {"model_path": self.server.model_path, "simulated": True})
+            else:
+                self._reply(404, {"detail": "Not Found"})
 
-    def log_message(self, fmt: str, *args) -> None:
-        code = args[1] if len(args) > 1 else ""
-        _log("", f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{args[0]}" {code}')
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            if self.path in ("/generate", "/v1/completions"):
+                self._reply(200, {"text": " simulated", "meta_info": {"simulated": True}})
+            else:
+                self._reply(404, {"detail": "Not Found"})
+
+        def log_message(self, fmt: str, *args) -> None:
+            code = args[1] if len(args) > 1 else ""
+            _log("", f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{args[0]}" {code}')
+
+    return _Handler
 
 
 def _server_args_line(args: argparse.Namespace, fraction: float) -> str:
@@ -290,6 +296,7 @@ def _main(argv: list[str]) -> int:
     for rank in range(args.tp):
         children.append(subprocess.Popen([sys.executable, "-m", "launchlab.sim.sglang_server", *argv,
                                           "--sim-worker-rank", str(rank), "--sim-sync-dir", str(sync)]))
+    pause = 0.005  # back-off, not a fixed 50 ms: a rank that is ready at once is served at once
     while len(list(sync.glob("ready.*"))) < args.tp:
         if any(c.poll() not in (None, 0) for c in children):
             _log("", "Received sigquit from a child process. It usually means the child failed.")
@@ -298,11 +305,15 @@ def _main(argv: list[str]) -> int:
                     c.kill()
             _cleanup(sync)
             os.kill(os.getpid(), signal.SIGKILL)  # SGLang kills its own process tree this way
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(0.05, pause * 2)
     _cleanup(sync)
 
+    from http.server import ThreadingHTTPServer
+
+    handler = _handler_class()
     try:
-        httpd = ThreadingHTTPServer((args.host, args.port), _Handler)
+        httpd = ThreadingHTTPServer((args.host, args.port), handler)
     except OSError as exc:
         _log("", f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
                  f"('{args.host}', {args.port}): {exc.strerror.lower()}")
@@ -315,7 +326,7 @@ def _main(argv: list[str]) -> int:
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     time.sleep(0.3 * host["pace"])  # the warm-up request
     _log("", f'INFO:     {args.host}:0 - "POST /generate HTTP/1.1" 200')
-    _Handler.warmed.set()
+    handler.warmed.set()
     _log("", "The server is fired up and ready to roll!")
     while True:
         time.sleep(3600)

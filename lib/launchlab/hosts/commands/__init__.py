@@ -42,17 +42,19 @@ from launchlab.hosts.commands.processes import (
 )
 from launchlab.hosts.commands.provenance import (
     SECTION_MARK,
+    STEADY_SECTIONS,
     host_environment,
     host_facts,
     interpreter_facts,
     package_integrity,
+    server_python,
 )
 
 __all__ = [
-    "APP_FIELDS", "SAMPLER_FIELDS", "SECTION_MARK", "SNAPSHOT_FIELDS", "TAGGED_END", "answer", "env_file_text",
+    "APP_FIELDS", "SAMPLER_FIELDS", "SECTION_MARK", "SNAPSHOT_FIELDS", "STEADY_SECTIONS", "TAGGED_END", "answer", "env_file_text",
     "env_value", "find_launchlab_processes", "find_tagged", "free_port", "gpu_apps", "gpu_indices", "gpu_sampler",
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
     "interpreter_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
     "make_private_dir", "package_integrity", "patch_apply", "patch_check", "patch_revert", "process_group",
-    "remove_tree", "signal_tagged", "start_detached", "user_id", "which", "wrapper_script",
+    "remove_tree", "server_python", "signal_tagged", "start_detached", "user_id", "which", "wrapper_script",
 ]

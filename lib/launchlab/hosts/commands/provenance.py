@@ -11,20 +11,30 @@ _SECTIONS = {
     "hostname": "hostname",
     "kernel": "uname -srm",
     "os": ". /etc/os-release 2>/dev/null && echo \"$PRETTY_NAME\"",
-    "gpus": "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total --format=csv,noheader,nounits",
+    "gpus": "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version --format=csv,noheader,nounits",
     "table": "nvidia-smi",
     "topo": "nvidia-smi topo -m",
 }
+# With the GPU list and their driver version, what identifies the facts of STEADY_SECTIONS: the boot (provenance.host_facts)
+_KEY_SECTIONS = {"boot_id": "cat /proc/sys/kernel/random/boot_id"}
+STEADY_SECTIONS = ("table", "topo")  # what nvidia-smi cannot print differently while the key sections stay the same
 SECTION_MARK = "@@launchlab-section "  # starts the line that names each section
-# Printed by the server's interpreter: its version and every installed distribution.
+# Printed by the server's interpreter: its version and every installed distribution. Name and Version are read
+# from the head of each METADATA (core metadata: headers first, then a blank line, then the description):
+# `dist.metadata` ran the email parser over every whole file, half the time of this script on each run.
 _PYTHON = """\
 import json, platform, sys
 from importlib import metadata
 packages = {}
 for dist in metadata.distributions():
-    name = dist.metadata["Name"]
-    if name:
-        packages[name.lower()] = dist.version
+    head = {}
+    for line in (dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "").splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        head.setdefault(key, value.strip())
+    if head.get("Name"):
+        packages[head["Name"].lower()] = head.get("Version")
 print(json.dumps({"python": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix,
                   "packages": dict(sorted(packages.items()))}))
 """
@@ -81,14 +91,24 @@ print(json.dumps({"package": dist.metadata["Name"], "version": dist.version, "fi
 _ENV = "import json, os; print(json.dumps(dict(os.environ)))"
 
 
-def host_facts() -> str:
-    """Print each of _SECTIONS under a SECTION_MARK line; a section that fails prints its error instead."""
-    return "; ".join(f"echo {shlex.quote(SECTION_MARK + name)}; {cmd} 2>&1" for name, cmd in _SECTIONS.items())
+def host_facts(skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None) -> str:
+    """Print each of _SECTIONS and the key sections under a SECTION_MARK line (a section that fails prints its
+    error instead); skip: sections left out (STEADY_SECTIONS known from an earlier run), only: just those."""
+    sections = {**_SECTIONS, **_KEY_SECTIONS}
+    names = [n for n in (only if only is not None else sections) if n not in skip]
+    return "; ".join(f"echo {shlex.quote(SECTION_MARK + name)}; {sections[name]} 2>&1" for name in names)
 
 
 def interpreter_facts(python: str) -> str:
     """The interpreter's Python version and installed distributions, as one JSON line."""
     return f"{shlex.quote(python)} -c {shlex.quote(_PYTHON)}"
+
+
+def server_python(python: str, package: str | None) -> str:
+    """interpreter_facts' JSON line, then (for a package) package_integrity's, from one start of the interpreter:
+    both import importlib.metadata, most of their time, and a run asked for both every time."""
+    script = _PYTHON + (f"exec({_INTEGRITY!r})\n" if package is not None else "")
+    return f"{shlex.quote(python)} -c {shlex.quote(script)}" + (f" {shlex.quote(package)}" if package is not None else "")
 
 
 def package_integrity(python: str, package: str) -> str:
