@@ -131,7 +131,8 @@ def sshd(tmp_path, sim_root, monkeypatch):
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    """A real single-node Slurm (munged, slurmctld, slurmd; 16 fake GPUs as gres, partition `gpu`) for the tests
+    """A real single-node Slurm (munged, slurmctld, slurmd; 16 fake GPUs as gres, partition `gpu`, preempted by
+    partition `urgent`) for the tests
     of a module; clients reach it through SLURM_CONF. Skipped when the daemons are not installed or cannot
     start, unless LAUNCHLAB_REQUIRE_SLURM=1 (CI), which turns the skip into a failure."""
     import slurmd as slurm_helper

@@ -1,6 +1,7 @@
 """A real single-node Slurm cluster on this machine for tests: munged, slurmctld and slurmd with their own
 configuration, ports, state and logs in a temp folder, 16 fake GPUs as gres (character devices that behave like
-/dev/null), and a partition `gpu`. The configuration is the one checked in ../shared/reference/slurm.md.
+/dev/null), a partition `gpu` and a partition `urgent` of a higher PriorityTier whose jobs preempt (cancel)
+`gpu`'s jobs. The configuration is the one checked in ../shared/reference/slurm.md.
 
 The daemons run as root (SlurmUser=root, the only way inside a container without systemd); clients find them
 through SLURM_CONF. `stop()` ends every daemon by the pid it wrote.
@@ -127,7 +128,10 @@ def make_cluster(folder: Path) -> SlurmCluster:
         "SchedulerParameters=sched_interval=1", "MinJobAge=600", "KillWait=5", "OverTimeLimit=0",
         f"AuthInfo=socket={folder / 'munge.socket'}",
         f"NodeName={node} CPUs={os.cpu_count()} RealMemory={max(1000, int(free_mib * 0.9))} Gres=gpu:{FAKE_GPUS}",
-        f"PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4",
+        # preemption for real: a job of `urgent` (the higher PriorityTier) that needs a `gpu` job's GPUs cancels it
+        "PreemptType=preempt/partition_prio", "PreemptMode=CANCEL",
+        f"PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1",
+        f"PartitionName=urgent Nodes={node} MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=10",
         "",
     ]))
     (folder / "gres.conf").write_text(f"NodeName={node} Name=gpu File=/dev/simgpu[0-{FAKE_GPUS - 1}]\n")

@@ -262,3 +262,29 @@ def test_a_queued_job_says_why_and_its_wait_is_queue_time_not_startup_time(slurm
     assert record.status == "ready" and record.queue_s >= 5
     assert record.scheduler_end[0]["JobState"] not in ("PENDING", "RUNNING")  # read after the job ended
     assert record.startup_s < record.queue_s  # the ready clock started when the job ran
+
+
+def test_a_job_preempted_by_a_higher_tier_partition_ends_the_run_as_a_preemption(slurm, tmp_path, sim_root):
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.setdefault("runs", run_one_each(
+        small(tmp_path, pace=20, timeout=600), tmp_path / "rd", sim_root / "box", only="mem_fraction=0.85")))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not any(" RUNNING " in f" {j} " for j in launchlab_jobs(slurm)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert launchlab_jobs(slurm), "the run's job never ran"
+    # a job of the higher PriorityTier that needs every GPU of the node: Slurm cancels the run's job for it
+    urgent = subprocess.run(["sbatch", "--parsable", "--partition=urgent", "--gres=gpu:16",
+                             f"--output={tmp_path / 'urgent.out'}", "--wrap", "sleep 3"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    worker.join(timeout=300)
+    assert not worker.is_alive(), "the run hung after its job was preempted"
+    [record] = result["runs"]
+    assert (record.status, record.failure_reason) == ("failed", "job_preempted"), record.failure_message
+    assert "preempted" in record.failure_message and record.scheduler[0]["JobId"] in record.failure_message
+    assert "(None)" not in record.failure_message and "--resume" in record.failure_message
+    assert record.scheduler_end[0]["JobState"] == "PREEMPTED"
+    deadline = time.monotonic() + 60
+    while any(j.startswith(f"{urgent} ") and " RUNNING " in f" {j} " for j in slurm.jobs()):
+        assert time.monotonic() < deadline, "the urgent job did not end"
+        time.sleep(0.5)

@@ -44,7 +44,8 @@ ENDINGS = {
     "DEADLINE": ("job_time_limit", "Slurm ended the job at its deadline"),
     "NODE_FAIL": ("node_failure", "the job's node failed ({reason}); Slurm ended the job"),
     "BOOT_FAIL": ("node_failure", "the job's node failed to boot ({reason})"),
-    "PREEMPTED": ("job_preempted", "the job was preempted by another job ({reason})"),
+    "PREEMPTED": ("job_preempted", "Slurm preempted the job for a job of a higher priority tier or QOS ({reason}); "
+                                   "the run is not requeued: repeat it with `launchlab run PARAMS --resume RUN_DIR`"),
     "OUT_OF_MEMORY": ("job_out_of_memory", "the job exceeded its memory limit and Slurm ended it"),
     "CANCELLED": ("job_cancelled", "the job was cancelled outside launchlab ({reason})"),
 }
@@ -235,9 +236,10 @@ class SlurmHost(ShellHost):
         """How the job ended, when the scheduler ended it (time limit, node failure, preemption, …): (reason,
         message); None when it ended because its server exited."""
         state, reason, _ = self._state(pgid)
+        reason = reason if reason not in ("", "None") else state  # "None": Slurm gave no reason of its own
         for name, (code, text) in ENDINGS.items():
             if state.startswith(name):
-                return code, f"job {pgid}: " + text.format(time=self.spec.time, reason=reason or state)
+                return code, f"job {pgid}: " + text.format(time=self.spec.time, reason=reason)
         return None
 
     def placement(self, ref: ProcessRef) -> dict:
