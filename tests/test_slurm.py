@@ -115,7 +115,11 @@ def test_a_job_that_outlives_its_time_limit_ends_as_a_named_reason(slurm, tmp_pa
                             sim_root / "box", only="mem_fraction=0.85")
     assert (record.status, record.failure_reason) == ("failed", "job_time_limit"), record.failure_message
     assert "time limit" in record.failure_message and "00:01:00" in record.failure_message
-    assert record.scheduler_end[0]["JobState"] == "TIMEOUT" and record.scheduler_end[0]["Reason"] == "TimeLimit"
+    [end] = record.scheduler_end
+    assert end["JobState"] == "TIMEOUT" and end["Reason"] == "TimeLimit" and end["NodeList"] == slurm.node
+    assert end["JobId"] == record.scheduler[0]["JobId"] and end["ExitCode"].endswith(":0")
+    # the test cluster keeps no accounting (no slurmdbd): sacct says so, and the controller's record is used
+    assert end["source"] == "scontrol" and "accounting storage is disabled" in end["sacct_unavailable"]
 
 
 def launchlab_jobs(slurm) -> list[str]:

@@ -105,3 +105,55 @@ def test_a_slurm_host_with_an_ssh_login_node_opens_without_connecting_and_runs_i
     assert host.login._conn is None and host.scheduled and not host.simulated
     assert host.workdir == ".launchlab/work"
     host.close()
+
+
+def test_sacct_is_asked_for_the_allocation_alone_parsable_and_without_a_header():
+    argv = shlex.split(cmd.job_accounting(4242))
+    assert argv[:5] == ["sacct", "-X", "-n", "-P", "-j"] and argv[5] == "4242"
+    assert argv[-1] == "JobID,JobName,Partition,State,ExitCode,NodeList,Start,End,Elapsed,AllocTRES"
+    with pytest.raises(ValueError):
+        cmd.job_accounting("4242; true")
+
+
+# lines in the form sacct -X -n -P prints them (Slurm's sacct(1): `|`-separated, no trailing `|`; State
+# `CANCELLED by <uid>`; a job that never ran has NodeList `None assigned` and Start `None`; ExitCode `code:signal`)
+SACCT_LINES = {
+    "completed": "4242|launchlab:01_a_rep1|gpu|COMPLETED|0:0|gpu-node-17|2026-11-30T10:00:00|2026-11-30T10:03:12|"
+                 "00:03:12|billing=8,cpu=8,gres/gpu=8,mem=64G,node=1",
+    "cancelled by a user": "4243|launchlab:02_b_rep1|gpu|CANCELLED by 1000|0:15|gpu-node-17|2026-11-30T10:00:05|"
+                           "2026-11-30T10:01:00|00:00:55|billing=8,cpu=8,gres/gpu=8,node=1",
+    "cancelled while pending": "4244|launchlab:03_c_rep1|gpu|CANCELLED by 0|0:0|None assigned|None|"
+                               "2026-11-30T10:02:00|00:00:00|",
+    "timeout on two nodes": "4245|launchlab:04_d_rep1|gpu|TIMEOUT|0:0|gpu-node-[17-18]|2026-11-30T10:00:00|"
+                            "2026-11-30T10:30:00|00:30:00|billing=16,cpu=16,gres/gpu=16,node=2",
+    "preempted": "4246|launchlab:05_e_rep1|low|PREEMPTED|0:15|gpu-node-3|2026-11-30T10:00:00|2026-11-30T10:04:00|"
+                 "00:04:00|cpu=1,gres/gpu=8,node=1",
+    "a | in the job name": "4247|my|job|gpu|NODE_FAIL|1:0|gpu-node-9|2026-11-30T10:00:00|2026-11-30T10:04:00|"
+                           "00:04:00|cpu=1,node=1",
+}
+
+
+def test_sacct_lines_read_as_scontrols_names_with_the_cancelling_uid_apart_and_missing_fields_left_out():
+    done = cmd.parse_accounting(SACCT_LINES["completed"], 4242)
+    assert done == {"JobId": "4242", "JobName": "launchlab:01_a_rep1", "Partition": "gpu", "JobState": "COMPLETED",
+                    "ExitCode": "0:0", "NodeList": "gpu-node-17", "StartTime": "2026-11-30T10:00:00",
+                    "EndTime": "2026-11-30T10:03:12", "RunTime": "00:03:12",
+                    "TRES": "billing=8,cpu=8,gres/gpu=8,mem=64G,node=1"}
+    cancelled = cmd.parse_accounting(SACCT_LINES["cancelled by a user"], 4243)
+    assert (cancelled["JobState"], cancelled["CancelledBy"], cancelled["ExitCode"]) == ("CANCELLED", "1000", "0:15")
+    never_ran = cmd.parse_accounting(SACCT_LINES["cancelled while pending"], 4244)
+    assert never_ran["JobState"] == "CANCELLED" and "NodeList" not in never_ran and "StartTime" not in never_ran
+    assert "TRES" not in never_ran and never_ran["EndTime"] == "2026-11-30T10:02:00"
+    assert cmd.parse_accounting(SACCT_LINES["timeout on two nodes"], 4245)["NodeList"] == "gpu-node-[17-18]"
+    assert cmd.parse_accounting(SACCT_LINES["preempted"], 4246)["JobState"] == "PREEMPTED"
+    odd = cmd.parse_accounting(SACCT_LINES["a | in the job name"], 4247)
+    assert (odd["JobName"], odd["Partition"], odd["JobState"]) == ("my|job", "gpu", "NODE_FAIL")
+
+
+def test_sacct_output_without_the_jobs_line_reads_as_nothing_known():
+    everything = "\n".join(SACCT_LINES.values())
+    assert cmd.parse_accounting(everything, 4245)["JobState"] == "TIMEOUT"  # its own line among others
+    assert cmd.parse_accounting(everything, 424) is None  # a prefix of a job id is another job
+    assert cmd.parse_accounting("", 4242) is None
+    assert cmd.parse_accounting("4242|short|line", 4242) is None
+    assert cmd.parse_accounting(SACCT_LINES["completed"].replace("4242|", "4242_1|", 1), 4242) is None  # an array task

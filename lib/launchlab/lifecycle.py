@@ -203,16 +203,18 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
 
 
 def _scheduler_end(run_nodes: list[Node], record: RunRecord) -> None:
-    """How each node's job ended, as the scheduler tells it after the end (state, exit code, end time)."""
+    """How each node's job ended, as the scheduler tells it after the end (state, exit code, node, end time, and
+    whether sacct or the controller said so)."""
     ends = []
     for node in run_nodes:
         if node.host.scheduled and node.refs:
             try:
-                facts = node.host.placement(node.refs[-1]) or {}
+                facts = node.host.final_state(node.refs[-1])
             except LaunchlabError as exc:
                 record.notes.append(f"how the job on {node.label} ended is unknown: {exc}")
                 continue
-            ends.append({k: facts[k] for k in ("JobId", "JobState", "Reason", "ExitCode", "EndTime") if k in facts})
+            if facts:
+                ends.append(facts)
     if ends:
         record.scheduler_end = ends
 

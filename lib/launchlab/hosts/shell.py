@@ -111,6 +111,10 @@ class ShellHost(abc.ABC):
         """Where a process runs is the host itself (its facts are in the provenance)."""
         return None
 
+    def final_state(self, ref: ProcessRef) -> dict | None:
+        """No scheduler keeps a record of how a process ended here."""
+        return None
+
     def clock(self) -> str:
         return self.run(commands.host_clock(), timeout=30).stdout.strip()
 

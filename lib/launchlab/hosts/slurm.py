@@ -234,8 +234,11 @@ class SlurmHost(ShellHost):
 
     def ended_why(self, pgid: int) -> tuple[str, str] | None:
         """How the job ended, when the scheduler ended it (time limit, node failure, preemption, …): (reason,
-        message); None when it ended because its server exited."""
+        message); None when it ended because its server exited. A job the controller already forgot is looked up
+        in the accounting, where the cluster keeps one."""
         state, reason, _ = self._state(pgid)
+        if not state:
+            state = (self._accounting(pgid)[0] or {}).get("JobState", "")
         reason = reason if reason not in ("", "None") else state  # "None": Slurm gave no reason of its own
         for name, (code, text) in ENDINGS.items():
             if state.startswith(name):
@@ -253,6 +256,32 @@ class SlurmHost(ShellHost):
         if gres:
             found["gres"] = gres[0]
         return found
+
+    def final_state(self, ref: ProcessRef) -> dict:
+        """How the job ended (JobId, JobState, Reason, ExitCode, NodeList, EndTime, …) and where that was read
+        (`source`): sacct where the cluster keeps accounting (what a cluster keeps for good), else
+        `scontrol show job` (the controller's memory of the job, MinJobAge), with why sacct could not say
+        (`sacct_unavailable`)."""
+        found, why = self._accounting(ref.pgid)
+        if found is not None:
+            return {**found, "source": "sacct"}
+        facts = self.placement(ref)
+        kept = {k: facts[k] for k in ("JobId", "JobState", "Reason", "ExitCode", "NodeList", "StartTime", "EndTime",
+                                      "RunTime") if k in facts}
+        return {**kept, "source": "scontrol", "sacct_unavailable": why}
+
+    def _accounting(self, job: int) -> tuple[dict | None, str]:
+        """The job's ended record from sacct, or (None, why not): no accounting on the cluster (sacct says
+        "accounting storage is disabled"), the database unreachable, or not (yet) an ended job there."""
+        res = self.run(cmd.job_accounting(job), timeout=60, check=False)
+        if res.exit_code != 0:
+            return None, (res.stderr.strip().splitlines() or [f"sacct exited {res.exit_code}"])[-1][-300:]
+        found = cmd.parse_accounting(res.stdout, job)
+        if found is None:
+            return None, f"sacct has no line for job {job}"
+        if found.get("JobState", "") in cmd.LIVE_STATES:  # the database hears of the end a moment after it
+            return None, f"sacct still says {found['JobState']}"
+        return found, ""
 
     # -- asked from inside the job ----------------------------------------------------------------------------
 

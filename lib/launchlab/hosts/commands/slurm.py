@@ -1,5 +1,5 @@
 """Commands of the slurm transport: the job script and the scripts it runs, sbatch (for real and
---test-only), the job's state and facts (squeue, scontrol show job), scancel, a command run inside a running
+--test-only), the job's state and facts (squeue, scontrol show job, sacct after the end), scancel, a command run inside a running
 job (srun --overlap), and the listing of the user's launchlab jobs. They run on the login node; every value
 is shell-quoted."""
 
@@ -115,6 +115,38 @@ def job_state(job_id: int) -> str:
 def job_details(job_id: int) -> str:
     """`scontrol show job` of one job, one line of key=value pairs."""
     return f"scontrol show job -o {int(job_id)}"
+
+
+# what sacct is asked for one job's allocation (-X), and the name `scontrol show job` gives each field
+ACCOUNTING_FIELDS = {"JobID": "JobId", "JobName": "JobName", "Partition": "Partition", "State": "JobState",
+                     "ExitCode": "ExitCode", "NodeList": "NodeList", "Start": "StartTime", "End": "EndTime",
+                     "Elapsed": "RunTime", "AllocTRES": "TRES"}
+NO_VALUE = ("", "None", "None assigned", "Unknown")  # sacct's words for a field the job never had (never ran)
+
+
+def job_accounting(job_id: int) -> str:
+    """sacct of one job's allocation, one `|`-separated line without a header (parse_accounting reads it)."""
+    return f"sacct -X -n -P -j {int(job_id)} -o {','.join(ACCOUNTING_FIELDS)}"
+
+
+def parse_accounting(text: str, job_id: int) -> dict[str, str] | None:
+    """The job's line of `job_accounting` in `scontrol show job`'s names (JobId, JobState, ExitCode, NodeList,
+    StartTime, EndTime, …); None when sacct printed no line for the job (not in the database yet). A state of
+    `CANCELLED by 1000` is JobState CANCELLED and CancelledBy 1000 (the uid); fields the job never had (a job
+    cancelled while PENDING: NodeList `None assigned`, Start `None`) are left out."""
+    names = list(ACCOUNTING_FIELDS.values())
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < len(names) or parts[0] != str(int(job_id)):
+            continue
+        extra = len(parts) - len(names)  # a `|` in the job name (the only free text here)
+        parts = [parts[0], "|".join(parts[1:2 + extra]), *parts[2 + extra:]]
+        found = {name: value for name, value in zip(names, parts, strict=True) if value not in NO_VALUE}
+        state, _, detail = found.get("JobState", "").partition(" by ")
+        if detail:
+            found["JobState"], found["CancelledBy"] = state, detail
+        return found
+    return None
 
 
 def cancel(job_id: int, signal: str | None = None) -> str:
