@@ -68,7 +68,13 @@ def test_each_run_is_one_job_that_fails_or_gets_ready_as_on_the_simulated_host(s
         assert job["JobId"].isdigit() and job["NodeList"] == slurm.node and job["Partition"] == "gpu"
         assert job["JobName"] == f"launchlab:{record.run_id}" and "gpu:2" in job["gres"]
         folder = tmp_path / "rd" / "runs" / record.run_id
-        assert json.loads((folder / "provenance.json").read_text())["scheduler"] == record.scheduler
+        prov = json.loads((folder / "provenance.json").read_text())
+        assert prov["scheduler"] == record.scheduler
+        # the provenance is the node's, gathered inside the job: its environment, its (simulated) GPUs
+        assert prov["host_env"]["SLURM_JOB_ID"] == job["JobId"] and prov["hostname"] == slurm.node
+        assert prov["host_env"]["LAUNCHLAB_SIM_STATE"].endswith(f"/{record.run_id}/simbox")
+        assert prov["host_facts"]["driver"] == "580.159.04" and len(prov["host_facts"]["gpus"]) == 2
+        assert "pydantic" in prov["interpreter"]["packages"] and prov["integrity"]["package"] == "launchlab"
         assert [p["pid"] for p in json.loads((folder / "processes.json").read_text())] == [int(job["JobId"])] * 2
         assert (folder / "nvidia-smi.csv").read_text().count("\n") > 1  # the sampler ran inside the job
     assert high.stopped_with == "TERM"  # scancel --signal=TERM stopped the ready server within its grace

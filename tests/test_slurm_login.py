@@ -106,5 +106,8 @@ def test_a_batch_through_an_ssh_login_node_runs_every_slurm_command_there_and_no
         assert any(line.startswith("sbatch --parsable") and f"launchlab:{run_id}" in line
                    for line in login_log.read_text().splitlines())
         folder = run_dir / "runs" / run_id
+        prov = json.loads((folder / "provenance.json").read_text())
+        assert prov["host_env"]["SLURM_JOB_ID"] == job["JobId"]  # gathered inside the job, not by the login shell
+        assert len(prov["host_facts"]["gpus"]) == 2 and prov["interpreter"]["executable"] == sys.executable
         assert (folder / "server.log").stat().st_size > 0 and (folder / "nvidia-smi.csv").read_text().count("\n") > 1
     assert not list((tmp_path / "shared").rglob("server.log")), "run folders on the login node are removed"

@@ -152,7 +152,9 @@ def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node]) -> tupl
                               nnodes=len(run_nodes), gpus=n.gpus) for n in run_nodes]
     for node, launch in zip(run_nodes, launches, strict=True):
         node.masker = node.masker.merge(masking.Masker.collect(launch.env, launch.argv, exp.secrets))
-    per_node = [provenance.node_record(n.host, n.rank, launch, None, n.masker, exp.secrets)
+    # a scheduler's node is known once its job runs: the job gathers its facts there (_start), not the login node
+    per_node = [provenance.node_record(n.host, n.rank, launch, None, n.masker, exp.secrets,
+                                       recorded={} if n.host.scheduled else None)
                 for n, launch in zip(run_nodes, launches, strict=True)]
     return launches, per_node
 
@@ -192,13 +194,23 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
         queued = [n.host.wait_started(n.refs[-1], lambda reason: progress and progress("queued", reason))
                   for n in run_nodes]
         record.queue_s = max(queued)
-        if progress:
-            progress("watching")
-        record.server_started_at = run_nodes[0].host.clock()
-        t_launch = time.monotonic()
         placed = [n.host.placement(n.refs[-1]) for n in run_nodes]
         record.scheduler = [p for p in placed if p]
-        rundir.update_json(folder.provenance, {"scheduler": record.scheduler})
+        # the job runs its node's provenance commands before its server starts: the ready clock starts after them
+        recorded = [n.host.node_facts(n.refs[-1]) for n in run_nodes]
+        for node, found in zip(run_nodes, recorded, strict=True):
+            if found is None:
+                record.notes.append(f"the provenance of the node that ran the job of {node.label} is missing: the "
+                                    "job ended (or took too long) before its facts were gathered")
+        record.server_started_at = run_nodes[0].host.clock()
+        t_launch = time.monotonic()
+        if progress:
+            progress("watching")
+        per_node = [provenance.node_record(n.host, n.rank, launch, n.preflight, n.masker, exp.secrets, found or {})
+                    for n, launch, found in zip(run_nodes, launches, recorded, strict=True)]
+        rundir.update_json(folder.provenance, {**provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
+                                                                       nodes.masker_of(run_nodes)),
+                                               "scheduler": record.scheduler})
     return t_launch
 
 

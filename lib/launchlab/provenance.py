@@ -1,9 +1,11 @@
 """Provenance of a run: what the host and the server's interpreter were, collected before the launch.
 
-Two commands per run, both on the host itself (built in hosts/commands/provenance.py): one shell script that
-prints labelled sections (host name, kernel, OS, GPUs, driver and CUDA versions, `nvidia-smi topo -m`), and the
-server's own interpreter asked for its Python version and installed packages. A section that fails (no
-nvidia-smi, no Python in argv[0]) is recorded as missing, never as an error: provenance must not stop a run.
+A few commands per node, on the host itself (built in hosts/commands/provenance.py; `node_commands` names
+them): one shell script that prints labelled sections (host name, kernel, OS, GPUs, driver and CUDA versions,
+`nvidia-smi topo -m`), the server's own interpreter asked for its Python version and installed packages and for
+its package's integrity, and the environment a process there inherits. A section that fails (no nvidia-smi, no
+Python in argv[0]) is recorded as missing, never as an error: provenance must not stop a run. A scheduler's job
+runs the same commands itself on the node it got (hosts/slurm.py), and `node_record` reads what they printed.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 from launchlab import smitext, telemetry
-from launchlab.hosts import Host, commands
+from launchlab.hosts import CommandResult, Host, commands
+
+TIMEOUTS_S = {"host_facts": 120, "interpreter": 120, "integrity": 300, "host_env": 60}
 
 
 def server_package(argv: list[str] | tuple[str, ...]) -> str | None:
@@ -31,7 +35,11 @@ def integrity(host: Host, argv: list[str] | tuple[str, ...]) -> dict | None:
     package = server_package(argv)
     if package is None or not _is_python(argv):
         return None
-    res = host.run(commands.package_integrity(argv[0], package), timeout=300, check=False)
+    res = host.run(commands.package_integrity(argv[0], package), timeout=TIMEOUTS_S["integrity"], check=False)
+    return _integrity_of(res, package)
+
+
+def _integrity_of(res: CommandResult, package: str | None) -> dict:
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -40,7 +48,10 @@ def integrity(host: Host, argv: list[str] | tuple[str, ...]) -> dict | None:
 
 def host_env(host: Host, mask) -> dict[str, str]:
     """The environment a process started on the host inherits (before the run's env file), secrets masked."""
-    res = host.run(commands.host_environment(), timeout=60, check=False)
+    return _env_of(host.run(commands.host_environment(), timeout=TIMEOUTS_S["host_env"], check=False), mask)
+
+
+def _env_of(res: CommandResult, mask) -> dict[str, str]:
     try:
         return mask(json.loads(res.stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
@@ -64,7 +75,11 @@ def split_sections(text: str) -> dict[str, str]:
 
 
 def host_facts(host: Host) -> dict:
-    sections = split_sections(host.run(commands.host_facts(), timeout=120, check=False).stdout)
+    return _facts_of(host.run(commands.host_facts(), timeout=TIMEOUTS_S["host_facts"], check=False).stdout)
+
+
+def _facts_of(text: str) -> dict:
+    sections = split_sections(text)
     table = smitext.parse_table(sections.get("table", ""))
     gpus = []
     for line in sections.get("gpus", "").splitlines():
@@ -90,26 +105,44 @@ def interpreter_facts(host: Host, argv: list[str] | tuple[str, ...]) -> dict | N
     """The server interpreter's Python and packages, when the command starts with a Python interpreter."""
     if not _is_python(argv):
         return None
-    res = host.run(commands.interpreter_facts(argv[0]), timeout=120, check=False)
+    return _interpreter_of(host.run(commands.interpreter_facts(argv[0]), timeout=TIMEOUTS_S["interpreter"],
+                                    check=False))
+
+
+def _interpreter_of(res: CommandResult) -> dict:
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"error": (res.stderr or res.stdout).strip()[-500:]}
 
 
-def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, secret_names=()) -> dict:
+def node_commands(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """The commands of a node's provenance, by what they tell: host_facts and host_env always, interpreter when
+    argv starts with a Python interpreter, integrity when it runs `PYTHON -m PACKAGE`."""
+    found = {"host_facts": commands.host_facts(), "host_env": commands.host_environment()}
+    if _is_python(argv):
+        found["interpreter"] = commands.interpreter_facts(argv[0])
+        if (package := server_package(argv)) is not None:
+            found["integrity"] = commands.package_integrity(argv[0], package)
+    return found
+
+
+def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, secret_names=(),
+                recorded: dict[str, CommandResult] | None = None) -> dict:
     """What one node of a run was: the host and its facts, the server's interpreter and installed files, the
-    environment a process inherits there, the launch — every secret masked (masking.Masker). The four
-    commands are independent and most of their time is spent starting an interpreter or nvidia-smi on the host,
-    so they run at once where the host allows it: one after the other they were the largest part of a short run
-    (bench/run_overhead.py)."""
-    workers = 4 if getattr(host, "concurrent_commands", False) else 1
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
-        facts_f = pool.submit(host_facts, host)
-        interpreter_f = pool.submit(interpreter_facts, host, launch.argv)
-        integrity_f = pool.submit(integrity, host, launch.argv)
-        env_f = pool.submit(host_env, host, lambda env: masker.env(env, secret_names))
-    facts = facts_f.result()
+    environment a process inherits there, the launch — every secret masked (masking.Masker). The commands
+    (node_commands) are independent and most of their time is spent starting an interpreter or nvidia-smi on the
+    host, so they run at once where the host allows it: one after the other they were the largest part of a short
+    run (bench/run_overhead.py). `recorded`: what the commands printed where they ran already (inside a
+    scheduler's job, on its node), read instead of running them here; a command missing from it is unknown."""
+    wanted = node_commands(launch.argv)
+    if recorded is None:
+        workers = 4 if getattr(host, "concurrent_commands", False) else 1
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
+            futures = {name: pool.submit(host.run, command, timeout=TIMEOUTS_S[name], check=False)
+                       for name, command in wanted.items()}
+        recorded = {name: future.result() for name, future in futures.items()}
+    facts = _facts_of(recorded["host_facts"].stdout if "host_facts" in recorded else "")
     return {
         "node": rank,
         "host": host.name,
@@ -117,9 +150,11 @@ def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, s
         "simulated": host.simulated,
         "hostname": facts["hostname"],
         "host_facts": facts,
-        "interpreter": interpreter_f.result(),
-        "integrity": integrity_f.result(),
-        "host_env": env_f.result(),
+        "interpreter": _interpreter_of(recorded["interpreter"]) if "interpreter" in recorded else None,
+        "integrity": _integrity_of(recorded["integrity"], server_package(launch.argv))
+        if "integrity" in recorded else None,
+        "host_env": _env_of(recorded["host_env"], lambda env: masker.env(env, secret_names))
+        if "host_env" in recorded else {},
         "argv": masker.argv(launch.argv, secret_names),
         "env": masker.env(launch.env, secret_names),
         "health_url": masker.text(launch.health_url) if launch.health_url else None,

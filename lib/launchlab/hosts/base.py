@@ -72,4 +72,5 @@ class Host(Protocol):
     def wait_started(self, ref: ProcessRef, on_wait) -> float: ...  # seconds queued; on_wait(reason) while queued
     def ended_why(self, pgid: int) -> tuple[str, str] | None: ...  # (reason, message) when not the server's doing
     def placement(self, ref: ProcessRef) -> dict | None: ...  # where it runs: job id, node, partition, GPUs
+    def node_facts(self, ref: ProcessRef) -> dict[str, CommandResult] | None: ...  # provenance run inside the job
     def final_state(self, ref: ProcessRef) -> dict | None: ...  # after the end: state, exit code, node, and source

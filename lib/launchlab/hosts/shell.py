@@ -111,6 +111,10 @@ class ShellHost(abc.ABC):
         """Where a process runs is the host itself (its facts are in the provenance)."""
         return None
 
+    def node_facts(self, ref: ProcessRef) -> dict[str, CommandResult] | None:
+        """The provenance's commands run here, on the host itself (provenance.node_record), not inside a job."""
+        return None
+
     def final_state(self, ref: ProcessRef) -> dict | None:
         """No scheduler keeps a record of how a process ended here."""
         return None

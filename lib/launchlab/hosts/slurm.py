@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from launchlab import provenance
 from launchlab.errors import HostError
 from launchlab.hosts import commands, sim_spec, slurm_spec
 from launchlab.hosts.base import CommandResult, ProcessRef
@@ -35,6 +36,7 @@ from launchlab.locks import BATCH_ENV
 
 POLL_S = 0.5
 KILL_WAIT_S = 60.0  # scancel's KILL, then the controller's cleanup of the job (KillWait, epilog)
+FACTS_WAIT_S = 600.0  # the node's provenance inside the job (an integrity check reads every file of a package)
 NODE_FILE = "slurm-node"  # beside the run folders of a run directory: the node `pin_node` keeps every run on
 
 # how a job ended that is not its server's own doing: (failure reason, what to say)
@@ -109,6 +111,8 @@ class SlurmHost(ShellHost):
                                    renumber_gpus=self.spec.simulate is not None)
         if role == "server":
             self.write_text(f"{cwd}/server.sh", script)
+            # the provenance is gathered by the job on the node it gets, not here on the login node
+            self.write_text(f"{cwd}/{cmd.NODE_FACTS}.sh", cmd.node_facts_script(provenance.node_commands(argv)))
             job = self._jobs.get(cwd)
             if job is None:
                 job = self._submit(cwd, hold=False, batch=self._batch_of(cwd, env_file))
@@ -255,6 +259,27 @@ class SlurmHost(ShellHost):
         gres = [v for k, v in facts.items() if k.startswith(("TresPerNode", "Gres", "TresPerJob"))]
         if gres:
             found["gres"] = gres[0]
+        return found
+
+    def node_facts(self, ref: ProcessRef, timeout_s: float = FACTS_WAIT_S) -> dict[str, CommandResult] | None:
+        """What the job's provenance commands printed on its node (node-facts.sh), once the job has run them;
+        None when the job ended, or timeout_s passed, before they were done (the provenance then lacks them)."""
+        folder = next((f for f, j in self._jobs.items() if j == ref.pgid), None)
+        if folder is None:
+            return None
+        deadline = time.monotonic() + timeout_s
+        while not self.read_bytes(f"{folder}/{cmd.NODE_FACTS}.done"):
+            if time.monotonic() > deadline or not self.group_alive(ref.pgid):
+                return None
+            time.sleep(POLL_S)
+        found = {}
+        for name in provenance.TIMEOUTS_S:
+            base = f"{folder}/{cmd.NODE_FACTS}.{name}"
+            rc = self.read_bytes(f"{base}.rc").decode("utf-8", "replace").strip()
+            if rc:
+                found[name] = CommandResult(name, self.read_bytes(f"{base}.out").decode("utf-8", "replace"),
+                                            self.read_bytes(f"{base}.err").decode("utf-8", "replace"),
+                                            int(rc) if rc.lstrip("-").isdigit() else -1)
         return found
 
     def final_state(self, ref: ProcessRef) -> dict:

@@ -15,6 +15,7 @@ LIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "
                "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD")
 FACTS_FILE = "job.facts"  # what the job learnt about itself (node, GPUs, start time), key=value lines
 SERVER_EXIT_FILE = "server.exit"
+NODE_FACTS = "node-facts"  # the provenance commands the job runs on its node: node-facts.sh, .NAME.out/.err/.rc, .done
 
 
 # the job's GPUs as 0…n-1, as a cluster that constrains devices with cgroups shows them to the job
@@ -37,8 +38,21 @@ def launch_script(argv: list[str] | tuple[str, ...], *, env_file: str | None, lo
     return "\n".join(lines) + "\n"
 
 
+def node_facts_script(facts: dict[str, str]) -> str:
+    """A script (run by the job, on its node, before its server starts) that runs each provenance command
+    (provenance.node_commands) and keeps its stdout, stderr and exit status in node-facts.NAME.out/.err/.rc."""
+    lines = ["#!/bin/bash", "# written by launchlab: the provenance of the node the job got, before its server starts"]
+    for name, command in facts.items():
+        if not name.isidentifier():
+            raise ValueError(f"not a name for a provenance command: {name!r}")
+        lines.append(f"( {command} ) > {NODE_FACTS}.{name}.out 2> {NODE_FACTS}.{name}.err < /dev/null; "
+                     f"echo $? > {NODE_FACTS}.{name}.rc")
+    return "\n".join(lines) + "\n"
+
+
 def job_script(folder: str, *, env: dict[str, str] | None = None, drain_s: float = 30) -> str:
-    """The batch script of one run: record the job's facts, start the sampler (sampler.sh, when the run has one)
+    """The batch script of one run: record the job's facts, run the node's provenance commands (node-facts.sh,
+    when the kit wrote one), start the sampler (sampler.sh, when the run has one)
     and the server (server.sh, one srun task), forward a TERM to the server, wait for it, record its exit
     status, wait (bounded) for the server's GPU processes to go, then stop the sampler. `env`: variables
     exported first (a simulated box's PATH and state)."""
@@ -55,6 +69,9 @@ cd {shlex.quote(folder)} || exit 1
 {{ echo "job_id=$SLURM_JOB_ID"; echo "node=$SLURMD_NODENAME"; echo "nodelist=$SLURM_JOB_NODELIST"
   echo "partition=$SLURM_JOB_PARTITION"; echo "gpus=${{SLURM_JOB_GPUS:-}}"
   echo "cuda_visible_devices=${{CUDA_VISIBLE_DEVICES:-}}"; echo "started_at=$(date +%Y-%m-%dT%H:%M:%S.%N)"; }} > {FACTS_FILE}
+# the node's provenance, where the server will run and before it starts (it must not compete with the start)
+if [ -f {NODE_FACTS}.sh ]; then bash ./{NODE_FACTS}.sh; fi
+echo done > {NODE_FACTS}.done
 sampler=
 if [ -f sampler.sh ]; then setsid bash ./sampler.sh & sampler=$!; fi
 srun --nodes=1 --ntasks=1 bash ./server.sh &
