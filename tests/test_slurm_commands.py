@@ -54,7 +54,7 @@ def test_the_job_script_records_its_facts_runs_sampler_and_server_and_passes_ter
     assert script.startswith("#!/bin/bash\n")
     assert "cd '/shared/w/run 1' || exit 1" in script
     assert "export LAUNCHLAB_SIM_STATE='/box it'" in script
-    assert "srun --nodes=1 --ntasks=1 bash ./server.sh &" in script
+    assert "srun --nodes=1 --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=1 bash ./server.sh &" in script
     assert "trap 'kill -TERM \"$server\" 2>/dev/null' TERM" in script
     assert f"> {cmd.SERVER_EXIT_FILE}" in script and f"> {cmd.FACTS_FILE}" in script
     with pytest.raises(ValueError):

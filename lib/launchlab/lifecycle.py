@@ -149,7 +149,7 @@ def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node]) -> tupl
     preflight filled in by _prepare)."""
     port = run_nodes[0].host.free_port()
     launches = [params.render(exp, run.variant, port=port, run_id=run.run_id, host=n.host.name, node_rank=n.rank,
-                              nnodes=len(run_nodes), gpus=n.gpus) for n in run_nodes]
+                              nnodes=len(run_nodes), gpus=n.gpus, per_task=n.host.per_task) for n in run_nodes]
     for node, launch in zip(run_nodes, launches, strict=True):
         node.masker = node.masker.merge(masking.Masker.collect(launch.env, launch.argv, exp.secrets))
     # a scheduler's node is known once its job runs: the job gathers its facts there (_start), not the login node

@@ -51,6 +51,8 @@ class Host(Protocol):
     simulated: bool
     scheduled: bool  # its runs are scheduler jobs on nodes the kit does not run commands on (slurm)
     workdir: str
+    per_task: dict[str, str] | None  # {node_rank}, {nnodes}, {master_addr} as markers the host fills per task
+    extra_logs: tuple[str, ...]  # server logs beside node 0's that the run's folder on the host holds
 
     def run(self, command: str, *, timeout: float = 60, check: bool = True,
             idempotent: bool = True) -> CommandResult: ...

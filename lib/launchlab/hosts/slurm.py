@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from launchlab import provenance
+from launchlab import provenance, rundir
 from launchlab.errors import HostError
 from launchlab.hosts import commands, sim_spec, slurm_spec
 from launchlab.hosts.base import CommandResult, ProcessRef
@@ -106,9 +106,23 @@ class SlurmHost(ShellHost):
 
     # -- a run as a job ---------------------------------------------------------------------------------------
 
+    @property
+    def per_task(self) -> dict[str, str]:
+        """{node_rank}, {nnodes}, {master_addr}: each task of the job fills them in (SLURM_NODEID, the job's node
+        count, the first node of SLURM_JOB_NODELIST), unless the params give master_addr."""
+        return dict(cmd.TASK_VALUES)
+
+    @property
+    def extra_logs(self) -> tuple[str, ...]:
+        """The server logs of the job's other nodes (a multi-node server), collected with node 0's."""
+        return tuple(rundir.RunFolder.log_name(rank) for rank in range(1, self.spec.nodes))
+
     def start_detached(self, role: str, argv, *, cwd: str, log_name: str, env_file: str | None = None) -> ProcessRef:
+        server, nodes = role == "server", self.spec.nodes
         script = cmd.launch_script(argv, env_file=env_file, log_name=log_name,
-                                   renumber_gpus=self.spec.simulate is not None)
+                                   renumber_gpus=self.spec.simulate is not None, per_task=server,
+                                   rank_logs=[rundir.RunFolder.log_name(r) for r in range(nodes)] if server and nodes > 1
+                                   else None, box_per_rank=server and nodes > 1 and self.spec.simulate is not None)
         if role == "server":
             self.write_text(f"{cwd}/server.sh", script)
             # the provenance is gathered by the job on the node it gets, not here on the login node
@@ -136,14 +150,16 @@ class SlurmHost(ShellHost):
 
     def _submit(self, cwd: str, hold: bool, batch: str = "-") -> int:
         env = None
-        if self.spec.simulate is not None:  # the job's own simulated box, in its run folder
+        if self.spec.simulate is not None:  # the job's own simulated box, in its run folder (one per node)
             from launchlab.hosts.sim import prepare_box
             sim = self.spec.simulate
-            env = prepare_box(Path(cwd) / "simbox", self.name, sim_spec.SimHost(
-                transport="sim", gpus=sim.gpus, mem_total_mib=sim.mem_total_mib, pace=sim.pace,
-                mem_reserved_mib=sim.mem_reserved_mib, weights_gib_per_rank=sim.weights_gib_per_rank,
-                gpu_name=sim.gpu_name.replace(",", " ")))
-        self.write_text(f"{cwd}/job.sh", cmd.job_script(cwd, env=env))
+            box = sim_spec.SimHost(transport="sim", gpus=sim.gpus, mem_total_mib=sim.mem_total_mib, pace=sim.pace,
+                                   mem_reserved_mib=sim.mem_reserved_mib, weights_gib_per_rank=sim.weights_gib_per_rank,
+                                   gpu_name=sim.gpu_name.replace(",", " "))
+            env = prepare_box(Path(cwd) / "simbox", self.name, box)
+            for rank in range(1, self.spec.nodes):
+                prepare_box(Path(cwd) / f"simbox.node{rank}", f"{self.name}-node{rank}", box)
+        self.write_text(f"{cwd}/job.sh", cmd.job_script(cwd, env=env, nodes=self.spec.nodes))
         out = self.run(self._sbatch(cwd, hold=hold, batch=batch), timeout=120, idempotent=False)  # twice would be two jobs
         text = out.stdout.strip().splitlines()[-1:] or [""]
         job_text = text[0].split(";")[0]

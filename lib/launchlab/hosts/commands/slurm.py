@@ -23,18 +23,57 @@ RENUMBER_GPUS = ('n=$(echo "${SLURM_JOB_GPUS:-}" | tr , "\\n" | grep -c .); '
                  '[ "$n" -gt 0 ] && export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1)))')
 
 
+# {node_rank}, {nnodes} and {master_addr} of a job's server: only its tasks know them, so they are rendered as
+# these markers and each task's launch script replaces them (in argv and in the env file's values)
+TASK_VALUES = {"node_rank": "@@LAUNCHLAB_NODE_RANK@@", "nnodes": "@@LAUNCHLAB_NNODES@@",
+               "master_addr": "@@LAUNCHLAB_MASTER_ADDR@@"}
+# what each task sets them to: its node's rank in the job, the job's node count, the first node of its list
+_TASK_SHELL = """\
+task_node_rank=${SLURM_NODEID:-0}
+task_nnodes=${SLURM_JOB_NUM_NODES:-1}
+task_master_addr=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-}" 2>/dev/null | head -n 1)
+[ -n "$task_master_addr" ] || task_master_addr=${SLURMD_NODENAME:-127.0.0.1}"""
+_FILL = ('{var}=${{{var}//"@@LAUNCHLAB_NODE_RANK@@"/"$task_node_rank"}}; '
+         '{var}=${{{var}//"@@LAUNCHLAB_NNODES@@"/"$task_nnodes"}}; '
+         '{var}=${{{var}//"@@LAUNCHLAB_MASTER_ADDR@@"/"$task_master_addr"}}')
+
+
 def launch_script(argv: list[str] | tuple[str, ...], *, env_file: str | None, log_name: str,
-                  renumber_gpus: bool = False) -> str:
+                  renumber_gpus: bool = False, per_task: bool = False, rank_logs: list[str] | None = None,
+                  box_per_rank: bool = False) -> str:
     """A script (run inside the job, in the run folder) that execs argv with the env file's variables exported
-    byte for byte, its output into log_name: the server (under srun) or the sampler. `renumber_gpus`: see the
-    job's GPUs as 0…n-1 (a simulated box in the job has exactly the job's GPUs, numbered from 0), before the
-    env file, so a CUDA_VISIBLE_DEVICES of the params still wins."""
+    byte for byte, its output into log_name: the server (under srun, one task per node) or the sampler.
+    `renumber_gpus`: see the job's GPUs as 0…n-1 (a simulated box in the job has exactly the job's GPUs,
+    numbered from 0), before the env file, so a CUDA_VISIBLE_DEVICES of the params still wins. `per_task`:
+    replace the TASK_VALUES markers in argv and in exported values with this task's. `rank_logs`: the log of
+    each node rank (rank 0's is log_name). `box_per_rank`: a simulated box per node (simbox.node<rank>)."""
     lines = ["#!/bin/bash", "# written by launchlab: run inside the Slurm job, in the run folder"]
     if renumber_gpus:
         lines.append(RENUMBER_GPUS)
+    if box_per_rank:
+        lines.append('[ "${SLURM_NODEID:-0}" = 0 ] || export LAUNCHLAB_SIM_STATE="$LAUNCHLAB_SIM_STATE.node$SLURM_NODEID"')
     if env_file:
         lines.append(f"set -a; . ./{shlex.quote(env_file)}; set +a")
-    lines.append(f"exec {shlex.join(argv)} > {shlex.quote(log_name)} 2>&1 < /dev/null")
+    log = shlex.quote(log_name)
+    if rank_logs:
+        cases = " ".join(f"{rank}) log={shlex.quote(name)};;" for rank, name in enumerate(rank_logs))
+        lines.append(f'log={log}; case "${{SLURM_NODEID:-0}}" in {cases} esac')
+        log = '"$log"'
+    if not per_task:
+        lines.append(f"exec {shlex.join(argv)} > {log} 2>&1 < /dev/null")
+        return "\n".join(lines) + "\n"
+    lines += [_TASK_SHELL,
+              "for name in $(compgen -e); do",
+              '  value=${!name}',
+              '  case $value in *@@LAUNCHLAB_*) ;; *) continue;; esac',
+              "  " + _FILL.format(var="value"),
+              '  export "$name=$value"',
+              "done",
+              f"args=({' '.join(shlex.quote(a) for a in argv)})",
+              'for i in "${!args[@]}"; do',
+              '  a=${args[$i]}; ' + _FILL.format(var="a") + '; args[$i]=$a',
+              "done",
+              f'exec "${{args[@]}}" > {log} 2>&1 < /dev/null']
     return "\n".join(lines) + "\n"
 
 
@@ -50,12 +89,12 @@ def node_facts_script(facts: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def job_script(folder: str, *, env: dict[str, str] | None = None, drain_s: float = 30) -> str:
+def job_script(folder: str, *, env: dict[str, str] | None = None, drain_s: float = 30, nodes: int = 1) -> str:
     """The batch script of one run: record the job's facts, run the node's provenance commands (node-facts.sh,
-    when the kit wrote one), start the sampler (sampler.sh, when the run has one)
-    and the server (server.sh, one srun task), forward a TERM to the server, wait for it, record its exit
-    status, wait (bounded) for the server's GPU processes to go, then stop the sampler. `env`: variables
-    exported first (a simulated box's PATH and state)."""
+    when the kit wrote one), start the sampler (sampler.sh, when the run has one; on the job's first node) and
+    the server (server.sh, one srun task per node; one that fails ends them all), forward a TERM to the server,
+    wait for it, record its exit status, wait (bounded) for the server's GPU processes to go, then stop the
+    sampler. `env`: variables exported first (a simulated box's PATH and state)."""
     exports = []
     for name, value in (env or {}).items():
         if not ENV_NAME.match(name):
@@ -74,7 +113,7 @@ if [ -f {NODE_FACTS}.sh ]; then bash ./{NODE_FACTS}.sh; fi
 echo done > {NODE_FACTS}.done
 sampler=
 if [ -f sampler.sh ]; then setsid bash ./sampler.sh & sampler=$!; fi
-srun --nodes=1 --ntasks=1 bash ./server.sh &
+srun --nodes={int(nodes)} --ntasks={int(nodes)} --ntasks-per-node=1 --kill-on-bad-exit=1 bash ./server.sh &
 server=$!
 # scancel --signal=TERM (and the time limit's TERM) reach the batch shell too: pass it on, then keep waiting
 trap 'kill -TERM "$server" 2>/dev/null' TERM
@@ -175,9 +214,9 @@ def cancel(job_id: int, signal: str | None = None) -> str:
 
 
 def in_job(job_id: int, command: str) -> str:
-    """Run a shell command on the job's (first) node, inside its allocation, next to its server
-    (srun --overlap shares the job's resources instead of waiting for them)."""
-    return (f"srun --jobid={int(job_id)} --overlap --nodes=1 --ntasks=1 --quiet --gres=none "
+    """Run a shell command on the job's first node (--relative=0: node 0 of a multi-node server), inside its
+    allocation, next to its server (srun --overlap shares the job's resources instead of waiting for them)."""
+    return (f"srun --jobid={int(job_id)} --overlap --nodes=1 --ntasks=1 --relative=0 --quiet --gres=none "
             f"bash -c {shlex.quote(command)}")
 
 
