@@ -298,3 +298,22 @@ def test_a_job_preempted_by_a_higher_tier_partition_ends_the_run_as_a_preemption
     while any(j.startswith(f"{urgent} ") and " RUNNING " in f" {j} " for j in slurm.jobs()):
         assert time.monotonic() < deadline, "the urgent job did not end"
         time.sleep(0.5)
+
+
+def test_what_slurm_sets_per_job_is_not_an_environment_confound_but_an_undeclared_variable_still_is():
+    from launchlab import confounds
+
+    def job(run: str, job_id: str, gpus: str, extra: dict | None = None) -> dict:
+        env = {"PATH": "/usr/bin", "SLURM_JOB_ID": job_id, "SLURM_JOB_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus,
+               "LAUNCHLAB_SIM_STATE": f"/shared/{run}/simbox", **(extra or {})}
+        return {"host_env": env, "scheduler": [{"JobId": job_id, "NodeList": "gpu-node-1"}]}
+
+    facts = {"r1": job("r1", "11", "0,1"), "r2": job("r2", "12", "2,3")}
+    assert confounds.env_differences(["r1", "r2"], facts) == []
+    facts["r2"] = job("r2", "12", "2,3", {"NCCL_P2P_DISABLE": "1"})
+    [found] = confounds.env_differences(["r1", "r2"], facts)
+    assert found["kind"] == "environment" and "NCCL_P2P_DISABLE" in found["detail"] and found["runs"] == ["r2"]
+    # on hosts without a scheduler, a CUDA_VISIBLE_DEVICES that differs is the user's doing: a confound
+    plain = {r: {"host_env": f["host_env"]} for r, f in facts.items()}
+    assert {"CUDA_VISIBLE_DEVICES", "NCCL_P2P_DISABLE"} <= {
+        f["detail"].split()[3] for f in confounds.env_differences(["r1", "r2"], plain)}

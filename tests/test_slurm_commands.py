@@ -173,3 +173,22 @@ def test_the_job_runs_the_provenance_commands_on_its_node_before_its_server_and_
     assert job.index("bash ./node-facts.sh") < job.index("echo done > node-facts.done") < job.index("srun ")
     with pytest.raises(ValueError):
         cmd.node_facts_script({"x; rm": "true"})
+
+
+def test_each_task_fills_its_rank_the_node_count_and_the_first_node_into_argv_and_env_values(tmp_path):
+    import subprocess
+
+    m = cmd.TASK_VALUES
+    (tmp_path / "server.env").write_text(f"WHO='{m['node_rank']}/{m['nnodes']}@{m['master_addr']}'\nPLAIN='a&b $x'\n")
+    argv = ["sh", "-c", 'echo "$1 $2 [$WHO] [$PLAIN]"', "-", f"--node-rank={m['node_rank']}",
+            f"{m['master_addr']}:5000&{m['nnodes']}"]
+    script = cmd.launch_script(argv, env_file="server.env", log_name="server.log", per_task=True,
+                               rank_logs=["server.log", "server.node1.log"])
+    (tmp_path / "run.sh").write_text(script)
+    for rank in (0, 1):  # scontrol turns the node list into host names; with none, the task's own node is used
+        subprocess.run(["bash", "run.sh"], cwd=tmp_path, check=True,
+                       env={"PATH": "/usr/bin:/bin", "SLURM_NODEID": str(rank), "SLURM_JOB_NUM_NODES": "2",
+                            "SLURMD_NODENAME": "gpu-a"})
+    assert (tmp_path / "server.log").read_text() == "--node-rank=0 gpu-a:5000&2 [0/2@gpu-a] [a&b $x]\n"
+    assert (tmp_path / "server.node1.log").read_text() == "--node-rank=1 gpu-a:5000&2 [1/2@gpu-a] [a&b $x]\n"
+    assert "@@LAUNCHLAB_" not in cmd.launch_script(["x"], env_file=None, log_name="log")  # the sampler: as is

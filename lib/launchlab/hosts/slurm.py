@@ -156,9 +156,11 @@ class SlurmHost(ShellHost):
             box = sim_spec.SimHost(transport="sim", gpus=sim.gpus, mem_total_mib=sim.mem_total_mib, pace=sim.pace,
                                    mem_reserved_mib=sim.mem_reserved_mib, weights_gib_per_rank=sim.weights_gib_per_rank,
                                    gpu_name=sim.gpu_name.replace(",", " "))
-            env = prepare_box(Path(cwd) / "simbox", self.name, box)
+            # one nvidia-smi stand-in for every job: their PATH is the same, as on a real cluster's nodes
+            shared_bin = Path(self.state_dir) / "bin"
+            env = prepare_box(Path(cwd) / "simbox", self.name, box, bin_dir=shared_bin)
             for rank in range(1, self.spec.nodes):
-                prepare_box(Path(cwd) / f"simbox.node{rank}", f"{self.name}-node{rank}", box)
+                prepare_box(Path(cwd) / f"simbox.node{rank}", f"{self.name}-node{rank}", box, bin_dir=shared_bin)
         self.write_text(f"{cwd}/job.sh", cmd.job_script(cwd, env=env, nodes=self.spec.nodes))
         out = self.run(self._sbatch(cwd, hold=hold, batch=batch), timeout=120, idempotent=False)  # twice would be two jobs
         text = out.stdout.strip().splitlines()[-1:] or [""]
