@@ -10,11 +10,16 @@ What a run asks of a host maps onto the scheduler like this:
 - `wait_started` waits while the job is PENDING (the progress says `queued` and Slurm's reason), so the ready
   timeout starts when the job runs, and returns the queue wait;
 - alive = the job is still in a live state; stopping = `scancel --signal=TERM`, the grace period, `scancel`;
-- the health URL and the smoke request are asked from inside the job (`srun --overlap` on its node): the
+- the job runs the provenance commands on its node before its server starts (`node_facts`), so the facts are
+  the compute node's, not the login node's;
+- the server is one srun task per node; each fills in {node_rank}, {nnodes}, {master_addr} (`per_task`);
+- the health URL and the smoke request are asked from inside the job (`srun --overlap` on its first node): the
   compute node's port need not be reachable from the login node;
-- how the job ended (time limit, node failure, preemption) is a named failure reason (`ended_why`), and where
-  it ran (job id, node, partition, GPUs) is the run's provenance (`placement`).
-Other commands (locks, the kit's tagged processes) run on the login node.
+- how the job ended (time limit, node failure, preemption) is a named failure reason (`ended_why`), where it
+  ran (job id, node, partition, GPUs) is the run's provenance (`placement`), and its end is read from sacct
+  where the cluster keeps accounting, else from the controller (`final_state`).
+Other commands (locks, the kit's tagged processes) run on the login node; with an ssh login, every command
+(the Slurm tools included) runs there over fabric.
 """
 
 from __future__ import annotations
