@@ -162,13 +162,15 @@ def test_sacct_output_without_the_jobs_line_reads_as_nothing_known():
 def test_the_job_runs_the_provenance_commands_on_its_node_before_its_server_and_keeps_what_each_printed(tmp_path):
     import subprocess
 
-    script = cmd.node_facts_script({"host_facts": "echo here; echo oops >&2", "host_env": "exit 3"})
+    script = cmd.node_facts_script({"host_facts": "echo here; echo oops >&2", "host_env": "exit 3",
+                                    "integrity": "sleep 30"}, {"integrity": 1})
     (tmp_path / "node-facts.sh").write_text(script)
-    subprocess.run(["bash", "node-facts.sh"], cwd=tmp_path, check=True)
+    subprocess.run(["bash", "node-facts.sh"], cwd=tmp_path, check=True, timeout=20)
     read = {p.name: p.read_text() for p in tmp_path.glob("node-facts.*.*")}
     assert read == {"node-facts.host_facts.out": "here\n", "node-facts.host_facts.err": "oops\n",
                     "node-facts.host_facts.rc": "0\n", "node-facts.host_env.out": "", "node-facts.host_env.err": "",
-                    "node-facts.host_env.rc": "3\n"}
+                    "node-facts.host_env.rc": "3\n", "node-facts.integrity.out": "", "node-facts.integrity.err": "",
+                    "node-facts.integrity.rc": "124\n"}  # a command that hangs is cut off at its timeout
     job = cmd.job_script("/f")
     assert job.index("bash ./node-facts.sh") < job.index("echo done > node-facts.done") < job.index("srun ")
     with pytest.raises(ValueError):

@@ -131,7 +131,8 @@ class SlurmHost(ShellHost):
         if role == "server":
             self.write_text(f"{cwd}/server.sh", script)
             # the provenance is gathered by the job on the node it gets, not here on the login node
-            self.write_text(f"{cwd}/{cmd.NODE_FACTS}.sh", cmd.node_facts_script(provenance.node_commands(argv)))
+            self.write_text(f"{cwd}/{cmd.NODE_FACTS}.sh", cmd.node_facts_script(provenance.node_commands(argv),
+                                                                                 provenance.TIMEOUTS_S))
             job = self._jobs.get(cwd)
             if job is None:
                 job = self._submit(cwd, hold=False, batch=self._batch_of(cwd, env_file))

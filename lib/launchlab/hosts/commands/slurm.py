@@ -77,15 +77,17 @@ def launch_script(argv: list[str] | tuple[str, ...], *, env_file: str | None, lo
     return "\n".join(lines) + "\n"
 
 
-def node_facts_script(facts: dict[str, str]) -> str:
+def node_facts_script(facts: dict[str, str], timeouts_s: dict[str, float] | None = None) -> str:
     """A script (run by the job, on its node, before its server starts) that runs each provenance command
-    (provenance.node_commands) and keeps its stdout, stderr and exit status in node-facts.NAME.out/.err/.rc."""
+    (provenance.node_commands) and keeps its stdout, stderr and exit status in node-facts.NAME.out/.err/.rc.
+    Each is cut off after its timeout (exit status 124): a hung nvidia-smi must not keep the server from starting."""
     lines = ["#!/bin/bash", "# written by launchlab: the provenance of the node the job got, before its server starts"]
     for name, command in facts.items():
         if not name.isidentifier():
             raise ValueError(f"not a name for a provenance command: {name!r}")
-        lines.append(f"( {command} ) > {NODE_FACTS}.{name}.out 2> {NODE_FACTS}.{name}.err < /dev/null; "
-                     f"echo $? > {NODE_FACTS}.{name}.rc")
+        limit = float((timeouts_s or {}).get(name, 300))
+        lines.append(f"timeout -k 5 {limit:g} bash -c {shlex.quote(command)} > {NODE_FACTS}.{name}.out "
+                     f"2> {NODE_FACTS}.{name}.err < /dev/null; echo $? > {NODE_FACTS}.{name}.rc")
     return "\n".join(lines) + "\n"
 
 
