@@ -16,7 +16,7 @@ import pytest
 
 from conftest import LAUNCHLAB, ROOT, write_params
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ssh]
 
 TOOLS = ("sbatch", "squeue", "scancel", "scontrol", "srun", "sacct", "sinfo")
 
