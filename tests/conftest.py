@@ -131,9 +131,14 @@ def sshd(tmp_path, sim_root, monkeypatch):
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    """A real single-node Slurm (munged, slurmctld, slurmd; 16 fake GPUs as gres, partition `gpu`) for the tests
-    of a module; clients reach it through SLURM_CONF. Skipped when the daemons are not installed or cannot
-    start, unless LAUNCHLAB_REQUIRE_SLURM=1 (CI), which turns the skip into a failure."""
+    """A real single-node Slurm (munged, slurmctld, slurmd; 16 fake GPUs as gres, partition `gpu`, preempted by
+    partition `urgent`) for the tests of a module; clients reach it through SLURM_CONF. Skipped when the daemons
+    are not installed or cannot start, unless LAUNCHLAB_REQUIRE_SLURM=1 (CI), which turns the skip into a failure."""
+    yield from running_slurm(tmp_path_factory, nodes=1)
+
+
+def running_slurm(tmp_path_factory, nodes: int):
+    """A started Slurm cluster of `nodes` nodes on this machine (tests/slurmd.py), stopped after."""
     import slurmd as slurm_helper
     from launchlab import config
 
@@ -144,7 +149,7 @@ def slurm(tmp_path_factory):
 
     if missing := slurm_helper.missing():
         unavailable(f"{', '.join(missing)} not installed")
-    cluster = slurm_helper.make_cluster(tmp_path_factory.mktemp("slurm"))
+    cluster = slurm_helper.make_cluster(tmp_path_factory.mktemp("slurm"), nodes=nodes)
     try:
         cluster.start()
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:

@@ -1,6 +1,7 @@
 """A real single-node Slurm cluster on this machine for tests: munged, slurmctld and slurmd with their own
 configuration, ports, state and logs in a temp folder, 16 fake GPUs as gres (character devices that behave like
-/dev/null), and a partition `gpu`. The configuration is the one checked in ../shared/reference/slurm.md.
+/dev/null), a partition `gpu` and a partition `urgent` of a higher PriorityTier whose jobs preempt (cancel)
+`gpu`'s jobs. The configuration is the one checked in ../shared/reference/slurm.md.
 
 The daemons run as root (SlurmUser=root, the only way inside a container without systemd); clients find them
 through SLURM_CONF. `stop()` ends every daemon by the pid it wrote.
@@ -41,8 +42,9 @@ def _exe(name: str) -> str:
 class SlurmCluster:
     folder: Path
     conf: Path
-    node: str
+    node: str  # the (first) node
     env: dict[str, str]
+    nodes: tuple[str, ...] = ()  # several nodes: one slurmd each (`slurmd -N`), all on this machine
 
     def _pid(self, name: str) -> int | None:
         try:
@@ -54,8 +56,12 @@ class SlurmCluster:
         _start_munge(self.folder)
         subprocess.run([_exe("slurmctld"), "-f", str(self.conf)], check=True, env=self.env, capture_output=True)
         self._wait(lambda: self._answers(["sinfo", "-h"]), "slurmctld did not answer")
-        subprocess.run([_exe("slurmd"), "-f", str(self.conf)], check=True, env=self.env, capture_output=True)
-        self._wait(lambda: "idle" in self._answers(["sinfo", "-h", "-o", "%T"]), "the node did not become idle")
+        for name in self.nodes or [None]:
+            subprocess.run([_exe("slurmd"), "-f", str(self.conf), *(["-N", name] if name else [])], check=True,
+                           env=self.env, capture_output=True)
+        idle = ["idle"] * max(1, len(self.nodes))
+        self._wait(lambda: self._answers(["sinfo", "-h", "-N", "-p", "gpu", "-o", "%T"]).split() == idle,
+                   "the nodes did not become idle")
 
     def _answers(self, argv: list[str]) -> str:
         proc = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=30)
@@ -77,7 +83,7 @@ class SlurmCluster:
     def stop(self) -> None:
         """Cancel what is left, then end slurmd, slurmctld and munged by their pids."""
         subprocess.run(["scancel", "--user", str(os.getuid())], env=self.env, capture_output=True, timeout=30)
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in (*(f"slurmd-{n}" for n in self.nodes), "slurmd", "slurmctld", "munged"):
             pid = self._pid(name)
             if pid is None:
                 continue
@@ -103,8 +109,10 @@ def _start_munge(folder: Path) -> None:
                     f"--seed-file={folder / 'munged.seed'}"], check=True, capture_output=True)
 
 
-def make_cluster(folder: Path) -> SlurmCluster:
-    """Write slurm.conf, gres.conf and the fake GPU devices for a cluster in folder (nothing started)."""
+def make_cluster(folder: Path, nodes: int = 1) -> SlurmCluster:
+    """Write slurm.conf, gres.conf and the fake GPU devices for a cluster in folder (nothing started). `nodes` > 1:
+    that many nodes n1, n2, … on this machine (this Debian slurmd runs several instances, each with `-N name`, its
+    own port, and spool, pid and log files by %n), FAKE_GPUS // nodes GPUs each, one CPU each."""
     folder.mkdir(parents=True, exist_ok=True)
     for sub in ("state", "spool"):
         (folder / sub).mkdir(exist_ok=True)
@@ -113,23 +121,42 @@ def make_cluster(folder: Path) -> SlurmCluster:
         if not dev.exists():
             os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))
     node = socket.gethostname()
+    names = [f"n{i}" for i in range(1, nodes + 1)]
+    members = ",".join(names) if nodes > 1 else node
     free_mib = int(subprocess.run(["free", "-m"], capture_output=True, text=True).stdout.split("\n")[1].split()[3])
     conf = folder / "slurm.conf"
     conf.write_text("\n".join([
         "ClusterName=launchlab-test", f"SlurmctldHost={node}", "SlurmUser=root",
-        f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
-        f"StateSaveLocation={folder / 'state'}", f"SlurmdSpoolDir={folder / 'spool'}",
-        f"SlurmctldPidFile={folder / 'slurmctld.pid'}", f"SlurmdPidFile={folder / 'slurmd.pid'}",
-        f"SlurmctldLogFile={folder / 'slurmctld.log'}", f"SlurmdLogFile={folder / 'slurmd.log'}",
+        f"SlurmctldPort={_free_port()}", f"StateSaveLocation={folder / 'state'}",
+        f"SlurmctldPidFile={folder / 'slurmctld.pid'}", f"SlurmctldLogFile={folder / 'slurmctld.log'}",
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
         "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core", "GresTypes=gpu", "ReturnToService=2", "MpiDefault=none",
         "SchedulerParameters=sched_interval=1", "MinJobAge=600", "KillWait=5", "OverTimeLimit=0",
         f"AuthInfo=socket={folder / 'munge.socket'}",
-        f"NodeName={node} CPUs={os.cpu_count()} RealMemory={max(1000, int(free_mib * 0.9))} Gres=gpu:{FAKE_GPUS}",
-        f"PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4",
+        *(_node_lines(node, nodes, folder, free_mib)),
+        # preemption for real: a job of `urgent` (the higher PriorityTier) that needs a `gpu` job's GPUs cancels it
+        "PreemptType=preempt/partition_prio", "PreemptMode=CANCEL",
+        f"PartitionName=gpu Nodes={members} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1",
+        f"PartitionName=urgent Nodes={members} MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=10",
         "",
     ]))
-    (folder / "gres.conf").write_text(f"NodeName={node} Name=gpu File=/dev/simgpu[0-{FAKE_GPUS - 1}]\n")
+    per = FAKE_GPUS // nodes
+    (folder / "gres.conf").write_text("".join(
+        f"NodeName={name} Name=gpu File=/dev/simgpu[{i * per}-{(i + 1) * per - 1}]\n"
+        for i, name in enumerate(names if nodes > 1 else [node])))
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    return SlurmCluster(folder, conf, node, env)
+    return SlurmCluster(folder, conf, names[0] if nodes > 1 else node, env, tuple(names) if nodes > 1 else ())
+
+
+def _node_lines(host: str, nodes: int, folder: Path, free_mib: int) -> list[str]:
+    """slurmd's files and the NodeName lines: this machine as one node, or `nodes` nodes n1… on its loopback."""
+    if nodes == 1:
+        return [f"SlurmdPort={_free_port()}", f"SlurmdSpoolDir={folder / 'spool'}",
+                f"SlurmdPidFile={folder / 'slurmd.pid'}", f"SlurmdLogFile={folder / 'slurmd.log'}",
+                f"NodeName={host} CPUs={os.cpu_count()} RealMemory={max(1000, int(free_mib * 0.9))} Gres=gpu:{FAKE_GPUS}"]
+    return [f"SlurmdSpoolDir={folder / 'spool-%n'}", f"SlurmdPidFile={folder / 'slurmd-%n.pid'}",
+            f"SlurmdLogFile={folder / 'slurmd-%n.log'}",
+            *(f"NodeName=n{i} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs=1 "
+              f"RealMemory={max(500, int(free_mib * 0.9 / nodes))} Gres=gpu:{FAKE_GPUS // nodes}"
+              for i in range(1, nodes + 1))]

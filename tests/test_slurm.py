@@ -68,7 +68,13 @@ def test_each_run_is_one_job_that_fails_or_gets_ready_as_on_the_simulated_host(s
         assert job["JobId"].isdigit() and job["NodeList"] == slurm.node and job["Partition"] == "gpu"
         assert job["JobName"] == f"launchlab:{record.run_id}" and "gpu:2" in job["gres"]
         folder = tmp_path / "rd" / "runs" / record.run_id
-        assert json.loads((folder / "provenance.json").read_text())["scheduler"] == record.scheduler
+        prov = json.loads((folder / "provenance.json").read_text())
+        assert prov["scheduler"] == record.scheduler
+        # the provenance is the node's, gathered inside the job: its environment, its (simulated) GPUs
+        assert prov["host_env"]["SLURM_JOB_ID"] == job["JobId"] and prov["hostname"] == slurm.node
+        assert prov["host_env"]["LAUNCHLAB_SIM_STATE"].endswith(f"/{record.run_id}/simbox")
+        assert prov["host_facts"]["driver"] == "580.159.04" and len(prov["host_facts"]["gpus"]) == 2
+        assert "pydantic" in prov["interpreter"]["packages"] and prov["integrity"]["package"] == "launchlab"
         assert [p["pid"] for p in json.loads((folder / "processes.json").read_text())] == [int(job["JobId"])] * 2
         assert (folder / "nvidia-smi.csv").read_text().count("\n") > 1  # the sampler ran inside the job
     assert high.stopped_with == "TERM"  # scancel --signal=TERM stopped the ready server within its grace
@@ -115,7 +121,11 @@ def test_a_job_that_outlives_its_time_limit_ends_as_a_named_reason(slurm, tmp_pa
                             sim_root / "box", only="mem_fraction=0.85")
     assert (record.status, record.failure_reason) == ("failed", "job_time_limit"), record.failure_message
     assert "time limit" in record.failure_message and "00:01:00" in record.failure_message
-    assert record.scheduler_end[0]["JobState"] == "TIMEOUT" and record.scheduler_end[0]["Reason"] == "TimeLimit"
+    [end] = record.scheduler_end
+    assert end["JobState"] == "TIMEOUT" and end["Reason"] == "TimeLimit" and end["NodeList"] == slurm.node
+    assert end["JobId"] == record.scheduler[0]["JobId"] and end["ExitCode"].endswith(":0")
+    # the test cluster keeps no accounting (no slurmdbd): sacct says so, and the controller's record is used
+    assert end["source"] == "scontrol" and "accounting storage is disabled" in end["sacct_unavailable"]
 
 
 def launchlab_jobs(slurm) -> list[str]:
@@ -262,3 +272,48 @@ def test_a_queued_job_says_why_and_its_wait_is_queue_time_not_startup_time(slurm
     assert record.status == "ready" and record.queue_s >= 5
     assert record.scheduler_end[0]["JobState"] not in ("PENDING", "RUNNING")  # read after the job ended
     assert record.startup_s < record.queue_s  # the ready clock started when the job ran
+
+
+def test_a_job_preempted_by_a_higher_tier_partition_ends_the_run_as_a_preemption(slurm, tmp_path, sim_root):
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.setdefault("runs", run_one_each(
+        small(tmp_path, pace=20, timeout=600), tmp_path / "rd", sim_root / "box", only="mem_fraction=0.85")))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not any(" RUNNING " in f" {j} " for j in launchlab_jobs(slurm)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert launchlab_jobs(slurm), "the run's job never ran"
+    # a job of the higher PriorityTier that needs every GPU of the node: Slurm cancels the run's job for it
+    urgent = subprocess.run(["sbatch", "--parsable", "--partition=urgent", "--gres=gpu:16",
+                             f"--output={tmp_path / 'urgent.out'}", "--wrap", "sleep 3"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    worker.join(timeout=300)
+    assert not worker.is_alive(), "the run hung after its job was preempted"
+    [record] = result["runs"]
+    assert (record.status, record.failure_reason) == ("failed", "job_preempted"), record.failure_message
+    assert "preempted" in record.failure_message and record.scheduler[0]["JobId"] in record.failure_message
+    assert "(None)" not in record.failure_message and "--resume" in record.failure_message
+    assert record.scheduler_end[0]["JobState"] == "PREEMPTED"
+    deadline = time.monotonic() + 60
+    while any(j.startswith(f"{urgent} ") and " RUNNING " in f" {j} " for j in slurm.jobs()):
+        assert time.monotonic() < deadline, "the urgent job did not end"
+        time.sleep(0.5)
+
+
+def test_what_slurm_sets_per_job_is_not_an_environment_confound_but_an_undeclared_variable_still_is():
+    from launchlab import confounds
+
+    def job(run: str, job_id: str, gpus: str, extra: dict | None = None) -> dict:
+        env = {"PATH": "/usr/bin", "SLURM_JOB_ID": job_id, "SLURM_JOB_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus,
+               "LAUNCHLAB_SIM_STATE": f"/shared/{run}/simbox", **(extra or {})}
+        return {"host_env": env, "scheduler": [{"JobId": job_id, "NodeList": "gpu-node-1"}]}
+
+    facts = {"r1": job("r1", "11", "0,1"), "r2": job("r2", "12", "2,3")}
+    assert confounds.env_differences(["r1", "r2"], facts) == []
+    facts["r2"] = job("r2", "12", "2,3", {"NCCL_P2P_DISABLE": "1"})
+    [found] = confounds.env_differences(["r1", "r2"], facts)
+    assert found["kind"] == "environment" and "NCCL_P2P_DISABLE" in found["detail"] and found["runs"] == ["r2"]
+    # on hosts without a scheduler, a CUDA_VISIBLE_DEVICES that differs is the user's doing: a confound
+    plain = {r: {"host_env": f["host_env"]} for r, f in facts.items()}
+    assert {"CUDA_VISIBLE_DEVICES", "NCCL_P2P_DISABLE"} <= {
+        f["detail"].split()[3] for f in confounds.env_differences(["r1", "r2"], plain)}

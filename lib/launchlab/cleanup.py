@@ -80,7 +80,7 @@ def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord) -> None:
     this machine cannot take them (a full disk), the host's copy is removed all the same: the run is repeated
     with --resume, and a GPU host's disk must not fill up with the leftovers of runs nobody can read."""
     collected, local_failure = 0, False
-    names = (node.log_name, node.csv_name) if node.sampled else (node.log_name,)
+    names = ((node.log_name, node.csv_name) if node.sampled else (node.log_name,)) + tuple(node.host.extra_logs)
     for name in names:
         partial = folder.path / f".{name}.fetching"
         try:

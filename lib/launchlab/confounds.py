@@ -18,6 +18,11 @@ from launchlab.logfacts import LABELS
 
 VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHLVL", "_", "LAUNCHLAB_RUN_ID",
                 "JPY_PARENT_PID", "PYDEVD_USE_FRAME_EVAL", "TERM", "COLUMNS", "LINES"}
+# what a scheduler sets in each job's environment: the job itself (SLURM_JOB_ID, …) and the GPUs of the node it
+# got (its node is compared as a host fact, node_differences); the location of a job's simulated box
+SCHEDULER_ENV_PREFIXES = ("SLURM_",)
+SCHEDULER_ENV = {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
+                 "LAUNCHLAB_SIM_STATE"}
 HOST_FACTS = (("driver", "driver version"), ("cuda", "CUDA version"), ("os", "operating system"), ("kernel", "kernel"))
 VALID_STATUSES = ("ready", "failed", "timeout", "degraded")
 # server arguments that differ between any two launches without changing what is compared
@@ -103,6 +108,8 @@ def file_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
 
 def env_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
     names = sorted({k for r in ids for k in (facts[r].get("host_env") or {})} - VOLATILE_ENV)
+    if any(facts[r].get("scheduler") for r in ids):  # jobs: what the scheduler set for each is where it ran
+        names = [n for n in names if n not in SCHEDULER_ENV and not n.startswith(SCHEDULER_ENV_PREFIXES)]
     found = []
     for name in names:
         groups = _groups({r: (facts[r].get("host_env") or {}).get(name) for r in ids})

@@ -151,11 +151,14 @@ def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node],
     run on the same host, provenance.host_facts)."""
     port = run_nodes[0].host.free_port()
     launches = [params.render(exp, run.variant, port=port, run_id=run.run_id, host=n.host.name, node_rank=n.rank,
-                              nnodes=len(run_nodes), gpus=n.gpus) for n in run_nodes]
+                              nnodes=len(run_nodes), gpus=n.gpus, per_task=n.host.per_task) for n in run_nodes]
     for node, launch in zip(run_nodes, launches, strict=True):
         node.masker = node.masker.merge(masking.Masker.collect(launch.env, launch.argv, exp.secrets))
+    # a scheduler's node is known once its job runs: the job gathers its facts there (_start), not the login node
     per_node = [provenance.node_record(n.host, n.rank, launch, None, n.masker, exp.secrets,
-                                       provenance.earlier_facts(run_dir, run.run_id, n.host.name))
+                                       earlier=None if n.host.scheduled else provenance.earlier_facts(
+                                           run_dir, run.run_id, n.host.name),
+                                       recorded={} if n.host.scheduled else None)
                 for n, launch in zip(run_nodes, launches, strict=True)]
     return launches, per_node
 
@@ -195,27 +198,40 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
         queued = [n.host.wait_started(n.refs[-1], lambda reason: progress and progress("queued", reason))
                   for n in run_nodes]
         record.queue_s = max(queued)
-        if progress:
-            progress("watching")
-        record.server_started_at = run_nodes[0].host.clock()
-        t_launch = time.monotonic()
         placed = [n.host.placement(n.refs[-1]) for n in run_nodes]
         record.scheduler = [p for p in placed if p]
-        rundir.update_json(folder.provenance, {"scheduler": record.scheduler})
+        # the job runs its node's provenance commands before its server starts: the ready clock starts after them
+        recorded = [n.host.node_facts(n.refs[-1]) for n in run_nodes]
+        for node, found in zip(run_nodes, recorded, strict=True):
+            if found is None:
+                record.notes.append(f"the provenance of the node that ran the job of {node.label} is missing: the "
+                                    "job ended (or took too long) before its facts were gathered")
+        record.server_started_at = run_nodes[0].host.clock()
+        t_launch = time.monotonic()
+        if progress:
+            progress("watching")
+        per_node = [provenance.node_record(n.host, n.rank, launch, n.preflight, n.masker, exp.secrets,
+                                           recorded=found or {})
+                    for n, launch, found in zip(run_nodes, launches, recorded, strict=True)]
+        rundir.update_json(folder.provenance, {**provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
+                                                                       nodes.masker_of(run_nodes)),
+                                               "scheduler": record.scheduler})
     return t_launch
 
 
 def _scheduler_end(run_nodes: list[Node], record: RunRecord) -> None:
-    """How each node's job ended, as the scheduler tells it after the end (state, exit code, end time)."""
+    """How each node's job ended, as the scheduler tells it after the end (state, exit code, node, end time, and
+    whether sacct or the controller said so)."""
     ends = []
     for node in run_nodes:
         if node.host.scheduled and node.refs:
             try:
-                facts = node.host.placement(node.refs[-1]) or {}
+                facts = node.host.final_state(node.refs[-1])
             except LaunchlabError as exc:
                 record.notes.append(f"how the job on {node.label} ended is unknown: {exc}")
                 continue
-            ends.append({k: facts[k] for k in ("JobId", "JobState", "Reason", "ExitCode", "EndTime") if k in facts})
+            if facts:
+                ends.append(facts)
     if ends:
         record.scheduler_end = ends
 

@@ -1,9 +1,11 @@
 """Provenance of a run: what the host and the server's interpreter were, collected before the launch.
 
-Two commands per run, both on the host itself (built in hosts/commands/provenance.py): one shell script that
-prints labelled sections (host name, kernel, OS, GPUs, driver and CUDA versions, `nvidia-smi topo -m`), and the
-server's own interpreter asked for its Python version and installed packages. A section that fails (no
-nvidia-smi, no Python in argv[0]) is recorded as missing, never as an error: provenance must not stop a run.
+A few commands per node, on the host itself (built in hosts/commands/provenance.py; `node_commands` names
+them): one shell script that prints labelled sections (host name, kernel, OS, GPUs, driver and CUDA versions,
+`nvidia-smi topo -m`), the server's own interpreter asked for its Python version and installed packages and for
+its package's integrity, and the environment a process there inherits. A section that fails (no nvidia-smi, no
+Python in argv[0]) is recorded as missing, never as an error: provenance must not stop a run. A scheduler's job
+runs the same commands itself on the node it got (hosts/slurm.py), and `node_record` reads what they printed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from launchlab import rundir, smitext, telemetry
 from launchlab.errors import LaunchlabError
-from launchlab.hosts import Host, commands
+from launchlab.hosts import CommandResult, Host, commands
+
+TIMEOUTS_S = {"host_facts": 120, "python": 300, "host_env": 60}  # by node_commands' names
 
 
 def server_package(argv: list[str] | tuple[str, ...]) -> str | None:
@@ -35,6 +39,10 @@ def integrity(host: Host, argv: list[str] | tuple[str, ...]) -> dict | None:
     if package is None or not _is_python(argv):
         return None
     res = host.run(commands.package_integrity(argv[0], package), timeout=300, check=False)
+    return _integrity_of(res, package)
+
+
+def _integrity_of(res: CommandResult, package: str | None) -> dict:
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -43,7 +51,10 @@ def integrity(host: Host, argv: list[str] | tuple[str, ...]) -> dict | None:
 
 def host_env(host: Host, mask) -> dict[str, str]:
     """The environment a process started on the host inherits (before the run's env file), secrets masked."""
-    res = host.run(commands.host_environment(), timeout=60, check=False)
+    return _env_of(host.run(commands.host_environment(), timeout=TIMEOUTS_S["host_env"], check=False), mask)
+
+
+def _env_of(res: CommandResult, mask) -> dict[str, str]:
     try:
         return mask(json.loads(res.stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
@@ -126,7 +137,11 @@ def interpreter_facts(host: Host, argv: list[str] | tuple[str, ...]) -> dict | N
     """The server interpreter's Python and packages, when the command starts with a Python interpreter."""
     if not _is_python(argv):
         return None
-    res = host.run(commands.interpreter_facts(argv[0]), timeout=120, check=False)
+    return _interpreter_of(host.run(commands.interpreter_facts(argv[0]), timeout=120,
+                                    check=False))
+
+
+def _interpreter_of(res: CommandResult) -> dict:
     try:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -157,8 +172,12 @@ def python_facts(host: Host, argv: list[str] | tuple[str, ...]) -> tuple[dict | 
     same two records, each with its own error when its part failed."""
     if not _is_python(argv):
         return None, None
+    return _python_of(host.run(commands.server_python(argv[0], server_package(argv)), timeout=TIMEOUTS_S["python"],
+                               check=False), argv)
+
+
+def _python_of(res: CommandResult, argv: list[str] | tuple[str, ...]) -> tuple[dict | None, dict | None]:
     package = server_package(argv)
-    res = host.run(commands.server_python(argv[0], package), timeout=300, check=False)
     found: dict[str, dict] = {}
     for line in res.stdout.splitlines():
         try:
@@ -174,20 +193,37 @@ def python_facts(host: Host, argv: list[str] | tuple[str, ...]) -> tuple[dict | 
     return interpreter, found.get("integrity") or {"package": package, "error": why}
 
 
+def node_commands(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """The commands of a node's provenance, by what they tell: host_facts and host_env always, python (the
+    interpreter's packages, and its package's integrity when argv runs `PYTHON -m PACKAGE`) when argv starts with
+    a Python interpreter. A scheduler's job runs these on its node (hosts/slurm.py)."""
+    found = {"host_facts": commands.host_facts(), "host_env": commands.host_environment()}
+    if _is_python(argv):
+        found["python"] = commands.server_python(argv[0], server_package(argv))
+    return found
+
+
 def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, secret_names=(),
-                earlier: tuple[str, dict] | None = None) -> dict:
+                earlier: tuple[str, dict] | None = None, recorded: dict[str, CommandResult] | None = None) -> dict:
     """What one node of a run was: the host and its facts, the server's interpreter and installed files, the
     environment a process inherits there, the launch — every secret masked (masking.Masker). The three
     commands are independent and most of their time is spent starting an interpreter or nvidia-smi on the host,
     so they run at once where the host allows it: one after the other they were the largest part of a short run
-    (bench/run_overhead.py)."""
-    workers = 3 if getattr(host, "concurrent_commands", False) else 1
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
-        facts_f = pool.submit(host_facts, host, earlier)
-        python_f = pool.submit(python_facts, host, launch.argv)
-        env_f = pool.submit(host_env, host, lambda env: masker.env(env, secret_names))
-    facts = facts_f.result()
-    interpreter, installed = python_f.result()
+    (bench/run_overhead.py). earlier: see host_facts. `recorded`: what node_commands printed where they ran
+    already (inside a scheduler's job, on its node), read instead of running them here; one missing is unknown."""
+    mask = lambda env: masker.env(env, secret_names)  # noqa: E731
+    if recorded is None:
+        workers = 3 if getattr(host, "concurrent_commands", False) else 1
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
+            facts_f = pool.submit(host_facts, host, earlier)
+            python_f = pool.submit(python_facts, host, launch.argv)
+            env_f = pool.submit(host_env, host, mask)
+        facts, (interpreter, installed), env = facts_f.result(), python_f.result(), env_f.result()
+    else:
+        sections = split_sections(recorded["host_facts"].stdout if "host_facts" in recorded else "")
+        facts = {**_facts(sections, sections.get("table", ""), sections.get("topo", "")), "steady_from": None}
+        interpreter, installed = _python_of(recorded["python"], launch.argv) if "python" in recorded else (None, None)
+        env = _env_of(recorded["host_env"], mask) if "host_env" in recorded else {}
     return {
         "node": rank,
         "host": host.name,
@@ -197,7 +233,7 @@ def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, s
         "host_facts": facts,
         "interpreter": interpreter,
         "integrity": installed,
-        "host_env": env_f.result(),
+        "host_env": env,
         "argv": masker.argv(launch.argv, secret_names),
         "env": masker.env(launch.env, secret_names),
         "health_url": masker.text(launch.health_url) if launch.health_url else None,

@@ -56,7 +56,7 @@ class RunRecord:
     smoke_s: float | None = None
     smoke_response: str | None = None
     scheduler: list[dict] | None = None  # per node, where its job ran: job id, node, partition, gres (slurm)
-    scheduler_end: list[dict] | None = None  # per node, how its job ended: state, reason, exit code, end time
+    scheduler_end: list[dict] | None = None  # per node, how its job ended: state, exit code, node, end time, source
     notes: list[str] = field(default_factory=list)
     # made by hand and brought in with `launchlab import`: the kit did not watch it, so what only watching shows
     # (preflight GPU state, installed files, environment, startup time) is None, never made up

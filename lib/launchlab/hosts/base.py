@@ -51,6 +51,8 @@ class Host(Protocol):
     simulated: bool
     scheduled: bool  # its runs are scheduler jobs on nodes the kit does not run commands on (slurm)
     workdir: str
+    per_task: dict[str, str] | None  # {node_rank}, {nnodes}, {master_addr} as markers the host fills per task
+    extra_logs: tuple[str, ...]  # server logs beside node 0's that the run's folder on the host holds
 
     def run(self, command: str, *, timeout: float = 60, check: bool = True,
             idempotent: bool = True) -> CommandResult: ...
@@ -73,3 +75,5 @@ class Host(Protocol):
     def wait_started(self, ref: ProcessRef, on_wait) -> float: ...  # seconds queued; on_wait(reason) while queued
     def ended_why(self, pgid: int) -> tuple[str, str] | None: ...  # (reason, message) when not the server's doing
     def placement(self, ref: ProcessRef) -> dict | None: ...  # where it runs: job id, node, partition, GPUs
+    def node_facts(self, ref: ProcessRef) -> dict[str, CommandResult] | None: ...  # provenance run inside the job
+    def final_state(self, ref: ProcessRef) -> dict | None: ...  # after the end: state, exit code, node, and source

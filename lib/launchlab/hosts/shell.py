@@ -23,6 +23,8 @@ class ShellHost(abc.ABC):
     # finds it dropped, so not there; a local shell has nothing shared)
     concurrent_commands: bool = False
     scheduled = False  # a process starts when it is started, and ends only by its own doing or the kit's
+    per_task: dict[str, str] | None = None  # placeholders the host fills in as each task starts (none: the kit does)
+    extra_logs: tuple[str, ...] = ()  # logs beside the server's to collect (a Slurm job's other nodes)
 
     def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
         """Run a shell command on the host; raise HostError on a non-zero exit unless check=False, and always when
@@ -113,6 +115,14 @@ class ShellHost(abc.ABC):
 
     def placement(self, ref: ProcessRef) -> dict | None:
         """Where a process runs is the host itself (its facts are in the provenance)."""
+        return None
+
+    def node_facts(self, ref: ProcessRef) -> dict[str, CommandResult] | None:
+        """The provenance's commands run here, on the host itself (provenance.node_record), not inside a job."""
+        return None
+
+    def final_state(self, ref: ProcessRef) -> dict | None:
+        """No scheduler keeps a record of how a process ended here."""
         return None
 
     def clock(self) -> str:

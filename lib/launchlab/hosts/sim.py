@@ -36,10 +36,11 @@ def new_box() -> Path:
     return Path(tempfile.mkdtemp(prefix="box-", dir=root))
 
 
-def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost) -> dict[str, str]:
+def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost, bin_dir: Path | None = None) -> dict[str, str]:
     """Create (or refresh) a simulated box's state and nvidia-smi stand-in; return the environment its
-    commands need. Also used by tests to make an SSH host look like a GPU box."""
-    bin_dir = state_dir / "bin"
+    commands need. Also used by tests to make an SSH host look like a GPU box. `bin_dir`: where the stand-in
+    goes (default: the box's bin/); it finds its box by the environment, so boxes can share one."""
+    bin_dir = bin_dir or state_dir / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     state.write_host(state_dir, {
         "name": name,
@@ -53,8 +54,12 @@ def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost) -> dict[str,
         ],
     })
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(commands.wrapper_script(stand_in_argv()))
-    smi.chmod(0o755)
+    wrapper = commands.wrapper_script(stand_in_argv())
+    if not smi.is_file() or smi.read_text() != wrapper:  # a shared one may be running: replaced whole, never rewritten
+        partial = bin_dir / f".nvidia-smi.{os.getpid()}"
+        partial.write_text(wrapper)
+        partial.chmod(0o755)
+        partial.replace(smi)
     path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     return {"PATH": path, state.STATE_ENV: str(state_dir)}
 

@@ -10,11 +10,16 @@ What a run asks of a host maps onto the scheduler like this:
 - `wait_started` waits while the job is PENDING (the progress says `queued` and Slurm's reason), so the ready
   timeout starts when the job runs, and returns the queue wait;
 - alive = the job is still in a live state; stopping = `scancel --signal=TERM`, the grace period, `scancel`;
-- the health URL and the smoke request are asked from inside the job (`srun --overlap` on its node): the
+- the job runs the provenance commands on its node before its server starts (`node_facts`), so the facts are
+  the compute node's, not the login node's;
+- the server is one srun task per node; each fills in {node_rank}, {nnodes}, {master_addr} (`per_task`);
+- the health URL and the smoke request are asked from inside the job (`srun --overlap` on its first node): the
   compute node's port need not be reachable from the login node;
-- how the job ended (time limit, node failure, preemption) is a named failure reason (`ended_why`), and where
-  it ran (job id, node, partition, GPUs) is the run's provenance (`placement`).
-Other commands (locks, the kit's tagged processes) run on the login node.
+- how the job ended (time limit, node failure, preemption) is a named failure reason (`ended_why`), where it
+  ran (job id, node, partition, GPUs) is the run's provenance (`placement`), and its end is read from sacct
+  where the cluster keeps accounting, else from the controller (`final_state`).
+Other commands (locks, the kit's tagged processes) run on the login node; with an ssh login, every command
+(the Slurm tools included) runs there over fabric.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from launchlab import provenance, rundir
 from launchlab.errors import HostError
 from launchlab.hosts import commands, sim_spec, slurm_spec
 from launchlab.hosts.base import CommandResult, ProcessRef
@@ -35,6 +41,7 @@ from launchlab.locks import BATCH_ENV
 
 POLL_S = 0.5
 KILL_WAIT_S = 60.0  # scancel's KILL, then the controller's cleanup of the job (KillWait, epilog)
+FACTS_WAIT_S = 600.0  # the node's provenance inside the job (an integrity check reads every file of a package)
 NODE_FILE = "slurm-node"  # beside the run folders of a run directory: the node `pin_node` keeps every run on
 
 # how a job ended that is not its server's own doing: (failure reason, what to say)
@@ -44,7 +51,8 @@ ENDINGS = {
     "DEADLINE": ("job_time_limit", "Slurm ended the job at its deadline"),
     "NODE_FAIL": ("node_failure", "the job's node failed ({reason}); Slurm ended the job"),
     "BOOT_FAIL": ("node_failure", "the job's node failed to boot ({reason})"),
-    "PREEMPTED": ("job_preempted", "the job was preempted by another job ({reason})"),
+    "PREEMPTED": ("job_preempted", "Slurm preempted the job for a job of a higher priority tier or QOS ({reason}); "
+                                   "the run is not requeued: repeat it with `launchlab run PARAMS --resume RUN_DIR`"),
     "OUT_OF_MEMORY": ("job_out_of_memory", "the job exceeded its memory limit and Slurm ended it"),
     "CANCELLED": ("job_cancelled", "the job was cancelled outside launchlab ({reason})"),
 }
@@ -103,11 +111,28 @@ class SlurmHost(ShellHost):
 
     # -- a run as a job ---------------------------------------------------------------------------------------
 
+    @property
+    def per_task(self) -> dict[str, str]:
+        """{node_rank}, {nnodes}, {master_addr}: each task of the job fills them in (SLURM_NODEID, the job's node
+        count, the first node of SLURM_JOB_NODELIST), unless the params give master_addr."""
+        return dict(cmd.TASK_VALUES)
+
+    @property
+    def extra_logs(self) -> tuple[str, ...]:
+        """The server logs of the job's other nodes (a multi-node server), collected with node 0's."""
+        return tuple(rundir.RunFolder.log_name(rank) for rank in range(1, self.spec.nodes))
+
     def start_detached(self, role: str, argv, *, cwd: str, log_name: str, env_file: str | None = None) -> ProcessRef:
+        server, nodes = role == "server", self.spec.nodes
         script = cmd.launch_script(argv, env_file=env_file, log_name=log_name,
-                                   renumber_gpus=self.spec.simulate is not None)
+                                   renumber_gpus=self.spec.simulate is not None, per_task=server,
+                                   rank_logs=[rundir.RunFolder.log_name(r) for r in range(nodes)] if server and nodes > 1
+                                   else None, box_per_rank=server and nodes > 1 and self.spec.simulate is not None)
         if role == "server":
             self.write_text(f"{cwd}/server.sh", script)
+            # the provenance is gathered by the job on the node it gets, not here on the login node
+            self.write_text(f"{cwd}/{cmd.NODE_FACTS}.sh", cmd.node_facts_script(provenance.node_commands(argv),
+                                                                                 provenance.TIMEOUTS_S))
             job = self._jobs.get(cwd)
             if job is None:
                 job = self._submit(cwd, hold=False, batch=self._batch_of(cwd, env_file))
@@ -131,14 +156,18 @@ class SlurmHost(ShellHost):
 
     def _submit(self, cwd: str, hold: bool, batch: str = "-") -> int:
         env = None
-        if self.spec.simulate is not None:  # the job's own simulated box, in its run folder
+        if self.spec.simulate is not None:  # the job's own simulated box, in its run folder (one per node)
             from launchlab.hosts.sim import prepare_box
             sim = self.spec.simulate
-            env = prepare_box(Path(cwd) / "simbox", self.name, sim_spec.SimHost(
-                transport="sim", gpus=sim.gpus, mem_total_mib=sim.mem_total_mib, pace=sim.pace,
-                mem_reserved_mib=sim.mem_reserved_mib, weights_gib_per_rank=sim.weights_gib_per_rank,
-                gpu_name=sim.gpu_name.replace(",", " ")))
-        self.write_text(f"{cwd}/job.sh", cmd.job_script(cwd, env=env))
+            box = sim_spec.SimHost(transport="sim", gpus=sim.gpus, mem_total_mib=sim.mem_total_mib, pace=sim.pace,
+                                   mem_reserved_mib=sim.mem_reserved_mib, weights_gib_per_rank=sim.weights_gib_per_rank,
+                                   gpu_name=sim.gpu_name.replace(",", " "))
+            # one nvidia-smi stand-in for every job: their PATH is the same, as on a real cluster's nodes
+            shared_bin = Path(self.state_dir) / "bin"
+            env = prepare_box(Path(cwd) / "simbox", self.name, box, bin_dir=shared_bin)
+            for rank in range(1, self.spec.nodes):
+                prepare_box(Path(cwd) / f"simbox.node{rank}", f"{self.name}-node{rank}", box, bin_dir=shared_bin)
+        self.write_text(f"{cwd}/job.sh", cmd.job_script(cwd, env=env, nodes=self.spec.nodes))
         out = self.run(self._sbatch(cwd, hold=hold, batch=batch), timeout=120, idempotent=False)  # twice would be two jobs
         text = out.stdout.strip().splitlines()[-1:] or [""]
         job_text = text[0].split(";")[0]
@@ -233,11 +262,15 @@ class SlurmHost(ShellHost):
 
     def ended_why(self, pgid: int) -> tuple[str, str] | None:
         """How the job ended, when the scheduler ended it (time limit, node failure, preemption, …): (reason,
-        message); None when it ended because its server exited."""
+        message); None when it ended because its server exited. A job the controller already forgot is looked up
+        in the accounting, where the cluster keeps one."""
         state, reason, _ = self._state(pgid)
+        if not state:
+            state = (self._accounting(pgid)[0] or {}).get("JobState", "")
+        reason = reason if reason not in ("", "None") else state  # "None": Slurm gave no reason of its own
         for name, (code, text) in ENDINGS.items():
             if state.startswith(name):
-                return code, f"job {pgid}: " + text.format(time=self.spec.time, reason=reason or state)
+                return code, f"job {pgid}: " + text.format(time=self.spec.time, reason=reason)
         return None
 
     def placement(self, ref: ProcessRef) -> dict:
@@ -251,6 +284,53 @@ class SlurmHost(ShellHost):
         if gres:
             found["gres"] = gres[0]
         return found
+
+    def node_facts(self, ref: ProcessRef, timeout_s: float = FACTS_WAIT_S) -> dict[str, CommandResult] | None:
+        """What the job's provenance commands printed on its node (node-facts.sh), once the job has run them;
+        None when the job ended, or timeout_s passed, before they were done (the provenance then lacks them)."""
+        folder = next((f for f, j in self._jobs.items() if j == ref.pgid), None)
+        if folder is None:
+            return None
+        deadline = time.monotonic() + timeout_s
+        while not self.read_bytes(f"{folder}/{cmd.NODE_FACTS}.done"):
+            if time.monotonic() > deadline or not self.group_alive(ref.pgid):
+                return None
+            time.sleep(POLL_S)
+        found = {}
+        for name in provenance.TIMEOUTS_S:
+            base = f"{folder}/{cmd.NODE_FACTS}.{name}"
+            rc = self.read_bytes(f"{base}.rc").decode("utf-8", "replace").strip()
+            if rc:
+                found[name] = CommandResult(name, self.read_bytes(f"{base}.out").decode("utf-8", "replace"),
+                                            self.read_bytes(f"{base}.err").decode("utf-8", "replace"),
+                                            int(rc) if rc.lstrip("-").isdigit() else -1)
+        return found
+
+    def final_state(self, ref: ProcessRef) -> dict:
+        """How the job ended (JobId, JobState, Reason, ExitCode, NodeList, EndTime, …) and where that was read
+        (`source`): sacct where the cluster keeps accounting (what a cluster keeps for good), else
+        `scontrol show job` (the controller's memory of the job, MinJobAge), with why sacct could not say
+        (`sacct_unavailable`)."""
+        found, why = self._accounting(ref.pgid)
+        if found is not None:
+            return {**found, "source": "sacct"}
+        facts = self.placement(ref)
+        kept = {k: facts[k] for k in ("JobId", "JobState", "Reason", "ExitCode", "NodeList", "StartTime", "EndTime",
+                                      "RunTime") if k in facts}
+        return {**kept, "source": "scontrol", "sacct_unavailable": why}
+
+    def _accounting(self, job: int) -> tuple[dict | None, str]:
+        """The job's ended record from sacct, or (None, why not): no accounting on the cluster (sacct says
+        "accounting storage is disabled"), the database unreachable, or not (yet) an ended job there."""
+        res = self.run(cmd.job_accounting(job), timeout=60, check=False)
+        if res.exit_code != 0:
+            return None, (res.stderr.strip().splitlines() or [f"sacct exited {res.exit_code}"])[-1][-300:]
+        found = cmd.parse_accounting(res.stdout, job)
+        if found is None:
+            return None, f"sacct has no line for job {job}"
+        if found.get("JobState", "") in cmd.LIVE_STATES:  # the database hears of the end a moment after it
+            return None, f"sacct still says {found['JobState']}"
+        return found, ""
 
     # -- asked from inside the job ----------------------------------------------------------------------------
 

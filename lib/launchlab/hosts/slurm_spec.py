@@ -53,7 +53,8 @@ class SlurmHost(HostParams):
         None, description="the account to charge (sbatch --account)")
     gres: Annotated[str, _matches(_GRES, "gres", "gpu:8 or gpu:h100:4")] | None = Field(
         None, description="generic resources per node, e.g. gpu:8")
-    nodes: int = Field(1, ge=1, le=1, description="nodes per job (a multi-node server through Slurm is not yet supported)")
+    nodes: int = Field(1, ge=1, le=64, description="nodes per job: > 1 is a multi-node server, one task per node "
+                                                    "(srun), {node_rank}/{nnodes}/{master_addr} filled in by each task")
     time: Annotated[str, _matches(_TIME, "time", "00:30:00 or 1-00:00:00")] = Field(
         "01:00:00", description="the job's time limit (sbatch --time)")
     pin_node: bool = Field(True, description="every run on the node the first run got (the controlled choice)")

@@ -96,14 +96,17 @@ def master_addr(exp: Experiment) -> str:
 
 
 def render(exp: Experiment, variant: Variant, *, port: int, run_id: str, host: str, node_rank: int = 0,
-           nnodes: int = 1, gpus: list[int] | None = None) -> LaunchSpec:
-    """The launch of a variant; `gpus` (a GPU slot of the host) becomes CUDA_VISIBLE_DEVICES.
+           nnodes: int = 1, gpus: list[int] | None = None, per_task: dict[str, str] | None = None) -> LaunchSpec:
+    """The launch of a variant; `gpus` (a GPU slot of the host) becomes CUDA_VISIBLE_DEVICES. `per_task`: values
+    only the host knows when each task starts (a Slurm job's {node_rank}, {nnodes}, {master_addr}), as markers
+    the host replaces then; a `master_addr` given in the params is kept.
 
     Every template (command token, flag value, env value, URL) is filled exactly once, before the flags are
     applied: a filled value is never parsed again, so `{{`/`}}` and JSON values reach the server as written.
     """
     values = {"port": str(port), "run_id": run_id, "host": host, "node_rank": str(node_rank), "nnodes": str(nnodes),
               "master_addr": master_addr(exp)}
+    values.update({k: v for k, v in (per_task or {}).items() if not (k == "master_addr" and exp.master_addr)})
     command = [template.fill(t, values) for t in exp.server.command]
     flags = {k: (template.fill(v, values) if isinstance(v, str) else v) for k, v in variant.flags.items()}
     env = {k: template.fill(v, values) for k, v in {**exp.server.env, **variant.env}.items()}
