@@ -12,6 +12,7 @@ from launchlab import params
 from launchlab.errors import HostError
 from launchlab.hosts import commands
 from launchlab.hosts.local import LocalHost
+from launchlab.hosts.shell import ShellHost
 from launchlab.hosts.ssh import SshHost
 
 
@@ -29,20 +30,29 @@ def test_the_liveness_check_prints_alive_or_dead_and_fails_when_ps_fails():
     assert no_ps.returncode == 2 and no_ps.stdout == ""
 
 
+class ShellCheckedHost(LocalHost):
+    """A local host that asks the shell whether a group lives, as SSH and Slurm hosts do (LocalHost reads /proc)."""
+
+    group_alive = ShellHost.group_alive
+
+
 def test_a_liveness_check_that_cannot_run_raises_instead_of_answering_dead(tmp_path):
     sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        broken = LocalHost("box", workdir=str(tmp_path), env={"PATH": "/nonexistent"})
+        broken = ShellCheckedHost("box", workdir=str(tmp_path), env={"PATH": "/nonexistent"})  # no `ps` to run
         with pytest.raises(HostError, match="box"):
             broken.group_alive(sleeper.pid)
-        with pytest.raises(HostError):  # and it is not reported as "gone" either
+        with pytest.raises(HostError):  # and killing it is not reported as "gone" either
             broken.kill_group(sleeper.pid, 1)
         assert sleeper.poll() is None
-        assert LocalHost("box", workdir=str(tmp_path)).group_alive(sleeper.pid) is True
+        assert ShellCheckedHost("box", workdir=str(tmp_path)).group_alive(sleeper.pid) is True
+        # a local host reads /proc instead, which needs no command: it still answers, and answers right
+        assert LocalHost("box", workdir=str(tmp_path), env={"PATH": "/nonexistent"}).group_alive(sleeper.pid) is True
     finally:
         sleeper.kill()
         sleeper.wait()
     assert LocalHost("box", workdir=str(tmp_path)).group_alive(sleeper.pid) is False
+    assert ShellCheckedHost("box", workdir=str(tmp_path)).group_alive(sleeper.pid) is False
 
 
 def ssh_host(server, reconnect_s: float = 10) -> SshHost:
