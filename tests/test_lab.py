@@ -42,7 +42,9 @@ def test_make_lab_serves_the_notebooks_with_that_config_and_allows_root_only_for
 def test_make_setup_says_what_it_is_doing_before_each_step_and_lets_pip_list_the_packages_it_installs():
     # the plan of the real recipe (-B: as on a fresh clone, whatever .venv holds here); running it for real needs
     # the package index, which tests do not reach (the newcomer check runs it)
-    plan = subprocess.run(["make", "-n", "-B", "setup"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}  # under `make test`
+    plan = subprocess.run(["make", "--no-print-directory", "-n", "-B", "setup"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=env)
     assert plan.returncode == 0, plan.stderr
     lines = [line for line in plan.stdout.splitlines() if line.strip()]
     commands = [i for i, line in enumerate(lines) if not line.startswith("echo")]
