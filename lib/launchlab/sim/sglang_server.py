@@ -205,13 +205,20 @@ class _Rank:
             time.sleep(3600)
 
 
+TEARDOWN_S = 1.0  # seconds at pace 1; a real scheduler takes longer still
+
+
 def _scheduler(args: argparse.Namespace) -> int:
     root = state.state_dir()
     prefix = f" TP{args.sim_worker_rank}" if args.tp > 1 else ""
+    host = state.read_host(root)
     try:
-        _Rank(args, root, state.read_host(root)).run()
+        _Rank(args, root, host).run()
     except Exception:  # SGLang logs every scheduler exception this way, then exits
         _log(prefix, f"Scheduler hit an exception: {traceback.format_exc().rstrip()}")
+        # a real scheduler takes a moment to go (its CUDA context torn down) and its memory stays held that long:
+        # a sampler every 100 ms sees what the rank held when it failed, as on a real GPU, not a race it may lose
+        time.sleep(TEARDOWN_S * host["pace"])
         return 1
     return 0
 
