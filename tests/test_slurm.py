@@ -220,14 +220,21 @@ def test_a_job_of_a_dead_batch_is_a_leftover_that_stop_leftovers_cancels(slurm, 
     assert launchlab_jobs(slurm) == []
 
 
-def test_a_node_that_fails_under_a_running_job_ends_the_run_as_a_node_failure(slurm, tmp_path, sim_root):
-    result = {}
+def slow_run_in_background(slurm, tmp_path, sim_root) -> tuple[threading.Thread, dict]:
+    """One slow run (pace 20) started in a thread, returned once its job RUNS (or after 2 minutes): the run's
+    records land in result["runs"] when the thread ends."""
+    result: dict = {}
     worker = threading.Thread(target=lambda: result.setdefault("runs", run_one_each(
         small(tmp_path, pace=20, timeout=600), tmp_path / "rd", sim_root / "box", only="mem_fraction=0.85")))
     worker.start()
     deadline = time.monotonic() + 120
     while not any(" RUNNING " in f" {j} " for j in launchlab_jobs(slurm)) and time.monotonic() < deadline:
         time.sleep(0.2)
+    return worker, result
+
+
+def test_a_node_that_fails_under_a_running_job_ends_the_run_as_a_node_failure(slurm, tmp_path, sim_root):
+    worker, result = slow_run_in_background(slurm, tmp_path, sim_root)
     try:
         subprocess.run(["scontrol", "update", f"nodename={slurm.node}", "state=down", "reason=launchlab-test"],
                        check=True, capture_output=True)
@@ -275,13 +282,7 @@ def test_a_queued_job_says_why_and_its_wait_is_queue_time_not_startup_time(slurm
 
 
 def test_a_job_preempted_by_a_higher_tier_partition_ends_the_run_as_a_preemption(slurm, tmp_path, sim_root):
-    result: dict = {}
-    worker = threading.Thread(target=lambda: result.setdefault("runs", run_one_each(
-        small(tmp_path, pace=20, timeout=600), tmp_path / "rd", sim_root / "box", only="mem_fraction=0.85")))
-    worker.start()
-    deadline = time.monotonic() + 120
-    while not any(" RUNNING " in f" {j} " for j in launchlab_jobs(slurm)) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    worker, result = slow_run_in_background(slurm, tmp_path, sim_root)
     assert launchlab_jobs(slurm), "the run's job never ran"
     # a job of the higher PriorityTier that needs every GPU of the node: Slurm cancels the run's job for it
     urgent = subprocess.run(["sbatch", "--parsable", "--partition=urgent", "--gres=gpu:16",
