@@ -84,6 +84,15 @@ def outputs_text(page: Page) -> str:
                    ".map(e => e.innerText).join('\\n')") or ""
 
 
+def model_outputs(page: Page, name: str) -> str:
+    """The outputs of every code cell of an open notebook, as JSON, from the notebook's model: Lab skips drawing
+    the cells out of view (content-visibility), so what the page's text holds depends on where it has scrolled."""
+    return page.js("(() => { const w = " + panel_of(name) + "; if (!w) return ''; const m = w.content.model;"
+                   " const cells = Array.from({length: m.cells.length}, (_, i) => m.cells.get(i))"
+                   ".filter(c => c.type === 'code');"
+                   " return JSON.stringify(cells.map(c => c.outputs.toJSON())); })()") or ""
+
+
 @pytest.fixture
 def lab(tmp_path, chromium):  # noqa: F811
     """A JupyterLab on a copy of the notebooks and params, and a Chromium tab showing it."""
@@ -161,20 +170,27 @@ def test_jupyterlab_runs_the_run_notebook_with_live_progress_and_then_the_summar
             seen.append(text)
         if len(seen) == 3:
             page.screenshot(ARTIFACTS / "jupyterlab-run-progress.png")
-        return "written to" in outputs_text(page)
+        # done once the cell has printed its last line and the page shows the display's final form (the page
+        # draws an update a moment after the model has it)
+        return (" written to " in model_outputs(page, "run_variant.ipynb")
+                and bool(seen) and "log reached" not in seen[-1].split("\n")[0])
 
     wait_for("the run notebook to finish", progress_until_done, 400, every=0.3)
     states = [s.split("\n")[0] for s in seen]
     assert len(seen) >= 3, f"the progress display never updated: {seen}"
     assert any("watching" in s for s in states) and any("log reached" in s for s in states), states
     assert "failed (kv_cache_no_memory)" in states[-1], states
-    assert len(page.js("[...document.querySelectorAll('.launchlab-progress')]")) == 1, "one display, updated in place"
-    text = outputs_text(page)
-    run_dir = Path(text.split("run directory: ")[1].split()[0])
+    main_cell = json.loads(model_outputs(page, "run_variant.ipynb"))[1]
+    progress = [o for o in main_cell if "launchlab-progress" in "".join(o.get("data", {}).get("text/html", ""))]
+    assert len(progress) == 1, f"one display, updated in place: {main_cell}"
+    printed = "".join("".join(o["text"]) for o in main_cell if o["output_type"] == "stream")
+    run_dir = Path(printed.split("run directory: ")[1].split()[0])
     assert run_dir.parent.parent == folder / "outputs" and (run_dir / "manifest.json").exists()
-    wait_for("the GPU trace and the rank table", lambda: "rank 7" in outputs_text(page)
-             and page.js("document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-RenderedImage img')"
-                         ".length") >= 1, 120)
+    wait_for("the GPU trace and the rank table", lambda: "rank 7" in model_outputs(page, "run_variant.ipynb")
+             and '"image/png"' in model_outputs(page, "run_variant.ipynb"), 120)
+    # and Lab draws them: the rank table's cell scrolled into view shows it on the page
+    page.js(f"{panel_of('run_variant.ipynb')}.content.scrollToItem(8)")
+    wait_for("the rank table on the page", lambda: "rank 7" in outputs_text(page), 60)
     page.screenshot(ARTIFACTS / "jupyterlab-run-variant.png")
 
     open_and_run_all(page, base, token, "summary.ipynb")
