@@ -21,6 +21,7 @@ from pathlib import Path
 from launchlab import (
     __version__,
     hosts,
+    kernels,
     locks,
     masking,
     notebooks,
@@ -237,19 +238,20 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
     def worker(name: str, slot: int) -> None:
         gpus = slots[name][slot]
         try:
-            while (run := next_run(name)) is not None:
-                with lock:
-                    in_flight[(name, slot)] = run
-                try:
-                    notebooks.run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus)
-                except (LaunchlabError, OSError) as exc:
-                    say(f"[{run.seq}/{total}] {run.run_id}  kit error: {exc}")
+            with kernels.RunKernels(notebooks.notebooks_dir()) as pool:  # the next run's kernel starts meanwhile
+                while (run := next_run(name)) is not None:
                     with lock:
-                        broken.append(f"{run.run_id}: {exc}")
-                    stop.set()
-                finally:
-                    with lock:
-                        in_flight.pop((name, slot), None)
+                        in_flight[(name, slot)] = run
+                    try:
+                        notebooks.run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus, pool)
+                    except (LaunchlabError, OSError) as exc:
+                        say(f"[{run.seq}/{total}] {run.run_id}  kit error: {exc}")
+                        with lock:
+                            broken.append(f"{run.run_id}: {exc}")
+                        stop.set()
+                    finally:
+                        with lock:
+                            in_flight.pop((name, slot), None)
         finally:
             finished[(name, slot)].set()
 

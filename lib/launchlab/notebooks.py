@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launchlab import config, liveprogress, params, records, recovery, rundir, workspace
+from launchlab import config, kernels, liveprogress, params, records, recovery, rundir, workspace
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.plan import Run
 
@@ -52,18 +52,28 @@ class _Progress(threading.Thread):
                 last = state
 
 
-def execute(template: str, output: Path, parameters: dict) -> None:
+def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None) -> None:
     """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
-    silenced so the progress lines stay readable. Cell errors still land in the executed notebook."""
+    silenced so the progress lines stay readable. Cell errors still land in the executed notebook. With a pool,
+    the notebook runs in a kernel the pool started beforehand and stops afterwards (kernels.py); without, papermill
+    starts and shuts down one of its own."""
     import papermill  # here, not at the top: the run kernel imports this module, and papermill costs it seconds
 
-    papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
-                               kernel_name="python3", progress_bar=False, cwd=str(notebooks_dir()),
-                               extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+    if pool is None:
+        papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
+                                   kernel_name=kernels.KERNEL_NAME, progress_bar=False, cwd=str(notebooks_dir()),
+                                   extra_arguments=kernels.KERNEL_ARGS)
+        return
+    kernel = pool.take()
+    try:
+        papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
+                                   kernel_name=kernels.KERNEL_NAME, progress_bar=False, km=kernel)
+    finally:
+        pool.release(kernel)
 
 
 def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say,
-                  params_file: Path, gpus: list[int] | None = None) -> None:
+                  params_file: Path, gpus: list[int] | None = None, pool: kernels.RunKernels | None = None) -> None:
     folder = rundir.RunDir(run_dir).run(run.run_id)
     folder.path.mkdir(parents=True, exist_ok=True)
     folder.archive_attempt()  # a repeated run (--resume) keeps the earlier attempt's raw files
@@ -78,7 +88,8 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
                  {"experiment": str(params_file), "run_id": run.run_id, "run_dir": str(run_dir),
                   "gpus": ",".join(str(g) for g in gpus) if gpus else "",
                   "params_sha256": params.digest(params_file),
-                  "draw_trace": False})  # the summary draws every run's GPU trace (runview.gpu_trace)
+                  "draw_trace": False},  # the summary draws every run's GPU trace (runview.gpu_trace)
+                pool)
     except Exception as exc:  # any notebook failure becomes this run's error, the batch goes on
         problem = f"the run notebook failed: {notebook_error(exc)}"
     finally:

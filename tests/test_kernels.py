@@ -1,0 +1,72 @@
+"""A batch worker's kernels (kernels.py), with real papermill kernels: each notebook still gets a fresh kernel of
+its own, started ahead in the notebooks' folder with the kit's modules loaded; a used kernel and the spare are
+gone once the pool is closed, connection files included; a spare that died idle is replaced."""
+
+import json
+import os
+import signal
+
+import nbformat
+import pytest
+
+from launchlab import kernels, notebooks
+
+PROBE = """\
+import os, sys
+print(json.dumps({"pid": os.getpid(), "cwd": os.getcwd(), "left": "left_by_earlier" in globals(),
+                  "preloaded": "launchlab.runview" in sys.modules}))
+left_by_earlier = True
+"""
+
+
+@pytest.fixture
+def probe(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import json"), nbformat.v4.new_code_cell(PROBE)]
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def seen(output) -> dict:
+    cell = json.loads(output.read_text())["cells"][-1]
+    return json.loads("".join(cell["outputs"][0]["text"]))
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie is gone for our purpose
+        return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_every_notebook_gets_a_fresh_kernel_started_ahead_and_none_outlives_the_pool(probe, tmp_path):
+    runs = []
+    with kernels.RunKernels(notebooks.notebooks_dir()) as pool:
+        for i in range(3):
+            notebooks.execute(str(probe), tmp_path / f"out{i}.ipynb", {}, pool)
+            runs.append(seen(tmp_path / f"out{i}.ipynb"))
+        spare = pool.spare.result()
+        spare_pid, files = spare.provisioner.process.pid, [spare.connection_file]
+        assert alive(spare_pid), "the next notebook's kernel is started before it is asked for"
+    assert len({r["pid"] for r in runs}) == 3, "one kernel per notebook"
+    assert not any(r["left"] for r in runs), "nothing passes from one notebook's kernel to the next"
+    assert {r["cwd"] for r in runs} == {str(notebooks.notebooks_dir().resolve())}, runs  # where papermill would start it
+    assert all(r["preloaded"] for r in runs), "the run notebook's imports are loaded while the kernel waits"
+    assert not any(alive(pid) for pid in [r["pid"] for r in runs] + [spare_pid])
+    assert not any(os.path.exists(f) for f in files), "connection files removed"
+
+
+def test_a_spare_that_died_while_it_waited_is_replaced_by_one_started_for_the_notebook(probe, tmp_path):
+    with kernels.RunKernels(notebooks.notebooks_dir()) as pool:
+        notebooks.execute(str(probe), tmp_path / "first.ipynb", {}, pool)
+        dead = pool.spare.result()
+        pid = dead.provisioner.process.pid
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+        dead.provisioner.process.wait()
+        notebooks.execute(str(probe), tmp_path / "second.ipynb", {}, pool)
+    second = seen(tmp_path / "second.ipynb")
+    assert second["pid"] != pid and not second["left"]
+    assert not alive(second["pid"])
