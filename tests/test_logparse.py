@@ -34,6 +34,21 @@ def test_two_dp_groups_keep_their_tp_rank_0_apart_and_the_ranks_sort_by_group_st
     assert parsed.failure_rank == "dp2.pp1.4" and parsed.failure.message == "RuntimeError: boom"
 
 
+def test_vllm_workers_of_two_dp_engines_or_two_stages_keep_their_tp_ranks_apart():
+    # worker tags of real logs: `Worker_DP1_TP1_EP3` (vllm #53013), `VllmWorker PP1_TP1` (vllm-gfx906 #44)
+    parsed = vllm.parse(lines(
+        "(Worker_DP0_TP1_EP1 pid=11) INFO 08-19 05:56:57 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
+        "1.50 GiB total\n"
+        "(Worker_DP1_TP1_EP3 pid=12) INFO 08-19 05:56:57 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
+        "2.50 GiB total\n"
+        "(VllmWorker PP1_TP1 pid=13) INFO 09-29 05:48:47 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
+        "3.50 GiB total\n"
+        "(Worker_TP1 pid=14) INFO 09-29 05:48:47 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
+        "4.50 GiB total\n"))
+    assert {rank: fields["graph_estimate_gib"] for rank, fields in parsed.ranks.items()} == \
+        {"dp0.1": 1.5, "dp1.1": 2.5, "pp1.1": 3.5, "1": 4.5}
+
+
 def test_rank_keys_sort_in_number_order_and_a_key_of_another_form_sorts_last():
     from launchlab.logparse.common import rank_order
 
