@@ -87,8 +87,22 @@ class Case:
     data: dict  # parsed.to_json()
 
 
-def rank_key(rank: Any) -> str:
-    return "0" if rank == "unknown" else str(rank)
+def tp_part(key: str) -> str:
+    """The TP rank in a parser's rank key ("dp1.pp0.3" → "3")."""
+    return key.rsplit(".", 1)[-1]
+
+
+def rank_key(case: Case, rank: Any) -> str:
+    """The parser's key of a rank an INDEX entry names. ../real-logs/INDEX.md (a byte copy of shared's) names ranks
+    by TP rank; the parser keys a tag with a DP index `dp<DP>.<TP>` (issue 12). Under DP attention (`DP<i> TP<i>`)
+    TP ranks do not restart, so such a TP rank names one key, "1" → "dp1.1" — never two (asserted)."""
+    name = "0" if rank == "unknown" else str(rank)
+    keys = set(case.data["ranks"]) | set(case.data["custom_ar"]) | set(case.parsed.rank_info)
+    if name in keys:
+        return name
+    matches = sorted(k for k in keys if k.startswith("dp") and tp_part(k) == name)
+    assert len(matches) <= 1, f"{case.name}: TP rank {name} names several ranks {matches}"
+    return matches[0] if matches else name
 
 
 def rank_values(case: Case, field: str) -> list[float]:
@@ -126,7 +140,7 @@ def check_rank_field(case: Case, rank: str, key: str, want: Any) -> None:
 def check_ranks(case: Case, want: dict) -> None:
     for rank, fields in want.items():
         for key, value in fields.items():
-            check_rank_field(case, rank_key(rank), key, value)
+            check_rank_field(case, rank_key(case, rank), key, value)
 
 
 def check_workers_by_pid(case: Case, want: dict) -> None:
@@ -150,14 +164,21 @@ def check_min_weights_begin_avail(case: Case, want: float) -> None:
 def check_tp(case: Case, want: int) -> None:
     """Every rank the log names is a TP rank below tp; where the server printed its arguments, they say tp too."""
     seen = set(case.data["ranks"]) | set(case.data["custom_ar"]) | set(case.parsed.rank_pids)
-    assert {int(r) for r in seen} <= set(range(want)), f"ranks {sorted(seen)} with tp={want}"
+    assert {int(tp_part(r)) for r in seen} <= set(range(want)), f"ranks {sorted(seen)} with tp={want}"
     for name in ("tp_size", "tensor_parallel_size"):
         if name in case.parsed.args:
             assert case.parsed.args[name] == str(want)
 
 
-def check_dp(case: Case, want: int) -> None:
-    assert case.parsed.dp_ranks == {str(i) for i in range(want)}
+def check_dp(case: Case, want: int | list[int]) -> None:
+    """`dp: 2`: the log's DP tags name DP ranks 0 and 1; `dp: [4]`: an excerpt that shows only some DP ranks."""
+    wanted = range(want) if isinstance(want, int) else want
+    assert case.parsed.dp_ranks == {str(i) for i in wanted}, case.parsed.dp_ranks
+
+
+def check_failure_rank(case: Case, want: Any) -> None:
+    """The rank key of the line the failure is read from (issue 12: a DP index keys the rank apart)."""
+    assert getattr(case.parsed, "failure_rank", None) == str(want), case.parsed
 
 
 def check_rank_info_everywhere(key: str) -> Callable[[Case, Any], None]:
@@ -213,9 +234,9 @@ def check_line_prefix(case: Case, want: str) -> None:
 
 def check_custom_ar(case: Case, want: dict) -> None:
     got = case.data["custom_ar"]
-    assert set(got) == {rank_key(r) for r in want}, got
+    assert set(got) == {rank_key(case, r) for r in want}, got
     for rank, fields in want.items():
-        ours = got[rank_key(rank)]
+        ours = got[rank_key(case, rank)]
         for key, value in fields.items():
             if key == "state":
                 assert ours["state"] == value
@@ -299,6 +320,7 @@ CHECKS: dict[str, Callable[[Case, Any], None]] = {
     "min_weights_begin_avail": check_min_weights_begin_avail,
     "tp": check_tp,
     "dp": check_dp,
+    "failure_rank": check_failure_rank,
     "engine": lambda case, want: assert_equal(case.parsed.engine, want),
     "nccl_version": lambda case, want: assert_equal(case.data["nccl_version"], want),
     "custom_ar": check_custom_ar,

@@ -13,6 +13,8 @@ import math
 
 import pandas as pd
 
+from launchlab.logparse.common import rank_order
+
 STATUSES = ("ready", "failed", "timeout", "degraded", "error")
 VALID_STATUSES = ("ready", "failed", "timeout", "degraded")  # what the server did; `error` is the kit's
 MEMORY_FIELDS = ("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib", "kv_tokens", "kv_gib",
@@ -254,8 +256,12 @@ LARGE_SPREAD = 0.10  # sd / |mean|
 
 
 def run_metrics(runs: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: the effect metrics (log values from rank 0, the last one printed)."""
-    logged = events[(events["rank"] == "0") & events["field"].isin(EFFECT_METRICS)]
+    """One row per run: the effect metrics (log values from the run's first rank, the last one printed): rank 0,
+    or where the log keys its ranks by DP group or pipeline stage, the first of them ("dp0.0", "pp0.0")."""
+    logged = events[events["field"].isin(EFFECT_METRICS)]
+    if not logged.empty:
+        first = logged.groupby("run_id")["rank"].agg(lambda ranks: min(ranks, key=rank_order))
+        logged = logged[logged["rank"] == logged["run_id"].map(first)]
     wide = logged.pivot_table(index="run_id", columns="field", values="value", aggfunc="last")
     out = runs.set_index("run_id")[["variant", "peak_mem_used_mib", "startup_s"]].join(wide, how="left")
     for metric in EFFECT_METRICS:

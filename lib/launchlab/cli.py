@@ -132,9 +132,10 @@ def _parse(args: argparse.Namespace) -> int:
         print("phases: " + ", ".join(f"{phase} from line {line}" for phase, line in data["phase_lines"].items()))
     fields = sorted({k for r in data["ranks"].values() for k in r})
     if fields:
-        print("rank  " + "  ".join(f"{f:>22}" for f in fields))
+        width = max(4, *map(len, data["ranks"]))  # a key that names a DP group and a stage: "dp4.pp0.4"
+        print(f"{'rank':<{width}}  " + "  ".join(f"{f:>22}" for f in fields))
         for rank, values in data["ranks"].items():
-            print(f"{rank:>4}  " + "  ".join(f"{values.get(f, ''):>22}" for f in fields))
+            print(f"{rank:>{width}}  " + "  ".join(f"{values.get(f, ''):>22}" for f in fields))
     for d in data["debug"]:
         print(f"debug {d['name']}: {d['key']}={d['value']}{' ' + d['unit'] if d['unit'] else ''}")
     return 0

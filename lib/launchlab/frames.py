@@ -21,6 +21,7 @@ import pandas as pd
 
 from launchlab import logfacts, logparse, params, records, rundir, telemetry
 from launchlab.errors import RunDirError
+from launchlab.logparse.common import rank_order
 
 RUN_COLUMNS = list(records.RunRecord.ROW)
 EVENT_COLUMNS = ["run_id", "t_s", "rank", "field", "value"]
@@ -99,9 +100,8 @@ def _merge_parsed(first: dict | None, more: dict) -> dict:
     if first is None:
         return more
     for key in ("ranks", "custom_ar"):
-        first.setdefault(key, {})
-        for rank, value in (more.get(key) or {}).items():
-            first[key].setdefault(rank, value)
+        merged = {**(more.get(key) or {}), **first.get(key, {})}  # node 0's value wins where both name a rank
+        first[key] = {rank: merged[rank] for rank in sorted(merged, key=rank_order)}  # runview shows them in order
     return first
 
 

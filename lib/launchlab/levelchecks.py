@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from launchlab.logparse.common import rank_order
 from launchlab.params import Experiment, Variant, apply_flags, expand
 
 CONFIRMED, CONTRADICTED, UNKNOWN = "confirmed", "contradicted", "unknown"
@@ -88,13 +89,14 @@ def _custom_ar_intent(exp: Experiment, factor: str, level: str, variant: Variant
 
 
 def ranks_text(ranks: Iterable[str]) -> str:
-    """0, 1, 2, 3 → "0–3"; 0, 2, 5 → "0, 2, 5"."""
-    nums = sorted(int(r) for r in ranks if str(r).isdigit())
-    if not nums:
-        return ", ".join(sorted(map(str, ranks)))
-    if nums == list(range(nums[0], nums[-1] + 1)) and len(nums) > 2:
-        return f"{nums[0]}–{nums[-1]}"
-    return ", ".join(map(str, nums))
+    """0, 1, 2, 3 → "0–3"; 0, 2, 5 → "0, 2, 5"; ranks keyed by DP group or pipeline stage ("dp1.0", "pp1.2")
+    follow in rank order, each named (a range of them would hide which group or stage)."""
+    keys = sorted({str(r) for r in ranks}, key=rank_order)
+    nums = [int(r) for r in keys if r.isdigit()]
+    named = [r for r in keys if not r.isdigit()]
+    if len(nums) > 2 and nums == list(range(nums[0], nums[-1] + 1)):
+        return ", ".join([f"{nums[0]}–{nums[-1]}", *named])
+    return ", ".join([*map(str, nums), *named])
 
 
 def custom_ar_observed(parsed: dict) -> tuple[str | None, str]:

@@ -35,6 +35,7 @@ _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
 _TRACEBACK_HEADER = re.compile(r"\s*Traceback \(most recent call last\):?")
+_RANK_KEY = re.compile(r"(?:dp(\d+)\.)?(?:pp(\d+)\.)?(\d+)")  # "3", "pp1.2", "dp1.0", "dp0.pp1.2"
 _NCCL_VERSION = re.compile(r"\busing nccl==(?P<pip>[\w.]+)|\bNCCL version (?P<lib>\d+\.\d+\.\d+)")
 
 
@@ -111,6 +112,7 @@ class ParsedLog:
     worker_deaths: list[WorkerDeath] = field(default_factory=list)
     slow_patterns: list[SlowPattern] = field(default_factory=list)  # params patterns that ran over their time budget
     phase_lines: dict[str, int] = field(default_factory=dict)  # the line number of each phase's first line
+    failure_rank: str | None = None  # the rank key of the line the failure is read from (None: not known)
     line: int = 0  # the number of the line being parsed: where a phase or a failure is seen
 
     def later(self, a: str | None, b: str | None) -> str | None:
@@ -155,19 +157,20 @@ class ParsedLog:
         for r in records:
             self.record(t, rank, f"debug.{r['name']}.{r['key']}", r["value"], line)
 
-    def fail(self, reason: str, phase: str | None, message: str) -> None:
+    def fail(self, reason: str, phase: str | None, message: str, rank: str | None = None) -> None:
         """Keep the strongest evidence: a specific reason replaces a generic `exception`, never the reverse."""
         if self.failure is None or (self.failure.reason == "exception" and reason != "exception"):
             self.failure = Failure(reason, phase or (self.failure.phase if self.failure else self.phase_reached),
                                    failure_message(message), self.line or None)
+            self.failure_rank = rank
 
-    def refine(self, reason: str, message: str, phase: str | None = None) -> None:
+    def refine(self, reason: str, message: str, phase: str | None = None, rank: str | None = None) -> None:
         """The exception line that ends the traceback of the failure already noted: it becomes the message (and its
         line the failure's line); its reason replaces a generic one, never a specific one; a phase the traceback's
         frames name replaces the phase that was only where the log had got to."""
         old = self.failure
         if old is None:
-            self.fail(reason, phase, message)
+            self.fail(reason, phase, message, rank)
             return
         self.failure = Failure(reason if old.reason == "exception" else old.reason, phase or old.phase,
                                failure_message(message), self.line or old.line)
@@ -213,9 +216,14 @@ def failure_message(text: str) -> str:
     return (text or "a traceback whose last line is not in the log")[:2000]
 
 
-def rank_order(rank: str) -> tuple[int, str]:
-    """Ranks in numeric order ("2" before "10"), anything not a number last."""
-    return (int(rank), "") if rank.isdigit() else (1 << 30, rank)
+def rank_order(rank: str) -> tuple[int, int, int, str]:
+    """Ranks in numeric order: TP ranks ("2" before "10"), then by DP group, pipeline stage and TP rank
+    ("pp2.0" before "pp10.0", "dp0.pp1.3" before "dp1.pp0.0"); anything else last, by name."""
+    m = _RANK_KEY.fullmatch(rank)
+    if m is None:
+        return (1 << 30, 0, 0, rank)
+    dp, pp, tp = m.groups()
+    return (int(dp) if dp else -1, int(pp) if pp else -1, int(tp), "")
 
 
 class Anchors:

@@ -1,8 +1,8 @@
 """The SGLang server kind: its startup logs → per-rank memory fields, phase reached, readiness and failure.
 
 Covers the SGLang 0.3–0.5.23 statement formats of reference/log-formats.md section 2: the `[date time TPn]`
-prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored; a `PPn` tag
-keys the rank `pp<n>.<TP rank>`),
+prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored; `DPd` and
+`PPn` tags key the rank `dp<d>.pp<n>.<TP rank>`, each part only where the tag names it),
 bare messages without a prefix, GB read as GiB, tracebacks that continue unprefixed after
 "Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure. Also read:
 the `server_args=ServerArgs(…)` line (→ `args`), custom all-reduce statements (logparse/custom_ar.py), the NCCL
@@ -95,12 +95,18 @@ _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-frac
 
 
 def _rank(tags: str) -> str:
-    """The rank a line's tags name: the TP rank; under pipeline parallelism `pp<stage>.<TP rank>`, since every stage
-    has its own GPUs and TP ranks that start again at 0 (`PP3` → "pp3.0", `DP0 PP1 TP2` or `TP2 PP1` → "pp1.2")."""
+    """The rank a line's tags name: the TP rank, prefixed by the DP group and the pipeline stage where the tag names
+    them, since every DP group (without DP attention) and every stage has its own GPUs and TP ranks that start again
+    at 0: `TP3` → "3", `PP3` → "pp3.0", `TP2 PP1` → "pp1.2", `DP1 TP0` → "dp1.0", `DP0 PP1 TP2` → "dp0.pp1.2".
+    Under DP attention TP ranks do not restart (`DP1 TP1`), but a line cannot tell which mode it is in, and a key
+    that names the DP group is never wrong: it only keeps apart what must not merge."""
     tp = _TP.search(tags)
     rank = tp.group(1) if tp else "0"
-    pp = _PP.search(tags)
-    return rank if pp is None else f"pp{pp.group(1)}.{rank}"
+    if (pp := _PP.search(tags)) is not None:
+        rank = f"pp{pp.group(1)}.{rank}"
+    if (dp := _DP.search(tags)) is not None:
+        rank = f"dp{dp.group(1)}.{rank}"
+    return rank
 
 
 def _timestamp(text: str) -> datetime | None:
@@ -146,7 +152,8 @@ class SGLangParser:
                 for name, value in oom_fields(text).items():
                     self.log.record(None, self.traceback_rank, name, value, number)
                 reason = classify(text)
-                self.log.refine(reason, text.strip(), "kv_cache" if reason == "kv_cache_no_memory" else None)
+                self.log.refine(reason, text.strip(), "kv_cache" if reason == "kv_cache_no_memory" else None,
+                                self.traceback_rank)
                 self.frames.conclude(self.log)
                 self.wants_every_line = False
             return
@@ -180,26 +187,26 @@ class SGLangParser:
                 log.record(t, rank, "kv_gib", round(float(m.group(2)) + float(m.group(3)), 2), number)
             return
         if (over := _OVER_CAP.search(msg)) is not None and int(over.group(1)) <= 0:
-            log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
+            log.fail("kv_cache_no_memory", "kv_cache", msg, rank)  # a negative profiled size: a certain failure
         elif _NOT_ENOUGH.search(msg):
-            log.fail("kv_cache_no_memory", "kv_cache", msg)
+            log.fail("kv_cache_no_memory", "kv_cache", msg, rank)
         elif _WATCHDOG.match(msg):  # a scheduler stuck that long: SGLang kills the server after it
-            log.fail("exception", self.current, msg)
+            log.fail("exception", self.current, msg, rank)
         elif "Initialization failed. warmup error" in msg:
             # the warm-up request after the server started: the line itself says the phase, and its traceback follows
             log.reach("warmup")
-            log.fail(classify(msg), "warmup", msg)
+            log.fail(classify(msg), "warmup", msg, rank)
             self._traceback(msg, rank)
         elif "Scheduler hit an exception" in msg or msg.rstrip().endswith("Traceback (most recent call last):"):
-            log.fail(classify(msg), self.current, msg)
+            log.fail(classify(msg), self.current, msg, rank)
             self._traceback(msg, rank)
         elif "Capture cuda graph failed" in msg or "Capture CUDA graph failed" in msg:
-            log.fail("cuda_graph_failed", "cuda_graph", msg)
+            log.fail("cuda_graph_failed", "cuda_graph", msg, rank)
         elif not bare and exception_line(msg) is not None:
             for name, value in oom_fields(msg).items():
                 log.record(t, rank, name, value, number)
             reason = classify(msg)
-            log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
+            log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg, rank)
 
     def _traceback(self, msg: str, rank: str) -> None:
         """A failure line whose traceback follows without the SGLang prefix: read every line until its exception."""
