@@ -120,9 +120,10 @@ def main() -> int:
                         floor_parts.append(phases(work / "floor-out.ipynb"))
             for run in done:
                 folder = rundir.RunDir(run_dir).run(run.run_id)
-                status = records.read_status(folder).record.status
-                if status != "ready":
-                    print(f"run {run.run_id} ended {status}, not ready: see {folder.status}", file=sys.stderr)
+                record = records.read_status(folder).record
+                if record.status != "ready":
+                    print(f"run {run.run_id} ended {record.status}, not ready: {record.failure_reason}: "
+                          f"{record.failure_message}; notes: {record.notes}", file=sys.stderr)
                     return 1
             if i == 0:
                 continue  # the warm-up blocks (first kernel start, first server start on this box)

@@ -60,6 +60,21 @@ def test_only_runs_just_those_runs_and_ls_lists_the_run_directory(tmp_path, sim_
     assert "INCONCLUSIVE: custom_ar is undetermined: only custom_ar=off was planned" in line
 
 
+@pytest.mark.slow
+def test_more_repetitions_than_the_params_file_has_runs_every_one_of_them(tmp_path, sim_root):
+    # the run notebook finds its run in the plan the batch made, not in the file's (2 repetitions in demo.yaml)
+    out = tmp_path / "out"
+    proc = cli("run", str(ROOT / "params/demo.yaml"), "--out", str(out), "--only", "custom_ar=off", "mem_fraction=0.55",
+               "--repetitions", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip())
+    records = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("runs/*/status.json")}
+    assert sorted(records) == [f"0{seq}_custom_ar-off.mem_fraction-0.55_rep{rep}" for seq, rep in ((1, 1), (5, 2), (9, 3))]
+    # each ran its server (the same outcome three times), none is the kit's error
+    assert {r["status"] for r in records.values()} == {records["01_custom_ar-off.mem_fraction-0.55_rep1"]["status"]}
+    assert all(r["status"] != "error" and r["phase_reached"] for r in records.values()), records
+
+
 def test_ls_of_an_empty_folder_says_so(tmp_path):
     proc = cli("ls", str(tmp_path))
     assert proc.returncode == 0 and "no run directory under" in proc.stderr

@@ -349,6 +349,7 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         # a search's probes are added as it decides them (_record_probes)
         "search": exp.search.model_dump() if exp.search else None,
         "strata": plans.strata(exp) if exp.search else None,
+        "repetitions": None if exp.search else exp.repetitions,  # the file's, or --repetitions (plan.recorded_runs)
         "run_ids": [] if exp.search else [r.run_id for r in plan],
         "runs": [] if exp.search else [r.manifest_entry() for r in plan],
         "batch": None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)

@@ -97,9 +97,11 @@ def probe_runs(exp: Experiment, probes: list[search.Probe], first_seq: int) -> l
 
 
 def recorded_runs(exp: Experiment, manifest: dict) -> list[Run]:
-    """The runs a run directory's manifest lists: the plan of a fixed experiment, the probes so far of a search."""
+    """The runs a run directory's manifest lists: the plan of a fixed experiment (with the repetitions the batch
+    ran it with: `launchlab run --repetitions` overrides the file's), the probes so far of a search."""
     if exp.search is None:
-        return make_plan(exp)
+        repetitions = manifest.get("repetitions") or exp.repetitions
+        return make_plan(exp if repetitions == exp.repetitions else exp.model_copy(update={"repetitions": repetitions}))
     runs = []
     for entry in manifest.get("runs") or []:
         probe = search.Probe(entry["stratum"], entry["levels"][exp.search.factor], entry["why"])
