@@ -9,10 +9,12 @@ are what a `launchlab run` worker does (batch._run_all): `notebooks.run_notebook
 one-GPU simulated box whose server skips its startup pauses) one run after another, with the worker's kernels
 (kernels.RunKernels: the next run's kernel starts while a run goes, a used one is killed). Since that overlaps
 one run with the next, each is timed as a block of runs (the pool opened and closed inside the block), and the
-time per run is the block's over its size. For reference, the floor's notebook also runs in the kit's kernels.
-The three alternate, in a rotating order, after one warm-up block of each that is not counted, so load from other
+time per run is the block's over its size. For reference, the floor's notebook also runs in the kit's kernels,
+and the kit's runs in papermill's own kernels (as before kernels.py).
+The four alternate, in a rotating order, after one warm-up block of each that is not counted, so load from other
 processes on the machine falls on all alike. Prints the medians, where the time inside each notebook goes, and
-the ratio kit/floor. Target (issue 12): ratio ≤ 1.3. Exit status 1 when it is missed.
+the ratio kit/floor of the medians and of the fastest blocks. Target (issue 12): both ≤ 1.3. Exit
+status 1 when it is missed.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "bench" / "ready_at_once.yaml"
 TARGET = 1.3
 POOLED = "floor in the kit's kernels"
+UNPOOLED = "kit in papermill's kernels"
 
 
 def floor_notebook(folder: Path) -> Path:
@@ -72,7 +75,7 @@ def main() -> int:
     args = ap.parse_args()
 
     blocks = args.repeat + 1
-    exp, plan = batch.planned(PARAMS, repetitions=blocks * args.block)
+    exp, plan = batch.planned(PARAMS, repetitions=2 * blocks * args.block)
     work = Path(tempfile.mkdtemp(prefix="launchlab-overhead-"))
     box = sim.new_box()
     digest = params.digest(PARAMS)
@@ -82,7 +85,7 @@ def main() -> int:
         rundir.update_json(rundir.RunDir(run_dir).manifest_file, {"sim_box": str(box)})
         connected = {name: hosts.connect(exp, name, sim_box=box) for name in exp.host_names}
         floor_nb = floor_notebook(work)
-        per_run: dict[str, list[float]] = {"floor": [], POOLED: [], "kit": []}
+        per_run: dict[str, list[float]] = {"floor": [], POOLED: [], UNPOOLED: [], "kit": []}
         kit_parts: list[dict[str, float]] = []
         floor_parts: list[dict[str, float]] = []
         runs = iter(plan)
@@ -96,23 +99,27 @@ def main() -> int:
                                   pool)
             return (time.perf_counter() - tic) / args.block
 
-        def kit_block() -> tuple[float, list]:
+        def kit_block(pooled: bool) -> tuple[float, list]:
             tic, done = time.perf_counter(), []
             with kernels.RunKernels(notebooks.notebooks_dir()) as pool:  # as a batch worker does (batch._run_all)
                 for run in itertools.islice(runs, args.block):
                     notebooks.run_notebook(exp, run, run_dir, connected, len(plan), lambda line: None, PARAMS,
-                                           pool=pool)
+                                           pool=pool if pooled else None)
                     done.append(run)
             return (time.perf_counter() - tic) / args.block, done
 
         for i in range(blocks):
-            # the three alternate, in a rotating order, so load from other processes falls on all alike
-            order = ["floor", POOLED, "kit"]
-            order = order[i % 3:] + order[:i % 3]
+            # the four alternate, in a rotating order, so load from other processes falls on all alike
+            order = list(per_run)
+            order = order[i % 4:] + order[:i % 4]
             took: dict[str, float] = {}
+            done = []
             for name in order:
-                if name == "kit":
-                    took[name], done = kit_block()
+                if name in ("kit", UNPOOLED):
+                    took[name], ran = kit_block(pooled=name == "kit")
+                    done += ran
+                    if name == "kit":
+                        ran_pooled = ran
                 else:
                     with kernels.RunKernels(notebooks.notebooks_dir()) as pool:
                         took[name] = floor_block(pool if name != "floor" else None)
@@ -129,7 +136,7 @@ def main() -> int:
                 continue  # the warm-up blocks (first kernel start, first server start on this box)
             for name, value in took.items():
                 per_run[name].append(value)
-            folder = rundir.RunDir(run_dir).run(done[-1].run_id)
+            folder = rundir.RunDir(run_dir).run(ran_pooled[-1].run_id)
             kit_parts.append(phases(folder.notebook))
             print(f"  block {i}, per run: " + ", ".join(f"{name} {took[name]:.2f} s" for name in per_run), flush=True)
     finally:
@@ -141,15 +148,20 @@ def main() -> int:
           f" per notebook over {len(per_run['floor'])} blocks of {args.block}")
     print(f"the same notebook in the kit's kernels (started ahead, killed after; for reference): "
           f"{med[POOLED]:.2f} s")
+    print(f"the kit's runs in papermill's own kernels (as before kernels.py; for reference): {med[UNPOOLED]:.2f} s")
     print(f"kit (a run of a server ready at once on the simulated host, as a batch worker runs it): median "
           f"{med['kit']:.2f} s per run")
     for label, split in (("the floor's", floor_parts), ("the kit's run notebook", kit_parts)):
         print(f"where {label} time goes, inside its notebook (medians of each block's last): " + ", ".join(
             f"{name} {statistics.median(p[name] for p in split):.2f} s" for name in split[0]))
     ratio = med["kit"] / med["floor"]
-    verdict = "met" if ratio <= TARGET else "MISSED"
-    print(f"ratio kit/floor: {ratio:.2f} (target ≤ {TARGET}: {verdict})")
-    return 0 if ratio <= TARGET else 1
+    # the floor's blocks now and then hold a kernel that ignored its shutdown request for 2.5 s (the kit kills its
+    # kernels, so its blocks do not): the fastest blocks compared too, so such a stall cannot flatter the kit
+    fastest = min(per_run["kit"]) / min(per_run["floor"])
+    met = ratio <= TARGET and fastest <= TARGET
+    print(f"ratio kit/floor: {ratio:.2f} of the medians, {fastest:.2f} of the fastest blocks "
+          f"(target ≤ {TARGET} for both: {'met' if met else 'MISSED'})")
+    return 0 if met else 1
 
 
 if __name__ == "__main__":
