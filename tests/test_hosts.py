@@ -2,6 +2,7 @@
 of dead batches are stopped only when the user says so (the CLI asks on its terminal; the library never does)."""
 
 import builtins
+import os
 
 import pytest
 
@@ -198,3 +199,29 @@ def test_a_local_host_lists_the_kits_tagged_processes_from_proc_as_the_shells_li
     finally:
         host.kill_group(pgid, 1)
     assert reaper.of_run(host, "old-run") == []
+
+
+def test_a_server_whose_setsid_runs_late_is_started_not_refused(tmp_path, monkeypatch):
+    # on a busy host the pid is printed before the child has run setsid: the group check waits for it (the overhead
+    # bench once lost a run to "not leading its own process group" under full load)
+    import shutil
+    import time
+
+    from launchlab.hosts.local import LocalHost
+
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "setsid").write_text(f"#!/bin/sh\nsleep 0.5\nexec {shutil.which('setsid')} \"$@\"\n")
+    (slow / "setsid").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow}:{os.environ['PATH']}")
+    host = LocalHost("here", workdir=str(tmp_path))
+    work = tmp_path / "run"
+    host.make_dir(str(work))
+    tic = time.monotonic()
+    ref = host.start_detached("server", ["sleep", "30"], cwd=str(work), log_name="log")
+    try:
+        assert ref.pgid == ref.pid and time.monotonic() - tic >= 0.4, "the check waited for setsid"
+        assert host.group_alive(ref.pgid)
+    finally:
+        host.kill_group(ref.pgid, 1)
+    assert not host.group_alive(ref.pgid)

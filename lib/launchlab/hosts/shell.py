@@ -61,7 +61,8 @@ class ShellHost(abc.ABC):
         except (ValueError, IndexError):
             raise HostError(self.name, f"starting the {role} printed no pid: {result.stdout!r} {result.stderr!r}") from None
         pgid_text = self.run(commands.process_group(pid), timeout=30).stdout.strip()
-        # setsid made the process a group leader; if it already exited, its group is its pid all the same.
+        # setsid made the process a group leader (the command waits for it to have run); if it already exited,
+        # its group is its pid all the same.
         pgid = int(pgid_text) if pgid_text.isdigit() else pid
         if pgid != pid:
             self.kill_group(pgid, 1)

@@ -50,9 +50,14 @@ def start_detached(argv: list[str] | tuple[str, ...], *, cwd: str, log_name: str
     )
 
 
-def process_group(pid: int) -> str:
-    """Print the process group id of pid (empty output if it is gone)."""
-    return f"ps -o pgid= -p {int(pid)} || true"
+def process_group(pid: int, wait_s: float = 5.0) -> str:
+    """Print the process group id of pid once it leads its own group, or whatever group it is in after wait_s;
+    empty output if it is gone. The wait: `start_detached` prints the pid as soon as the shell has forked, and on a
+    busy host the child may not yet have run setsid (it is still in the launching shell's group)."""
+    p = int(pid)
+    tries = max(1, round(wait_s / 0.02))
+    return (f"for _ in $(seq {tries}); do g=$(ps -o pgid= -p {p} | tr -d ' '); "
+            f"{{ [ -z \"$g\" ] || [ \"$g\" = {p} ]; }} && break; sleep 0.02; done; echo \"$g\"")
 
 
 def group_alive(pgid: int) -> str:
