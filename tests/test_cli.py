@@ -59,13 +59,13 @@ def test_parse_says_on_which_line_the_failure_and_each_phase_are():
     assert "phases: kv_cache from line 1" in res.stdout
 
 
-def test_parse_prints_the_ranks_of_two_dp_groups_and_stages_in_order_under_one_rank_column():
+def test_parse_prints_the_ranks_of_two_stages_in_order_under_one_rank_column():
     log = DATA / "real-logs-more/sglang-pr10741-dp0-pp0-dp1-pp1-load-end-capture-begin.log"
     res = cli("parse", str(log))
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     table = [line for line in out[[line.split()[0] for line in out].index("rank"):] if line.strip()]
-    assert [line.split()[0] for line in table] == ["rank", "dp0.pp0.0", "dp1.pp1.0"]
+    assert [line.split()[0] for line in table] == ["rank", "pp0.0", "pp1.0"]
     assert len({len(line) for line in table}) == 1  # the columns line up: the rank column is as wide as its keys
 
 

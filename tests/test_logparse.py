@@ -14,13 +14,14 @@ def test_ranks_come_from_the_tp_tag_and_untagged_lines_are_rank_0():
         "[2025-10-16 10:00:00 TP3] Load weight begin. avail mem=137.29 GB\n"
         "[2025-10-16 10:00:00 DP1 TP1] Load weight begin. avail mem=137.30 GB\n"
         "[2025-10-16 10:00:00] Load weight begin. avail mem=20.00 GB\n"))
-    assert parsed.ranks == {"3": {"weights_begin_avail_gib": 137.29}, "dp1.1": {"weights_begin_avail_gib": 137.30},
+    assert parsed.ranks == {"3": {"weights_begin_avail_gib": 137.29}, "1": {"weights_begin_avail_gib": 137.30},
                             "0": {"weights_begin_avail_gib": 20.0}}
 
 
-def test_two_dp_groups_keep_their_tp_rank_0_apart_and_the_ranks_sort_by_group_stage_and_tp_rank():
-    # data parallelism without DP attention: every DP group's TP ranks restart at 0 (sglang #5034: `DP1 TP0`,
-    # `DP0 TP0`); with pipeline parallelism the tag names the stage too (sglang #14495: `DP4 PP0 TP4`)
+def test_dp_tags_key_ranks_by_tp_rank_as_the_interface_says_and_stages_apart():
+    # the stable interface keys ranks by TP rank (`DP1 TP1` → "1"): without DP attention two DP groups' TP rank 0
+    # (sglang #5034: `DP1 TP0`, `DP0 TP0`) share "0", the last line printed wins; a pipeline stage keys apart
+    # (sglang #14495: `DP4 PP0 TP4`); every DP rank seen is in dp_ranks
     parsed = sglang.parse(lines(
         "[2025-04-03 20:06:30 DP1 TP0] Load weight end. avail mem=40.00 GB, mem usage=30.00 GB.\n"
         "[2025-04-03 20:06:30 DP0 TP0] Load weight end. avail mem=41.00 GB, mem usage=29.00 GB.\n"
@@ -28,32 +29,28 @@ def test_two_dp_groups_keep_their_tp_rank_0_apart_and_the_ranks_sort_by_group_st
         "[2025-12-05 09:06:30 DP2 PP1 TP4] Load weight end. avail mem=43.00 GB, mem usage=27.00 GB.\n"
         "[2025-12-05 09:06:37 DP2 PP1 TP4] Scheduler hit an exception: Traceback (most recent call last):\n"
         "RuntimeError: boom\n"))
-    assert {rank: fields["weights_mem_gib"] for rank, fields in parsed.ranks.items()} == \
-        {"dp1.0": 30.0, "dp0.0": 29.0, "dp10.pp0.4": 28.0, "dp2.pp1.4": 27.0}
-    assert list(parsed.to_json()["ranks"]) == ["dp0.0", "dp1.0", "dp2.pp1.4", "dp10.pp0.4"]
-    assert parsed.failure_rank == "dp2.pp1.4" and parsed.failure.message == "RuntimeError: boom"
+    assert set(parsed.ranks) == {"0", "pp0.4", "pp1.4"}
+    assert parsed.ranks["pp0.4"]["weights_mem_gib"] == 28.0 and parsed.ranks["pp1.4"]["weights_mem_gib"] == 27.0
+    assert list(parsed.to_json()["ranks"]) == ["0", "pp0.4", "pp1.4"]
+    assert parsed.dp_ranks == {"0", "1", "2", "10"}
+    assert parsed.failure_rank == "pp1.4" and parsed.failure.message == "RuntimeError: boom"
 
 
-def test_vllm_workers_of_two_dp_engines_or_two_stages_keep_their_tp_ranks_apart():
+def test_vllm_workers_are_keyed_by_their_tp_rank_whatever_else_their_tag_names():
     # worker tags of real logs: `Worker_DP1_TP1_EP3` (vllm #53013), `VllmWorker PP1_TP1` (vllm-gfx906 #44)
     parsed = vllm.parse(lines(
-        "(Worker_DP0_TP1_EP1 pid=11) INFO 08-19 05:56:57 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
-        "1.50 GiB total\n"
         "(Worker_DP1_TP1_EP3 pid=12) INFO 08-19 05:56:57 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
         "2.50 GiB total\n"
-        "(VllmWorker PP1_TP1 pid=13) INFO 09-29 05:48:47 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
-        "3.50 GiB total\n"
-        "(Worker_TP1 pid=14) INFO 09-29 05:48:47 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
-        "4.50 GiB total\n"))
-    assert {rank: fields["graph_estimate_gib"] for rank, fields in parsed.ranks.items()} == \
-        {"dp0.1": 1.5, "dp1.1": 2.5, "pp1.1": 3.5, "1": 4.5}
+        "(VllmWorker PP1_TP0 pid=13) INFO 09-29 05:48:47 [gpu_model_runner.py:6936] Estimated CUDA graph memory: "
+        "3.50 GiB total\n"))
+    assert {rank: fields["graph_estimate_gib"] for rank, fields in parsed.ranks.items()} == {"1": 2.5, "0": 3.5}
 
 
 def test_rank_keys_sort_in_number_order_and_a_key_of_another_form_sorts_last():
     from launchlab.logparse.common import rank_order
 
-    keys = ["10", "pp10.0", "dp1.0", "2", "pp2.1", "dp0.pp1.3", "worker", "dp0.pp0.12"]
-    assert sorted(keys, key=rank_order) == ["2", "10", "pp2.1", "pp10.0", "dp0.pp0.12", "dp0.pp1.3", "dp1.0", "worker"]
+    keys = ["10", "pp10.0", "2", "pp2.1", "worker", "pp2.0"]
+    assert sorted(keys, key=rank_order) == ["2", "10", "pp2.0", "pp2.1", "pp10.0", "worker"]
 
 
 def test_a_pipeline_stage_keys_its_ranks_apart_whatever_the_tag_order():
@@ -63,7 +60,7 @@ def test_a_pipeline_stage_keys_its_ranks_apart_whatever_the_tag_order():
         "[2026-01-29 13:12:36 PP1 TP2] Load weight end. avail mem=41.00 GB, mem usage=29.00 GB.\n"
         "[2026-06-28 23:41:27 DP0 PP1 TP0] Load weight end. avail mem=42.00 GB, mem usage=28.00 GB.\n"))
     assert {rank: fields["weights_mem_gib"] for rank, fields in parsed.ranks.items()} == \
-        {"pp0.2": 30.0, "pp1.2": 29.0, "dp0.pp1.0": 28.0}
+        {"pp0.2": 30.0, "pp1.2": 29.0, "pp1.0": 28.0}
 
 
 def test_a_hard_scheduler_watchdog_timeout_is_a_failure_and_a_soft_one_is_not():

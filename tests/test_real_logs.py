@@ -88,21 +88,12 @@ class Case:
 
 
 def tp_part(key: str) -> str:
-    """The TP rank in a parser's rank key ("dp1.pp0.3" → "3")."""
+    """The TP rank in a parser's rank key ("pp1.3" → "3")."""
     return key.rsplit(".", 1)[-1]
 
 
-def rank_key(case: Case, rank: Any) -> str:
-    """The parser's key of a rank an INDEX entry names. ../real-logs/INDEX.md (a byte copy of shared's) names ranks
-    by TP rank; the parser keys a tag with a DP index `dp<DP>.<TP>` (issue 12). Under DP attention (`DP<i> TP<i>`)
-    TP ranks do not restart, so such a TP rank names one key, "1" → "dp1.1" — never two (asserted)."""
-    name = "0" if rank == "unknown" else str(rank)
-    keys = set(case.data["ranks"]) | set(case.data["custom_ar"]) | set(case.parsed.rank_info)
-    if name in keys:
-        return name
-    matches = sorted(k for k in keys if k.startswith("dp") and tp_part(k) == name)
-    assert len(matches) <= 1, f"{case.name}: TP rank {name} names several ranks {matches}"
-    return matches[0] if matches else name
+def rank_key(rank: Any) -> str:
+    return "0" if rank == "unknown" else str(rank)
 
 
 def rank_values(case: Case, field: str) -> list[float]:
@@ -140,7 +131,7 @@ def check_rank_field(case: Case, rank: str, key: str, want: Any) -> None:
 def check_ranks(case: Case, want: dict) -> None:
     for rank, fields in want.items():
         for key, value in fields.items():
-            check_rank_field(case, rank_key(case, rank), key, value)
+            check_rank_field(case, rank_key(rank), key, value)
 
 
 def check_workers_by_pid(case: Case, want: dict) -> None:
@@ -177,7 +168,7 @@ def check_dp(case: Case, want: int | list[int]) -> None:
 
 
 def check_failure_rank(case: Case, want: Any) -> None:
-    """The rank key of the line the failure is read from (issue 12: a DP index keys the rank apart)."""
+    """The rank key of the line the failure is read from."""
     assert getattr(case.parsed, "failure_rank", None) == str(want), case.parsed
 
 
@@ -234,9 +225,9 @@ def check_line_prefix(case: Case, want: str) -> None:
 
 def check_custom_ar(case: Case, want: dict) -> None:
     got = case.data["custom_ar"]
-    assert set(got) == {rank_key(case, r) for r in want}, got
+    assert set(got) == {rank_key(r) for r in want}, got
     for rank, fields in want.items():
-        ours = got[rank_key(case, rank)]
+        ours = got[rank_key(rank)]
         for key, value in fields.items():
             if key == "state":
                 assert ours["state"] == value

@@ -257,7 +257,7 @@ LARGE_SPREAD = 0.10  # sd / |mean|
 
 def run_metrics(runs: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     """One row per run: the effect metrics (log values from the run's first rank, the last one printed): rank 0,
-    or where the log keys its ranks by DP group or pipeline stage, the first of them ("dp0.0", "pp0.0")."""
+    or where the log keys its ranks by pipeline stage, the first of them ("pp0.0")."""
     logged = events[events["field"].isin(EFFECT_METRICS)]
     if not logged.empty:
         first = logged.groupby("run_id")["rank"].agg(lambda ranks: min(ranks, key=rank_order))

@@ -132,7 +132,7 @@ def _parse(args: argparse.Namespace) -> int:
         print("phases: " + ", ".join(f"{phase} from line {line}" for phase, line in data["phase_lines"].items()))
     fields = sorted({k for r in data["ranks"].values() for k in r})
     if fields:
-        width = max(4, *map(len, data["ranks"]))  # a key that names a DP group and a stage: "dp4.pp0.4"
+        width = max(4, *map(len, data["ranks"]))  # a stage's key: "pp10.3"
         print(f"{'rank':<{width}}  " + "  ".join(f"{f:>22}" for f in fields))
         for rank, values in data["ranks"].items():
             print(f"{rank:>{width}}  " + "  ".join(f"{values.get(f, ''):>22}" for f in fields))

@@ -35,7 +35,7 @@ _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
 _TRACEBACK_HEADER = re.compile(r"\s*Traceback \(most recent call last\):?")
-_RANK_KEY = re.compile(r"(?:dp(\d+)\.)?(?:pp(\d+)\.)?(\d+)")  # "3", "pp1.2", "dp1.0", "dp0.pp1.2"
+_RANK_KEY = re.compile(r"(?:pp(\d+)\.)?(\d+)")  # "3", "pp1.2"
 _NCCL_VERSION = re.compile(r"\busing nccl==(?P<pip>[\w.]+)|\bNCCL version (?P<lib>\d+\.\d+\.\d+)")
 
 
@@ -216,14 +216,14 @@ def failure_message(text: str) -> str:
     return (text or "a traceback whose last line is not in the log")[:2000]
 
 
-def rank_order(rank: str) -> tuple[int, int, int, str]:
-    """Ranks in numeric order: TP ranks ("2" before "10"), then by DP group, pipeline stage and TP rank
-    ("pp2.0" before "pp10.0", "dp0.pp1.3" before "dp1.pp0.0"); anything else last, by name."""
+def rank_order(rank: str) -> tuple[int, int, str]:
+    """Ranks in numeric order: TP ranks ("2" before "10"), then by pipeline stage and TP rank ("pp2.0" before
+    "pp10.0"); anything else last, by name."""
     m = _RANK_KEY.fullmatch(rank)
     if m is None:
-        return (1 << 30, 0, 0, rank)
-    dp, pp, tp = m.groups()
-    return (int(dp) if dp else -1, int(pp) if pp else -1, int(tp), "")
+        return (1 << 30, 0, rank)
+    pp, tp = m.groups()
+    return (int(pp) if pp else -1, int(tp), "")
 
 
 class Anchors:

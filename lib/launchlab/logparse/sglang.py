@@ -1,8 +1,8 @@
 """The SGLang server kind: its startup logs → per-rank memory fields, phase reached, readiness and failure.
 
 Covers the SGLang 0.3–0.5.23 statement formats of reference/log-formats.md section 2: the `[date time TPn]`
-prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored; `DPd` and
-`PPn` tags key the rank `dp<d>.pp<n>.<TP rank>`, each part only where the tag names it),
+prefix searched anywhere in a line (docker, journald and other foreign prefixes before it are ignored; a `PPn` tag
+keys the rank `pp<n>.<TP rank>`),
 bare messages without a prefix, GB read as GiB, tracebacks that continue unprefixed after
 "Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure. Also read:
 the `server_args=ServerArgs(…)` line (→ `args`), custom all-reduce statements (logparse/custom_ar.py), the NCCL
@@ -95,18 +95,15 @@ _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-frac
 
 
 def _rank(tags: str) -> str:
-    """The rank a line's tags name: the TP rank, prefixed by the DP group and the pipeline stage where the tag names
-    them, since every DP group (without DP attention) and every stage has its own GPUs and TP ranks that start again
-    at 0: `TP3` → "3", `PP3` → "pp3.0", `TP2 PP1` → "pp1.2", `DP1 TP0` → "dp1.0", `DP0 PP1 TP2` → "dp0.pp1.2".
-    Under DP attention TP ranks do not restart (`DP1 TP1`), but a line cannot tell which mode it is in, and a key
-    that names the DP group is never wrong: it only keeps apart what must not merge."""
+    """The rank a line's tags name: the TP rank, as the stable interface keys ranks (`TP3` → "3"; under DP attention
+    `DP1 TP1` → "1"); under pipeline parallelism `pp<stage>.<TP rank>`, since every stage has its own GPUs and TP
+    ranks that start again at 0 (`PP3` → "pp3.0", `DP0 PP1 TP2` or `TP2 PP1` → "pp1.2"). A DP index does not key
+    the rank: without DP attention two DP groups' TP rank 0 (`DP0 TP0`, `DP1 TP0`) share the key "0" (a known limit
+    of the interface's keying; the DP ranks seen are in `dp_ranks`)."""
     tp = _TP.search(tags)
     rank = tp.group(1) if tp else "0"
-    if (pp := _PP.search(tags)) is not None:
-        rank = f"pp{pp.group(1)}.{rank}"
-    if (dp := _DP.search(tags)) is not None:
-        rank = f"dp{dp.group(1)}.{rank}"
-    return rank
+    pp = _PP.search(tags)
+    return rank if pp is None else f"pp{pp.group(1)}.{rank}"
 
 
 def _timestamp(text: str) -> datetime | None:

@@ -53,7 +53,6 @@ _LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{
                    r"\[?(?P<file>[\w./-]+):(?P<line>\d+)\] (?P<msg>.*)")
 _TP_IN_TAG = re.compile(r"TP(\d+)")
 _DP_IN_TAG = re.compile(r"DP(\d+)")
-_PP_IN_TAG = re.compile(r"PP(\d+)")
 _WORKERS = ("VllmWorkerProcess", "RayWorker", "VllmWorker", "Worker")  # processes that are one TP rank
 _ROLES = {"APIServer": "api_server", "EngineCore": "engine_core"}
 _N = r"([\d.]+)"
@@ -151,20 +150,13 @@ class VLLMParser:
         self.flag_source = "args"  # the line that last set disable_custom_all_reduce
 
     def _rank(self, tag: re.Match | None) -> str:
-        """A worker's rank key: its TP rank, prefixed by its pipeline stage and DP rank where the tag names them
-        (`Worker_DP1_TP1_EP3` → "dp1.1", `VllmWorker PP1_TP3` → "pp1.3"): TP ranks restart at 0 in every stage
-        and DP engine, so the TP rank alone would merge different GPUs' facts (as SGLang's keys, issue 12)."""
+        """A worker's rank key: its TP rank, as the stable interface keys ranks (`Worker_DP1_TP1_EP3` → "1")."""
         if tag is None:
             return "0"
         if tag["rank"] is not None:
             return tag["rank"]
         if (tp := _TP_IN_TAG.search(tag["proc"])) is not None:
-            rank = tp.group(1)
-            if (pp := _PP_IN_TAG.search(tag["proc"])) is not None:
-                rank = f"pp{pp.group(1)}.{rank}"
-            if (dp := _DP_IN_TAG.search(tag["proc"])) is not None:
-                rank = f"dp{dp.group(1)}.{rank}"
-            return rank
+            return tp.group(1)
         if tag["proc"].startswith(("VllmWorkerProcess", "RayWorker")):
             return self.worker_ranks.setdefault(tag["pid"], str(len(self.worker_ranks) + 1))
         return "0"  # EngineCore, APIServer, …: engine-level lines
