@@ -3,11 +3,12 @@ while the current run goes, and a finished run's kernel is stopped without a wai
 
 Left to papermill, every run notebook first waits for its kernel to start and, once its last cell is done, for the
 kernel to shut down: together most of what an empty notebook costs (bench/run_overhead.py). A batch worker keeps
-one spare kernel instead — idle, started in the notebooks' folder with the kernel options papermill would use, no
-code run in it before its notebook arrives, so nothing passes from one run to the next — and hands it to papermill
-already started. A finished notebook's kernel has nothing left to do or say (every cell's outputs were received
-before papermill returned), so it is killed rather than asked to shut down: the ask costs 0.2–0.3 s, and about
-one kernel in ten leaves it unanswered until jupyter_client kills it anyway 2.5 s later.
+one spare kernel instead — started in the notebooks' folder with the kernel options papermill would use, nothing
+run in it before its notebook arrives but the kit's own imports (PRELOAD), so nothing passes from one run to the
+next — and hands it to papermill already started. A finished notebook's kernel has nothing left to do or say
+(every cell's outputs were received before papermill returned), so it is killed rather than asked to shut down:
+the ask costs 0.2–0.3 s, and about one kernel in ten leaves it unanswered until jupyter_client kills it anyway
+2.5 s later.
 """
 
 from __future__ import annotations
