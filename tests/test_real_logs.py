@@ -167,11 +167,6 @@ def check_dp(case: Case, want: int | list[int]) -> None:
     assert case.parsed.dp_ranks == {str(i) for i in wanted}, case.parsed.dp_ranks
 
 
-def check_failure_rank(case: Case, want: Any) -> None:
-    """The rank key of the line the failure is read from."""
-    assert getattr(case.parsed, "failure_rank", None) == str(want), case.parsed
-
-
 def check_rank_info_everywhere(key: str) -> Callable[[Case, Any], None]:
     """A top-level word fact (model_type, kv_cache_dtype): stated by at least one rank and contradicted by none."""
     def check(case: Case, want: str) -> None:
@@ -311,7 +306,6 @@ CHECKS: dict[str, Callable[[Case, Any], None]] = {
     "min_weights_begin_avail": check_min_weights_begin_avail,
     "tp": check_tp,
     "dp": check_dp,
-    "failure_rank": check_failure_rank,
     "engine": lambda case, want: assert_equal(case.parsed.engine, want),
     "nccl_version": lambda case, want: assert_equal(case.data["nccl_version"], want),
     "custom_ar": check_custom_ar,

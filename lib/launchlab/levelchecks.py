@@ -90,7 +90,7 @@ def _custom_ar_intent(exp: Experiment, factor: str, level: str, variant: Variant
 
 def ranks_text(ranks: Iterable[str]) -> str:
     """0, 1, 2, 3 → "0–3"; 0, 2, 5 → "0, 2, 5"; ranks keyed by pipeline stage ("pp1.2")
-    follow in rank order, each named (a range of them would hide which group or stage)."""
+    follow in rank order, each named (a range of them would hide which stage)."""
     keys = sorted({str(r) for r in ranks}, key=rank_order)
     nums = [int(r) for r in keys if r.isdigit()]
     named = [r for r in keys if not r.isdigit()]

@@ -112,7 +112,6 @@ class ParsedLog:
     worker_deaths: list[WorkerDeath] = field(default_factory=list)
     slow_patterns: list[SlowPattern] = field(default_factory=list)  # params patterns that ran over their time budget
     phase_lines: dict[str, int] = field(default_factory=dict)  # the line number of each phase's first line
-    failure_rank: str | None = None  # the rank key of the line the failure is read from (None: not known)
     line: int = 0  # the number of the line being parsed: where a phase or a failure is seen
 
     def later(self, a: str | None, b: str | None) -> str | None:
@@ -157,20 +156,19 @@ class ParsedLog:
         for r in records:
             self.record(t, rank, f"debug.{r['name']}.{r['key']}", r["value"], line)
 
-    def fail(self, reason: str, phase: str | None, message: str, rank: str | None = None) -> None:
+    def fail(self, reason: str, phase: str | None, message: str) -> None:
         """Keep the strongest evidence: a specific reason replaces a generic `exception`, never the reverse."""
         if self.failure is None or (self.failure.reason == "exception" and reason != "exception"):
             self.failure = Failure(reason, phase or (self.failure.phase if self.failure else self.phase_reached),
                                    failure_message(message), self.line or None)
-            self.failure_rank = rank
 
-    def refine(self, reason: str, message: str, phase: str | None = None, rank: str | None = None) -> None:
+    def refine(self, reason: str, message: str, phase: str | None = None) -> None:
         """The exception line that ends the traceback of the failure already noted: it becomes the message (and its
         line the failure's line); its reason replaces a generic one, never a specific one; a phase the traceback's
         frames name replaces the phase that was only where the log had got to."""
         old = self.failure
         if old is None:
-            self.fail(reason, phase, message, rank)
+            self.fail(reason, phase, message)
             return
         self.failure = Failure(reason if old.reason == "exception" else old.reason, phase or old.phase,
                                failure_message(message), self.line or old.line)

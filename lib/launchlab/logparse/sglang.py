@@ -149,8 +149,7 @@ class SGLangParser:
                 for name, value in oom_fields(text).items():
                     self.log.record(None, self.traceback_rank, name, value, number)
                 reason = classify(text)
-                self.log.refine(reason, text.strip(), "kv_cache" if reason == "kv_cache_no_memory" else None,
-                                self.traceback_rank)
+                self.log.refine(reason, text.strip(), "kv_cache" if reason == "kv_cache_no_memory" else None)
                 self.frames.conclude(self.log)
                 self.wants_every_line = False
             return
@@ -184,26 +183,26 @@ class SGLangParser:
                 log.record(t, rank, "kv_gib", round(float(m.group(2)) + float(m.group(3)), 2), number)
             return
         if (over := _OVER_CAP.search(msg)) is not None and int(over.group(1)) <= 0:
-            log.fail("kv_cache_no_memory", "kv_cache", msg, rank)  # a negative profiled size: a certain failure
+            log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
         elif _NOT_ENOUGH.search(msg):
-            log.fail("kv_cache_no_memory", "kv_cache", msg, rank)
+            log.fail("kv_cache_no_memory", "kv_cache", msg)
         elif _WATCHDOG.match(msg):  # a scheduler stuck that long: SGLang kills the server after it
-            log.fail("exception", self.current, msg, rank)
+            log.fail("exception", self.current, msg)
         elif "Initialization failed. warmup error" in msg:
             # the warm-up request after the server started: the line itself says the phase, and its traceback follows
             log.reach("warmup")
-            log.fail(classify(msg), "warmup", msg, rank)
+            log.fail(classify(msg), "warmup", msg)
             self._traceback(msg, rank)
         elif "Scheduler hit an exception" in msg or msg.rstrip().endswith("Traceback (most recent call last):"):
-            log.fail(classify(msg), self.current, msg, rank)
+            log.fail(classify(msg), self.current, msg)
             self._traceback(msg, rank)
         elif "Capture cuda graph failed" in msg or "Capture CUDA graph failed" in msg:
-            log.fail("cuda_graph_failed", "cuda_graph", msg, rank)
+            log.fail("cuda_graph_failed", "cuda_graph", msg)
         elif not bare and exception_line(msg) is not None:
             for name, value in oom_fields(msg).items():
                 log.record(t, rank, name, value, number)
             reason = classify(msg)
-            log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg, rank)
+            log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
 
     def _traceback(self, msg: str, rank: str) -> None:
         """A failure line whose traceback follows without the SGLang prefix: read every line until its exception."""
