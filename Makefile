@@ -3,9 +3,15 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TEST_WORKERS ?= 3
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo lab test bench lint check-notebooks check-fixtures clean
+.PHONY: help setup demo lab test check bench lint check-notebooks check-fixtures clean
+
+# The tests run on every core in parallel (pytest-xdist; tests/conftest.py keeps the tests that share a fixture on
+# one worker) and list their 15 slowest. Python may cache bytecode while they run, whatever the caller's
+# PYTHONDONTWRITEBYTECODE says: without it pytest rewrites every test module's asserts again in each worker.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q --dist loadgroup
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -29,13 +35,16 @@ lab: $(STAMP)  ## JupyterLab on notebooks/ (outputs stripped when a template is 
 	$(BIN)/jupyter lab --notebook-dir=notebooks --config=jupyter/jupyter_server_config.py \
 	  $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check)
-	$(BIN)/python -m pytest -q
+test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check): a few minutes
+	$(PYTEST) -n $(TEST_WORKERS) --durations=15
 
-bench: $(STAMP)  ## benchmarks: parsing vs grep -E, the kit's cost per run vs an empty notebook, report at scale
+check: $(STAMP) check-notebooks lint  ## the inner loop: ruff and the tests that start no real process (under a minute)
+	$(PYTEST) -n 2 -m "not slow"
+
+bench: $(STAMP)  ## benchmarks: parsing vs grep -E, a process's import cost, the kit's cost per run vs an empty notebook, report at scale
 	$(BIN)/python bench/parse_vs_grep.py
 	@# each bench exits 1 when it misses its target; the others still run, and make fails at the end
-	@status=0; for b in run_overhead report_scale; do $(BIN)/python bench/$$b.py || status=1; done; exit $$status
+	@status=0; for b in import_cost run_overhead report_scale; do $(BIN)/python bench/$$b.py || status=1; done; exit $$status
 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check lib tests bench

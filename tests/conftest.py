@@ -1,5 +1,6 @@
 """Shared fixtures: an isolated simulated box and outputs folder per test, and a check that nothing a test
-started on the simulated box is still running when it ends."""
+started on the simulated box is still running when it ends; one Slurm cluster per session; the marks that
+`make check` and pytest-xdist's groups read (see pytest_collection_modifyitems)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from daemons import pytest_sessionstart  # noqa: F401 (the hook: a watchdog and a sweep of stale daemons)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "fixtures"  # copies of shared/data (see fixtures/README.md)
@@ -129,11 +132,12 @@ def sshd(tmp_path, sim_root, monkeypatch):
     server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
     """A real single-node Slurm (munged, slurmctld, slurmd; 16 fake GPUs as gres, partition `gpu`, preempted by
-    partition `urgent`) for the tests of a module; clients reach it through SLURM_CONF. Skipped when the daemons
-    are not installed or cannot start, unless LAUNCHLAB_REQUIRE_SLURM=1 (CI), which turns the skip into a failure."""
+    partition `urgent`) for the session's tests (one per pytest-xdist worker); clients reach it through SLURM_CONF.
+    Skipped when the daemons are not installed or cannot start, unless LAUNCHLAB_REQUIRE_SLURM=1 (CI), which turns
+    the skip into a failure."""
     yield from running_slurm(tmp_path_factory, nodes=1)
 
 
@@ -163,3 +167,25 @@ def running_slurm(tmp_path_factory, nodes: int):
         os.environ.pop("SLURM_CONF", None)
     else:
         os.environ["SLURM_CONF"] = previous
+
+
+# Fixtures that start real processes (kernels, servers, daemons, a browser): a test using one is `slow`, which
+# `make check` leaves out. Tests that share a costly session- or module-wide fixture (the demo's batch and its
+# outputs folder, a module's batch) run in one pytest-xdist group, so one worker builds it once; everything else
+# is spread over the workers (`--dist loadgroup`). The Slurm cluster is per worker: it starts in seconds, and a
+# worker's Slurm tests use it one at a time, as they did per module before.
+PROCESS_FIXTURES = {"sim_root", "small_params", "sshd", "slurm", "slurm2", "demo_env", "demo_run", "chromium",
+                    "lab", "installed", "demo_import", "demo_search_run", "tiny_venv"}
+GROUPS = {"demo_env": "demo", "demo_import": "import", "installed": "install", "demo_search_run": "search",
+          "tiny_venv": "patching"}
+
+
+def pytest_itemcollected(item):
+    """Marks added as each test is collected: xdist turns the group marks into node ids when collection ends."""
+    used = set(getattr(item, "fixturenames", ()))
+    if used & PROCESS_FIXTURES:
+        item.add_marker(pytest.mark.slow)
+    for fixture, group in GROUPS.items():
+        if fixture in used:  # demo_run uses demo_env, so it lands in "demo" too
+            item.add_marker(pytest.mark.xdist_group(group))
+            break

@@ -1,6 +1,7 @@
-"""The test sessions' own hygiene (tests/daemons.py): a session killed midway leaves no daemon running, a later
-session sweeps what an earlier one left, and SIGTERM lets the fixtures' finalisers run as Ctrl-C does. Each check
-runs a real inner pytest session and real daemons."""
+"""The test session's own machinery: its hygiene (tests/daemons.py) — a session killed midway leaves no daemon
+running, a later session sweeps what an earlier one left, SIGTERM lets the fixtures' finalisers run as Ctrl-C does,
+each checked with a real inner pytest session and real daemons — and the pytest-xdist groups that let the tests
+sharing a costly fixture build it once."""
 
 from __future__ import annotations
 
@@ -45,7 +46,6 @@ def alive(pid: int) -> bool:
     return daemons._start_time(pid) is not None
 
 
-@pytest.mark.xdist_group("slurm")
 def test_a_session_killed_midway_leaves_no_slurm_daemon_running(tmp_path):
     import slurmd
 
@@ -119,3 +119,10 @@ def test_sigterm_lets_the_fixtures_finalisers_run_as_ctrl_c_does(tmp_path):
             proc.kill()
     assert (tmp_path / "i" / "finalised").is_file(), out
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+
+
+def test_the_tests_that_share_the_demo_batch_run_in_one_xdist_group(request, demo_env):
+    """Were the group lost, every worker would run the demo batch again (pytest 9.2 with pytest-xdist 3.8 did)."""
+    assert [m.args for m in request.node.iter_markers("xdist_group")] == [("demo",)]
+    if getattr(request.config.option, "loadgroup", False):  # set in each worker under --dist loadgroup
+        assert request.node.nodeid.endswith("@demo"), request.node.nodeid
