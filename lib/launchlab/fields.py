@@ -109,8 +109,10 @@ SLURM_TIME = Alphabet("a Slurm time limit", r"([0-9]+-)?[0-9]+(:[0-9]{1,2}){0,2}
 
 
 class StrictModel(BaseModel):
-    # allow_inf_nan: a timeout of .inf or a fraction of .nan is a typo, not a setting
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # allow_inf_nan: a timeout of .inf or a fraction of .nan is a typo, not a setting. strict: a count is an
+    # integer as written — `repetitions: true` is not 1, nor is "1" (a string) or 2.0; a number of seconds may
+    # still be written as an integer
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 def no_control(what: str) -> AfterValidator:

@@ -91,6 +91,12 @@ def _host_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
             found.append((("hosts", name, "gpu_slots"), "every slot needs its own GPUs (no GPU in two slots)"))
         if slots and exp.nodes is not None:
             found.append((("hosts", name, "gpu_slots"), "not supported for multi-node servers"))
+        if slots and spec.gpus is not None and (beyond := sorted({g for g in used if g >= spec.gpus})):
+            # the run would start with CUDA_VISIBLE_DEVICES naming a GPU that is not there, and fail as a kit error
+            found.append((("hosts", name, "gpu_slots"), f"names GPU(s) {', '.join(map(str, beyond))}, but host "
+                          f"`{name}` has {spec.gpus} GPU(s) (0–{spec.gpus - 1}, its `gpus:`); use GPUs of the host, "
+                          "or raise `gpus:` if it has more" if spec.gpus else
+                          f"names GPU(s) {', '.join(map(str, beyond))}, but host `{name}` has no GPU (`gpus: 0`)"))
     if exp.nodes is not None:
         if exp.host is not None:
             found.append((("nodes",), "`nodes:` (one server over several hosts) and `host:` exclude each other"))
