@@ -102,7 +102,7 @@ def test_master_addr_and_ssh_user_cannot_be_options():
     text = DEMO_TEXT.replace("transport: sim                 # simulated GPUs; real processes on this machine",
                              "transport: ssh\n    address: gpu-box\n    user: '-oX'").replace("    gpu_name:", "    #")
     [problem] = problems_of(text.replace("    mem_total_mib", "    #").replace("    weights_gib", "    #"))
-    assert "hosts.box.user" in problem and "is not a user name" in problem
+    assert "hosts.box.user" in problem and "must be a user name" in problem
 
 
 @pytest.mark.parametrize(("old", "new", "field"), [

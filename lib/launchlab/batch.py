@@ -110,8 +110,9 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
     try:
         connected = {name: opened.enter_context(contextlib.closing(hosts.connect(exp, name, sim_box=box)))
                      for name in exp.host_names}
-        for host in connected.values():
+        for name, host in connected.items():
             _check_reachable(host, exp.sampler.kind)
+            _check_slots(host, exp.hosts[name].gpu_slots)
         fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
         run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume, box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
@@ -198,6 +199,23 @@ def _check_reachable(host, sampler: str) -> None:
                                    "there); nothing was launched. Install the NVIDIA driver utilities, make "
                                    "nvidia-smi reachable for non-interactive shells, or set `sampler: {kind: none}` "
                                    "to run without a GPU trace")
+
+
+def _check_slots(host, slots: list[list[int]] | None) -> None:
+    """Every GPU the host's `gpu_slots` name is one its nvidia-smi lists (a host whose params give no `gpus:`
+    count, so validation could not tell): else the runs of that slot would start on GPUs that are not there and
+    fail one by one. A host whose GPUs cannot be listed (no nvidia-smi, `sampler: {kind: none}`) is not checked."""
+    if not slots or host.scheduled:
+        return
+    out = host.run(commands.gpu_indices(), timeout=60, check=False).stdout
+    listed = {int(line) for line in (s.strip() for s in out.splitlines()) if line.isdigit()}
+    if not listed:
+        return
+    for n, slot in enumerate(slots):
+        if missing := [g for g in slot if g not in listed]:
+            raise HostError(host.name, f"gpu_slots[{n}] {slot} names GPU(s) {', '.join(map(str, missing))}, but "
+                                       f"nvidia-smi there lists GPU(s) {', '.join(map(str, sorted(listed)))}; nothing "
+                                       "was launched. Name GPUs the host has in `gpu_slots:`")
 
 
 def _lock_hosts(exp: params.Experiment, connected: dict, owner: locks.Owner, wait: bool, say: Say) -> list:

@@ -4,13 +4,17 @@ ARCHITECTURE.md section 4."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from launchlab import __version__
 from launchlab.errors import LaunchlabError, ParamsError
+from launchlab.escaping import visible
 from launchlab.logparse.kinds import KINDS
 
 EXIT_KIT_ERROR = 1
@@ -66,7 +70,7 @@ def _ask_on_terminal(question: str) -> bool:
     and the batch refuses with how to stop it (--stop-leftovers)."""
     if not sys.stdin.isatty():
         return False
-    return input(question).strip().lower() in ("y", "yes")
+    return input(visible(question)).strip().lower() in ("y", "yes")
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -188,21 +192,61 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
-    logging.getLogger("traitlets").setLevel(logging.ERROR)  # nbconvert's per-export accessibility hints
+class _VisibleText(io.TextIOBase):
+    """A text stream that shows control characters (but tab and newline) as `\\x..` before they reach the
+    terminal: a log line, a level name or a params value printed by the kit cannot retitle the window, move the
+    cursor over what was printed, or write the clipboard (OSC 52)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(visible(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return self.stream.encoding
+
+
+@contextlib.contextmanager
+def _visible_output() -> Iterator[None]:
+    """Everything the CLI prints, its progress lines and log messages included, through _VisibleText."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (s if isinstance(s, _VisibleText) else _VisibleText(s) for s in saved)
     try:
-        return args.func(args)
-    except ParamsError as exc:
-        print(f"launchlab: {exc}", file=sys.stderr)
-        return EXIT_INVALID_PARAMS
-    except LaunchlabError as exc:
-        print(f"launchlab: {exc}", file=sys.stderr)
-        return EXIT_KIT_ERROR
-    except KeyboardInterrupt:
-        print("launchlab: interrupted.", file=sys.stderr)  # the batch said how to continue, with its paths
-        return EXIT_INTERRUPTED
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def main(argv: list[str] | None = None) -> int:
+    with _visible_output():
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+        logging.getLogger("traitlets").setLevel(logging.ERROR)  # nbconvert's per-export accessibility hints
+        try:
+            return args.func(args)
+        except ParamsError as exc:
+            print(f"launchlab: {exc}", file=sys.stderr)
+            return EXIT_INVALID_PARAMS
+        except LaunchlabError as exc:
+            print(f"launchlab: {exc}", file=sys.stderr)
+            return EXIT_KIT_ERROR
+        except KeyboardInterrupt:
+            print("launchlab: interrupted.", file=sys.stderr)  # the batch said how to continue, with its paths
+            return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -1,8 +1,14 @@
-"""Text from a log, a host or a params file, made inert for the report's Markdown and HTML.
+"""Text from a log, a host or a params file, made inert for a terminal and for the report's Markdown and HTML.
 
 The summary notebook renders Markdown through a renderer that passes raw HTML through, and the report is
 shared: a server log line like `FATAL <script>…</script>` must arrive as text, never as markup. Every string
 that did not come from the kit's own code goes through one of these functions before it is shown.
+
+A terminal obeys control characters: an escape sequence in a log line or a params value can retitle the
+window, rewrite what was printed before it, or (OSC 52) write the user's clipboard. `visible` shows every
+control character but tab and newline as `\\x..`, and the CLI passes all it prints through it (cli.main);
+`without_escapes` removes whole terminal escape sequences (colour codes, titles), as a reader of a coloured
+log saw it, and is the one pattern of them the log parsers and the nvidia-smi text reader use.
 """
 
 from __future__ import annotations
@@ -10,20 +16,55 @@ from __future__ import annotations
 import html
 import re
 
+# C0 controls, DEL and C1 controls: Unicode's category Cc, every character a terminal may act on rather than show
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SHOWN_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab and newline
+# ECMA-48 sequences as a log holds them (7-bit): CSI (`ESC [` … final byte: colours, cursor moves), the strings
+# OSC, DCS, SOS, PM and APC (`ESC ]` … BEL or `ESC \\`: a window title, OSC 52's clipboard write; unterminated, to
+# the end of the text), and the other two-byte escapes. What is left (a lone ESC, C1 forms) `visible` shows.
+_ESCAPE_SEQUENCE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[ -/]*[0-~]"
+)
+
+
+def visible(text: object) -> str:
+    """Text safe to print to a terminal: each control character but tab and newline shown as `\\x..`."""
+    text = str(text)
+    return _SHOWN_CONTROL.sub(_hex, text) if _SHOWN_CONTROL.search(text) else text
+
+
+def one_line(text: object) -> str:
+    """A value quoted in a message: every control character shown as `\\x..`, newline and tab included."""
+    text = str(text)
+    return CONTROL.sub(_hex, text) if CONTROL.search(text) else text
+
+
+def _hex(match: re.Match) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def without_escapes(text: str) -> str:
+    """Text with its terminal escape sequences (colours, cursor moves, titles, clipboard writes) removed."""
+    return _ESCAPE_SEQUENCE.sub("", text) if "\x1b" in text else text
+
+
 # emphasis, code, links, headings, tables, strike-through; `<` and `&` are handled by html.escape
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|~])")
 _BACKTICKS = re.compile(r"`+")
 
 
 def md(text: object) -> str:
-    """Inline Markdown text: HTML escaped, Markdown punctuation backslash-escaped, on one line."""
-    flat = " ".join(str(text).splitlines())
+    """Inline Markdown text: HTML escaped, Markdown punctuation backslash-escaped, on one line, control
+    characters shown (`\\x1b`)."""
+    flat = visible(" ".join(str(text).splitlines()))
     return _MD_SPECIAL.sub(r"\\\1", html.escape(flat, quote=False))
 
 
 def md_code(text: object) -> str:
     """An inline code span that no backtick in the text can close early (renderers escape HTML inside it)."""
-    flat = " ".join(str(text).splitlines())
+    flat = visible(" ".join(str(text).splitlines()))
     longest = max((len(m) for m in _BACKTICKS.findall(flat)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if flat.startswith("`") or flat.endswith("`") or not flat.strip() else ""
@@ -31,7 +72,9 @@ def md_code(text: object) -> str:
 
 
 def md_block(text: str, info: str = "text") -> str:
-    """A fenced code block whose fence is longer than any run of backticks or tildes in the text."""
+    """A fenced code block whose fence is longer than any run of backticks or tildes in the text; control
+    characters but tab and newline shown (`\\x1b`)."""
+    text = visible(text)
     longest = max((len(m) for m in re.findall(r"`+|~+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{info}\n{text.rstrip()}\n{fence}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from launchlab import analysis, masking, params, report, rundir, thresholds
-from launchlab.escaping import md, md_block, md_code
+from launchlab.escaping import md, md_block, md_code, visible
 from launchlab.report import IMPORTED_NOTE
 from launchlab.reporttables import in_gib, markdown
 
@@ -54,5 +54,7 @@ def write_verdict(run_dir: Path) -> dict:
         argv = masker.argv(params.apply_flags(list(rep.exp.server.command), variant.flags),
                            rep.exp.secrets)
         text += [f"{md(variant.name)}:", "", md_block(shlex.join(argv), "sh"), ""]
-    rundir.write_text(directory.report_md, "\n".join(text))
+    # pasted into issues and read in terminals (`cat report.md`): no control character of a log or params value
+    # reaches it raw, whichever table or line carries it
+    rundir.write_text(directory.report_md, visible("\n".join(text)))
     return v

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import re
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+from launchlab.escaping import without_escapes
+
 _GPU_ROW = re.compile(r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?:On|Off)?\s*\|\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
                       r"[0-9A-Fa-f]{2}\.\d)")
 _MEM_ROW = re.compile(r"\|\s*(?P<used>\d+)(?P<unit>MiB|MB)\s*/\s*(?P<total>\d+)(?:MiB|MB)\s*\|\s*(?P<util>\d+%|N/A)")
@@ -53,7 +54,7 @@ def parse_table(text: str) -> dict:
 
 def parse_topo(text: str) -> list[dict]:
     """`nvidia-smi topo -m` → one record per ordered GPU pair: gpu_a, gpu_b, link (NV18, PIX, SYS, …), nvlink."""
-    rows = [_ANSI.sub("", line).rstrip("\n") for line in text.splitlines()]
+    rows = [without_escapes(line).rstrip("\n") for line in text.splitlines()]
     header = next((r for r in rows if re.search(r"\tGPU0\b", r) or r.strip().startswith("GPU0\t")), None)
     if header is None:
         return []

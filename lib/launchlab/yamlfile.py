@@ -37,7 +37,9 @@ MAX_SCALAR_CHARS = 64 * 1024
 
 _PLAIN_BOOLS = {"true", "false"}
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_OCTAL = re.compile(r"^[-+]?0[0-7_]+$")
+_OCTAL = re.compile(r"[-+]?0[0-7_]+")
+_DECIMAL_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+_YAML11_FLOAT = re.compile(r"[^:_]*[:_].*")  # base 60 (`1:30.5`) or underscores (`1_0.5`): YAML 1.1 only
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_yaml_bool(node)
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> Any:
-        if _OCTAL.match(node.value):
+        if _OCTAL.fullmatch(node.value):
             self.problems.append(
                 YamlProblem(
                     node.start_mark.line + 1,
@@ -120,7 +122,24 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             )
             return node.value
+        if not _DECIMAL_INT.fullmatch(node.value):  # 0x2, 0b10, 1:30 (base 60), 1_000: YAML 1.1 only
+            number = super().construct_yaml_int(node)
+            self.problems.append(YamlProblem(
+                node.start_mark.line + 1,
+                f"`{_clip(node.value)}` is read as the number {number} by YAML 1.1 (hex, binary, base 60 or "
+                f"underscores); write {number} in decimal, or quote it (\"{_clip(node.value)}\") if you mean text"))
+            return node.value
         return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> Any:
+        if _YAML11_FLOAT.fullmatch(node.value):
+            number = super().construct_yaml_float(node)
+            self.problems.append(YamlProblem(
+                node.start_mark.line + 1,
+                f"`{_clip(node.value)}` is read as the number {number} by YAML 1.1 (base 60 or underscores); write "
+                f"{number} in decimal, or quote it (\"{_clip(node.value)}\") if you mean text"))
+            return node.value
+        return super().construct_yaml_float(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         if not isinstance(node, yaml.MappingNode):  # `!!set a`: let PyYAML say "expected a mapping node"
@@ -224,6 +243,7 @@ def _scalar_problems(node: yaml.ScalarNode) -> list[YamlProblem]:
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:bool", _StrictLoader.construct_yaml_bool)
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
 
 
 def load_strict(text: str) -> tuple[Any, list[YamlProblem]]:

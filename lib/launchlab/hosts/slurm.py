@@ -148,7 +148,7 @@ class SlurmHost(ShellHost):
         """The batch the run belongs to, from the env file the lifecycle wrote (LAUNCHLAB_BATCH): the job's
         comment carries it, so leftover detection can tell a live batch's jobs from a dead one's."""
         if env_file:
-            for line in self.read_bytes(f"{cwd}/{env_file}").decode("utf-8", "replace").splitlines():
+            for line in self.read_bytes(f"{cwd}/{env_file}").decode("utf-8", "replace").split("\n"):
                 name, _, value = line.partition("=")
                 if name == BATCH_ENV:
                     return (shlex.split(value) or ["-"])[0]

@@ -6,27 +6,13 @@ Every value here reaches `sbatch`'s argv (shell-quoted) or the job script, so ea
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, StrictStr, model_validator
+from pydantic import Field, StrictStr, model_validator
 
 from launchlab import fields
 from launchlab.fields import MAX_MIB, PathStr, no_control
 from launchlab.hosts.base import HostParams
-
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
-_GRES = re.compile(r"^[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)*)*$")
-_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-
-
-def _matches(rx: re.Pattern, what: str, example: str):
-    def check(value: str) -> str:
-        if not rx.match(value) or len(value) > 200:
-            raise ValueError(f"{what} `{value[:40]}` is not valid; write it as Slurm does, e.g. {example}")
-        return value
-
-    return AfterValidator(check)
 
 
 class SlurmSimulate(fields.StrictModel):
@@ -48,14 +34,14 @@ class SlurmHost(HostParams):
     transport: Literal["slurm"] = Field(description="`slurm`: each run one batch job of the cluster's scheduler")
     login: Annotated[str, fields.address("login")] = Field(
         "local", description="`local` (sbatch runs here) or an ssh alias of the login node")
-    partition: Annotated[str, _matches(_NAME, "partition", "gpu")] = Field(description="the partition (sbatch --partition)")
-    account: Annotated[str, _matches(_NAME, "account", "myproj")] | None = Field(
+    partition: Annotated[str, fields.SLURM_NAME.check("partition")] = Field(description="the partition (sbatch --partition)")
+    account: Annotated[str, fields.SLURM_NAME.check("account")] | None = Field(
         None, description="the account to charge (sbatch --account)")
-    gres: Annotated[str, _matches(_GRES, "gres", "gpu:8 or gpu:h100:4")] | None = Field(
+    gres: Annotated[str, fields.GRES.check("gres")] | None = Field(
         None, description="generic resources per node, e.g. gpu:8")
     nodes: int = Field(1, ge=1, le=64, description="nodes per job: > 1 is a multi-node server, one task per node "
                                                     "(srun), {node_rank}/{nnodes}/{master_addr} filled in by each task")
-    time: Annotated[str, _matches(_TIME, "time", "00:30:00 or 1-00:00:00")] = Field(
+    time: Annotated[str, fields.SLURM_TIME.check("time")] = Field(
         "01:00:00", description="the job's time limit (sbatch --time)")
     pin_node: bool = Field(True, description="every run on the node the first run got (the controlled choice)")
     max_jobs: int = Field(1, ge=1, le=64, description="runs in flight at once")

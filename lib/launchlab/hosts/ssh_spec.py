@@ -5,22 +5,13 @@ Every value here reaches ssh or a URL, so each is checked to be what it says (ne
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from launchlab import fields
 from launchlab.fields import MAX_GPUS, MAX_TIMEOUT_S, GpuIndex, PathStr
 from launchlab.hosts.base import HostParams
-
-_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\$?$")
-
-
-def _user(value: str) -> str:
-    if not _USER.match(value) or len(value) > 64:
-        raise ValueError(f"`{value[:40]}` is not a user name (letters, digits, '.', '_', '-', not starting with '-')")
-    return value
 
 
 class SshHost(HostParams):
@@ -30,7 +21,7 @@ class SshHost(HostParams):
     address: Annotated[str, fields.address("address")] = Field(description="host name, IP address or an alias of "
                                                                            "~/.ssh/config")
     port: int | None = Field(None, ge=1, le=65535, description="SSH port; default: ~/.ssh/config's, else 22")
-    user: Annotated[str, AfterValidator(_user)] | None = Field(None, description="login name; default: "
+    user: Annotated[str, fields.USER.check("user")] | None = Field(None, description="login name; default: "
                                                                                  "~/.ssh/config's, else yours")
     identity_file: PathStr | None = Field(None, description="private key file; default: ~/.ssh/config's and the "
                                                             "SSH agent's keys")

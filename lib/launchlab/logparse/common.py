@@ -8,8 +8,8 @@ Aho-Corasick automaton with a SIMD prefilter (ahocorasick-rs), at about the spee
 chunk's newlines (for line numbers) is the only other pass over a skipped chunk. Memory stays bounded by the
 chunk size.
 
-Line cleaning: ANSI colour codes are removed and `\\r`-separated progress-bar updates are split, so a log
-line glued after a bar is seen on its own.
+Line cleaning: terminal escape sequences (colour codes, window titles: escaping.without_escapes) are removed
+and `\\r`-separated progress-bar updates are split, so a log line glued after a bar is seen on its own.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Protocol
 
 import ahocorasick_rs
 
+from launchlab.escaping import without_escapes
 from launchlab.logparse.patterns import SlowPattern
 
 PHASES = ("startup", "dist_init", "weights", "kv_cache", "cuda_graph", "warmup", "http", "ready")
@@ -30,7 +31,6 @@ REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_f
            "nccl_error", "exception")
 CUSTOM_AR_STATES = ("active", "disabled", "failed")  # weakest evidence first: a later state never loses to an earlier one
 CHUNK_BYTES = 256 * 1024  # measured fastest in bench/parse_vs_grep.py: the chunks fed whole stay short
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
@@ -278,9 +278,9 @@ def match_statement(log: ParsedLog, statements: list, msg: str, t: datetime | No
 
 
 def clean(text: str) -> list[str]:
-    """A raw line as the segments a reader saw: ANSI codes removed, split at carriage returns."""
+    """A raw line as the segments a reader saw: terminal escape sequences removed, split at carriage returns."""
     if "\x1b" in text:
-        text = _ANSI.sub("", text)
+        text = without_escapes(text)
     if "\r" in text:
         return [s for s in text.split("\r") if s.strip()]
     return [text] if text else []

@@ -7,11 +7,10 @@ Each problem carries the field path it is about, so the loader can point at its 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from launchlab import search
+from launchlab import fields, search
 from launchlab.params import template
 
 if TYPE_CHECKING:
@@ -19,8 +18,7 @@ if TYPE_CHECKING:
 
 FieldPath = tuple[str | int, ...]
 
-SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-MAX_NAME_CHARS = 64
+MAX_NAME_CHARS = fields.MAX_NAME_CHARS
 MAX_RUNS = 10_000  # one params file; a week of 1-minute launches
 MAX_RUN_ID_CHARS = 200  # a run id is a folder name (255 bytes at most on common file systems)
 
@@ -40,11 +38,7 @@ def dotted(path: FieldPath) -> str:
 
 def slug_problem(what: str, value: str, limit: int = MAX_NAME_CHARS) -> str | None:
     """Why `value` cannot be the slug `what` names (it becomes a folder name or part of a run id), or None."""
-    if SLUG.match(value) and len(value) <= limit:
-        return None
-    shown = value if len(value) <= 40 else value[:40] + "…"
-    return (f"{what} `{shown}` must be a slug of at most {limit} characters: a letter or digit, then letters, "
-            "digits, '.', '_' or '-' (it names folders and run ids)")
+    return fields.SLUG.problem(what, value, limit)
 
 
 @dataclass(frozen=True)
@@ -97,6 +91,12 @@ def _host_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
             found.append((("hosts", name, "gpu_slots"), "every slot needs its own GPUs (no GPU in two slots)"))
         if slots and exp.nodes is not None:
             found.append((("hosts", name, "gpu_slots"), "not supported for multi-node servers"))
+        if slots and spec.gpus is not None and (beyond := sorted({g for g in used if g >= spec.gpus})):
+            # the run would start with CUDA_VISIBLE_DEVICES naming a GPU that is not there, and fail as a kit error
+            found.append((("hosts", name, "gpu_slots"), f"names GPU(s) {', '.join(map(str, beyond))}, but host "
+                          f"`{name}` has {spec.gpus} GPU(s) (0–{spec.gpus - 1}, its `gpus:`); use GPUs of the host, "
+                          "or raise `gpus:` if it has more" if spec.gpus else
+                          f"names GPU(s) {', '.join(map(str, beyond))}, but host `{name}` has no GPU (`gpus: 0`)"))
     if exp.nodes is not None:
         if exp.host is not None:
             found.append((("nodes",), "`nodes:` (one server over several hosts) and `host:` exclude each other"))

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, StrictStr, field_validator, model_validator
 
+from launchlab import fields
 from launchlab.fields import CONTROL as _CONTROL
 from launchlab.fields import MAX_MIB, MAX_TIMEOUT_S, PathStr
 from launchlab.fields import StrictModel as _Strict
@@ -33,9 +34,6 @@ from launchlab.logparse.serverkind import ReadyRules
 from launchlab.params import design
 from launchlab.params.design import MAX_NAME_CHARS, slug_problem
 from launchlab.params.searchspec import SearchSpec
-
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ENV_NAME = _IDENTIFIER
 
 MAX_EXPERIMENT_CHARS = 100
 MAX_COMMAND_TOKENS = 4096
@@ -66,9 +64,9 @@ FlagValue = StrictBool | StrictStr
 
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:
-    for name in env:
-        if not _ENV_NAME.match(name):
-            raise ValueError(f"`{name[:40]}` is not a valid environment variable name (letters, digits, _)")
+    problems = [p for name in env if (p := fields.ENV_NAME.problem("environment variable name", name))]
+    if problems:
+        raise ValueError("; ".join(problems))
     return env
 
 
@@ -87,10 +85,9 @@ class Level(_Strict):
     @field_validator("flags")
     @classmethod
     def _flags_look_like_flags(cls, flags: dict[str, FlagValue]) -> dict[str, FlagValue]:
-        for name in flags:
-            if not name.startswith("-") or any(c.isspace() or c in "{}" for c in name):
-                raise ValueError(f"flag `{name[:40]}` must start with '-' and contain no spaces or braces, "
-                                 "e.g. --mem-fraction-static")
+        problems = [p for name in flags if (p := fields.FLAG.problem("flag", name))]
+        if problems:
+            raise ValueError("; ".join(problems))
         return flags
 
     _env_names = field_validator("env")(_check_env_names)
@@ -244,9 +241,8 @@ class Experiment(_Strict):
     @classmethod
     def _factor_names(cls, factors: dict[str, dict[str, Level]]) -> dict[str, dict[str, Level]]:
         for name, levels in factors.items():
-            if not _IDENTIFIER.match(name) or len(name) > MAX_NAME_CHARS:
-                raise ValueError(f"factor name `{name[:40]}` must be an identifier (letters, digits, _) of at most "
-                                 f"{MAX_NAME_CHARS} characters")
+            if problem := fields.IDENTIFIER.problem("factor name", name, MAX_NAME_CHARS):
+                raise ValueError(problem)
             if not levels:
                 raise ValueError(f"factor `{name}` has no levels")
             for level in levels:
@@ -257,11 +253,11 @@ class Experiment(_Strict):
     @field_validator("secrets")
     @classmethod
     def _secret_names(cls, secrets: list[str]) -> list[str]:
-        wrong = [s for s in secrets if not (_ENV_NAME.match(s) or (s.startswith("-") and len(s) > 1 and
-                                                                   not any(c.isspace() for c in s)))]
+        wrong = [s for s in secrets if not (fields.ENV_NAME.accepts(s) or fields.SECRET_FLAG.accepts(s))]
         if wrong:
-            raise ValueError(f"{', '.join(f'`{w[:40]}`' for w in wrong)}: each entry is an environment variable name "
-                             "(letters, digits, _) or a flag (starting with '-', no spaces), e.g. [DB_URL, --api-key]")
+            raise ValueError(f"{', '.join(f'`{fields.shown(w)}`' for w in wrong)}: each entry is an environment "
+                             "variable name (letters, digits, _) or a flag (starting with '-', no spaces or control "
+                             "characters), e.g. [DB_URL, --api-key]")
         return secrets
 
     @model_validator(mode="after")

@@ -13,14 +13,14 @@ from typing import Literal
 
 from pydantic import Field, StrictStr, field_validator, model_validator
 
-from launchlab.fields import StrictModel
+from launchlab.fields import SEARCH_FLAG, StrictModel
 from launchlab.search import Bounds
 
-_DECIMAL = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
+_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 
 
 def _decimal(value: str) -> Decimal:
-    if not _DECIMAL.match(value):
+    if not _DECIMAL.fullmatch(value):
         raise ValueError(f"`{value[:40]}` is not a plain decimal number; the searched flag must be numeric, "
                          "e.g. \"0.75\" (quoted, like every level)")
     try:
@@ -44,8 +44,8 @@ class SearchSpec(StrictModel):
     @field_validator("flag")
     @classmethod
     def _looks_like_a_flag(cls, flag: str) -> str:
-        if not flag.startswith("--") or len(flag) < 3 or any(c.isspace() or c in "{}=" for c in flag):
-            raise ValueError(f"`{flag[:40]}` must be a long flag of the server command, e.g. --mem-fraction-static")
+        if problem := SEARCH_FLAG.problem("search flag", flag):
+            raise ValueError(problem)
         return flag
 
     @field_validator("low", "high", "resolution")

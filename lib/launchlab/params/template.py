@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import re
 
+from launchlab.fields import IDENTIFIER
+
 PLACEHOLDERS = ("port", "run_id", "host", "node_rank", "nnodes", "master_addr")
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEAD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -37,7 +38,7 @@ def parse(text: str) -> tuple[list[tuple[str, str | None]], list[str]]:
         elif inner is None:
             problems.append(f"has a single `{token}` at character {match.start() + 1}; "
                             "write {{ and }} for literal braces")
-        elif _NAME.match(inner) and inner in PLACEHOLDERS:
+        elif IDENTIFIER.accepts(inner, max_chars=1000) and inner in PLACEHOLDERS:
             pieces.append(("".join(literal), inner))
             literal = []
         else:
@@ -49,7 +50,7 @@ def parse(text: str) -> tuple[list[tuple[str, str | None]], list[str]]:
 def _describe(inner: str) -> str:
     known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
     shown = inner if len(inner) <= 40 else inner[:40] + "…"
-    if _NAME.match(inner):
+    if IDENTIFIER.accepts(inner, max_chars=1000):
         return f"unknown placeholder {{{inner}}} (known: {known}); write {{{{ and }}}} for literal braces"
     head = _HEAD.match(inner)
     if head and head.group(0) in PLACEHOLDERS:

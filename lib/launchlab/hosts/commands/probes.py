@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from launchlab.hosts.commands.processes import ENV_NAME
+from launchlab.fields import ENV_NAME
 
 
 def answer() -> str:
@@ -31,7 +31,7 @@ def which(program: str) -> str:
 
 def env_value(name: str) -> str:
     """Print an environment variable of the host's shell, `-` when unset."""
-    if not ENV_NAME.match(name):
+    if not ENV_NAME.accepts(name):
         raise ValueError(name)
     return f'printf "%s" "${{{name}:--}}"'
 

@@ -6,22 +6,40 @@ from __future__ import annotations
 import re
 import shlex
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from launchlab.fields import ENV_NAME
+
+CONTROL_BYTE = re.compile(r"[\x01-\x1f\x7f]")  # the ASCII controls: one byte each in UTF-8, all of them \xHH in $'…'
 
 
 def env_file_text(env: dict[str, str]) -> str:
-    """A file that `set -a; . FILE; set +a` turns into exported variables, values byte for byte.
+    """A file that bash's `set -a; . FILE; set +a` turns into exported variables, values byte for byte, each
+    variable on one line of its own: `NAME='value'`.
 
-    shlex.quote wraps each value in single quotes, so `$`, backquotes, `;` and newlines stay literal.
+    A name is refused unless it is an environment variable name in full (`AUDITX\n` would leave `AUDITX` alone
+    on a line: a command). A value is single-quoted (shlex.quote), so `$`, backquotes and `;` stay literal; one
+    with a control character (a newline, a carriage return, an escape) is written in bash's `$'…'` quoting with
+    each such character as `\\xHH`, so no value spans lines and a reader of the file line by line sees each
+    variable whole. A NUL is refused: no process can receive it.
     """
     lines = ["# written by launchlab: the environment of the server process"]
     for name, value in env.items():
-        if not ENV_NAME.match(name):
+        if not ENV_NAME.accepts(name):
             raise ValueError(f"not a valid environment variable name: {name!r}")
         if "\x00" in value:
             raise ValueError(f"environment value of {name} contains a NUL byte, which no process can receive")
-        lines.append(f"{name}={shlex.quote(value)}")
+        lines.append(f"{name}={_quoted_line(value)}")
     return "\n".join(lines) + "\n"
+
+
+_BASH_C_QUOTED = re.compile(r"[\x01-\x1f\x7f\\']")
+
+
+def _quoted_line(value: str) -> str:
+    """value as one bash word on one line: shlex.quote, or `$'…'` when it holds a control character."""
+    if not CONTROL_BYTE.search(value):
+        return shlex.quote(value)
+    return "$'" + _BASH_C_QUOTED.sub(lambda m: "\\" + m.group() if m.group() in "\\'" else f"\\x{ord(m.group()):02x}",
+                                     value) + "'"
 
 
 def wrapper_script(argv: list[str] | tuple[str, ...]) -> str:
@@ -89,7 +107,7 @@ def find_tagged(env_name: str) -> str:
     processes it started as that user, which is what it must clean up. One grep over every environ file picks
     the few candidates, so the listing stays fast on a host running thousands of processes.
     """
-    if not ENV_NAME.match(env_name):
+    if not ENV_NAME.accepts(env_name):
         raise ValueError(env_name)
     return (
         f"for f in $(grep -l -s -e '{env_name}=' /proc/[0-9]*/environ); do "
@@ -104,7 +122,7 @@ def find_tagged(env_name: str) -> str:
 
 def signal_tagged(env_name: str, value: str, pids: list[int], signal: str) -> str:
     """Send signal to each of pids that still carries env_name=value: a pid reused since it was listed is spared."""
-    if not ENV_NAME.match(env_name):
+    if not ENV_NAME.accepts(env_name):
         raise ValueError(env_name)
     if signal not in ("TERM", "KILL"):
         raise ValueError(f"unexpected signal {signal}")
@@ -120,7 +138,7 @@ def find_launchlab_processes(run_env: str, batch_env: str, box_env: str) -> str:
     """Print `pid pgid uid batch box run` for every live process whose environment has run_env set, then
     TAGGED_END; batch is `-` for a process without batch_env (a kit before host locks), box `-` for one
     without box_env (not on a simulated box)."""
-    if not (ENV_NAME.match(run_env) and ENV_NAME.match(batch_env) and ENV_NAME.match(box_env)):
+    if not (ENV_NAME.accepts(run_env) and ENV_NAME.accepts(batch_env) and ENV_NAME.accepts(box_env)):
         raise ValueError((run_env, batch_env, box_env))
     return (
         "for f in /proc/[0-9]*/environ; do "

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import shlex
 
-from launchlab.hosts.commands.processes import ENV_NAME, TAGGED_END
+from launchlab.fields import ENV_NAME
+from launchlab.hosts.commands.processes import TAGGED_END
 
 JOB_PREFIX = "launchlab:"  # the job name and --comment of every job the kit submits start with it
 # the states in which a job still holds (or waits for) its node and GPUs
@@ -99,7 +100,7 @@ def job_script(folder: str, *, env: dict[str, str] | None = None, drain_s: float
     sampler. `env`: variables exported first (a simulated box's PATH and state)."""
     exports = []
     for name, value in (env or {}).items():
-        if not ENV_NAME.match(name):
+        if not ENV_NAME.accepts(name):
             raise ValueError(f"not a valid environment variable name: {name!r}")
         exports.append(f"export {name}={shlex.quote(value)}")
     body = f"""\
