@@ -77,7 +77,7 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
     """The plan as text: every run in order, and each variant's exact command and environment (secrets
     masked). Nothing is connected to or launched."""
     exp, plan = planned(params_path, only, repetitions)
-    masker = masking.for_experiment(exp)
+    masker = masking.for_run(exp)
     extra = exp.secrets
     what = (f"threshold search over {exp.search.flag}, its first round of {len(plan)} runs (both ends of every "
             f"stratum; the next probes follow from their outcomes, at most {params.plan_size(exp).runs} runs in all)"
