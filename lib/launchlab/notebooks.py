@@ -74,7 +74,11 @@ def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKern
 
 
 def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say,
-                  params_file: Path, gpus: list[int] | None = None, pool: kernels.RunKernels | None = None) -> None:
+                  params_file: Path, gpus: list[int] | None = None, pool: kernels.RunKernels | None = None,
+                  interrupted: threading.Event | None = None) -> None:
+    """Execute one run's notebook, recover the run when the notebook did not finish it, and say how it ended.
+    `interrupted`, once set, means the batch stopped the run itself (Ctrl-C, SIGTERM): the batch then records
+    and says how it ended, not this (its notebook saw only a server that went away)."""
     folder = rundir.RunDir(run_dir).run(run.run_id)
     folder.path.mkdir(parents=True, exist_ok=True)
     folder.archive_attempt()  # a repeated run (--resume) keeps the earlier attempt's raw files
@@ -96,10 +100,13 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
     finally:
         progress.stop_event.set()
     _mask_notebook(exp, folder.notebook)
+    if interrupted is not None and interrupted.is_set():
+        return
     if not records.done(folder) or problem:
         recovery.recover(exp, run, run_dir, hosts, problem or "the run notebook ended without a final status")
     record = records.read_status(folder).record
-    # the outcome and when it was reached, then the run's whole time: "ready at 6.3 s, stopped (done in 7.6 s)"
+    # the outcome and when it was reached, then the run's whole time:
+    # "ready at 6.3 s, stopped by the kit (done in 7.6 s)"
     say(f"{label}  {liveprogress.outcome_line(record)} (done in {time.monotonic() - progress.t0:.1f} s)")
 
 
