@@ -24,6 +24,7 @@ from launchlab import __version__ as KIT_VERSION
 from launchlab import (
     cleanup,
     conclude,
+    interrupts,
     locks,
     logparse,
     masking,
@@ -72,8 +73,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         if outcome.status == "ready" and exp.server.smoke is not None:
             progress("smoke request")
             outcome = watch.smoke(exp.server.smoke, run_nodes[0], launches[0].smoke_url, outcome, record)
-    except KeyboardInterrupt:
-        outcome = Outcome("error", None, "interrupted by the user (Ctrl-C); the server was stopped")
+    except KeyboardInterrupt as exc:
+        outcome = Outcome("error", None, f"{interrupts.describe(exc)}; the kit stopped the server")
         raise
     except LaunchlabError as exc:
         outcome = Outcome("error", None, str(exc))
