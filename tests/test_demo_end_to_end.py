@@ -88,8 +88,8 @@ def test_frames_have_the_documented_columns(demo_run):
 def test_progress_lines_name_the_run_its_state_and_elapsed_time(demo_run):
     _, stderr = demo_run
     assert re.search(r"\[1/8\] 01_custom_ar-off\.mem_fraction-0\.55_rep1  watching  [\d.]+ s", stderr)
-    assert re.search(r"\[8/8\] 08_custom_ar-on\.mem_fraction-0\.85_rep2  ready at [\d.]+ s, stopped \(done in [\d.]+ s\)",
-                     stderr)
+    assert re.search(r"\[8/8\] 08_custom_ar-on\.mem_fraction-0\.85_rep2  ready at [\d.]+ s, stopped by the kit "
+                     r"\(done in [\d.]+ s\)", stderr)
 
 
 def test_summary_html_has_tables_and_embedded_plots_and_no_code_or_remote_fetches(demo_run):

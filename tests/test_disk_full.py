@@ -79,6 +79,7 @@ def test_a_full_disk_stops_the_batch_cleanly_and_resume_finishes_it(tmp_path, si
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err
     assert "the disk is full" in err and "--resume" in err
+    assert "had exited by itself" not in err, err[-3000:]  # the kit stopped the runs it had started
     run_dir = watching.parent.parent.parent
     for status in run_dir.glob("runs/*/status.json"):
         record = json.loads(status.read_text())

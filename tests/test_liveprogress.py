@@ -25,9 +25,9 @@ def record(**fields) -> RunRecord:
 
 def test_the_final_line_says_the_outcome_and_when_it_was_reached_before_how_the_run_was_stopped():
     assert liveprogress.outcome_line(record(status="ready", startup_s=6.3, stopped_with="TERM")) == \
-        "ready at 6.3 s, stopped"
+        "ready at 6.3 s, stopped by the kit"
     assert liveprogress.outcome_line(record(status="degraded", startup_s=12.04, stopped_with="KILL")) == \
-        "degraded at 12.0 s, killed (SIGTERM was not enough)"
+        "degraded at 12.0 s, killed by the kit (SIGTERM was not enough)"
     assert liveprogress.outcome_line(record(status="failed", failure_reason="kv_cache_no_memory",
                                             failure_phase="kv_cache", stopped_with="gone")) == \
         "failed (kv_cache_no_memory) in kv_cache, had exited by itself"

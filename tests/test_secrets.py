@@ -3,6 +3,7 @@ receives every real value, from an env file that is 0600 in a 0700 run folder on
 
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 import yaml
 
 from conftest import LAUNCHLAB
-from launchlab.masking import MASK, Masker
+from launchlab import masking
+from launchlab.masking import MASK, MIN_INHERITED_LEN, MIN_VALUE_LEN, Masker
 
 pytestmark = pytest.mark.slow
 
@@ -100,3 +102,107 @@ def test_masking_by_value_reaches_argv_urls_and_text():
         "serve", "--hf-token", MASK, "--port", "80", f"--api-key={MASK}"]
     assert Masker().text("redis://u:p4ss@host/0") == f"redis://u:{MASK}@host/0"
     assert masker.bytes(b"x hf_secretvalue y") == f"x {MASK} y".encode()
+
+
+PEM = ("-----BEGIN PRIVATE KEY-----\n"
+       "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n"
+       "b3N0cmFuZ2VrZXltYXRlcmlhbGZvcnRoZXRlc3Q0NTY3ODkw\n"
+       "-----END PRIVATE KEY-----\n")
+CALLER_KEY = "caller-shell-key-31415926"  # in the caller's environment only, never in the params
+BODY_SECRETS = {"api_key": "sk-body-key-271828", "token": "body-token-161803", "password": "body-nested-pw-1414"}
+SPREAD_SERVER = """\
+import hashlib, http.server, json, os, sys
+def digest(v):
+    return hashlib.sha256(v.encode()).hexdigest()[:16]
+pem, caller = os.environ['SIGNING_PEM'], os.environ['CALLER_API_KEY']
+print('SIGNING_PEM =', pem, flush=True)
+print('repr', repr(pem), 'sha', digest(pem), flush=True)
+print('CALLER_API_KEY =', caller, 'sha', digest(caller), flush=True)
+print('os.environ', json.dumps(dict((k, os.environ[k]) for k in ('CALLER_API_KEY', 'SIGNING_PEM'))), flush=True)
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers['Content-Length']))
+        print('body', body.decode(), 'sha', digest(body.decode()), flush=True)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'you sent ' + body)
+server = http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), Echo)
+print('READY', flush=True)
+server.serve_forever()
+"""
+
+
+def spread_params(tmp_path: Path) -> Path:
+    body = {"model": "m", "max_tokens": 8, "api_key": BODY_SECRETS["api_key"], "token": BODY_SECRETS["token"],
+            "auth": {"user": "me", "password": BODY_SECRETS["password"]}}
+    spec = {
+        "experiment": "spread",
+        "hosts": {"box": {"transport": "sim", "gpus": 1, "pace": 0.1, "workdir": str(tmp_path / "hostwork")}},
+        "server": {"kind": "generic", "command": ["python3", "-c", SPREAD_SERVER, "{port}"],
+                   "env": {"SIGNING_PEM": PEM},
+                   "ready": {"timeout_s": 30, "log_pattern": "^READY"}, "stop_grace_s": 3,
+                   "smoke": {"url": "http://127.0.0.1:{port}/v1/completions", "body": body, "timeout_s": 10}},
+        "factors": {"size": {"a": {}, "b": {"env": {"OTHER": "1"}}}},
+        "baseline": {"size": "a"},
+        "secrets": ["SIGNING_PEM"],
+        "drain": {"timeout_s": 5, "tolerance_mib": 64},
+    }
+    path = tmp_path / "spread.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_secrets_that_span_lines_come_from_the_callers_shell_or_sit_in_the_smoke_body_are_masked_everywhere(
+        tmp_path, sim_root):
+    path = spread_params(tmp_path)
+    env = {**os.environ, "CALLER_API_KEY": CALLER_KEY}
+    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip())
+    values = [PEM, json.dumps(PEM)[1:-1], *(line for line in PEM.splitlines() if len(line) >= MIN_VALUE_LEN),
+              CALLER_KEY, *BODY_SECRETS.values()]
+    leaks = []
+    for path_, text in every_text(run_dir):  # the parquet frames as their text, every file as its bytes too
+        raw = path_.read_bytes()
+        leaks += [(str(path_.relative_to(run_dir)), v[:20]) for v in values if v in text or v.encode() in raw]
+    assert leaks == []
+    folder = run_dir / "runs" / "01_size-a_rep1"
+    status = json.loads((folder / "status.json").read_text())
+    assert status["status"] == "ready" and status["smoke_status"] == 200, status
+    log = (folder / "server.log").read_text()
+    # the server got the real values (their digests), and printed them: masked, line by line and whole
+    assert hashlib.sha256(PEM.encode()).hexdigest()[:16] in log
+    assert hashlib.sha256(CALLER_KEY.encode()).hexdigest()[:16] in log
+    assert f"CALLER_API_KEY = {MASK} sha" in log
+    assert f'"api_key": "{MASK}"' in log and '"max_tokens": 8' in log
+    notebook = (folder / "run_variant.ipynb").read_text()
+    assert f"CALLER_API_KEY = {MASK}" in notebook  # the log's tail, shown by the notebook
+    resolved = yaml.safe_load((run_dir / "experiment.yaml").read_text())
+    assert resolved["server"]["smoke"]["body"] == {"model": "m", "max_tokens": 8, "api_key": MASK, "token": MASK,
+                                                   "auth": MASK}
+    prov = json.loads((folder / "provenance.json").read_text())
+    assert prov["host_env"]["CALLER_API_KEY"] == MASK and prov["env"]["SIGNING_PEM"] == MASK
+
+
+def test_a_value_spanning_lines_is_masked_whole_and_line_by_line_and_short_values_by_name_only():
+    masker = Masker.collect({"SIGNING_PEM": PEM}, extra=["SIGNING_PEM"])
+    lines = PEM.splitlines()
+    assert masker.text(PEM) == MASK
+    assert masker.bytes(f"x {lines[1]}\n".encode()) == f"x {MASK}\n".encode()
+    assert masker.text(repr(PEM)) == f"'{MASK}'"  # escaped, as a record or a notebook holds it
+    assert masker.text(PEM.replace("\n", "\n    ")) == f"{MASK}\n    " * 4  # re-indented by a logger
+    # inherited: by a secret-like name from MIN_INHERITED_LEN characters, declared names from MIN_VALUE_LEN
+    inherited = Masker.inherited({"TOKENIZERS_PARALLELISM": "false", "CALLER_API_KEY": CALLER_KEY, "MINE": "abcd",
+                                  "PATH": "/usr/bin", "PROXY": "http://u:proxypw@host:3128"}, extra=["MINE"])
+    assert set(inherited.values) == {CALLER_KEY, "abcd", "proxypw"}
+    assert len(MASK) < MIN_INHERITED_LEN and MIN_VALUE_LEN <= len("abcd")
+    assert Masker.collect({"HF_TOKEN": "abc"}).values == ()  # three characters: masked by name only
+
+
+def test_secret_keys_of_a_smoke_body_are_found_at_any_depth_and_max_tokens_is_not_one():
+    body = {"max_tokens": 16, "Authorization": "Bearer abc.def.ghi", "x-api-key": "k-123456",
+            "messages": [{"role": "user", "content": "hi"}], "auth": {"user": "me", "password": "pw-99887766"}}
+    assert sorted(masking.body_secrets(body)) == ["Bearer abc.def.ghi", "k-123456", "me", "pw-99887766"]
+    assert masking.masked_body(body, Masker()) == {"max_tokens": 16, "Authorization": MASK, "x-api-key": MASK,
+                                                   "messages": [{"role": "user", "content": "hi"}], "auth": MASK}

@@ -4,7 +4,7 @@ parallel — then the summary.
 The batch validates everything, reaches every host, takes their locks and checks for leftovers and stale
 patches before anything is launched. After each run it checks the kit's own status.json (papermill's view can
 say "success" for a kernel that died) and recovers a run whose notebook did not finish, which is also what
-happens to the runs in flight when the user presses Ctrl-C.
+happens to the runs in flight when the user presses Ctrl-C or the batch gets SIGTERM or SIGHUP.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from pathlib import Path
 from launchlab import (
     __version__,
     hosts,
+    interrupts,
     kernels,
+    liveprogress,
     locks,
     masking,
     notebooks,
@@ -77,7 +79,7 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
     """The plan as text: every run in order, and each variant's exact command and environment (secrets
     masked). Nothing is connected to or launched."""
     exp, plan = planned(params_path, only, repetitions)
-    masker = masking.for_experiment(exp)
+    masker = masking.for_run(exp)
     extra = exp.secrets
     what = (f"threshold search over {exp.search.flag}, its first round of {len(plan)} runs (both ends of every "
             f"stratum; the next probes follow from their outcomes, at most {params.plan_size(exp).runs} runs in all)"
@@ -103,7 +105,14 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
     every GPU it will use on every host (waiting for another batch with `wait`, else refusing and naming it),
     no process of a dead batch is left on them (one found is stopped with `stop_leftovers`, or when `confirm`
     says yes; else the batch refuses), and every patch applies. A simulated host is a box of this batch's own,
-    removed at the end; every host the batch opened is closed at the end."""
+    removed at the end; every host the batch opened is closed at the end. SIGTERM and SIGHUP stop the batch as
+    Ctrl-C does (interrupts.py)."""
+    with interrupts.terminations_interrupt():
+        return _run_batch(params_path, out_root, resume, say, stop_leftovers, wait, only, repetitions, confirm)
+
+
+def _run_batch(params_path: str | Path, out_root: Path | None, resume: Path | None, say: Say, stop_leftovers: bool,
+               wait: bool, only: tuple[str, ...], repetitions: int | None, confirm: Confirm | None) -> Path:
     exp, plan = planned(params_path, only, repetitions)
     box = sim.new_box() if any(exp.hosts[h].simulated for h in exp.host_names) else None
     opened = contextlib.ExitStack()  # closes every host opened below (an SSH connection) when the batch ends
@@ -149,8 +158,9 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
                         exp, runs, run_dir, connected, total, say, Path(params_path).resolve()))
                 else:
                     _run_all(exp, todo, run_dir, connected, len(plan), say, Path(params_path).resolve())
-            except KeyboardInterrupt:
-                say(f"launchlab: interrupted; every process the current run started was stopped. Continue with "
+            except KeyboardInterrupt as exc:
+                say(f"launchlab: {interrupts.describe(exc)}; every process the runs in flight started was stopped "
+                    f"by the kit. Continue with "
                     f"`launchlab run {shlex.quote(str(params_path))} --resume {shlex.quote(str(run_dir))}`"
                     + "".join(f" --only {shlex.quote(t)}" for t in only)
                     + (f" --repetitions {repetitions}" if repetitions is not None else ""))
@@ -242,6 +252,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
     lock = threading.Lock()
     in_flight: dict[tuple[str, int], Run] = {}
     stop = threading.Event()
+    interrupted = threading.Event()  # the batch stops the runs in flight itself, and says how they ended
     broken: list[str] = []  # kit errors that stop the batch (a full disk): no further run is started
     # One worker per host, or per GPU slot of a host that has `gpu_slots`: the slots of a host take that
     # host's runs in plan order, one each at a time. A multi-node run belongs to the worker of its node 0.
@@ -249,19 +260,22 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
     slots = {name: exp.hosts[name].worker_slots() for name in queues}
     finished = {(name, i): threading.Event() for name in queues for i in range(len(slots[name]))}
 
-    def next_run(name: str) -> Run | None:
+    def next_run(name: str, slot: int) -> Run | None:
+        # taken and marked in flight at once: an interruption in between would leave a run nobody stops
         with lock:
-            return queues[name].pop(0) if queues[name] and not stop.is_set() else None
+            run = queues[name].pop(0) if queues[name] and not stop.is_set() else None
+            if run is not None:
+                in_flight[(name, slot)] = run
+            return run
 
     def worker(name: str, slot: int) -> None:
         gpus = slots[name][slot]
         try:
             with kernels.RunKernels(notebooks.notebooks_dir()) as pool:  # the next run's kernel starts meanwhile
-                while (run := next_run(name)) is not None:
-                    with lock:
-                        in_flight[(name, slot)] = run
+                while (run := next_run(name, slot)) is not None:
                     try:
-                        notebooks.run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus, pool)
+                        notebooks.run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus, pool,
+                                               interrupted)
                     except (LaunchlabError, OSError) as exc:
                         say(f"[{run.seq}/{total}] {run.run_id}  kit error: {exc}")
                         with lock:
@@ -283,16 +297,21 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         threading.Thread(target=worker, args=(name, slot), name=f"host-{name}-{slot}", daemon=True).start()
     try:
         wait_all()
-    except KeyboardInterrupt:
-        stop.set()
+    except KeyboardInterrupt as exc:
+        why = interrupts.describe(exc)
         with lock:
+            stop.set()
+            interrupted.set()
             current = dict(in_flight)
+        stopped = {}
         for run in current.values():
-            say(f"[{run.seq}/{total}] {run.run_id}  interrupted: stopping what the run started")
-            recovery.stop_recorded(exp, run, run_dir, connected)
+            say(f"[{run.seq}/{total}] {run.run_id}  {why}: stopping what the run started")
+            stopped[run.run_id] = recovery.stop_recorded(exp, run, run_dir, connected)
         wait_all()  # the notebooks end quickly once their servers are gone
         for run in current.values():
-            recovery.recover(exp, run, run_dir, connected, "interrupted by the user (Ctrl-C); the server was stopped")
+            record = recovery.recover(exp, run, run_dir, connected, f"{why}; the kit stopped the server",
+                                      stopped[run.run_id])
+            say(f"[{run.seq}/{total}] {run.run_id}  interrupted: {liveprogress.outcome_line(record)}")
         raise
     if broken:
         raise RunDirError("the batch stopped: " + "; ".join(broken) + ". Every run that had started was stopped; "

@@ -22,7 +22,9 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
 
     def stop(node: Node, ref: ProcessRef) -> None:
         try:
-            stopped[(node.rank, ref.pgid)] = node.host.kill_group(ref.pgid, exp.server.stop_grace_s)
+            how = node.host.kill_group(ref.pgid, exp.server.stop_grace_s)
+            # gone because the kit stopped it earlier (Node.stopped) is not gone by itself
+            stopped[(node.rank, ref.pgid)] = node.stopped.get(ref.pgid, how) if how == "gone" else how
             if ref.role == "server" and node.rank == 0:
                 result.stopped_with = stopped[(node.rank, ref.pgid)]
         except LaunchlabError as exc:

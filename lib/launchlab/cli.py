@@ -19,7 +19,6 @@ from launchlab.logparse.kinds import KINDS
 
 EXIT_KIT_ERROR = 1
 EXIT_INVALID_PARAMS = 2
-EXIT_INTERRUPTED = 130
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -244,9 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         except LaunchlabError as exc:
             print(f"launchlab: {exc}", file=sys.stderr)
             return EXIT_KIT_ERROR
-        except KeyboardInterrupt:
-            print("launchlab: interrupted.", file=sys.stderr)  # the batch said how to continue, with its paths
-            return EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a batch (interrupts.py)
+            from launchlab import interrupts
+
+            print(f"launchlab: {interrupts.describe(exc)}.", file=sys.stderr)  # the batch said how to continue
+            return interrupts.exit_code(exc)
 
 
 if __name__ == "__main__":

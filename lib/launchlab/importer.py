@@ -252,7 +252,7 @@ def import_runs(imports_path: str | Path, out_root: Path | None = None, summariz
                for s in sources if tuple(sorted(s.entry.levels.items())) not in variants]
     if unknown:
         raise ImportFailed(imports.experiment, unknown)
-    masker = masking.for_experiment(exp)
+    masker = masking.for_run(exp)
     parsed_sources = []
     for s in sources:  # parse every log before writing anything: a log that cannot be read stops the import
         try:

@@ -24,6 +24,7 @@ from launchlab import __version__ as KIT_VERSION
 from launchlab import (
     cleanup,
     conclude,
+    interrupts,
     locks,
     logparse,
     masking,
@@ -72,8 +73,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         if outcome.status == "ready" and exp.server.smoke is not None:
             progress("smoke request")
             outcome = watch.smoke(exp.server.smoke, run_nodes[0], launches[0].smoke_url, outcome, record)
-    except KeyboardInterrupt:
-        outcome = Outcome("error", None, "interrupted by the user (Ctrl-C); the server was stopped")
+    except KeyboardInterrupt as exc:
+        outcome = Outcome("error", None, f"{interrupts.describe(exc)}; the kit stopped the server")
         raise
     except LaunchlabError as exc:
         outcome = Outcome("error", None, str(exc))
@@ -134,7 +135,7 @@ def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: ru
             node.preflight = preflights[node.rank].result() if node.rank in preflights else None
             record["preflight"] = node.preflight
     rundir.write_json(folder.provenance, provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
-                                                               run_nodes[0].masker))
+                                                               nodes.masker_of(run_nodes)))
     return launches
 
 
@@ -155,11 +156,13 @@ def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node],
     for node, launch in zip(run_nodes, launches, strict=True):
         node.masker = node.masker.merge(masking.Masker.collect(launch.env, launch.argv, exp.secrets))
     # a scheduler's node is known once its job runs: the job gathers its facts there (_start), not the login node
-    per_node = [provenance.node_record(n.host, n.rank, launch, None, n.masker, exp.secrets,
-                                       earlier=None if n.host.scheduled else provenance.earlier_facts(
-                                           run_dir, run.run_id, n.host.name),
-                                       recorded={} if n.host.scheduled else None)
-                for n, launch in zip(run_nodes, launches, strict=True)]
+    per_node = []
+    for node, launch in zip(run_nodes, launches, strict=True):
+        found, node.masker = provenance.node_record(
+            node.host, node.rank, launch, None, node.masker, exp.secrets,
+            earlier=None if node.host.scheduled else provenance.earlier_facts(run_dir, run.run_id, node.host.name),
+            recorded={} if node.host.scheduled else None)
+        per_node.append(found)
     return launches, per_node
 
 
@@ -210,9 +213,11 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
         t_launch = time.monotonic()
         if progress:
             progress("watching")
-        per_node = [provenance.node_record(n.host, n.rank, launch, n.preflight, n.masker, exp.secrets,
-                                           recorded=found or {})
-                    for n, launch, found in zip(run_nodes, launches, recorded, strict=True)]
+        per_node = []
+        for node, launch, found in zip(run_nodes, launches, recorded, strict=True):
+            facts, node.masker = provenance.node_record(node.host, node.rank, launch, node.preflight, node.masker,
+                                                        exp.secrets, recorded=found or {})
+            per_node.append(facts)
         rundir.update_json(folder.provenance, {**provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
                                                                        nodes.masker_of(run_nodes)),
                                                "scheduler": record.scheduler})

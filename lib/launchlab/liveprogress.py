@@ -156,12 +156,13 @@ class LiveProgress:
         return snap
 
 
-STOPPED = {"TERM": "stopped", "KILL": "killed (SIGTERM was not enough)", "gone": "had exited by itself"}
+STOPPED = {"TERM": "stopped by the kit", "KILL": "killed by the kit (SIGTERM was not enough)",
+           "gone": "had exited by itself"}
 
 
 def outcome_line(record: records.RunRecord) -> str:
-    """How a run ended and when it got there, then how it was stopped: "ready at 6.3 s, stopped" — never the
-    order of the kit's steps ("stopping 6.5 s" then "ready 7.6 s" reads as ready after the stop)."""
+    """How a run ended and when it got there, then how it was stopped: "ready at 6.3 s, stopped by the kit" — never
+    the order of the kit's steps ("stopping 6.5 s" then "ready 7.6 s" reads as ready after the stop)."""
     if record.status in ("ready", "degraded") and record.startup_s is not None:
         line = f"{record.status} at {record.startup_s:.1f} s"
     else:

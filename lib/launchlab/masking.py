@@ -3,15 +3,25 @@
 A value is secret when its environment variable's name says so (TOKEN, KEY, SECRET, PASS, AUTH, PAT,
 CREDENTIAL), when it follows a secret flag (`--api-key`, `--hf-token`, any `--…-token`, `--…-key`,
 `--…-secret`, `--…-password`), when it is the password of a URL (`scheme://user:password@host`), or when
-the params file lists its name under `secrets:`. Masking by name is not enough — a server prints its own
-arguments (SGLang's `server_args=ServerArgs(… api_key='sk-…' …)`), a token ends up in a URL — so every value
-found secret is also masked wherever else it appears: in argv, env, logs, provenance, status and the
-resolved params. The real values exist only in the user's params file and, on a host, in the 0600 env file
-the server sources.
+the params file lists its name under `secrets:`, or when it sits under a secret-like key of the smoke
+request's body (`api_key`, `token`, `password`, `authorization`, … — not `max_tokens`). Masking by name is not
+enough — a server prints its own arguments (SGLang's `server_args=ServerArgs(… api_key='sk-…' …)`) and its
+environment, a token ends up in a URL — so every value found secret is also masked wherever else it appears:
+in argv, env, logs, notebooks, provenance, status and the resolved params. The values found include those of
+the environment a server inherits without the params saying so (the caller's shell, a host's login
+environment) under a secret-like or declared name.
+
+A value that spans lines (a PEM key) is masked whole and line by line: logs are masked a line at a time and a
+server may print it escaped (`\\n`), so each of its lines is a value of its own. Masking by value has a floor:
+values (and lines of values) shorter than MIN_VALUE_LEN characters are masked by name only, and values the kit
+finds only by their name in an inherited environment need MIN_INHERITED_LEN (`TOKENIZERS_PARALLELISM=false`
+must not blank every "false" of a log). The real values exist only in the user's params file, the caller's
+environment and, on a host, in the 0600 env file the server sources.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -23,7 +33,11 @@ SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|AUTH|CREDENTIAL|(?:^|_)PAT(?:$|
 SECRET_FLAG = re.compile(r"^--?(?:[\w-]*[-_])?(?:api[-_]?key|token|key|secret|password|passwd|pass|auth|credentials?)$",
                          re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][\w+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]+)@")
+# the words of a secret JSON key in a request body, as a whole word of the key (`api_key`, `x-auth-token`; not `max_tokens`)
+SECRET_KEY = re.compile(r"^(?:[\w-]*[-_])?(?:api[-_]?key|token|key|secret|password|passwd|pass|auth|authorization|"
+                        r"credentials?|cookie)$", re.IGNORECASE)
 MIN_VALUE_LEN = 4  # shorter values ("1", "on") would mask every digit of a log; they are masked by name only
+MIN_INHERITED_LEN = 8  # an inherited value found by its name alone (not set by the params, nor declared secret)
 
 
 def secret_name(name: str, extra: Iterable[str] = ()) -> bool:
@@ -34,8 +48,22 @@ def secret_flag(flag: str, extra: Iterable[str] = ()) -> bool:
     return bool(SECRET_FLAG.match(flag.split("=", 1)[0])) or flag.split("=", 1)[0] in set(extra)
 
 
+def secret_key(key: str, extra: Iterable[str] = ()) -> bool:
+    """A key of a JSON request body whose value is secret (`api_key`, `token`, `Authorization`, a declared name)."""
+    return bool(SECRET_KEY.match(key)) or key in set(extra)
+
+
 def url_passwords(text: str) -> list[str]:
     return [m["password"] for m in _URL_PASSWORD.finditer(text)]
+
+
+def pieces(value: str, shortest: int = MIN_VALUE_LEN) -> set[str]:
+    """What of one secret value to mask: the value, its JSON-escaped form (a notebook or record holding it), and
+    when it spans lines each line of it (stripped) — every one at least `shortest` characters long."""
+    found = {value, json.dumps(value, ensure_ascii=False)[1:-1]}
+    if "\n" in value or "\r" in value:
+        found.update(line.strip() for line in re.split(r"\r\n|\r|\n", value))
+    return {p for p in found if len(p) >= shortest}
 
 
 @dataclass(frozen=True)
@@ -59,7 +87,27 @@ class Masker:
         for text in [*env.values(), *argv]:
             found.update(url_passwords(text))
         found.update(more)
-        return cls(tuple(sorted((v for v in found if len(v) >= MIN_VALUE_LEN), key=len, reverse=True)))
+        return cls.of(found)
+
+    @classmethod
+    def of(cls, values: Iterable[str], shortest: int = MIN_VALUE_LEN) -> Masker:
+        """A masker of these secret values (each with its pieces), longest first."""
+        found: set[str] = set()
+        for value in values:
+            found |= pieces(value, shortest)
+        return cls(tuple(sorted(found, key=len, reverse=True)))
+
+    @classmethod
+    def inherited(cls, env: Mapping[str, str], extra: Iterable[str] = ()) -> Masker:
+        """The secret values of an environment a server inherits without the params naming them (the caller's
+        shell, a host's login environment): declared names (`secrets:`) and URL passwords from MIN_VALUE_LEN
+        characters, values of secret-like names from MIN_INHERITED_LEN."""
+        extra = tuple(extra)
+        declared = [v for k, v in env.items() if k in extra]
+        for value in env.values():
+            declared += url_passwords(value)
+        by_name = [v for k, v in env.items() if k not in extra and secret_name(k)]
+        return cls.of(declared).merge(cls.of(by_name, MIN_INHERITED_LEN))
 
     def merge(self, other: Masker) -> Masker:
         return Masker(tuple(sorted(set(self.values) | set(other.values), key=len, reverse=True)))
@@ -122,10 +170,13 @@ class Masker:
 
 
 def for_experiment(exp) -> Masker:
-    """Every secret value a params file holds: in the server's command and env and in every level.
-    (`exp` is a params.Experiment; typed loosely so this module stays below params in the layering.)"""
+    """Every secret value a params file holds: in the server's command and env, in every level and in the smoke
+    request's body. (`exp` is a params.Experiment; typed loosely so this module stays below params in the
+    layering.)"""
     extra = tuple(exp.secrets)
     more: list[str] = []
+    if exp.server.smoke is not None:
+        more += body_secrets(exp.server.smoke.body, extra)
     for levels in exp.factors.values():
         for level in levels.values():
             more += [v for k, v in level.env.items() if secret_name(k, extra)]
@@ -135,10 +186,41 @@ def for_experiment(exp) -> Masker:
     return Masker.collect(exp.server.env, exp.server.command, extra, more)
 
 
+def for_run(exp, environ: Mapping[str, str] | None = None) -> Masker:
+    """The secrets of running an experiment from this process: the params file's (for_experiment) and those of
+    the environment every process the kit starts here inherits (`environ`, default this process's): a server on
+    a local or simulated host prints them as its own."""
+    return for_experiment(exp).merge(Masker.inherited(os.environ if environ is None else environ, exp.secrets))
+
+
+def body_secrets(body: object, extra: Iterable[str] = (), secret: bool = False) -> list[str]:
+    """The secret values of a JSON request body: every scalar under a secret key (at any depth), and URL
+    passwords anywhere."""
+    if isinstance(body, Mapping):
+        return [v for k, item in body.items() for v in body_secrets(item, extra, secret or secret_key(str(k), extra))]
+    if isinstance(body, list):
+        return [v for item in body for v in body_secrets(item, extra, secret)]
+    if isinstance(body, bool) or body is None:
+        return []
+    text = str(body)
+    return [text] if secret else url_passwords(text)
+
+
+def masked_body(body: object, masker: Masker, extra: Iterable[str] = ()) -> object:
+    """A request body for the record: the value under a secret key replaced whole, secrets elsewhere masked."""
+    if isinstance(body, Mapping):
+        return {k: MASK if secret_key(str(k), extra) else masked_body(v, masker, extra) for k, v in body.items()}
+    if isinstance(body, list):
+        return [masked_body(v, masker, extra) for v in body]
+    return masker.record(body)
+
+
 def resolved_params(data: object, masker: Masker, extra: Iterable[str] = (), key: str = "") -> object:
-    """The resolved params (a model_dump) for the run directory: env values, secret flags' values and every
-    secret value elsewhere masked."""
+    """The resolved params (a model_dump) for the run directory: env values, secret flags' values, the smoke
+    body's secret keys and every secret value elsewhere masked."""
     if isinstance(data, Mapping):
+        if key == "body":
+            return masked_body(data, masker, extra)
         if key == "env":
             return masker.env({k: str(v) for k, v in data.items()}, extra)
         if key == "flags":

@@ -11,6 +11,8 @@ from launchlab import masking, params, rundir
 from launchlab.hosts import Host, ProcessRef
 from launchlab.plan import Run
 
+KIT_STOPS = ("TERM", "KILL")  # what Host.kill_group sent when the group was alive ("gone": it was not)
+
 
 @dataclass
 class Node:
@@ -28,6 +30,9 @@ class Node:
     patches_applied: list[str] = field(default_factory=list)
     masker: masking.Masker = field(default_factory=masking.Masker)  # the secrets of this node's launch
     sampled: bool = True  # False with `sampler: {kind: none}`: no GPU samples to take or collect
+    # pgid → how the kit stopped that group already (a run's cleanup before its notebook failed, or the batch on an
+    # interruption): a later look that finds it gone must not say it exited by itself
+    stopped: dict[int, str] = field(default_factory=dict)
 
     @property
     def log_name(self) -> str:
@@ -62,7 +67,7 @@ def host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) -> 
 def make(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host],
          gpus: list[int] | None = None) -> list[Node]:
     """The run's nodes, in node-rank order, each with the experiment's secrets to mask."""
-    masker = masking.for_experiment(exp)
+    masker = masking.for_run(exp)
     tag = run_tag(exp, run_dir, run.run_id)
     return [Node(rank, hosts[name], host_dir(hosts[name], exp, run_dir, run.run_id), tag, gpus=gpus, masker=masker)
             for rank, name in enumerate(run.hosts)]
@@ -96,6 +101,8 @@ def recorded(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, H
         processes = []
     for p in processes:
         found[p.get("node", 0)].refs.append(ProcessRef(p["role"], p["pid"], p["pgid"]))
+        if p.get("stopped_with") in KIT_STOPS:
+            found[p.get("node", 0)].stopped[p["pgid"]] = p["stopped_with"]
     try:
         prov = rundir.read_json(folder.provenance)
         for node, facts in zip(found, prov.get("nodes") or [prov], strict=False):

@@ -3,13 +3,14 @@ change and recovery when its kernel dies) and the summary (summary.ipynb, then s
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launchlab import config, kernels, liveprogress, params, records, recovery, rundir, workspace
+from launchlab import config, kernels, liveprogress, masking, params, records, recovery, rundir, workspace
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.plan import Run
 
@@ -73,7 +74,11 @@ def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKern
 
 
 def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say,
-                  params_file: Path, gpus: list[int] | None = None, pool: kernels.RunKernels | None = None) -> None:
+                  params_file: Path, gpus: list[int] | None = None, pool: kernels.RunKernels | None = None,
+                  interrupted: threading.Event | None = None) -> None:
+    """Execute one run's notebook, recover the run when the notebook did not finish it, and say how it ended.
+    `interrupted`, once set, means the batch stopped the run itself (Ctrl-C, SIGTERM): the batch then records
+    and says how it ended, not this (its notebook saw only a server that went away)."""
     folder = rundir.RunDir(run_dir).run(run.run_id)
     folder.path.mkdir(parents=True, exist_ok=True)
     folder.archive_attempt()  # a repeated run (--resume) keeps the earlier attempt's raw files
@@ -94,11 +99,24 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
         problem = f"the run notebook failed: {notebook_error(exc)}"
     finally:
         progress.stop_event.set()
+    _mask_notebook(exp, folder.notebook)
+    if interrupted is not None and interrupted.is_set():
+        return
     if not records.done(folder) or problem:
         recovery.recover(exp, run, run_dir, hosts, problem or "the run notebook ended without a final status")
     record = records.read_status(folder).record
-    # the outcome and when it was reached, then the run's whole time: "ready at 6.3 s, stopped (done in 7.6 s)"
+    # the outcome and when it was reached, then the run's whole time:
+    # "ready at 6.3 s, stopped by the kit (done in 7.6 s)"
     say(f"{label}  {liveprogress.outcome_line(record)} (done in {time.monotonic() - progress.t0:.1f} s)")
+
+
+def _mask_notebook(exp: params.Experiment, notebook: Path) -> None:
+    """An executed notebook with every secret the kit knows masked: its outputs quote logs, errors and whatever a
+    cell printed (the logs it shows are masked already; a traceback need not be). A disk too full to write the
+    masked copy leaves the notebook as papermill wrote it: the run's record says why the batch stopped."""
+    with contextlib.suppress(OSError):
+        if notebook.exists():
+            masking.for_run(exp).mask_file(notebook)
 
 
 def notebook_error(exc: Exception) -> str:
@@ -136,5 +154,7 @@ def summarize(run_dir: Path, say: Say = stderr) -> Path:
     try:
         execute("summary.ipynb", nb, {"run_dir": str(directory.path)})
     except papermill.PapermillExecutionError as exc:
+        _mask_notebook(exp, nb)
         raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
+    _mask_notebook(exp, nb)
     return export.notebook_to_html(nb, directory.summary_html, title=f"{exp.experiment} — launchlab report")

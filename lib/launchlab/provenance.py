@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from launchlab import rundir, smitext, telemetry
 from launchlab.errors import LaunchlabError
 from launchlab.hosts import CommandResult, Host, commands
+from launchlab.masking import Masker
 
 TIMEOUTS_S = {"host_facts": 120, "python": 300, "host_env": 60}  # by node_commands' names
 
@@ -49,16 +50,18 @@ def _integrity_of(res: CommandResult, package: str | None) -> dict:
         return {"package": package, "error": (res.stderr or res.stdout).strip()[-500:]}
 
 
-def host_env(host: Host, mask) -> dict[str, str]:
-    """The environment a process started on the host inherits (before the run's env file), secrets masked."""
-    return _env_of(host.run(commands.host_environment(), timeout=TIMEOUTS_S["host_env"], check=False), mask)
+def host_env(host: Host) -> dict[str, str]:
+    """The environment a process started on the host inherits (before the run's env file), as it is: node_record
+    masks it, and learns its secret values from it."""
+    return _env_of(host.run(commands.host_environment(), timeout=TIMEOUTS_S["host_env"], check=False))
 
 
-def _env_of(res: CommandResult, mask) -> dict[str, str]:
+def _env_of(res: CommandResult) -> dict[str, str]:
     try:
-        return mask(json.loads(res.stdout.strip().splitlines()[-1]))
+        env = json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {}
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
 
 
 def _is_python(argv) -> bool:
@@ -203,28 +206,32 @@ def node_commands(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, secret_names=(),
-                earlier: tuple[str, dict] | None = None, recorded: dict[str, CommandResult] | None = None) -> dict:
-    """What one node of a run was: the host and its facts, the server's interpreter and installed files, the
-    environment a process inherits there, the launch — every secret masked (masking.Masker). The three
-    commands are independent and most of their time is spent starting an interpreter or nvidia-smi on the host,
-    so they run at once where the host allows it: one after the other they were the largest part of a short run
-    (bench/run_overhead.py). earlier: see host_facts. `recorded`: what node_commands printed where they ran
-    already (inside a scheduler's job, on its node), read instead of running them here; one missing is unknown."""
-    mask = lambda env: masker.env(env, secret_names)  # noqa: E731
+def node_record(host: Host, rank: int, launch, preflight: dict | None, masker: Masker, secret_names=(),
+                earlier: tuple[str, dict] | None = None, recorded: dict[str, CommandResult] | None = None
+                ) -> tuple[dict, Masker]:
+    """What one node of a run was — the host and its facts, the server's interpreter and installed files, the
+    environment a process inherits there, the launch — every secret masked; and `masker` grown by the secret
+    values of that inherited environment (Masker.inherited: the server inherits them too, and may print them).
+    The three commands are independent and most of their time is spent starting an interpreter or nvidia-smi on
+    the host, so they run at once where the host allows it: one after the other they were the largest part of a
+    short run (bench/run_overhead.py). earlier: see host_facts. `recorded`: what node_commands printed where they
+    ran already (inside a scheduler's job, on its node), read instead of running them here; one missing is
+    unknown."""
     if recorded is None:
         workers = 3 if getattr(host, "concurrent_commands", False) else 1
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
             facts_f = pool.submit(host_facts, host, earlier)
             python_f = pool.submit(python_facts, host, launch.argv)
-            env_f = pool.submit(host_env, host, mask)
-        facts, (interpreter, installed), env = facts_f.result(), python_f.result(), env_f.result()
+            env_f = pool.submit(host_env, host)
+        facts, (interpreter, installed), inherited = facts_f.result(), python_f.result(), env_f.result()
     else:
         sections = split_sections(recorded["host_facts"].stdout if "host_facts" in recorded else "")
         facts = {**_facts(sections, sections.get("table", ""), sections.get("topo", "")), "steady_from": None}
         interpreter, installed = _python_of(recorded["python"], launch.argv) if "python" in recorded else (None, None)
-        env = _env_of(recorded["host_env"], mask) if "host_env" in recorded else {}
-    return {
+        inherited = _env_of(recorded["host_env"]) if "host_env" in recorded else {}
+    masker = masker.merge(Masker.inherited(inherited, secret_names))
+    env = masker.env(inherited, secret_names)
+    return masker.record({
         "node": rank,
         "host": host.name,
         "transport": host.transport,
@@ -238,7 +245,7 @@ def node_record(host: Host, rank: int, launch, preflight: dict | None, masker, s
         "env": masker.env(launch.env, secret_names),
         "health_url": masker.text(launch.health_url) if launch.health_url else None,
         "preflight": preflight,
-    }
+    }), masker
 
 
 def run_record(kit_version: str, server_kind: str, per_node: list[dict], masker) -> dict:

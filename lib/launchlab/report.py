@@ -213,7 +213,7 @@ class Report:
                                    for r, v, c in self.imported_commands()))
         base = params.baseline_variant(self.exp)
         base_env = {**self.exp.server.env, **base.env}
-        masker, extra = masking.for_experiment(self.exp), self.exp.secrets
+        masker, extra = masking.for_run(self.exp), self.exp.secrets
         parts = []
         for variant in params.expand(self.exp):
             argv = masker.argv(params.apply_flags(list(self.exp.server.command), variant.flags), extra)

@@ -47,7 +47,7 @@ def write_verdict(run_dir: Path) -> dict:
     if not summary.empty:
         text += ["## Memory budget (from the server's log)", "", markdown(summary), ""]
     text += ["## Commands", ""]
-    masker = masking.for_experiment(rep.exp)
+    masker = masking.for_run(rep.exp)
     for run_id, variant, command in rep.imported_commands() if rep.imported else []:
         text += [f"{md(run_id)} ({md(variant)}):", "", md_block(command, "sh"), ""]
     for variant in params.expand(rep.exp) if not rep.imported else []:

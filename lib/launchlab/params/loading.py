@@ -197,7 +197,7 @@ def dump_resolved(exp: Experiment, masked: bool = False) -> str:
     user's own params file, never this record."""
     data = exp.model_dump(mode="json")
     if masked:
-        data = masking.resolved_params(data, masking.for_experiment(exp), exp.secrets)
+        data = masking.resolved_params(data, masking.for_run(exp), exp.secrets)
     text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     if yaml.safe_load(text) != data:
         # PyYAML writes a few characters (NEL, U+2028, …) raw that it then reads as line breaks; escaped

@@ -124,7 +124,9 @@ class SmokeSpec(_Strict):
     A ready server whose smoke request does not answer `expect_status` is `degraded`."""
 
     url: Url = Field(description="e.g. http://127.0.0.1:{port}/v1/completions")
-    body: dict[str, Any] = Field({}, description="sent as JSON: mappings, lists, strings, numbers, true/false, null")
+    body: dict[str, Any] = Field({}, description="sent as JSON: mappings, lists, strings, numbers, true/false, null; "
+                                 "the values of secret-like keys (api_key, token, password, authorization, …) are "
+                                 "masked in every file of a run directory")
     timeout_s: float = Field(120, gt=0, le=MAX_TIMEOUT_S, description="how long to wait for the answer, s")
     expect_status: int = Field(200, ge=100, le=599, description="the HTTP status a healthy server answers")
 
@@ -227,7 +229,8 @@ class Experiment(_Strict):
         [], max_length=MAX_ENTRIES,
         description="env variable names and flag names whose values are secret, beyond the built-in name pattern "
                     "(TOKEN, KEY, SECRET, PASSWORD, …), e.g. [DB_URL, --my-password]: their values are masked in "
-                    "every file of a run directory")
+                    "every file of a run directory, whole and line by line (see the README's secrets), also where "
+                    "the server inherits them from the caller's environment")
 
     @field_validator("hosts")
     @classmethod

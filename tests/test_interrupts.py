@@ -1,0 +1,82 @@
+"""SIGTERM (a `kill`, a service manager) and SIGHUP (a closed terminal) stop `launchlab run` as Ctrl-C does: the
+runs in flight stopped and recorded as interrupted, nothing of the simulated box left running, the resume
+command printed — and every line says what happened: interrupted, stopped by the kit, never "had exited by
+itself"."""
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import LAUNCHLAB, processes_using
+from launchlab import interrupts
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for_watching(out: Path, proc: subprocess.Popen, limit_s: float = 120) -> Path:
+    """The status.json of the first run that reaches its watch (the server started and recorded)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        for status in out.glob("*/*/runs/*/status.json"):
+            try:
+                if json.loads(status.read_text()).get("state") == "watching":
+                    return status
+            except ValueError:
+                pass  # being replaced
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"no run reached its watch: {proc.communicate()[1][-2000:]}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_to_launchlab_run_stops_the_runs_in_flight_records_them_and_prints_how_to_resume(
+        small_params, tmp_path, sim_root, signum):
+    path = small_params(pace=3.0, timeout=120)  # a slow start: the run is still watching when the signal comes
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*LAUNCHLAB, "run", str(path), "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    watching = wait_for_watching(out, proc)
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=90)
+    took = time.monotonic() - sent
+    name = "the user (Ctrl-C)" if signum == signal.SIGINT else signum.name
+    assert proc.returncode == 128 + signum, err[-3000:]
+    assert took < 30, f"{took:.1f} s from the signal to the exit"
+    run_dir, run_id = watching.parent.parent.parent, watching.parent.name
+    statuses = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("runs/*/status.json")}
+    assert statuses and all(s["state"] == "done" for s in statuses.values()), statuses  # none left watching
+    interrupted = statuses[run_id]
+    assert interrupted["status"] == "error" and interrupted["failure_message"].startswith(f"interrupted by {name}")
+    assert interrupted["stopped_with"] == "TERM"
+    processes = json.loads((watching.parent / "processes.json").read_text())
+    assert {p["role"] for p in processes} == {"server", "sampler"}
+    assert all(p["stopped_with"] in ("TERM", "KILL") for p in processes), processes
+    deadline = time.monotonic() + 5
+    while processes_using(str(sim_root)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_using(str(sim_root)) == []  # server, sampler and kernels all gone
+    assert f"{run_id}  interrupted: error, stopped by the kit" in err, err[-3000:]
+    assert f"launchlab: interrupted by {name}" in err and f"--resume {run_dir}" in err
+    assert "had exited by itself" not in err and "Traceback" not in err
+
+
+def test_only_the_first_termination_interrupts_and_each_signal_is_named_with_its_exit_status():
+    assert interrupts.describe(KeyboardInterrupt()) == "interrupted by the user (Ctrl-C)"
+    assert interrupts.describe(interrupts.Interrupted(signal.SIGHUP)) == "interrupted by SIGHUP"
+    assert interrupts.exit_code(KeyboardInterrupt()) == 130
+    assert interrupts.exit_code(interrupts.Interrupted(signal.SIGTERM)) == 143
+    caught = []
+    with interrupts.terminations_interrupt():
+        for _ in range(2):
+            try:
+                signal.raise_signal(signal.SIGTERM)
+                time.sleep(0.05)
+            except interrupts.Interrupted as exc:
+                caught.append(exc.signum)
+    assert caught == [signal.SIGTERM]  # the second one is ignored while the batch stops
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # and the handlers are put back
