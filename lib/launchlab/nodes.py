@@ -9,6 +9,7 @@ from pathlib import Path
 
 from launchlab import masking, params, rundir
 from launchlab.hosts import Host, ProcessRef
+from launchlab.keptlog import LogCut
 from launchlab.plan import Run
 
 
@@ -28,6 +29,7 @@ class Node:
     patches_applied: list[str] = field(default_factory=list)
     masker: masking.Masker = field(default_factory=masking.Masker)  # the secrets of this node's launch
     sampled: bool = True  # False with `sampler: {kind: none}`: no GPU samples to take or collect
+    kept: dict[str, LogCut] = field(default_factory=dict)  # what the run folder keeps of each server log, by name
 
     @property
     def log_name(self) -> str:
