@@ -137,3 +137,30 @@ def test_a_flooding_server_ends_with_a_final_status_its_log_cut_to_head_and_tail
     peak_mb, which = memory.highest()
     print(f"peak memory of the kit's processes: {peak_mb:.0f} MB ({which})")
     assert 0 < peak_mb < PEAK_RSS_MB, f"the kit's processes peaked at {peak_mb:.0f} MB ({which})"
+
+
+def test_a_run_whose_collection_runs_past_its_deadline_ends_as_an_error_that_says_why(tmp_path, sim_root, monkeypatch):
+    from launchlab import batch, cleanup, lifecycle, params, rundir
+    from launchlab.hosts import connect
+    from launchlab.plan import make_plan
+
+    path = write_params(tmp_path, f"""\
+        experiment: slow-collect
+        hosts:
+          box: {{transport: sim, gpus: 1, workdir: {tmp_path / "w"}}}
+        server:
+          kind: generic
+          command: [bash, -c, "echo starting up; sleep 0.3; exit 3"]
+          ready: {{timeout_s: 20, log_pattern: "never printed"}}
+        """)
+    monkeypatch.setattr(cleanup, "COLLECT_S", 0.0)  # a host too slow for any deadline
+    exp = params.load(path)
+    run = make_plan(exp)[0]
+    run_dir = batch.ensure_run_dir(path)
+    record = lifecycle.run_one(exp, run, run_dir, {run.host: connect(exp, run.host)})
+    folder = rundir.RunDir(run_dir).run(run.run_id).path
+    status = json.loads((folder / "status.json").read_text())
+    assert status["state"] == "done" and status["status"] == "error" == record.status
+    assert "collecting the raw files of node 0 (box) ran past its deadline (0 s)" in status["failure_message"]
+    assert "The server's log is still on the host" in status["failure_message"]
+    assert (folder / "server.log").read_text() == "starting up\n"  # what the watcher saw is kept

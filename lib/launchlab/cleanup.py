@@ -28,7 +28,7 @@ class _Late(Exception):
 
 
 def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder, result: RunRecord,
-            collect: bool = True, collect_s: float = COLLECT_S) -> str | None:
+            collect: bool = True, collect_s: float | None = None) -> str | None:
     """Stop every server, wait for the GPUs to drain, stop the samplers, fetch the raw files. Every step runs
     even when an earlier one failed (a lost host); failures become notes on the run. Returns why the collection
     did not finish in time (collect_s), or None."""
@@ -73,6 +73,7 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
         write_processes(folder, nodes, stopped)
     late = None
     if collect:
+        collect_s = COLLECT_S if collect_s is None else collect_s
         deadline = time.monotonic() + collect_s
         for node in nodes:
             late = _collect(node, folder, result, deadline, collect_s) or late
