@@ -132,6 +132,7 @@ class KeptLog:
             out.extend(self._take_block(data[:cut]))
         if cut < len(data):
             self._extend_pending(data[cut:])
+        self.fh.flush()  # the head is on disk as it comes: the notebook's live view reads it, and a kernel can die
         return b"".join(out)
 
     def skip(self, n: int) -> None:
