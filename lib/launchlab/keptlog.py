@@ -82,7 +82,7 @@ def line_mark(dropped: int | None) -> bytes:
 def gap_mark(skipped: int) -> bytes:
     """The line that stands in the kit's copy where bytes of the server's log were left out."""
     return (f"[launchlab: {skipped:,} bytes of this server log not kept here; the kit keeps a log's first "
-            f"{size_text(HEAD_BYTES)} and last {size_text(TAIL_BYTES)} (the raw file on the host was not edited)]\n"
+            f"{size_text(HEAD_BYTES)} and last {size_text(TAIL_BYTES)}, cut as it copies the log from the host]\n"
             ).encode()
 
 

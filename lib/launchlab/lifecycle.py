@@ -282,8 +282,8 @@ def _record_kept(run_nodes: list[Node], record: RunRecord) -> None:
         for cut in node.kept.values():
             record.logs.append(cut.to_json())
             if cut.cut:
-                record.notes.append(f"{cut.note()} (the kit's copy in the run folder; the server's own file was "
-                                    "never edited)")
+                record.notes.append(f"{cut.note()} (cut as the kit copied it into the run folder; the server's own "
+                                    "file was never edited)")
 
 
 def _write_final(folder: rundir.RunFolder, record: RunRecord, run_nodes: list[Node]) -> None:
