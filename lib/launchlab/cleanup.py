@@ -1,23 +1,37 @@
 """After a run: stop every server, then what escaped its groups, revert patches, wait for the GPUs to drain,
 stop the samplers, and collect the raw files. Every step runs even when an earlier one failed (a lost host);
-failures become notes on the run."""
+failures become notes on the run. Collecting a server log copies its head and tail only (keptlog.py), a piece
+at a time, under a deadline: a server that wrote GBs, or a host that sends slowly, cannot keep a run from
+reaching its final status."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from launchlab import params, patching, reaper, rundir, telemetry
+from launchlab import masking, params, patching, reaper, rundir, telemetry
 from launchlab.errors import HostError, LaunchlabError
-from launchlab.hosts import ProcessRef
+from launchlab.hosts import Host, ProcessRef
+from launchlab.keptlog import HEAD_BYTES, TAIL_BYTES, KeptLog, LogCut
 from launchlab.nodes import Node, write_processes
 from launchlab.polling import backoff
 from launchlab.records import RunRecord
 
+# how long collecting a run's files from all its nodes may take: a capped log is 16 MiB a node, seconds on any link
+# a run can be watched over; past this the run ends as an error that says so (issue 23: a run left `collecting`)
+COLLECT_S = 300.0
+READ_BYTES = 4 * 2**20  # one read of a server log on the host: what the copy holds of it at once
+
+
+class _Late(Exception):
+    """The collection's deadline passed while a log was being copied."""
+
 
 def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder, result: RunRecord,
-            collect: bool = True) -> None:
+            collect: bool = True, collect_s: float | None = None) -> str | None:
     """Stop every server, wait for the GPUs to drain, stop the samplers, fetch the raw files. Every step runs
-    even when an earlier one failed (a lost host); failures become notes on the run."""
+    even when an earlier one failed (a lost host); failures become notes on the run. Returns why the collection
+    did not finish in time (collect_s), or None."""
     stopped: dict[tuple[int, int], str] = {}
 
     def stop(node: Node, ref: ProcessRef) -> None:
@@ -59,9 +73,13 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
         _sweep(exp, node, result, spare=set())
     if any(n.refs for n in nodes):
         write_processes(folder, nodes, stopped)
+    late = None
     if collect:
+        collect_s = COLLECT_S if collect_s is None else collect_s
+        deadline = time.monotonic() + collect_s
         for node in nodes:
-            _collect(node, folder, result)
+            late = _collect(node, folder, result, deadline, collect_s) or late
+    return late
 
 
 def _sweep(exp: params.Experiment, node: Node, result: RunRecord, spare: set[int]) -> None:
@@ -77,29 +95,71 @@ def _sweep(exp: params.Experiment, node: Node, result: RunRecord, spare: set[int
                             f"pids {', '.join(map(str, sweep.pids))}; stopped with {sweep.signal}")
 
 
-def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord) -> None:
-    """Fetch the node's log and samples (masked) into the run folder, then remove its folder on the host. When
-    this machine cannot take them (a full disk), the host's copy is removed all the same: the run is repeated
-    with --resume, and a GPU host's disk must not fill up with the leftovers of runs nobody can read."""
-    collected, local_failure = 0, False
-    names = ((node.log_name, node.csv_name) if node.sampled else (node.log_name,)) + tuple(node.host.extra_logs)
+def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord, deadline: float, collect_s: float) -> str | None:
+    """Fetch the node's logs (their head and tail, masked) and samples (masked) into the run folder, then remove its
+    folder on the host. When this machine cannot take them (a full disk), the host's copy is removed all the same:
+    the run is repeated with --resume, and a GPU host's disk must not fill up with the leftovers of runs nobody can
+    read. Returns why a log could not be copied before the deadline (its host folder is then kept), or None."""
+    collected, local_failure, late = 0, False, None
+    logs = (node.log_name, *node.host.extra_logs)
+    names = (*logs, node.csv_name) if node.sampled else logs
     for name in names:
         partial = folder.path / f".{name}.fetching"
         try:
-            node.host.fetch(f"{node.dir}/{name}", str(partial))
-            node.masker.mask_file(partial)
+            if name in logs:
+                node.kept[name] = copy_log(node.host, f"{node.dir}/{name}", partial, node.masker, deadline)
+            else:
+                node.host.fetch(f"{node.dir}/{name}", str(partial))
+                node.masker.mask_file(partial)
             partial.replace(folder.path / name)  # only a complete copy replaces what was mirrored during the run
             collected += 1
+        except _Late as exc:
+            partial.unlink(missing_ok=True)
+            late = (f"collecting the raw files of {node.label} ran past its deadline ({collect_s:.0f} s): {exc}; the "
+                    "run's outcome cannot be told from its log, so it is an error. The server's log is still on the "
+                    f"host in {node.dir}; what was seen during the run is kept as {name}")
+            result.notes.append(late)
         except (OSError, LaunchlabError) as exc:
             partial.unlink(missing_ok=True)
             local_failure = local_failure or not isinstance(exc, HostError)
             kept = " (the part seen during the run is kept)" if (folder.path / name).exists() else ""
             result.notes.append(f"could not collect {name}{kept}: {exc}")
-    if collected == len(names) or local_failure:
+    if collected == len(names) or (local_failure and late is None):
         try:
             node.host.remove_dir(node.dir)
         except LaunchlabError as exc:
             result.notes.append(f"could not remove the run folder on {node.label}: {exc}")
+    return late
+
+
+def copy_log(host: Host, remote: str, local: Path, masker: masking.Masker, deadline: float) -> LogCut:
+    """The kit's copy of a server log on a host (keptlog.py): all of it when it is no longer than its head and tail
+    together, else its first HEAD_BYTES and its last TAIL_BYTES, the middle never read. Raises _Late when the
+    deadline passes between two reads."""
+    size = host.file_size(remote)
+    if size is None:
+        raise HostError(host.name, f"{remote} does not exist (the server never started, or its folder was removed)")
+    kept = KeptLog(local, masker)
+
+    def read_to(end: int, at: int) -> int:
+        while at < end:
+            if time.monotonic() > deadline:
+                kept.abandon()
+                raise _Late(f"{at:,} of {size:,} bytes of {remote} read")
+            chunk = host.read_bytes(remote, at, min(READ_BYTES, end - at))
+            if not chunk:  # the file shrank (it was not the server's to edit): what there was is kept
+                return at
+            kept.feed(chunk)
+            at += len(chunk)
+        return at
+
+    if size <= HEAD_BYTES + TAIL_BYTES:
+        read_to(size, 0)
+    else:
+        read_to(HEAD_BYTES, 0)
+        kept.skip(size - HEAD_BYTES - TAIL_BYTES)
+        read_to(size, size - TAIL_BYTES)
+    return kept.close(size, name=Path(remote).name)
 
 
 def _drain(exp: params.Experiment, node: Node, result: RunRecord, spare: set[int]) -> None:

@@ -90,10 +90,13 @@ def finish(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFold
     with _sigint_deferred():
         if progress:
             progress("stopping")
-        cleanup.cleanup(exp, run_nodes, folder, record, collect=collect)
+        late = cleanup.cleanup(exp, run_nodes, folder, record, collect=collect)
+        if late is not None:  # what the log says is not known: the run is an error that says why
+            outcome = Outcome("error", None, late)
         _scheduler_end(run_nodes, record)
         if progress:
             progress("collecting")
+        _record_kept(run_nodes, record)
         logs, peaks = _read_results(exp, run_nodes, folder, record)
         conclude.conclude(record, outcome, logs, peaks)
         _write_final(folder, record, run_nodes)
@@ -275,6 +278,17 @@ def _read_results(exp: params.Experiment, run_nodes: list[Node], folder: rundir.
                 (peak := telemetry.peak_memory_mib(folder.samples(node.rank))) is not None:
             peaks.append(peak)
     return logs, peaks
+
+
+def _record_kept(run_nodes: list[Node], record: RunRecord) -> None:
+    """What the run folder keeps of each server log (keptlog.LogCut) into the record, and a note for each log the
+    kit cut: `server.log: 2.4 GiB written, 16.0 MiB kept (head 8.0 MiB + tail 8.0 MiB), 2.4 GiB cut`."""
+    for node in run_nodes:
+        for cut in node.kept.values():
+            record.logs.append(cut.to_json())
+            if cut.cut:
+                record.notes.append(f"{cut.note()} (cut as the kit copied it into the run folder; the server's own "
+                                    "file was never edited)")
 
 
 def _write_final(folder: rundir.RunFolder, record: RunRecord, run_nodes: list[Node]) -> None:

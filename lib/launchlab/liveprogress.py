@@ -15,10 +15,11 @@ from pathlib import Path
 from launchlab import logparse, records, rundir, telemetry
 from launchlab.errors import LaunchlabError
 from launchlab.escaping import html_text
-from launchlab.logparse.common import clean
+from launchlab.logparse.common import LINE_BYTES, clean
 
 TAIL_LINES = 8
 TAIL_BYTES = 32 * 1024  # enough for the newest sample of every GPU of a node
+FOLLOW_BYTES = 2 * 2**20  # what one tick reads of the mirrored log (twice a second)
 _UNIT = re.compile(r"\s*\[[^\]]*\]$")  # `memory.used [MiB]` → `memory.used`
 
 
@@ -38,7 +39,9 @@ class Snapshot:
 
 class _LogFollower:
     """Feeds the new complete lines of the mirrored server log to the kind's parser (for the phase reached) and
-    keeps the last few for the display."""
+    keeps the last few for the display. One tick reads at most FOLLOW_BYTES, and feeds the parser only a piece
+    where a line can matter to it (its anchors, as logparse.common.scan_file): this thread shares the interpreter
+    with the run it shows, whose watcher must keep up with a server that floods its log."""
 
     def __init__(self, path: Path, parser: logparse.LineParser):
         self.path, self.parser, self.offset, self.partial, self.number = path, parser, 0, b"", 0
@@ -48,16 +51,22 @@ class _LogFollower:
         if self.path.exists():
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
-                chunk = fh.read()
+                chunk = fh.read(FOLLOW_BYTES)
             self.offset += len(chunk)
             data = self.partial + chunk
             cut = data.rfind(b"\n") + 1
             complete, self.partial = data[:cut], data[cut:]
-            for raw in complete.decode("utf-8", errors="replace").splitlines():
-                self.number += 1
-                for segment in clean(raw):
-                    self.parser.feed(self.number, segment)
-                    self.tail.append(segment)
+            if len(self.partial) > LINE_BYTES:  # the mirror cuts its lines; this is not one of its lines
+                self.partial = b""
+            if self.parser.wants_every_line or self.parser.anchors.search(complete):
+                for raw in complete.decode("utf-8", errors="replace").splitlines():
+                    self.number += 1
+                    for segment in clean(raw):
+                        self.parser.feed(self.number, segment)
+            else:
+                self.number += complete.count(b"\n")
+            last = complete[-TAIL_BYTES:].decode("utf-8", errors="replace").splitlines()[-TAIL_LINES:]
+            self.tail.extend(segment for raw in last for segment in clean(raw))
         return self.parser.result().phase_reached
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from launchlab import masking, params, rundir
 from launchlab.hosts import Host, ProcessRef
+from launchlab.keptlog import LogCut
 from launchlab.plan import Run
 
 KIT_STOPS = ("TERM", "KILL")  # what Host.kill_group sent when the group was alive ("gone": it was not)
@@ -33,6 +34,7 @@ class Node:
     # pgid → how the kit stopped that group already (a run's cleanup before its notebook failed, or the batch on an
     # interruption): a later look that finds it gone must not say it exited by itself
     stopped: dict[int, str] = field(default_factory=dict)
+    kept: dict[str, LogCut] = field(default_factory=dict)  # what the run folder keeps of each server log, by name
 
     @property
     def log_name(self) -> str:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launchlab import config, kernels, liveprogress, masking, params, records, recovery, rundir, workspace
+from launchlab import config, keptlog, kernels, liveprogress, masking, params, records, recovery, rundir, workspace
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.plan import Run
 
@@ -108,6 +108,9 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
     # the outcome and when it was reached, then the run's whole time:
     # "ready at 6.3 s, stopped by the kit (done in 7.6 s)"
     say(f"{label}  {liveprogress.outcome_line(record)} (done in {time.monotonic() - progress.t0:.1f} s)")
+    for kept in map(keptlog.LogCut.from_json, record.logs):
+        if kept.cut:  # a log longer than the kit keeps: how much of it the run folder holds
+            say(f"{label}  {kept.note()}")
 
 
 def _mask_notebook(exp: params.Experiment, notebook: Path) -> None:

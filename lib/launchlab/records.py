@@ -58,6 +58,9 @@ class RunRecord:
     scheduler: list[dict] | None = None  # per node, where its job ran: job id, node, partition, gres (slurm)
     scheduler_end: list[dict] | None = None  # per node, how its job ended: state, exit code, node, end time, source
     notes: list[str] = field(default_factory=list)
+    # what the run folder keeps of each server log (keptlog.LogCut.to_json): {name, written_bytes, kept_bytes,
+    # head_bytes, tail_bytes, cut_bytes, lines_cut, complete}; a log longer than its kept head and tail is cut
+    logs: list[dict] = field(default_factory=list)
     # made by hand and brought in with `launchlab import`: the kit did not watch it, so what only watching shows
     # (preflight GPU state, installed files, environment, startup time) is None, never made up
     imported: bool = False

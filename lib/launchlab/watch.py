@@ -11,6 +11,7 @@ from pathlib import Path
 from launchlab import logparse, masking, params, rundir
 from launchlab.errors import HostError
 from launchlab.hosts import Host
+from launchlab.keptlog import KeptLog, LogCut
 from launchlab.logparse.patterns import BudgetedPattern
 from launchlab.nodes import Node
 from launchlab.polling import backoff
@@ -18,14 +19,17 @@ from launchlab.records import Outcome, RunRecord
 
 POLL_S = 0.2  # the longest pause between two looks at a quiet server
 FIRST_POLL_S = 0.01  # the first pause, and the one after the log grew: a server ready at once is seen at once
+# one look at a growing file reads at most this much: a flooding server's backlog is read in pieces, never at once
+READ_BYTES = 4 * 2**20
 SAMPLES_EVERY_S = 1.0  # how often the samples are mirrored while watching (they are collected in full at the end)
 FATAL_GRACE_S = 3.0  # after a fatal line, let the server finish writing its traceback before stopping it
 
 
 class Mirror:
-    """Follows a growing file on the host: returns its new complete lines and appends them, secrets masked, to
-    a local copy, so what was seen survives a host or connection that goes away mid-run. (A line still being
-    written is held back until it is complete: a secret could be cut in two at a chunk's end.)"""
+    """Follows a growing file on the host (the samples): returns its new complete lines and appends them, secrets
+    masked, to a local copy, so what was seen survives a host or connection that goes away mid-run. (A line still
+    being written is held back until it is complete: a secret could be cut in two at a chunk's end.) One look
+    reads at most READ_BYTES."""
 
     def __init__(self, host: Host, remote: str, local: Path, masker: masking.Masker):
         self.host, self.remote, self.local, self.offset, self.partial = host, remote, local, 0, b""
@@ -33,7 +37,7 @@ class Mirror:
         local.write_bytes(b"")
 
     def new_lines(self) -> list[str]:
-        chunk = self.host.read_bytes(self.remote, self.offset)
+        chunk = self.host.read_bytes(self.remote, self.offset, READ_BYTES)
         if not chunk:
             return []
         self.offset += len(chunk)
@@ -44,6 +48,25 @@ class Mirror:
             with open(self.local, "ab") as fh:
                 fh.write(complete)
         return re.split(r"[\r\n]", complete.decode("utf-8", errors="replace"))[:-1]
+
+
+class LogMirror:
+    """Follows a growing server log on the host, READ_BYTES at a look, into the kit's copy of it (keptlog: its head
+    and tail, lines cut, secrets masked), so what was seen survives a host that goes away mid-run; each look
+    returns the new complete lines as one text, for the watcher to search."""
+
+    def __init__(self, host: Host, remote: str, local: Path, masker: masking.Masker):
+        self.host, self.remote, self.offset = host, remote, 0
+        self.kept = KeptLog(local, masker)
+
+    def read(self) -> tuple[bytes, bool]:
+        """(the new complete lines, whether more was waiting than one look reads)."""
+        chunk = self.host.read_bytes(self.remote, self.offset, READ_BYTES)
+        self.offset += len(chunk)
+        return self.kept.feed(chunk), len(chunk) == READ_BYTES
+
+    def close(self) -> LogCut:
+        return self.kept.close()
 
 
 def watch(nodes: list[Node], folder: rundir.RunFolder, rules: logparse.ReadyRules, health_url: str | None,
@@ -68,22 +91,42 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
     """Poll until ready, failed (a fatal line or an exit on any node) or the deadline. Ready means: every node
     alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
     answering 200 (when one is given)."""
-    logs = [Mirror(n.host, f"{n.dir}/{n.log_name}", folder.log(n.rank), n.masker) for n in nodes]
+    logs = [LogMirror(n.host, f"{n.dir}/{n.log_name}", folder.log(n.rank), n.masker) for n in nodes]
     samples = [Mirror(n.host, f"{n.dir}/{n.csv_name}", folder.samples(n.rank), n.masker) for n in nodes]
+    try:
+        return _poll_logs(nodes, logs, samples, ready_rx, fatal_rx, health_url, deadline, t_launch)
+    finally:
+        for node, log in zip(nodes, logs, strict=True):
+            node.kept[node.log_name] = log.close()
+
+
+def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], ready_rx: BudgetedPattern | None,
+               fatal_rx: list[BudgetedPattern], health_url: str | None, deadline: float, t_launch: float) -> Outcome:
     ready_line = ready_rx is None
     fatal_line, fatal_at = None, None
     pauses, samples_at = backoff(FIRST_POLL_S, POLL_S), time.monotonic()
     numbers = [0] * len(nodes)  # lines read per node: where a slow pattern is reported
     while True:
-        grew = False
+        grew = behind = False
         for node, log in zip(nodes, logs, strict=True):
-            for line in log.new_lines():
-                grew = True
+            lines, more = log.read()
+            behind = behind or more
+            if not lines:
+                continue
+            grew = True
+            text = lines.decode("utf-8", errors="replace")
+            # a block of lines is searched line by line only where a pattern may match in it (patterns.py)
+            look_ready = node.rank == 0 and not ready_line and ready_rx is not None and ready_rx.may_match(text)
+            look_fatal = [rx for rx in fatal_rx if rx.may_match(text)] if fatal_line is None else []
+            if not look_ready and not look_fatal:
+                numbers[node.rank] += lines.count(b"\n") + lines.count(b"\r")  # bytes: str.count is 20x slower
+                continue
+            for line in re.split(r"[\r\n]", text)[:-1]:
                 numbers[node.rank] += 1
                 at = (numbers[node.rank], node.log_name)
-                if node.rank == 0 and ready_rx is not None and ready_rx.search(line, *at):
+                if look_ready and not ready_line and ready_rx.search(line, *at):
                     ready_line = True
-                if fatal_line is None and any(rx.search(line, *at) for rx in fatal_rx):
+                if fatal_line is None and any(rx.search(line, *at) for rx in look_fatal):
                     fatal_line = line.strip() if node.rank == 0 else f"{node.label}: {line.strip()}"
                     fatal_at = time.monotonic()
         if time.monotonic() - samples_at >= SAMPLES_EVERY_S:
@@ -95,7 +138,7 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
             return Outcome("failed", None, fatal_line)
         if dead:
             for log in logs:
-                log.new_lines()
+                log.read()  # one more look: the collection copies the rest
             # a scheduler that ended the job (time limit, node failure, preemption) names why
             ended = next((why for n in dead if (why := n.host.ended_why(n.refs[-1].pgid)) is not None), None)
             if ended is not None:
@@ -107,6 +150,8 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
         if time.monotonic() > deadline:
             return Outcome("timeout", None, f"not ready after {deadline - t_launch:.0f} s")
         # back-off, not a fixed sleep: looking again soon after the log moved, rarely while it is quiet
+        if behind:  # more of the log waits than one look reads: read on at once
+            continue
         if grew:
             pauses = backoff(FIRST_POLL_S, POLL_S)
         time.sleep(next(pauses))

@@ -114,13 +114,19 @@ class LocalHost(ShellHost):
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
 
-    def read_bytes(self, path: str, offset: int = 0) -> bytes:
+    def read_bytes(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         try:
             with open(path, "rb") as fh:
                 fh.seek(offset)
-                return fh.read()
+                return fh.read(size)
         except FileNotFoundError:
             return b""
+
+    def file_size(self, path: str) -> int | None:
+        try:
+            return os.stat(path).st_size
+        except FileNotFoundError:
+            return None
 
     def fetch(self, remote_path: str, local_path: str) -> None:
         if os.path.abspath(remote_path) != os.path.abspath(local_path):

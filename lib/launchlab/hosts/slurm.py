@@ -97,8 +97,11 @@ class SlurmHost(ShellHost):
     def write_text(self, path: str, text: str, private: bool = False) -> None:
         self.login.write_text(path, text, private)
 
-    def read_bytes(self, path: str, offset: int = 0) -> bytes:
-        return self.login.read_bytes(path, offset)
+    def read_bytes(self, path: str, offset: int = 0, size: int = -1) -> bytes:
+        return self.login.read_bytes(path, offset, size)
+
+    def file_size(self, path: str) -> int | None:
+        return self.login.file_size(path)
 
     def fetch(self, remote_path: str, local_path: str) -> None:
         self.login.fetch(remote_path, local_path)

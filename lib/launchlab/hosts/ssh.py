@@ -178,16 +178,25 @@ class SshHost(ShellHost):
 
         self._with_reconnect(f"writing {path}", action)
 
-    def read_bytes(self, path: str, offset: int = 0) -> bytes:
+    def read_bytes(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         def action(conn: Connection):
             try:
                 with conn.sftp().open(path, "rb") as fh:
                     fh.seek(offset)
-                    return fh.read()
+                    return fh.read(None if size < 0 else size)
             except FileNotFoundError:
                 return b""
 
         return self._with_reconnect(f"reading {path}", action)
+
+    def file_size(self, path: str) -> int | None:
+        def action(conn: Connection):
+            try:
+                return conn.sftp().stat(path).st_size
+            except FileNotFoundError:
+                return None
+
+        return self._with_reconnect(f"looking at {path}", action)
 
     def fetch(self, remote_path: str, local_path: str) -> None:
         self._with_reconnect(f"fetching {remote_path}", lambda conn: conn.get(remote_path, local_path))

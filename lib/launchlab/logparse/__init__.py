@@ -8,23 +8,28 @@ come from the same kind record: `exp.server.rules()` (params/schema.py) adds the
 
 from __future__ import annotations
 
+import io
 import itertools
 from pathlib import Path
 
 from launchlab.errors import ParseError
-from launchlab.logparse.common import PHASES, REASONS, Event, Failure, LineParser, ParsedLog, open_lines, scan_file
+from launchlab.logparse.common import PHASES, REASONS, Event, Failure, LineParser, ParsedLog, line_blocks, scan_file
 from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import ReadyRules, ServerKind
 
 SERVERS = tuple(KINDS)
+DETECT_BYTES = 4 * 2**20  # 2000 lines of a real startup are well under 1 MiB
 
 
-def detect(path: str | Path, sample_lines: int = 2000) -> str:
-    """Which server wrote a log, from the evidence in its first lines (the kind with the most wins)."""
+def detect(path: str | Path, sample_lines: int = 2000, sample_bytes: int = DETECT_BYTES) -> str:
+    """Which server wrote a log, from the evidence in its first lines (the kind with the most wins), read from its
+    first `sample_bytes` (a first line of 500 MB is not read to its end to be cut)."""
     try:
-        head = list(itertools.islice(open_lines(path), sample_lines))
+        with open(path, "rb") as fh:
+            first = io.BytesIO(fh.read(sample_bytes))
     except OSError as exc:
         raise ParseError(f"{path}: cannot read the log: {exc.strerror}") from None
+    head = [line.decode("utf-8", errors="replace") for line in itertools.islice(line_blocks(first), sample_lines)]
     scores = {name: sum(1 for line in head if kind.evidence.search(line))
               for name, kind in KINDS.items() if kind.evidence is not None}
     best = max(scores, key=scores.get)

@@ -6,7 +6,8 @@ anchor word of the parser (every statement a parser reads contains one of its an
 is inside a multi-line message (a traceback). The anchors are searched all at once over the raw bytes by an
 Aho-Corasick automaton with a SIMD prefilter (ahocorasick-rs), at about the speed of `grep -F`; counting the
 chunk's newlines (for line numbers) is the only other pass over a skipped chunk. Memory stays bounded by the
-chunk size.
+chunk size: a line is read up to LINE_BYTES and the rest of it skipped unread (a server can print a line of
+hundreds of MB, and no statement a parser reads is near that length).
 
 Line cleaning: terminal escape sequences (colour codes, window titles: escaping.without_escapes) are removed
 and `\\r`-separated progress-bar updates are split, so a log line glued after a bar is seen on its own.
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import ahocorasick_rs
 
@@ -31,6 +32,9 @@ REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_f
            "nccl_error", "exception")
 CUSTOM_AR_STATES = ("active", "disabled", "failed")  # weakest evidence first: a later state never loses to an earlier one
 CHUNK_BYTES = 256 * 1024  # measured fastest in bench/parse_vs_grep.py: the chunks fed whole stay short
+# the longest line the kit reads or keeps: far above any statement a parser reads (the real logs' longest line is
+# under 1 KiB, a server_args line a few KiB), far below what a server can print (one 500 MB line, issue 23)
+LINE_BYTES = 64 * 1024
 _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
@@ -295,44 +299,77 @@ def feed_lines(parser: LineParser, raw_lines: Iterable[str]) -> ParsedLog:
 
 
 def scan_file(parser: LineParser, path: str | Path, chunk_bytes: int = CHUNK_BYTES) -> ParsedLog:
-    """Stream a log file through a parser, skipping chunks in which no line can matter (see module doc)."""
+    """Stream a log file through a parser, skipping chunks in which no line can matter (see module doc). A line
+    longer than LINE_BYTES is read up to there (fed or skipped as any other line) and the rest of it skipped
+    unread, so neither memory nor time depends on how long a line is."""
     number = 0
     rest = b""
+    skipping = False  # inside a line already cut: its rest is looked at only for its end
     with open(path, "rb") as fh:
-        while True:
-            block = fh.read(chunk_bytes)
-            if not block:
-                if rest:
-                    _feed_block(parser, rest, number)
-                break
+        while block := fh.read(chunk_bytes):
+            if skipping:
+                end = block.find(b"\n")
+                if end < 0:
+                    continue
+                block, skipping = block[end + 1:], False
             if rest:
                 block = rest + block
             cut = block.rfind(b"\n") + 1
-            if cut == 0:  # one line longer than the chunk: keep reading
-                rest = block
-                continue
-            # the partial last line is searched too: a match there feeds this chunk early, never wrongly
-            if parser.wants_every_line or parser.anchors.search(block):
-                number += _feed_block(parser, block[:cut], number)
-            else:
-                number += block.count(b"\n")  # the partial last line has none
+            if cut:
+                # the partial last line is searched too: a match there feeds this chunk early, never wrongly
+                if parser.wants_every_line or parser.anchors.search(block):
+                    number += _feed_block(parser, block[:cut], number)
+                else:
+                    number += block.count(b"\n", 0, cut)
             rest = block[cut:]
+            if len(rest) > LINE_BYTES:  # a line longer than the kit reads: its head is its line, then its end
+                if parser.wants_every_line or parser.anchors.search(rest[:LINE_BYTES]):
+                    _feed_block(parser, rest[:LINE_BYTES], number)
+                number += 1
+                rest, skipping = b"", True
+    if rest:
+        _feed_block(parser, rest, number)
     return parser.result().settle()
 
 
 def _feed_block(parser: LineParser, block: bytes, first_number: int) -> int:
-    """Feed every line of a chunk; the number of newlines in it."""
+    """Feed every line of a chunk (each cut at LINE_BYTES); the number of newlines in it."""
     lines = block.decode("utf-8", errors="replace").split("\n")
     for offset, raw in enumerate(lines, start=1):
+        if len(raw) > LINE_BYTES:  # a chunk holds whole lines up to its own size
+            raw = raw[:LINE_BYTES]
         for segment in clean(raw):
             parser.feed(first_number + offset, segment)
     return len(lines) - 1
 
 
+def line_blocks(fh: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The lines of a binary file, each with its newline (the last one may have none), cut at LINE_BYTES: a line
+    longer than that is its first LINE_BYTES and a newline, the rest of it skipped unread."""
+    rest, skipping = b"", False
+    while block := fh.read(chunk_bytes):
+        if skipping:
+            end = block.find(b"\n")
+            if end < 0:
+                continue
+            block, skipping = block[end + 1:], False
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            yield line[:LINE_BYTES] + b"\n"
+        if len(rest) > LINE_BYTES:
+            yield rest[:LINE_BYTES] + b"\n"
+            rest, skipping = b"", True
+    if rest:
+        yield rest
+
+
 def open_lines(path: str | Path) -> Iterator[str]:
-    """Lines of a log file, decoded leniently (a server can print any bytes)."""
-    with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
-        yield from fh
+    """Lines of a log file, decoded leniently (a server can print any bytes), each cut at LINE_BYTES (and any
+    length of line)."""
+    with open(path, "rb") as fh:
+        for line in line_blocks(fh):
+            yield line.decode("utf-8", errors="replace")
 
 
 def debug_records(text: str) -> list[dict] | None:
