@@ -1,6 +1,8 @@
 import json
 import subprocess
 
+import pytest
+
 from conftest import DATA, LAUNCHLAB, ROOT, write_params
 
 
@@ -8,12 +10,14 @@ def cli(*args, **kw):
     return subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True, timeout=120, **kw)
 
 
+@pytest.mark.slow
 def test_validate_accepts_the_demo():
     res = cli("validate", str(ROOT / "params/demo.yaml"))
     assert res.returncode == 0
     assert "8 runs" in res.stdout and "simulated" in res.stdout
 
 
+@pytest.mark.slow
 def test_validate_prints_every_problem_and_exits_2(tmp_path):
     path = write_params(tmp_path, "experiment: x\nhosts: {box: {transport: sim, gpuz: 2}}\nserver: {kind: sglang}\n")
     res = cli("validate", str(path))
@@ -74,6 +78,7 @@ def test_parse_of_a_missing_file_is_a_clear_error(tmp_path):
     assert res.returncode == 1 and "no such log file" in res.stderr
 
 
+@pytest.mark.slow
 def test_the_real_seed_experiment_validates():
     res = cli("validate", str(ROOT / "params/sglang-custom-ar.yaml"))
     assert res.returncode == 0, res.stderr

@@ -15,6 +15,7 @@ def cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess
     return subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_dry_run_prints_every_run_and_each_variants_command_with_secrets_masked_and_launches_nothing(tmp_path):
     spec = yaml.safe_load((ROOT / "params/demo.yaml").read_text())
     spec["server"]["env"] = {"HF_TOKEN": "hf_dryrunsecret123"}
@@ -32,6 +33,7 @@ def test_dry_run_prints_every_run_and_each_variants_command_with_secrets_masked_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_only_and_repetitions_select_a_subset_of_the_plan(tmp_path):
     proc = cli("run", str(ROOT / "params/demo.yaml"), "--dry-run", "--only", "mem_fraction=0.85", "--repetitions", "1")
     assert proc.returncode == 0, proc.stderr
@@ -80,6 +82,7 @@ def test_ls_of_an_empty_folder_says_so(tmp_path):
     assert proc.returncode == 0 and "no run directory under" in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_json_schema_describes_every_key_and_the_shipped_params_validate_against_it():
     proc = cli("schema")
     assert proc.returncode == 0, proc.stderr

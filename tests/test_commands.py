@@ -89,6 +89,7 @@ def test_http_post_sends_the_body_as_json_and_prints_status_and_text(http_server
     assert status == 201 and json.loads(text.removeprefix("got ")) == body
 
 
+@pytest.mark.slow
 def test_the_shell_host_asks_http_from_the_host_with_these_commands(http_server, tmp_path):
     # LocalHost answers HTTP itself; ShellHost's own versions (those of ssh) run the commands above
     from launchlab.hosts.shell import ShellHost
@@ -125,6 +126,7 @@ def test_host_facts_print_each_section_under_its_mark():
     assert commands.host_facts(only=("topo",)) == f"echo {shlex.quote(commands.SECTION_MARK + 'topo')}; nvidia-smi topo -m 2>&1"
 
 
+@pytest.mark.slow
 def test_interpreter_commands_quote_the_interpreter_and_print_one_json_line(tmp_path):
     assert commands.interpreter_facts("/opt/my py/bin/python3").startswith("'/opt/my py/bin/python3' -c ")
     assert shlex.split(commands.package_integrity("python3", TRAP))[-1] == TRAP

@@ -201,6 +201,7 @@ def test_a_local_host_lists_the_kits_tagged_processes_from_proc_as_the_shells_li
     assert reaper.of_run(host, "old-run") == []
 
 
+@pytest.mark.slow
 def test_a_server_whose_setsid_runs_late_is_started_not_refused(tmp_path, monkeypatch):
     # on a busy host the pid is printed before the child has run setsid: the group check waits for it (the overhead
     # bench once lost a run to "not leading its own process group" under full load)

@@ -277,6 +277,7 @@ def test_a_run_is_never_run_again_over_its_raw_files(small_params, tmp_path):
     assert first.status == "ready"
 
 
+@pytest.mark.slow
 def test_a_host_without_nvidia_smi_is_refused_before_anything_is_launched(tmp_path):
     path = write_params(tmp_path, f"""\
 experiment: no-smi
@@ -296,6 +297,7 @@ server:
     assert not list((tmp_path / "out").rglob("processes.json"))
 
 
+@pytest.mark.slow
 def test_sampler_none_runs_without_nvidia_smi_and_the_report_says_there_is_no_trace(tmp_path):
     import pandas as pd
 

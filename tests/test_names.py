@@ -259,6 +259,7 @@ HOSTILE_PARTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(HOSTILE_PARTS))
 def test_validate_refuses_a_name_ending_in_a_newline_naming_the_file_and_field(tmp_path, name):
     part, text, shown, field = HOSTILE_PARTS[name]
@@ -269,6 +270,7 @@ def test_validate_refuses_a_name_ending_in_a_newline_naming_the_file_and_field(t
     assert str(path) in proc.stderr and f": {field}: " in proc.stderr and shown in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_the_same_files_with_plain_names_validate(tmp_path):
     path = write_params(tmp_path, "".join(VALID_PARTS.values()), "plain.yaml")
     proc = subprocess.run([*LAUNCHLAB, "validate", str(path)], capture_output=True, text=True, timeout=120)

@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -215,6 +216,7 @@ def test_mutated_bytes_read_from_a_file_are_valid_or_a_params_error(text, junk, 
         check(exp)
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=6)
 @given(text=mutated_text())
 def test_the_cli_validates_fuzzed_files_with_exit_0_or_2_and_no_traceback(text):

@@ -64,6 +64,7 @@ def test_a_directory_is_a_params_error(tmp_path):
 
 @pytest.mark.parametrize("deep", ["[" * 20_000 + "]" * 20_000, "{a: " * 20_000 + "1" + "}" * 20_000],
                          ids=["lists", "mappings"])
+@pytest.mark.slow
 def test_20000_deep_nesting_is_refused_without_a_recursion_error(tmp_path, deep):
     [problem] = problems_of(tmp_path, DEMO_TEXT + f"question: {deep}\n")
     assert "line 31" in problem and f"deeper than {yamlfile.MAX_DEPTH} levels" in problem
@@ -145,6 +146,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["deep", "bomb", "binary"])
 def test_validate_refuses_hostile_files_with_exit_2_and_no_traceback(tmp_path, case):
     path = tmp_path / "exp.yaml"

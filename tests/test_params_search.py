@@ -88,6 +88,7 @@ def test_a_search_larger_than_the_run_limit_is_refused_before_it_starts():
     assert "search" in problem and "more than the limit of 10,000" in problem
 
 
+@pytest.mark.slow
 def test_validate_prints_the_most_runs_the_search_can_take():
     res = subprocess.run([*LAUNCHLAB, "validate", str(ROOT / "params/demo-threshold.yaml")], capture_output=True,
                          text=True, timeout=60)
@@ -96,12 +97,14 @@ def test_validate_prints_the_most_runs_the_search_can_take():
     assert "at most 9 probes × 1 repetition(s) per stratum = at most 18 runs" in res.stdout
 
 
+@pytest.mark.slow
 def test_only_and_repetitions_are_refused_for_a_search_with_why(tmp_path):
     res = subprocess.run([*LAUNCHLAB, "run", str(ROOT / "params/demo-threshold.yaml"), "--dry-run", "--only", "on"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "do not apply to a threshold search" in res.stderr
 
 
+@pytest.mark.slow
 def test_a_dry_run_shows_the_first_round_and_the_most_runs():
     res = subprocess.run([*LAUNCHLAB, "run", str(ROOT / "params/demo-threshold.yaml"), "--dry-run"],
                          capture_output=True, text=True, timeout=60)

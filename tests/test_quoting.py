@@ -5,6 +5,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,7 @@ def launch_and_read(host: LocalHost, folder: Path, argv: list[str], env: dict[st
     return json.loads((folder / "seen.json").read_text())
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(flag_value=VALUE, env_value=VALUE)
 def test_any_value_reaches_the_server_byte_for_byte_and_runs_nothing(tmp_path, flag_value, env_value):

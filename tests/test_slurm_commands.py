@@ -159,6 +159,7 @@ def test_sacct_output_without_the_jobs_line_reads_as_nothing_known():
     assert cmd.parse_accounting(SACCT_LINES["completed"].replace("4242|", "4242_1|", 1), 4242) is None  # an array task
 
 
+@pytest.mark.slow
 def test_the_job_runs_the_provenance_commands_on_its_node_before_its_server_and_keeps_what_each_printed(tmp_path):
     import subprocess
 

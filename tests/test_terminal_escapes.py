@@ -54,6 +54,7 @@ def test_parse_json_holds_the_message_without_the_escape_sequences(hostile_log):
     assert message.startswith("RuntimeError: Not enough memory") and "\x1b" not in message and "boom" not in message
 
 
+@pytest.mark.slow
 def test_validate_shows_an_escape_in_a_refused_name(tmp_path):
     path = write_params(tmp_path, """\
 experiment: esc

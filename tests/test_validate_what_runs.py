@@ -11,6 +11,8 @@ import pytest
 from conftest import LAUNCHLAB, write_params
 from launchlab.hosts import sim, sim_spec
 
+pytestmark = pytest.mark.slow  # each test runs the CLI (a process)
+
 BASE = """\
 experiment: counts
 hosts:
