@@ -11,10 +11,10 @@ import pytest
 
 from launchlab import kernels, notebooks
 
+pytestmark = pytest.mark.slow  # real kernels
+
 PROBE = """\
 import os, sys
-
-pytestmark = pytest.mark.slow  # real kernels
 print(json.dumps({"pid": os.getpid(), "cwd": os.getcwd(), "left": "left_by_earlier" in globals(),
                   "preloaded": "launchlab.runview" in sys.modules}))
 left_by_earlier = True
