@@ -61,6 +61,18 @@ def test_every_notebook_gets_a_fresh_kernel_started_ahead_and_none_outlives_the_
     assert not any(os.path.exists(f) for f in files), "connection files removed"
 
 
+def test_the_last_notebook_of_a_worker_leaves_no_spare_started_for_nothing(probe, tmp_path):
+    queued = ["one more"]
+    with kernels.RunKernels(notebooks.notebooks_dir(), more=lambda: bool(queued)) as pool:
+        notebooks.execute(str(probe), tmp_path / "first.ipynb", {}, pool)
+        assert pool.spare is not None, "a run is queued: its kernel starts while this one runs"
+        queued.clear()
+        notebooks.execute(str(probe), tmp_path / "last.ipynb", {}, pool)
+        assert pool.spare is None, "no run follows: no kernel is started for it"
+    first, last = seen(tmp_path / "first.ipynb"), seen(tmp_path / "last.ipynb")
+    assert first["pid"] != last["pid"] and last["preloaded"], "the last notebook ran in the spare started for it"
+
+
 def test_a_spare_that_died_while_it_waited_is_replaced_by_one_started_for_the_notebook(probe, tmp_path):
     with kernels.RunKernels(notebooks.notebooks_dir()) as pool:
         notebooks.execute(str(probe), tmp_path / "first.ipynb", {}, pool)

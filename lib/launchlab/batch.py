@@ -271,7 +271,8 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
     def worker(name: str, slot: int) -> None:
         gpus = slots[name][slot]
         try:
-            with kernels.RunKernels(notebooks.notebooks_dir()) as pool:  # the next run's kernel starts meanwhile
+            # the next run's kernel starts meanwhile, while this host still has runs queued
+            with kernels.RunKernels(notebooks.notebooks_dir(), more=lambda: bool(queues[name]) and not stop.is_set()) as pool:
                 while (run := next_run(name, slot)) is not None:
                     try:
                         notebooks.run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus, pool,

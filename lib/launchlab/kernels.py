@@ -14,6 +14,7 @@ the ask costs 0.2–0.3 s, and about one kernel in ten leaves it unanswered unti
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,11 +45,13 @@ class RunKernel(AsyncKernelManager):
 
 class RunKernels:
     """One batch worker's kernels: `take` gives a started kernel (the spare, when it is alive) and starts the next
-    spare in the background; `release` stops a used one in the background; `close` stops the spare and waits until
-    every kernel is gone. Not shared between threads: each worker has its own."""
+    spare in the background — only while `more()` says another run may follow, so the last run of a worker leaves
+    no kernel started for nothing; `release` stops a used one in the background; `close` stops the spare and waits
+    until every kernel is gone. Not shared between threads: each worker has its own."""
 
-    def __init__(self, cwd: Path):
+    def __init__(self, cwd: Path, more: Callable[[], bool] = lambda: True):
         self.cwd = cwd
+        self.more = more
         self.starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spare-kernel")
         self.stopper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="used-kernel")
         self.spare: Future | None = None
@@ -77,7 +80,7 @@ class RunKernels:
                 self.release(kernel)
                 kernel = None
         kernel = kernel or self._start()
-        self.spare = self.starter.submit(self._start)
+        self.spare = self.starter.submit(self._start) if self.more() else None
         return kernel
 
     def release(self, kernel: RunKernel) -> None:
