@@ -4,7 +4,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import LAUNCHLAB, ROOT, processes_using
+from conftest import LAUNCHLAB, ROOT
 
 pytestmark = pytest.mark.slow
 def test_the_run_directory_has_the_documented_layout(demo_run):
@@ -156,32 +155,6 @@ def test_the_run_notebook_runs_with_its_defaults(demo_env, tmp_path):
     summary = json.dumps(json.loads((tmp_path / "summary.ipynb").read_text())["cells"])
     assert "1 of 8 planned runs finished" in summary and "Inconclusive" in summary
     assert "missing" in summary
-
-
-def test_ctrl_c_stops_the_batch_and_leaves_nothing_running(demo_env, tmp_path):
-    _, env = demo_env
-    env = {**env, "LAUNCHLAB_SIM_ROOT": str(tmp_path / "sim")}
-    params = tmp_path / "slow.yaml"
-    params.write_text((ROOT / "params/demo.yaml").read_text().replace("weights_gib_per_rank: 70.0",
-                                                                       "weights_gib_per_rank: 70.0\n    pace: 5.0"))
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(params), "--out", str(tmp_path / "out")], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    processes = None
-    while time.monotonic() < deadline and processes is None:
-        for candidate in (tmp_path / "out").glob("*/*/runs/*/processes.json"):
-            if "server" in candidate.read_text():
-                processes = candidate
-        time.sleep(0.2)
-    assert processes is not None, "the first run never started its server"
-    time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
-    assert "interrupted" in err
-    status = json.loads((processes.parent / "status.json").read_text())
-    assert status["status"] == "error" and "interrupted" in status["failure_message"]
-    assert processes_using(str(tmp_path / "sim")) == []
 
 
 def test_resume_skips_finished_runs_and_repeats_the_rest(small_params, tmp_path):

@@ -130,6 +130,8 @@ def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_wait
         assert recovery.leftovers(host) == []
         host.close()
         assert first.poll() is None, "the first batch ended before the third could wait for it: make it slower"
+        state["pace"] = 0.3  # the first batch's server has read its pace; the third's need not be slow
+        state_file.write_text(json.dumps(state))
         waiter = subprocess.run([*LAUNCHLAB, "run", str(ssh_params(tmp_path, sshd, "third")), "--out",
                                  str(tmp_path / "o3"), "--wait"], capture_output=True, text=True, timeout=600)
         assert waiter.returncode == 0, waiter.stderr[-3000:]
@@ -150,7 +152,9 @@ def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_wait
 @pytest.mark.slow
 def test_two_demos_on_one_machine_at_once_both_finish_with_the_demo_verdict(tmp_path):
     env = {**os.environ, "LAUNCHLAB_SIM_ROOT": str(tmp_path / "sim")}
-    procs = [subprocess.Popen([*LAUNCHLAB, "run", str(ROOT / "params/demo.yaml"), "--out", str(tmp_path / f"out{i}")],
+    # one repetition: what is checked is two batches at once, and the demo's design decides as well with 4 runs
+    procs = [subprocess.Popen([*LAUNCHLAB, "run", str(ROOT / "params/demo.yaml"), "--out", str(tmp_path / f"out{i}"),
+                               "--repetitions", "1"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
              for i in (1, 2)]
     results = [p.communicate(timeout=900) for p in procs]
