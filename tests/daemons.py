@@ -56,14 +56,17 @@ def owner_alive(folder: Path) -> bool:
 
 
 def naming(folder: Path) -> list[int]:
-    """Live processes (not this one) whose command line or environment names a path inside folder."""
+    """Live processes (not this one) whose command line or environment names a path inside folder. A shell's
+    PWD and OLDPWD do not count: an engineer's shell looking at a session's files is not the session's."""
     needle = (str(folder).rstrip("/") + "/").encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            blob = (entry / "cmdline").read_bytes() + b"\0" + (entry / "environ").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            blob = b"\0".join([(entry / "cmdline").read_bytes(),
+                               *(v for v in environ if not v.startswith((b"PWD=", b"OLDPWD=")))])
         except OSError:
             continue
         if needle in blob and _start_time(int(entry.name)) is not None:

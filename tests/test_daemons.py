@@ -85,11 +85,15 @@ def test_the_sweep_stops_what_a_dead_sessions_folder_names_and_spares_a_live_one
         (folder / daemons.OWNER).write_text(f"{owner} {daemons._start_time(owner)}\n")
     sleepers = {folder: subprocess.Popen(["sleep", "300"], env={"MARK": str(folder / "box")})
                 for folder in (dead, live)}
+    # an engineer's shell whose working folder is in the dead session's folder is not the session's
+    onlooker = subprocess.Popen(["sleep", "300"], env={"PWD": str(dead / "box"), "OLDPWD": str(dead)})
+    sleepers[tmp_path] = onlooker
     try:
         stopped = daemons.sweep(tmp_path)
         sleepers[dead].wait(timeout=10)
         assert stopped == {dead: [sleepers[dead].pid]}
         assert sleepers[live].poll() is None, "a live session's process was stopped"
+        assert onlooker.poll() is None, "a process that only stands in the folder was stopped"
     finally:
         for proc in sleepers.values():
             proc.kill()
