@@ -38,6 +38,24 @@ def processes_using(marker: str) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below pid (children, their children, …), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry.name))
+    found, frontier = [], [pid]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
 @pytest.fixture
 def sim_root(tmp_path, monkeypatch) -> Path:
     """A private simulated-box folder and outputs folder; fails the test if a process it started survives."""

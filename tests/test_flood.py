@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHLAB, write_params
+from conftest import LAUNCHLAB, descendants, write_params
 from launchlab.keptlog import HEAD_BYTES, TAIL_BYTES
 from launchlab.logparse.common import LINE_BYTES
 
@@ -35,23 +35,6 @@ raise RuntimeError("flooded: the simulated server gives up")
 """
 
 
-def descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry.name))
-    found, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        found.add(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
 class PeakMemory(threading.Thread):
     """The highest VmHWM (peak resident memory) of a process and its descendants that are the kit's (the flooding
     server is left out: it is the server, not the kit), sampled every 50 ms until stopped."""
@@ -62,7 +45,7 @@ class PeakMemory(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(0.05):
-            for pid in descendants(self.pid):
+            for pid in (self.pid, *descendants(self.pid)):
                 try:
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
                     status = Path(f"/proc/{pid}/status").read_text()

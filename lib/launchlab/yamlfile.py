@@ -123,23 +123,21 @@ class _StrictLoader(yaml.SafeLoader):
             )
             return node.value
         if not _DECIMAL_INT.fullmatch(node.value):  # 0x2, 0b10, 1:30 (base 60), 1_000: YAML 1.1 only
-            number = super().construct_yaml_int(node)
-            self.problems.append(YamlProblem(
-                node.start_mark.line + 1,
-                f"`{_clip(node.value)}` is read as the number {number} by YAML 1.1 (hex, binary, base 60 or "
-                f"underscores); write {number} in decimal, or quote it (\"{_clip(node.value)}\") if you mean text"))
-            return node.value
+            return self._yaml11_number(node, super().construct_yaml_int(node), "hex, binary, base 60 or underscores")
         return super().construct_yaml_int(node)
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> Any:
         if _YAML11_FLOAT.fullmatch(node.value):
-            number = super().construct_yaml_float(node)
-            self.problems.append(YamlProblem(
-                node.start_mark.line + 1,
-                f"`{_clip(node.value)}` is read as the number {number} by YAML 1.1 (base 60 or underscores); write "
-                f"{number} in decimal, or quote it (\"{_clip(node.value)}\") if you mean text"))
-            return node.value
+            return self._yaml11_number(node, super().construct_yaml_float(node), "base 60 or underscores")
         return super().construct_yaml_float(node)
+
+    def _yaml11_number(self, node: yaml.ScalarNode, number: float, forms: str) -> str:
+        """A number only YAML 1.1 reads as one: a problem saying how to write it, and the text kept meanwhile."""
+        self.problems.append(YamlProblem(
+            node.start_mark.line + 1,
+            f"`{_clip(node.value)}` is read as the number {number} by YAML 1.1 ({forms}); write {number} in decimal, "
+            f"or quote it (\"{_clip(node.value)}\") if you mean text"))
+        return node.value
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         if not isinstance(node, yaml.MappingNode):  # `!!set a`: let PyYAML say "expected a mapping node"

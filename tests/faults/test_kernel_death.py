@@ -10,29 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHLAB, processes_using
+from conftest import LAUNCHLAB, descendants, processes_using
 from launchlab import batch, nodes, params, recovery, rundir
 from launchlab.hosts import commands, connect
 from launchlab.plan import make_plan
 
 pytestmark = pytest.mark.slow
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry.name))
-    found, frontier = [], [pid]
-    while frontier:
-        for child in children.get(frontier.pop(), []):
-            found.append(child)
-            frontier.append(child)
-    return found
 
 
 def kernel_of(batch_pid: int) -> int | None:
