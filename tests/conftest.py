@@ -56,6 +56,21 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+@pytest.fixture(scope="session", autouse=True)
+def host_locks(tmp_path_factory):
+    """The host locks of real transports (ssh, Slurm over ssh) in a folder of this session's worker, not the
+    machine's /tmp/launchlab-locks: pytest-xdist workers run batches on the same loopback host at once, and a
+    developer's own batches must neither block the tests nor be blocked by them."""
+    folder = tmp_path_factory.mktemp("locks")
+    previous = os.environ.get("LAUNCHLAB_LOCK_DIR")
+    os.environ["LAUNCHLAB_LOCK_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("LAUNCHLAB_LOCK_DIR", None)
+    else:
+        os.environ["LAUNCHLAB_LOCK_DIR"] = previous
+
+
 @pytest.fixture
 def sim_root(tmp_path, monkeypatch) -> Path:
     """A private simulated-box folder and outputs folder; fails the test if a process it started survives."""
