@@ -1,10 +1,12 @@
 """The verdict answers the experiment's question where the measurements allow — on the real H200 run directory
 of examples/ ("how much GPU memory at 0.5 vs 0.9?") — and report.md prints no Python None."""
 
+import dataclasses
 import shutil
 
 from conftest import ROOT
 from launchlab import answer, reportmd
+from launchlab.verdictrecord import Effect
 
 H200 = ROOT / "examples" / "h200-transformers-kv" / "20261129-232709"
 
@@ -24,12 +26,12 @@ def test_the_h200_verdict_answers_how_much_memory_each_memory_percent_took(tmp_p
 
 
 def test_a_question_about_nothing_measured_gets_no_answer_section():
-    effects = [{"factor": "a", "level": "2", "metric": "peak_mem_used_mib", "mean": 2048.0, "baseline_mean": 1024.0,
-                "diff": 1024.0, "ratio": 2.0, "n": 3, "baseline_n": 3, "strata": ["alone"], "signs_disagree": False}]
+    effects = [Effect(factor="a", level="2", metric="peak_mem_used_mib", mean=2048.0, baseline_mean=1024.0, sd=0.0,
+                      diff=1024.0, ratio=2.0, n=3, baseline_n=3, strata=["alone"], signs_disagree=False)]
     assert answer.markdown("Which flag makes the launch fail?", effects, {"a": "1"}) == ""
     assert answer.markdown("", effects, {"a": "1"}) == ""
     said = answer.markdown("How much memory does a=2 take?", effects, {"a": "1"})
     assert "`a=2` 2.0 GiB vs `a=1` 1.0 GiB (+1.0 GiB, 2.00×; n=3 vs 3)" in said
-    disagreeing = [{**effects[0], "signs_disagree": True}]
+    disagreeing = [dataclasses.replace(effects[0], signs_disagree=True)]
     assert answer.markdown("How much memory does a=2 take?", disagreeing, {"a": "1"}) == "", \
         "an effect whose sign differs between strata is not summed up in one line"

@@ -127,7 +127,7 @@ def test_a_log_that_ends_during_weight_loading_has_an_unknown_outcome_and_is_lef
     assert record.failure_message.startswith("unknown: the log ends during weight loading")
     frames.write(run_dir, frames.build(run_dir, params.load(rundir.RunDir(run_dir).experiment_file)))
     verdict = reportmd.write_verdict(run_dir)
-    assert [r["why"] for r in verdict["excluded_runs"]] == ["outcome unknown"] and not verdict["conclusive"]
+    assert [r["why"] for r in verdict.excluded_runs] == ["outcome unknown"] and not verdict.conclusive
 
 
 def test_a_file_that_cannot_be_read_is_named_with_the_reason_and_nothing_is_written(tmp_path):
@@ -197,7 +197,7 @@ def test_an_nvidia_smi_table_gives_the_gpu_model_and_a_different_one_is_a_confou
     assert names[0][0]["name"] == "NVIDIA H200" and names[1][0]["name"] == "NVIDIA GeForce RTX 5090"
     frames.write(run_dir, frames.build(run_dir, params.load(directory.experiment_file)))
     verdict = reportmd.write_verdict(run_dir)
-    assert any(c["kind"] == "gpu" and "GPU model differs" in c["detail"] for c in verdict["confounds"])
+    assert any(c.kind == "gpu" and "GPU model differs" in c.detail for c in verdict.confounds)
 
 
 # --- real logs ----------------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from launchlab import nbcheck
 DESIGN_CARD = {"jupyterlab", "papermill", "nbconvert", "ipykernel", "pandas", "pyarrow", "matplotlib", "fabric",
                "pydantic", "pyyaml", "regex",  # regex: params patterns searched with a timeout (logparse/patterns.py)
                "ahocorasick-rs",  # the log parsers' anchors searched at grep's speed (logparse/common.py, issue 12)
-               "jsonschema"}  # held below 4.25: its rfc3987-syntax costs ~3 s at every nbformat import (issue 22)
+               "jsonschema",  # held below 4.25: its rfc3987-syntax costs ~3 s at every nbformat import (issue 22)
+               "scipy"}  # the verdict's exact tests and intervals (issue 24)
 
 
 def _name(requirement: str) -> str:

@@ -250,4 +250,10 @@ def test_a_level_that_claims_custom_ar_off_but_does_not_disable_it_is_a_contradi
     assert any(c["kind"] == "level" and c["runs"] == ["01_custom_ar-off_rep1"] for c in v["confounds"])
     [on] = [c for c in v["level_checks"] if (c["level"], c["check"]) == ("on", "custom all-reduce active")]
     assert on["runs_confirmed"] == ["02_custom_ar-on_rep1"]
-    assert "A level did not take effect" in (run_dir / "report.md").read_text()
+    # its runs leave the factor's comparisons: with nothing left of "off", custom_ar is undetermined, not neutral,
+    # and no custom_ar effect is computed from a run that did not have its level
+    assert v["factors"]["custom_ar"]["status"] == "undetermined" and v["neutral_factors"] == []
+    assert not [e for e in v["effects"] if e["factor"] == "custom_ar"]
+    assert "01_custom_ar-off_rep1" in v["factors"]["custom_ar"]["summary"]
+    report = (run_dir / "report.md").read_text()
+    assert "A level did not take effect" in report and "left out of that factor's comparisons" in report

@@ -14,6 +14,7 @@ import math
 import pandas as pd
 
 from launchlab.logparse.common import rank_order
+from launchlab.verdictrecord import DECIDING, Decision
 
 STATUSES = ("ready", "failed", "timeout", "degraded", "error")
 VALID_STATUSES = ("ready", "failed", "timeout", "degraded")  # what the server did; `error` is the kit's
@@ -22,6 +23,7 @@ MEMORY_FIELDS = ("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib"
 MISSING, INTERRUPTED, KIT_ERROR = "missing", "interrupted", "kit error"
 UNKNOWN_OUTCOME = "outcome unknown"  # an imported log that ends before the server was ready or failed
 MISFILED = "misfiled"  # an imported log whose server ran other levels than it was filed under
+CONTRADICTED = "level contradicted"  # for one factor: the server's log shows another level than the run's
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -72,9 +74,12 @@ def _tally(rows: pd.DataFrame) -> str:
     for kind, group in rows.groupby("invalid_kind", sort=False):
         n = len(group)
         noun = {KIT_ERROR: "kit error", INTERRUPTED: "interrupted run", MISSING: "missing run",
-                UNKNOWN_OUTCOME: "imported log of unknown outcome", MISFILED: "misfiled imported log"}[kind]
+                UNKNOWN_OUTCOME: "imported log of unknown outcome", MISFILED: "misfiled imported log",
+                CONTRADICTED: "run of another level"}[kind]
         text = f"{n} {noun}{'s' if n != 1 else ''}"
-        if kind in (KIT_ERROR, UNKNOWN_OUTCOME, MISFILED):
+        if kind == CONTRADICTED:
+            text += f" — the server's log shows another level than the run's: {', '.join(group['run_id'])}"
+        elif kind in (KIT_ERROR, UNKNOWN_OUTCOME, MISFILED):
             common = group["invalid_detail"].fillna("").value_counts()
             if len(common) and common.index[0]:
                 text += f" — {common.index[0][:200]}"
@@ -130,30 +135,96 @@ def _level_outcomes(group: pd.DataFrame, factor: str, levels: list[str]) -> dict
     for level in levels:
         runs = group[group[factor] == level]
         valid = runs[runs["valid"]]
-        out[level] = {"planned": len(runs), "valid": len(valid), "ready": int((valid["status"] == "ready").sum()),
-                      "invalid": _tally(runs[~runs["valid"]]) if len(valid) < len(runs) else ""}
+        ready = valid["status"] == "ready"
+        out[level] = {"planned": len(runs), "valid": len(valid), "ready": int(ready.sum()),
+                      "invalid": _tally(runs[~runs["valid"]]) if len(valid) < len(runs) else "",
+                      "runs": list(valid["run_id"]), "odd_runs": _odd_runs(valid, ready)}
     return out
 
 
-def decide(obs: pd.DataFrame, factor: str, factors: list[str]) -> dict:
+def _odd_runs(valid: pd.DataFrame, ready: pd.Series) -> list[dict]:
+    """The repetitions of one level that disagree with the others (the fewer side; on a tie the runs that
+    were not ready), with how each ended: empty when they agree."""
+    n_ready = int(ready.sum())
+    if n_ready in (0, len(valid)):
+        return []
+    odd = valid[ready] if n_ready < len(valid) - n_ready else valid[~ready]
+    reason = odd["failure_reason"] if "failure_reason" in odd else pd.Series(None, odd.index)
+    return [{"run_id": r, "status": s, "reason": why if isinstance(why, str) else None}
+            for r, s, why in zip(odd["run_id"], odd["status"], reason, strict=True)]
+
+
+# the exact test of a decision: ready / not ready per level in one stratum (Fisher's, two-sided)
+SIGNIFICANCE = 0.05
+
+
+def exact_p(ready: int, valid: int, ref_ready: int, ref_valid: int) -> float:
+    from scipy.stats import fisher_exact  # imported here: scipy.stats costs a second, and only verdicts need it
+
+    return float(fisher_exact([[ready, valid - ready], [ref_ready, ref_valid - ref_ready]]).pvalue)
+
+
+def settling_repetitions() -> int:
+    """The fewest repetitions per side at which an all-or-nothing split (n/n ready against 0/n) is significant."""
+    n = 1
+    while exact_p(n, n, 0, n) >= SIGNIFICANCE:
+        n += 1
+    return n
+
+
+def _comparisons(per: dict[str, dict], compared: list[str], reference: str | None) -> list[dict]:
+    """Each compared level against the reference level of the stratum (the baseline's, else the first compared):
+    its counts and Fisher's exact p-value."""
+    if len(compared) < 2:
+        return []
+    ref = reference if reference in compared else compared[0]
+    out = []
+    for level in compared:
+        if level == ref:
+            continue
+        a, b = per[level], per[ref]
+        p = exact_p(a["ready"], a["valid"], b["ready"], b["valid"])
+        out.append({"level": level, "reference": ref, "ready": a["ready"], "valid": a["valid"],
+                    "reference_ready": b["ready"], "reference_valid": b["valid"], "p_value": p,
+                    "significant": p < SIGNIFICANCE})
+    return out
+
+
+def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | None = None,
+           drop: set[str] = frozenset()) -> dict:
     """Whether changing only `factor` changes the share of ready runs, stratum by stratum.
 
     status: `decides` (in every stratum), `decides_in_some` (in some, not in others where it was compared),
-    `neutral` (every level compared in every stratum, never a change), `undetermined` (no change seen, but
-    some level lacks valid runs somewhere, so it may decide there)."""
+    `neutral` (every level compared in every stratum, never a change), `flaky` (the repetitions of a level
+    disagree in some stratum: the data cannot say what that level does there), `undetermined` (no change seen,
+    but some level lacks valid runs somewhere, so it may decide there). Every stratum carries its counts and
+    Fisher's exact test of each level against `reference` (the baseline level); a deciding status carries the
+    weakest of its strata's p-values and the repetitions per side that would make such a split significant.
+    drop: runs that are no observations of this factor (their log contradicts their level)."""
+    if drop:
+        obs = obs.copy()
+        gone = obs["run_id"].isin(drop) & obs["valid"]
+        obs.loc[gone, "valid"] = False
+        obs.loc[gone, "invalid_kind"] = CONTRADICTED
+        obs.loc[gone, "invalid_detail"] = f"the server's log contradicts its {factor} level"
     levels = list(dict.fromkeys(obs[factor]))
     detail = []
     for held, group in strata(obs, factor, factors):
         present = [lv for lv in levels if (group[factor] == lv).any()]
         per = _level_outcomes(group, factor, present)
         compared = [lv for lv in present if per[lv]["valid"]]
+        flaky = [lv for lv in compared if per[lv]["odd_runs"]]
         rates = {lv: per[lv]["ready"] / per[lv]["valid"] for lv in compared}
-        changes = (len(set(rates.values())) > 1) if len(compared) >= 2 else None
-        detail.append({"held": held, "levels": per, "compared": compared, "changes": changes,
-                       "complete": len(compared) == len(present)})
+        changes = (len(set(rates.values())) > 1) if len(compared) >= 2 and not flaky else None
+        detail.append({"held": held, "levels": per, "compared": compared, "changes": changes, "flaky": flaky,
+                       "complete": len(compared) == len(present),
+                       "comparisons": _comparisons(per, compared, reference)})
     changed = [s for s in detail if s["changes"]]
     same = [s for s in detail if s["changes"] is False]
-    if changed and len(changed) == len(detail):
+    flaky = [s for s in detail if s["flaky"]]
+    if flaky:
+        status = "flaky"
+    elif changed and len(changed) == len(detail):
         status = "decides"
     elif changed:
         status = "decides_in_some"
@@ -162,7 +233,9 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str]) -> dict:
     else:
         status = "undetermined"
     where = [_label(s["held"]) for s in changed]
-    if status == "decides_in_some":
+    if status == "flaky":
+        summary = f"{factor} is flaky: its repetitions disagree " + "; ".join(_flaky_why(factor, s) for s in flaky)
+    elif status == "decides_in_some":
         summary = f"{factor} decides the launch only at {', '.join(where)}"
         if same:
             summary += f" (not at {', '.join(_label(s['held']) for s in same)})"
@@ -173,7 +246,44 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str]) -> dict:
         summary = f"{factor} does not change the launch outcome"
     else:
         summary = f"{factor} is undetermined: " + _undetermined_why(factor, detail)
-    return {"factor": factor, "status": status, "summary": summary, "strata": detail}
+    deciding = [c for s in changed for c in s["comparisons"] if _rate(c) != _rate(c, "reference_")]
+    p = max((c["p_value"] for c in deciding), default=None)
+    runs = [r for s in detail for lv in s["compared"] for r in s["levels"][lv]["runs"]]
+    return {"factor": factor, "status": status, "summary": summary, "strata": detail, "runs": runs,
+            "p_value": p, "significant": None if p is None else p < SIGNIFICANCE,
+            "repetitions_to_settle": settling_repetitions() if p is not None and p >= SIGNIFICANCE else None}
+
+
+def _rate(c: dict, side: str = "") -> float:
+    return c[f"{side}ready"] / c[f"{side}valid"]
+
+
+def _flaky_why(factor: str, stratum: dict) -> str:
+    where = f" at {_label(stratum['held'])}" if stratum["held"] else ""
+    parts = []
+    for level in stratum["flaky"]:
+        per = stratum["levels"][level]
+        odd = ", ".join(f"{o['run_id']} {o['status']}" + (f" ({o['reason']})" if o["reason"] else "")
+                        for o in per["odd_runs"])
+        parts.append(f"{factor}={level}: {per['ready']}/{per['valid']} ready, the odd run(s): {odd}")
+    return where.strip() + (": " if where else "") + "; ".join(parts)
+
+
+def confounded(decision: dict, found: list[dict]) -> dict:
+    """A decision whose runs a confound touches says nothing for sure: it becomes `confounded`, naming what
+    touched it and what it would have said."""
+    if decision["status"] not in ("decides", "decides_in_some", "neutral"):
+        return decision
+    rests_on = set(decision["runs"])
+    hits = [c for c in found if rests_on & set(c["runs"])]
+    if not hits:
+        return decision
+    runs = sorted(rests_on & {r for c in hits for r in c["runs"]})
+    kinds = ", ".join(dict.fromkeys(c["kind"] for c in hits))
+    summary = (f"{decision['factor']} is confounded: {kinds} confound(s) touch runs it rests on ({', '.join(runs)}); "
+               f"without them it would read: {decision['summary']}")
+    return {**decision, "status": "confounded", "summary": summary, "would_be": decision["status"],
+            "confounded_runs": runs}
 
 
 def _undetermined_why(factor: str, detail: list[dict]) -> str:
@@ -197,18 +307,14 @@ def _undetermined_why(factor: str, detail: list[dict]) -> str:
 
 def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
     """For each factor: does changing only its level change the share of ready runs, the others held fixed?
-    `changes_launch_outcome` is True where it does in at least one stratum (see `status`)."""
+    `changes_launch_outcome` is True where it does in at least one stratum (see `status`). The verdict's own
+    decisions (with level checks and confounds applied) are in verdict.build."""
     obs = observations(runs, factors, planned)
     rows = []
     for factor in factors:
         d = decide(obs, factor, factors)
-        evidence = []
-        for s in d["strata"]:
-            levels = "; ".join(f"{lv}: {p['ready']}/{p['valid']} ready" + (f" ({p['invalid']})" if p["invalid"] else "")
-                               for lv, p in s["levels"].items())
-            evidence.append(f"[{_label(s['held'])}] {levels}")
-        rows.append({"factor": factor, "changes_launch_outcome": d["status"] in ("decides", "decides_in_some"),
-                     "status": d["status"], "summary": d["summary"], "evidence": " | ".join(evidence)})
+        rows.append({"factor": factor, "changes_launch_outcome": d["status"] in DECIDING, "status": d["status"],
+                     "summary": d["summary"], "evidence": Decision.from_json(d).counts()})
     return pd.DataFrame(rows, columns=["factor", "changes_launch_outcome", "status", "summary", "evidence"])
 
 
@@ -279,26 +385,45 @@ def _pooled_sd(groups: list[pd.Series]) -> float | None:
 
 
 def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
-                   planned: list[dict] | None = None) -> list[dict]:
+                   planned: list[dict] | None = None, drop: dict[str, set[str]] | None = None) -> list[dict]:
     """For each factor level other than the baseline's and each metric: the level's valid runs against the
     valid runs at the baseline level, within each stratum (the other factors held at one combination) where
     both sides have a value. Per-stratum differences are combined by their unweighted mean; `mean` and
     `baseline_mean` are the means of the per-stratum means, `n` / `baseline_n` count the values compared,
-    `sd` is the within-stratum (pooled) sd of the level's values."""
+    `sd` is the within-stratum (pooled) sd of the level's values. With two or more values per side, `ci_low`
+    / `ci_high` are the 95 % t-interval of the matched differences (a level's run against the baseline's run
+    of the same repetition in the same stratum, scipy.stats.ttest_1samp); with one, `values` and
+    `baseline_values` are the single values and there is no interval.
+    drop: per factor, runs that are no observations of it (their log contradicts their level)."""
     obs = observations(runs, factors, planned)
     valid = obs[obs["valid"]]
     table = valid.set_index("run_id")[factors].join(run_metrics(valid, events))
     effects = []
     for factor in factors:
         others = [f for f in factors if f != factor]
+        mine = table.drop(index=[r for r in (drop or {}).get(factor, ()) if r in table.index])
         for level in dict.fromkeys(obs[factor]):
             if level == baseline[factor]:
                 continue
             for metric in EFFECT_METRICS:
-                effect = _matched(table, factor, level, baseline[factor], others, metric)
+                effect = _matched(mine, factor, level, baseline[factor], others, metric)
                 if effect is not None:
                     effects.append(effect)
     return effects
+
+
+def _interval(diffs: list[float]) -> tuple[float | None, float | None]:
+    """The 95 % t-interval of the mean of matched differences; (d, d) when they are all equal."""
+    import warnings
+
+    from scipy.stats import ttest_1samp
+
+    if len(set(diffs)) == 1:
+        return diffs[0], diffs[0]  # no spread: the t-interval is the point (scipy warns of precision loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ci = ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    return float(ci.low), float(ci.high)
 
 
 def _matched(table: pd.DataFrame, factor: str, level: str, base: str, others: list[str], metric: str) -> dict | None:
@@ -316,12 +441,20 @@ def _matched(table: pd.DataFrame, factor: str, level: str, base: str, others: li
     base_mean = sum(c.mean() for _, _, c in used) / len(used)
     diffs = [t.mean() - c.mean() for _, t, c in used]
     values = pd.concat([t for _, t, _ in used])
+    base_values = pd.concat([c for _, _, c in used])
+    pairs = [float(a - b) for _, t, c in used for a, b in zip(t, c, strict=False)]
+    low = high = None
+    if min(len(values), len(base_values)) >= 2 and len(pairs) >= 2:
+        low, high = _interval(pairs)
     return {"factor": factor, "level": level, "baseline_level": base, "metric": metric,
             "n": int(len(values)), "mean": mean, "sd": _pooled_sd([t for _, t, _ in used]),
             "min": values.min(), "max": values.max(),
-            "baseline_n": int(sum(len(c) for _, _, c in used)), "baseline_mean": base_mean,
+            "baseline_n": int(len(base_values)), "baseline_mean": base_mean,
             "baseline_sd": _pooled_sd([c for _, _, c in used]),
             "diff": mean - base_mean, "ratio": mean / base_mean if base_mean else None,
+            "ci_low": low, "ci_high": high, "pairs": len(pairs),
+            "values": [float(v) for v in values] if len(values) == 1 else None,
+            "baseline_values": [float(v) for v in base_values] if len(base_values) == 1 else None,
             "strata": [_label(h) for h, _, _ in used],
             "stratum_diffs": [{"stratum": _label(h), "n": int(len(t)), "baseline_n": int(len(c)),
                                "diff": float(t.mean() - c.mean())} for h, t, c in used],
@@ -329,22 +462,22 @@ def _matched(table: pd.DataFrame, factor: str, level: str, base: str, others: li
 
 
 def effect_warnings(effects: list[dict]) -> list[str]:
-    """What to do when n is too small, the spread too large, or strata disagree (one line per level)."""
-    small: dict[str, tuple[int, list[str]]] = {}
+    """What to do when n is too small, the spread too large, or strata disagree (one line per level, each
+    metric with its own n)."""
+    small: dict[str, list[str]] = {}
     warnings = []
     for e in effects:
         where = f"{e['factor']}={e['level']} vs {e['baseline_level']}"
-        n = min(e["n"], e["baseline_n"])
         if e.get("signs_disagree"):
             parts = ", ".join(f"{d['diff']:+,.4g} at {d['stratum']}" for d in e["stratum_diffs"])
             warnings.append(f"{where}, {e['metric']}: the effect changes sign between strata ({parts}); it depends "
                             "on the other factors — read it per stratum, not as one number")
-        if n < SMALL_N:
-            small.setdefault(where, (n, []))[1].append(e["metric"])
+        if min(e["n"], e["baseline_n"]) < SMALL_N:
+            small.setdefault(where, []).append(f"{e['metric']} n={e['n']} vs {e['baseline_n']}")
         elif e["sd"] and e["mean"] and e["sd"] / abs(e["mean"]) > LARGE_SPREAD:
             warnings.append(f"{where}, {e['metric']}: the spread (sd {e['sd']:.3g}) is over {LARGE_SPREAD:.0%} of the "
                             "mean; look for a confound (other processes, thermal state) before trusting the difference")
-    for where, (n, metrics) in small.items():
-        warnings.append(f"{where}: only n={n} runs per side ({', '.join(metrics)}); too few to tell a small "
-                        f"difference from run-to-run noise — raise `repetitions:` to {SMALL_N} or more")
+    for where, metrics in small.items():
+        warnings.append(f"{where}: few runs per side ({', '.join(metrics)}); too few to tell a small difference from "
+                        f"run-to-run noise — raise `repetitions:` to {SMALL_N} or more")
     return sorted(warnings)

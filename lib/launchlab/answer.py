@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 
 from launchlab.escaping import md, md_code
+from launchlab.verdictrecord import Effect
 
 
 def _gib(mib: float) -> str:
@@ -29,9 +30,9 @@ TOPICS: tuple[tuple[re.Pattern[str], str, str, Callable[[float], str], Callable[
 )
 
 
-def answer_lines(question: str | None, effects: list[dict], baseline_levels: dict[str, str]) -> list[str]:
-    """One Markdown line per factor level and asked-for metric; empty when the question asks for nothing the
-    effects measured."""
+def answer_lines(question: str | None, effects: list[Effect], baseline_levels: dict[str, str]) -> list[str]:
+    """One Markdown line per factor level and asked-for metric, with its 95 % interval where both sides have two
+    or more runs; empty when the question asks for nothing the effects measured."""
     if not question:
         return []
     lines = []
@@ -39,19 +40,21 @@ def answer_lines(question: str | None, effects: list[dict], baseline_levels: dic
         if not asks.search(question):
             continue
         for e in effects:
-            if e["metric"] != metric or e["mean"] is None or e["baseline_mean"] is None or e.get("signs_disagree"):
+            if e.metric != metric or e.mean is None or e.baseline_mean is None or e.signs_disagree:
                 continue
-            base = baseline_levels.get(e["factor"], "baseline")
-            strata = e.get("strata") or ["alone"]
+            base = baseline_levels.get(e.factor, "baseline")
+            strata = e.strata or ["alone"]
             where = f" at {md('; '.join(strata))}" if strata != ["alone"] else ""
-            ratio = f", {e['ratio']:.2f}×" if e.get("ratio") is not None else ""
-            level, baseline = md_code(f"{e['factor']}={e['level']}"), md_code(f"{e['factor']}={base}")
-            lines.append(f"- {label}: {level} {value(e['mean'])} vs {baseline} {value(e['baseline_mean'])} "
-                         f"({diff(e['diff'])}{ratio}; n={e['n']} vs {e.get('baseline_n', '?')}{where})")
+            ratio = f", {e.ratio:.2f}×" if e.ratio is not None else ""
+            ci = (f"; 95 % CI {diff(e.ci_low)} to {diff(e.ci_high)}" if e.ci_low is not None and e.ci_high is not None
+                  else "; single runs, no interval" if min(e.n, e.baseline_n) < 2 else "")
+            level, baseline = md_code(f"{e.factor}={e.level}"), md_code(f"{e.factor}={base}")
+            lines.append(f"- {label}: {level} {value(e.mean)} vs {baseline} {value(e.baseline_mean)} "
+                         f"({diff(e.diff)}{ratio}; n={e.n} vs {e.baseline_n}{ci}{where})")
     return lines
 
 
-def markdown(question: str | None, effects: list[dict], baseline_levels: dict[str, str]) -> str:
+def markdown(question: str | None, effects: list[Effect], baseline_levels: dict[str, str]) -> str:
     lines = answer_lines(question, effects, baseline_levels)
     if not lines:
         return ""

@@ -189,3 +189,11 @@ def contradictions(checks: list[dict]) -> list[dict]:
     """Contradicted levels as confounds: the runs did not vary what the design says they varied."""
     return [{"kind": "level", "detail": c["detail"], "runs": sorted(c["runs_contradicted"])}
             for c in checks if c["runs_contradicted"]]
+
+
+def contradicted_runs(checks: list[dict]) -> dict[str, set[str]]:
+    """Per factor, the runs whose log contradicts their level: no observations of that factor."""
+    out: dict[str, set[str]] = {}
+    for c in checks:
+        out.setdefault(c["factor"], set()).update(c["runs_contradicted"])
+    return out

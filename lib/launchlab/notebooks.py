@@ -132,15 +132,6 @@ def notebook_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).strip()}"[:2000]
 
 
-def _verdict_line(verdict: dict) -> str:
-    """The verdict in one line, inconclusive first."""
-    if not verdict["conclusive"]:
-        return f"INCONCLUSIVE: {verdict['inconclusive_reasons'][0]}"
-    control = "controlled" if verdict["controlled"] else "NOT controlled"
-    decides = ", ".join(verdict["outcome_factors"]) or "no factor"
-    return f"{control}; decides the launch: {decides}"
-
-
 def summarize(run_dir: Path, say: Say = stderr) -> Path:
     """Rebuild the frames from the raw files, write verdict.json and report.md, execute summary.ipynb and
     export summary.html (what `launchlab report` does); return the HTML's path."""
@@ -152,7 +143,7 @@ def summarize(run_dir: Path, say: Say = stderr) -> Path:
     exp = params.load(directory.experiment_file)
     frames.write(directory.path, frames.build(directory.path, exp))
     verdict = reportmd.write_verdict(directory.path)
-    say(f"launchlab: frames, verdict.json and report.md written ({_verdict_line(verdict)}); rendering the summary")
+    say(f"launchlab: frames, verdict.json and report.md written ({verdict.headline()}); rendering the summary")
     nb = directory.summary_notebook
     try:
         execute("summary.ipynb", nb, {"run_dir": str(directory.path)})

@@ -18,6 +18,7 @@ from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_code
 from launchlab.logparse.kinds import KINDS
 from launchlab.reporttables import effects_in_gib, in_gib, log_tail, plain, show, styled
+from launchlab.verdictrecord import Verdict
 
 IMPORTED_NOTE = ("IMPORTED runs: made by hand and brought in with `launchlab import`. The kit did not watch "
                  "them — preflight GPU state, installed files and package versions, environment and startup time are "
@@ -102,13 +103,13 @@ class Report:
         return levelchecks.level_checks(self.exp, runs, self.parsed)
 
     @cached_property
-    def verdict(self) -> dict:
+    def verdict(self) -> Verdict:
         rows = [{k: plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
         built = verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
                               self.baseline_name, self.facts, rows, self.exp.drain.tolerance_mib,
                               self.planned, self.level_checks, self.parsed, levelchecks.declared_args(self.exp))
         if self.exp.search is not None:
-            built["thresholds"] = self.threshold_verdict
+            built.thresholds = self.threshold_verdict
         return built
 
     # -- a threshold search -----------------------------------------------------------------------------
@@ -167,7 +168,7 @@ class Report:
 
     def verdict_markdown(self) -> str:
         """The verdict's prose, then the answer to the experiment's question where the measurements give one."""
-        said = answer.markdown(self.exp.question, self.verdict["effects"], self.baseline_levels)
+        said = answer.markdown(self.exp.question, self.verdict.effects, self.baseline_levels)
         return verdict.markdown(self.verdict, self.budget_summary()) + (f"\n\n{said}" if said else "")
 
     def design(self) -> Markdown:
@@ -184,7 +185,7 @@ class Report:
                         f"**host(s):** {md(', '.join(hosts))}")
 
     def level_checks_table(self) -> Styler:
-        checks = self.verdict["level_checks"]
+        checks = self.verdict.level_checks
         if not checks:
             return styled(pd.DataFrame({"note": ["no level sets a flag the server's log records, and no factor is "
                                                  "about custom all-reduce: nothing to check"]}))
@@ -228,14 +229,14 @@ class Report:
         return HTML("\n".join(parts))
 
     def confounds(self) -> Markdown:
-        found = self.verdict["confounds"]
+        found = self.verdict.confounds
         if not found:
             if self.valid_runs.empty:
                 return Markdown("No valid run to compare: confounds cannot be looked for.")
             return Markdown("No confound found: versions, installed files, environment, host, driver and the GPUs' "
                             "state before each launch are the same in every valid run (besides the declared "
                             "factors), and every level checked took effect.")
-        lines = [f"- **{md(c['kind'])}** — {md(c['detail'])} (runs: {md(', '.join(c['runs']))})" for c in found]
+        lines = [f"- **{md(c.kind)}** — {md(c.detail)} (runs: {md(', '.join(c.runs))})" for c in found]
         return Markdown("**The comparison is not controlled.**\n\n" + "\n".join(lines))
 
     def outcomes(self) -> Styler:
@@ -248,24 +249,30 @@ class Report:
             show(fig, f"Heatmap: the share of ready runs for every combination of {a} and {b}")
 
     def deciders(self) -> Styler:
-        return styled(analysis.outcome_deciders(self.frames.runs, self.factors, self.planned))
+        """The verdict's decision per factor, with the strength of its evidence."""
+        rows = [{"factor": f, "status": d.status, "summary": d.summary, "evidence": d.counts(),
+                 "p_value (Fisher)": d.p_value, "repetitions_to_settle": d.repetitions_to_settle}
+                for f, d in self.verdict.factors.items()]
+        return styled(pd.DataFrame(rows), precision=3)
 
     def effects(self) -> Styler:
         effects = pd.DataFrame(analysis.factor_effects(self.frames.runs, self.frames.events, self.factors,
-                                                       self.baseline_levels, self.planned))
+                                                       self.baseline_levels, self.planned,
+                                                       levelchecks.contradicted_runs(self.level_checks)))
         if effects.empty:
             return styled(pd.DataFrame({"note": ["no metric was measured on both sides of any factor in one stratum"]}))
         effects["strata"] = effects["strata"].map("; ".join)
         effects = effects_in_gib(effects)
         return styled(effects[["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
-                               "baseline_n", "baseline_mean", "diff", "ratio", "signs_disagree"]], precision=3)
+                               "baseline_n", "baseline_mean", "diff", "ci_low", "ci_high", "ratio", "signs_disagree"]],
+                      precision=3)
 
     def warnings(self) -> Markdown:
-        items = self.verdict["warnings"]
+        items = self.verdict.warnings
         return Markdown("\n".join(f"- ⚠ {md(w)}" for w in items) if items else "No warnings.")
 
     def excluded(self) -> Markdown:
-        rows = self.verdict["excluded_runs"]
+        rows = self.verdict.excluded_runs
         if not rows:
             return Markdown("Every planned run finished and is a valid observation.")
         lines = [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in rows]

@@ -12,37 +12,38 @@ from launchlab import analysis, masking, params, report, rundir, thresholds
 from launchlab.escaping import md, md_block, md_code, visible
 from launchlab.report import IMPORTED_NOTE
 from launchlab.reporttables import in_gib, markdown
+from launchlab.verdictrecord import Verdict
 
 
-def write_verdict(run_dir: Path) -> dict:
+def write_verdict(run_dir: Path) -> Verdict:
     """verdict.json and report.md (for pasting into an issue) from the frames of a run directory."""
     rep = report.load(run_dir)
     v = rep.verdict
     directory = rundir.RunDir(rep.run_dir)
-    rundir.write_json(directory.verdict_file, v)
+    rundir.write_json(directory.verdict_file, v.to_json())
     text = [f"# {md(rep.exp.experiment)}", "", f"Question: {md(rep.exp.question)}", ""]
     if rep.exp.simulated:
         text += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]
     if rep.imported:
         text += [f"> {md(IMPORTED_NOTE)}", ""]
+    if v.thresholds is not None:  # a search's answer is its thresholds: they lead
+        text += [thresholds.markdown(v.thresholds), ""]
+        rundir.write_frame(directory.thresholds_frame, rep.thresholds)
     text += [rep.verdict_markdown(), ""]
-    if v["excluded_runs"]:
+    if v.excluded_runs:
         text += ["## Runs that are not observations", ""]
-        text += [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in v["excluded_runs"]] + [""]
+        text += [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in v.excluded_runs] + [""]
     text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.frames.runs, rep.factors, rep.planned))),
              ""]
-    if v["level_checks"]:
+    if v.level_checks:
         checks = pd.DataFrame([{"factor": c["factor"], "level": c["level"], "check": c["check"],
                                 "confirmed": len(c["runs_confirmed"]), "contradicted": len(c["runs_contradicted"]),
-                                "not shown": len(c["runs_unknown"])} for c in v["level_checks"]])
+                                "not shown": len(c["runs_unknown"])} for c in v.level_checks])
         text += ["## Did each level take effect? (the server's own log)", "", markdown(checks), ""]
-    if v["confounds"]:
-        text += ["## Confounds", ""] + [f"- {md(c['kind'])}: {md(c['detail'])}" for c in v["confounds"]] + [""]
-    if v["warnings"]:
-        text += ["## Warnings", ""] + [f"- {md(w)}" for w in v["warnings"]] + [""]
-    if "thresholds" in v:
-        text += [thresholds.markdown(v["thresholds"]), ""]
-        rundir.write_frame(directory.thresholds_frame, rep.thresholds)
+    if v.confounds:
+        text += ["## Confounds", ""] + [f"- {md(c.kind)}: {md(c.detail)}" for c in v.confounds] + [""]
+    if v.warnings:
+        text += ["## Warnings", ""] + [f"- {md(w)}" for w in v.warnings] + [""]
     summary = rep.budget_summary()
     if not summary.empty:
         text += ["## Memory budget (from the server's log)", "", markdown(summary), ""]

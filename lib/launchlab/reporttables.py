@@ -64,7 +64,7 @@ def in_gib(frame: pd.DataFrame) -> pd.DataFrame:
 def effects_in_gib(effects: pd.DataFrame) -> pd.DataFrame:
     """The effects rows of a MiB metric in GiB (the ratio is the same in either unit)."""
     rows = effects["metric"].astype(str).str.contains("_mib")
-    for column in ("mean", "sd", "min", "max", "baseline_mean", "diff"):
+    for column in ("mean", "sd", "min", "max", "baseline_mean", "diff", "ci_low", "ci_high"):
         if column in effects:
             effects[column] = effects[column].astype(float)
             effects.loc[rows, column] = effects.loc[rows, column] / 1024

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from launchlab import config
 from launchlab.errors import RunDirError
+from launchlab.verdictrecord import Verdict
 
 if TYPE_CHECKING:  # pandas costs the run kernel half a second; only the report writes frames
     import pandas as pd
@@ -200,10 +201,7 @@ def _headline(run_dir: RunDir) -> str:
         v = read_json(run_dir.verdict_file)
     except RunDirError:
         return "no verdict yet (`launchlab report RUN_DIR`)"
-    if not v.get("conclusive", True):
-        return "INCONCLUSIVE: " + (v.get("inconclusive_reasons") or ["?"])[0][:120]
-    control = "controlled" if v.get("controlled") else "NOT controlled"
-    return f"{control}; decides the launch: {', '.join(v.get('outcome_factors') or []) or 'no factor'}"
+    return Verdict.from_json(v).headline(width=160)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,42 +1,31 @@
-"""The machine-readable conclusion of an experiment (verdict.json), and the same as prose.
+"""The machine-readable conclusion of an experiment (verdict.json, a verdictrecord.Verdict), and the same as prose.
 
 A verdict never says more than the valid observations show: whether it is conclusive (and why not) comes
-first; a factor is deciding or neutral only from matched comparisons in which its levels have valid runs,
-otherwise it is undetermined; a level that did not take effect is a confound.
+first; a factor is deciding or neutral only from matched comparisons in which its levels have valid runs whose
+repetitions agree (else flaky or undetermined) and that no confound touches (else confounded); a level that did
+not take effect is a confound, and its runs leave that factor's comparisons. Every decision carries its counts,
+Fisher's exact p-value and the repetitions that would settle it; every effect its interval or its single values.
 """
 
 from __future__ import annotations
-
-import math
 
 import pandas as pd
 
 from launchlab import analysis, confounds, levelchecks
 from launchlab.escaping import md, md_code
-
-EFFECT_KEYS = ("factor", "level", "metric", "n", "mean", "sd", "baseline_n", "baseline_mean", "diff", "ratio",
-               "strata", "signs_disagree")
-
-
-def _plain(value):
-    """A value JSON can hold: numpy scalars → Python numbers, NaN → None."""
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
+from launchlab.verdictrecord import Confound, Decision, Effect, Verdict
 
 
 def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
           baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
           planned: list[dict] | None = None, level_checks: list[dict] | None = None,
-          parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset()) -> dict:
-    """verdict.json: see the README for every key."""
+          parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset()) -> Verdict:
+    """verdict.json: see verdictrecord.Verdict and the README for every key."""
     obs = analysis.observations(runs, factors, planned)
     valid = obs[obs["valid"]]
-    decisions = [analysis.decide(obs, f, factors) for f in factors]
-    effects = analysis.factor_effects(runs, events, factors, baseline, planned)
     checks = list(level_checks or [])
+    # a run whose log contradicts its level is no observation of that factor: it leaves the factor's comparisons
+    contradicted = levelchecks.contradicted_runs(checks)
     found = levelchecks.contradictions(checks)  # a level that did not take effect first: nothing else means much
     # what the logs state is compared over the valid runs and the imported ones left out (misfiled, or of unknown
     # outcome): they are no observations of a level, but what else differs in their install is what the user
@@ -45,6 +34,15 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
     found += confounds.log_differences([*valid["run_id"], *left_out["run_id"]], parsed or {}, set(declared_args),
                                        facts)
+    decisions = [analysis.decide(obs, f, factors, baseline.get(f), contradicted.get(f, set())) for f in factors]
+    # a contradicted level confounds the other factors only where some of its runs took effect and some did not:
+    # contradicted in every run, it is another level held the same across their strata
+    partial = {r for c in checks if c["runs_contradicted"] and (c["runs_confirmed"] or c["runs_unknown"])
+               for r in c["runs_contradicted"]}
+    touching = [c for c in found if c["kind"] != "level"] + [{**c, "runs": sorted(set(c["runs"]) & partial)}
+                                                              for c in found if c["kind"] == "level"]
+    decisions = [analysis.confounded(d, touching) for d in decisions]
+    effects = analysis.factor_effects(runs, events, factors, baseline, planned, contradicted)
     reasons = inconclusive_reasons(obs, decisions)
     warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
     warnings += analysis.effect_warnings(effects)
@@ -54,24 +52,28 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
                            f"out of every comparison ({analysis._tally(left)}): {', '.join(left['run_id'])}")
     if found:
         warnings.insert(0, f"{len(found)} confound(s): the comparison is not controlled — see `confounds`")
-    return {
-        "controlled": bool(len(valid)) and not found,
-        "conclusive": not reasons,
-        "inconclusive_reasons": reasons,
-        "baseline": baseline_variant,
-        "outcome_factors": [d["factor"] for d in decisions if d["status"] in ("decides", "decides_in_some")],
-        "neutral_factors": [d["factor"] for d in decisions if d["status"] == "neutral"],
-        "undetermined_factors": [d["factor"] for d in decisions if d["status"] == "undetermined"],
-        "factors": {d["factor"]: {"status": d["status"], "summary": d["summary"],
-                                  "strata": [{"held": s["held"], "changes": s["changes"],
-                                              "levels": s["levels"]} for s in d["strata"]]} for d in decisions},
-        "confounds": found,
-        "effects": [{k: _plain(e[k]) if not isinstance(e[k], list) else e[k] for k in EFFECT_KEYS} for e in effects],
-        "level_checks": checks,
-        "excluded_runs": analysis.excluded(obs),
-        "budget": budget_rows,
-        "warnings": warnings,
-    }
+
+    def named(*statuses: str) -> list[str]:
+        return [d["factor"] for d in decisions if d["status"] in statuses]
+
+    return Verdict(
+        controlled=bool(len(valid)) and not found,
+        conclusive=not reasons,
+        inconclusive_reasons=reasons,
+        baseline=baseline_variant,
+        outcome_factors=named("decides", "decides_in_some"),
+        neutral_factors=named("neutral"),
+        undetermined_factors=named("undetermined"),
+        flaky_factors=named("flaky"),
+        confounded_factors=named("confounded"),
+        factors={d["factor"]: Decision.from_json(d) for d in decisions},
+        confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found],
+        effects=[Effect.from_analysis(e) for e in effects],
+        level_checks=checks,
+        excluded_runs=analysis.excluded(obs),
+        budget=budget_rows,
+        warnings=warnings,
+    )
 
 
 def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:
@@ -79,41 +81,48 @@ def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:
     if not obs["valid"].any():
         return [f"nothing can be concluded: none of the {len(obs)} planned runs is a valid observation of the server "
                 f"({analysis._tally(obs)})"]
-    return [d["summary"] for d in decisions if d["status"] == "undetermined"]
+    return [d["summary"] for d in decisions if d["status"] in ("undetermined", "flaky", "confounded")]
 
 
-def markdown(v: dict, budget_summary: pd.DataFrame) -> str:
-    """The verdict as prose, conclusive or not first: what decided the launch, what did not, what is unknown.
-    Every string that came from a log, a host or the params is escaped (the prose is rendered as Markdown)."""
+def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
+    """The verdict as prose, conclusive or not first: what decided the launch (with its counts, exact p-value and
+    the repetitions that would settle it), what did not, what is unknown. Every string that came from a log, a
+    host or the params is escaped (the prose is rendered as Markdown)."""
     lines = []
-    if not v["conclusive"]:
-        lines.append("**Inconclusive** — " + " ".join(md(f"{r[0].upper()}{r[1:]}.") for r in v["inconclusive_reasons"]))
-    if v["confounds"]:
-        lines.append(f"**Not a controlled comparison** — {len(v['confounds'])} confound(s), see below.")
-    elif v["controlled"]:
+    if not v.conclusive:
+        lines.append("**Inconclusive** — " + " ".join(md(f"{r[0].upper()}{r[1:]}.") for r in v.inconclusive_reasons))
+    if v.confounds:
+        lines.append(f"**Not a controlled comparison** — {len(v.confounds)} confound(s), see below.")
+    elif v.controlled:
         lines.append("**Controlled comparison.**")
-    if not v["conclusive"] and not (v["outcome_factors"] or v["neutral_factors"]):
+    contradicted = [c for c in v.level_checks if c["runs_contradicted"]]
+    if contradicted:
+        lines.append("**A level did not take effect:** " + md("; ".join(c["detail"] for c in contradicted))
+                     + ". Its runs were left out of that factor's comparisons.")
+    if not v.conclusive and not (v.outcome_factors or v.neutral_factors):
         return "\n\n".join(lines)
-    for factor in v["outcome_factors"]:
-        lines.append(f"**Decides the launch:** {md(v['factors'][factor]['summary'].replace(' decides the launch', ''))}.")
-    if v["neutral_factors"]:
-        lines.append(f"**Does not change the launch outcome:** {', '.join(md_code(f) for f in v['neutral_factors'])}.")
-    if v["undetermined_factors"]:
-        lines.append(f"**Undetermined:** {', '.join(md_code(f) for f in v['undetermined_factors'])} (see above).")
-    for e in v["effects"]:
-        if e["metric"] != "kv_tokens" or e["mean"] is None or not e["baseline_mean"]:
+    for factor in v.outcome_factors:
+        decision = v.factors[factor]
+        evidence = decision.evidence()
+        lines.append(f"**Decides the launch:** {md(decision.summary.replace(' decides the launch', ''))}"
+                     + (f" ({md(evidence)})" if evidence else "") + ".")
+    if v.neutral_factors:
+        lines.append(f"**Does not change the launch outcome:** {', '.join(md_code(f) for f in v.neutral_factors)}.")
+    for label, names in (("Flaky", v.flaky_factors), ("Confounded", v.confounded_factors),
+                         ("Undetermined", v.undetermined_factors)):
+        if names:
+            lines.append(f"**{label}:** {', '.join(md_code(f) for f in names)} (see above).")
+    for e in v.effects:
+        if e.metric != "kv_tokens" or e.mean is None or not e.baseline_mean:
             continue
-        name = md_code(f"{e['factor']}={e['level']}")
-        where = f" at {md('; '.join(e['strata']))}" if e["strata"] != ["alone"] else ""
-        if e["signs_disagree"]:
+        name = md_code(f"{e.factor}={e.level}")
+        where = f" at {md('; '.join(e.strata))}" if e.strata != ["alone"] else ""
+        if e.signs_disagree:
             lines.append(f"{name} changes the KV capacity in opposite directions depending on the other "
                          f"factors{where}; see the effects table.")
         else:
-            lines.append(f"{name} changes the KV capacity by {e['diff']:+,.0f} tokens "
-                         f"({e['ratio']:.3f}× of {e['baseline_mean']:,.0f}; n={e['n']}{where}).")
-    contradicted = [c for c in v.get("level_checks", []) if c["runs_contradicted"]]
-    if contradicted:
-        lines.append("**A level did not take effect:** " + md("; ".join(c["detail"] for c in contradicted)) + ".")
+            lines.append(f"{name} changes the KV capacity by {e.diff:+,.0f} tokens "
+                         f"({e.ratio:.3f}× of {e.baseline_mean:,.0f}; {e.interval_text(lambda x: f'{x:+,.0f}')}{where}).")
     if not budget_summary.empty and "break_even_fraction" in budget_summary:
         pairs = [(n, b) for n, b in zip(budget_summary["variant"], budget_summary["break_even_fraction"], strict=True)
                  if pd.notna(b)]

@@ -1,0 +1,212 @@
+"""The verdict of an experiment as a typed record: verdict.json is written from it and read back into it.
+
+Its field names are the stable interface of verdict.json (the shared ARCHITECTURE.md lists them); keys are added,
+never renamed or given another meaning. `Verdict.from_json` reads a verdict.json of an older kit too (fields it
+lacks take their defaults), so `launchlab ls` and `launchlab report` work on old run directories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+# a factor's status: what changing only it did to the share of ready runs (analysis.decide, verdict.build)
+DECIDING = ("decides", "decides_in_some")
+STATUSES = (*DECIDING, "neutral", "flaky", "confounded", "undetermined")
+
+
+def plain(value):
+    """A value JSON can hold: numpy scalars → Python numbers, NaN → None."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _pick(cls, data: dict) -> dict:
+    """The keys of `data` that are fields of `cls` (a newer file may hold more; an older one fewer)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in (data or {}).items() if k in names}
+
+
+@dataclass(frozen=True)
+class Confound:
+    """Something other than the declared factors that differs between runs, and the runs it touches."""
+
+    kind: str
+    detail: str
+    runs: list[str]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One level against the stratum's reference level (the baseline's): ready counts and Fisher's exact test."""
+
+    level: str
+    reference: str
+    ready: int
+    valid: int
+    reference_ready: int
+    reference_valid: int
+    p_value: float
+    significant: bool
+
+
+@dataclass(frozen=True)
+class Stratum:
+    """One combination of the other factors' levels: per level its counts (planned, valid, ready, why some are
+    invalid, the valid runs and the odd ones out), whether the outcome changed, the exact tests."""
+
+    held: dict[str, str]
+    changes: bool | None
+    levels: dict[str, dict]
+    flaky: list[str] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Stratum:
+        picked = _pick(cls, data)
+        picked["comparisons"] = [Comparison(**_pick(Comparison, c)) for c in picked.get("comparisons") or []]
+        return cls(**picked)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one factor did to the launch outcome, with the strength of that evidence: the weakest p-value of
+    the strata where it changed the outcome and the repetitions per side that would make such a split
+    significant (None when it already is, or nothing changed)."""
+
+    status: str
+    summary: str
+    strata: list[Stratum]
+    p_value: float | None = None
+    significant: bool | None = None
+    repetitions_to_settle: int | None = None
+    would_be: str | None = None  # a confounded decision: what it would say without the confound
+    confounded_runs: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Decision:
+        picked = _pick(cls, data)
+        picked["strata"] = [Stratum.from_json(s) for s in picked.get("strata") or []]
+        return cls(**picked)
+
+    def counts(self) -> str:
+        """'[custom_ar=on] 0.55: 0/2 ready; 0.85: 2/2 ready | …': every stratum's counts, invalid runs named."""
+        parts = []
+        for s in self.strata:
+            label = ", ".join(f"{k}={v}" for k, v in s.held.items()) or "alone"
+            levels = "; ".join(f"{lv}: {p['ready']}/{p['valid']} ready" + (f" ({p['invalid']})" if p["invalid"] else "")
+                               for lv, p in s.levels.items())
+            parts.append(f"[{label}] {levels}")
+        return " | ".join(parts)
+
+    def evidence(self) -> str:
+        """'2/2 vs 0/2 ready at custom_ar=on; …; Fisher's exact p = 0.33, not significant at 0.05 — 4 runs per
+        side would settle it', from the strata where the outcome changed."""
+        splits = []
+        for s in self.strata:
+            if not s.changes:
+                continue
+            where = f" at {', '.join(f'{k}={v}' for k, v in s.held.items())}" if s.held else ""
+            for c in s.comparisons:
+                if c.ready * c.reference_valid != c.reference_ready * c.valid:
+                    splits.append(f"{c.level} {c.ready}/{c.valid} vs {c.reference} {c.reference_ready}/"
+                                  f"{c.reference_valid} ready{where}")
+        if not splits or self.p_value is None:
+            return ""
+        strength = (f"Fisher's exact p = {self.p_value:.2g}" + (" at most" if len(splits) > 1 else ""))
+        if self.significant:
+            return f"{'; '.join(splits)}; {strength}, significant at 0.05"
+        return (f"{'; '.join(splits)}; {strength}, not significant at 0.05 — {self.repetitions_to_settle} runs "
+                "per side would settle it")
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A level against the baseline level on one metric, matched within strata (analysis.factor_effects)."""
+
+    factor: str
+    level: str
+    metric: str
+    n: int
+    mean: float | None
+    sd: float | None
+    baseline_n: int
+    baseline_mean: float | None
+    diff: float | None
+    ratio: float | None
+    strata: list[str]
+    signs_disagree: bool
+    baseline_level: str | None = None
+    ci_low: float | None = None  # the 95 % interval of the matched differences (n ≥ 2 per side)
+    ci_high: float | None = None
+    pairs: int | None = None
+    values: list[float] | None = None  # n = 1: the single value, and no interval
+    baseline_values: list[float] | None = None
+
+    @classmethod
+    def from_analysis(cls, effect: dict) -> Effect:
+        return cls(**{k: plain(v) if not isinstance(v, list) else v for k, v in _pick(cls, effect).items()})
+
+    def interval_text(self, fmt=lambda x: f"{x:+,.4g}") -> str:
+        """'95 % CI −1.2 to +0.4 (n=3 vs 3)', or the single values when a side has one run."""
+        if self.ci_low is not None and self.ci_high is not None:
+            return f"95 % CI {fmt(self.ci_low)} to {fmt(self.ci_high)}; n={self.n} vs {self.baseline_n}"
+        if self.values is not None or self.baseline_values is not None:
+            return f"single runs, no interval; n={self.n} vs {self.baseline_n}"
+        return f"n={self.n} vs {self.baseline_n}, no interval"
+
+
+@dataclass
+class Verdict:
+    """verdict.json. `factors` holds one Decision per factor; the *_factors lists name them by status
+    (outcome_factors: those that decide, in every or in some strata)."""
+
+    controlled: bool
+    conclusive: bool
+    inconclusive_reasons: list[str]
+    baseline: str
+    outcome_factors: list[str]
+    neutral_factors: list[str]
+    undetermined_factors: list[str]
+    factors: dict[str, Decision]
+    confounds: list[Confound]
+    effects: list[Effect]
+    level_checks: list[dict]
+    excluded_runs: list[dict]
+    budget: list[dict]
+    warnings: list[str]
+    flaky_factors: list[str] = field(default_factory=list)
+    confounded_factors: list[str] = field(default_factory=list)
+    thresholds: dict | None = None
+
+    def to_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        if self.thresholds is None:
+            out.pop("thresholds")
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> Verdict:
+        picked = _pick(cls, data)
+        defaults = {"controlled": False, "conclusive": False, "inconclusive_reasons": [], "baseline": "",
+                    "outcome_factors": [], "neutral_factors": [], "undetermined_factors": [], "factors": {},
+                    "confounds": [], "effects": [], "level_checks": [], "excluded_runs": [], "budget": [],
+                    "warnings": []}
+        picked = {**defaults, **picked}
+        picked["factors"] = {f: Decision.from_json(d) for f, d in picked["factors"].items()}
+        picked["confounds"] = [Confound(**_pick(Confound, c)) for c in picked["confounds"]]
+        picked["effects"] = [Effect.from_analysis(e) for e in picked["effects"]]
+        return cls(**picked)
+
+    def headline(self, width: int | None = None) -> str:
+        """The verdict in one line, inconclusive first (the CLI's summary line and `launchlab ls`)."""
+        if not self.conclusive:
+            line = "INCONCLUSIVE: " + (self.inconclusive_reasons or ["?"])[0]
+        else:
+            control = "controlled" if self.controlled else "NOT controlled"
+            line = f"{control}; decides the launch: {', '.join(self.outcome_factors) or 'no factor'}"
+        return line if width is None or len(line) <= width else line[:width - 1].rstrip() + "…"
