@@ -280,8 +280,9 @@ def confounded(decision: dict, found: list[dict]) -> dict:
         return decision
     runs = sorted(rests_on & {r for c in hits for r in c["runs"]})
     kinds = ", ".join(dict.fromkeys(c["kind"] for c in hits))
-    summary = (f"{decision['factor']} is confounded: {kinds} confound(s) touch runs it rests on ({', '.join(runs)}); "
-               f"without them it would read: {decision['summary']}")
+    named = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
+    summary = (f"{decision['factor']} is confounded: {kinds} confound(s) touch {len(runs)} run(s) it rests on "
+               f"({named}); without them it would read: {decision['summary']}")
     return {**decision, "status": "confounded", "summary": summary, "would_be": decision["status"],
             "confounded_runs": runs}
 
