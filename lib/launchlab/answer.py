@@ -47,7 +47,7 @@ def answer_lines(question: str | None, effects: list[Effect], baseline_levels: d
             where = f" at {md('; '.join(strata))}" if strata != ["alone"] else ""
             ratio = f", {e.ratio:.2f}×" if e.ratio is not None else ""
             ci = (f"; 95 % CI {diff(e.ci_low)} to {diff(e.ci_high)}" if e.ci_low is not None and e.ci_high is not None
-                  else "; single runs, no interval" if min(e.n, e.baseline_n) < 2 else "")
+                  else "; single runs, no interval" if min(e.n, e.baseline_n or 0) < 2 else "")
             level, baseline = md_code(f"{e.factor}={e.level}"), md_code(f"{e.factor}={base}")
             lines.append(f"- {label}: {level} {value(e.mean)} vs {baseline} {value(e.baseline_mean)} "
                          f"({diff(e.diff)}{ratio}; n={e.n} vs {e.baseline_n}{ci}{where})")

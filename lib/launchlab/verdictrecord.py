@@ -117,7 +117,7 @@ class Decision:
                                   f"{c.reference_valid} ready{where}")
         if not splits or self.p_value is None:
             return ""
-        strength = (f"Fisher's exact p = {self.p_value:.2g}" + (" at most" if len(splits) > 1 else ""))
+        strength = f"Fisher's exact p = {self.p_value:.2g}" + (" in the weakest stratum" if len(splits) > 1 else "")
         if self.significant:
             return f"{'; '.join(splits)}; {strength}, significant at 0.05"
         return (f"{'; '.join(splits)}; {strength}, not significant at 0.05 — {self.repetitions_to_settle} runs "
@@ -132,14 +132,14 @@ class Effect:
     level: str
     metric: str
     n: int
-    mean: float | None
-    sd: float | None
-    baseline_n: int
-    baseline_mean: float | None
-    diff: float | None
-    ratio: float | None
-    strata: list[str]
-    signs_disagree: bool
+    mean: float | None = None
+    sd: float | None = None
+    baseline_n: int | None = None  # None: a verdict.json of an older kit, which did not say
+    baseline_mean: float | None = None
+    diff: float | None = None
+    ratio: float | None = None
+    strata: list[str] = field(default_factory=lambda: ["alone"])
+    signs_disagree: bool = False
     baseline_level: str | None = None
     ci_low: float | None = None  # the 95 % interval of the matched differences (n ≥ 2 per side)
     ci_high: float | None = None
@@ -192,7 +192,8 @@ class Verdict:
     @classmethod
     def from_json(cls, data: dict) -> Verdict:
         picked = _pick(cls, data)
-        defaults = {"controlled": False, "conclusive": False, "inconclusive_reasons": [], "baseline": "",
+        defaults = {"controlled": False, "conclusive": True,  # as the kit read a file without the key before
+                    "inconclusive_reasons": [], "baseline": "",
                     "outcome_factors": [], "neutral_factors": [], "undetermined_factors": [], "factors": {},
                     "confounds": [], "effects": [], "level_checks": [], "excluded_runs": [], "budget": [],
                     "warnings": []}
@@ -202,11 +203,22 @@ class Verdict:
         picked["effects"] = [Effect.from_analysis(e) for e in picked["effects"]]
         return cls(**picked)
 
+    def _strength(self, factor: str) -> str:
+        """'mem_fraction (p = 0.33, not significant)' for a decision the exact test does not back; the name alone
+        for one it does (or a verdict.json of an older kit, which has no p-value)."""
+        d = self.factors.get(factor)
+        if d is None or d.p_value is None or d.significant:
+            return factor
+        return f"{factor} (p = {d.p_value:.2g}, not significant: {d.repetitions_to_settle} runs per side would settle it)"
+
     def headline(self, width: int | None = None) -> str:
         """The verdict in one line, inconclusive first (the CLI's summary line and `launchlab ls`)."""
         if not self.conclusive:
             line = "INCONCLUSIVE: " + (self.inconclusive_reasons or ["?"])[0]
         else:
             control = "controlled" if self.controlled else "NOT controlled"
-            line = f"{control}; decides the launch: {', '.join(self.outcome_factors) or 'no factor'}"
-        return line if width is None or len(line) <= width else line[:width - 1].rstrip() + "…"
+            line = f"{control}; decides the launch: {', '.join(self._strength(f) for f in self.outcome_factors) or 'no factor'}"
+        if width is None or len(line) <= width:
+            return line
+        cut = line[:width - 1]
+        return (cut[:cut.rfind(" ")] if " " in cut else cut).rstrip(",;:") + " …"  # at a word, not mid-word
