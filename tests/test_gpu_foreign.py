@@ -146,3 +146,55 @@ def test_runs_without_a_hog_have_no_gpu_state_confound_and_an_old_run_directory_
     proc = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert gpu_state_confounds(json.loads((run_dir / "verdict.json").read_text())) == []
+
+
+def search_params(folder: Path, wrapper: Path) -> Path:
+    """A threshold search of --mem-fraction-static in one stratum on a 2-GPU simulated box (5 probes at most), the
+    server started through the wrapper."""
+    return write_params(folder, f"""\
+        experiment: foreign-search
+        hosts:
+          box: {{transport: sim, gpus: 2, mem_total_mib: 97887, weights_gib_per_rank: 70.0, pace: 0.05,
+                 workdir: {folder / "hostwork"}}}
+        server:
+          kind: sglang
+          command: [sh, {wrapper}, python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1,
+                    --port, "{{port}}"]
+          ready: {{timeout_s: 60, health_url: "http://127.0.0.1:{{port}}/health"}}
+          stop_grace_s: 5
+        factors:
+          custom_ar:
+            "off": {{flags: {{--disable-custom-all-reduce: true}}}}
+        baseline: {{custom_ar: "off"}}
+        search: {{flag: --mem-fraction-static, low: "0.70", high: "0.80", resolution: "0.02", outcome: ready,
+                  repetitions: 1}}
+        drain: {{timeout_s: 1, tolerance_mib: 64}}  # the hog's run cannot drain: it outlives the server
+        """)
+
+
+def test_a_search_probe_disturbed_by_a_gpu_hog_is_flagged_and_the_prediction_states_its_runs_and_spread(
+        tmp_path, sim_root):
+    from test_search import sim_break_even
+
+    run_dir = run_batch(search_params(tmp_path, hog_wrapper(tmp_path, "03")), tmp_path)
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    run_ids = sorted(p.name for p in (run_dir / "runs").iterdir())
+    [disturbed] = [r for r in run_ids if r.startswith("03_")]
+    found = verdict["thresholds"]
+    # each probe keeps its own prediction; the disturbed one is flagged, the others are not
+    probes = {p["runs"][0]: p for p in found["probes"]}
+    assert sorted(probes) == run_ids
+    assert [r for r, p in probes.items() if p["flagged"]] == [disturbed], found["probes"]
+    assert "disagrees" in probes[disturbed]["why"] and probes[disturbed]["predicted_break_even"] > \
+        max(p["predicted_break_even"] for r, p in probes.items() if r != disturbed) + 0.005
+    # the stratum's prediction rests on the agreeing probes' runs, says how many and their spread, and is not moved
+    [stratum] = found["strata"]
+    assert disturbed in stratum["flagged_probes"]
+    assert stratum["predicted_n"] == len(run_ids) - 1
+    assert stratum["predicted_min"] <= stratum["predicted_break_even"] <= stratum["predicted_max"]
+    assert stratum["predicted_max"] - stratum["predicted_min"] < 0.0005
+    assert abs(stratum["predicted_break_even"] - sim_break_even(False)) < 0.0005
+    report = (run_dir / "report.md").read_text()
+    assert f"from n={len(run_ids) - 1} runs" in report and "A probe disagrees" in report
+    # and the run itself carries its gpu state confound
+    assert [c["runs"] for c in gpu_state_confounds(verdict)] == [[disturbed]]
