@@ -129,12 +129,26 @@ def test_a_gpu_hog_during_one_run_after_its_preflight_is_a_gpu_state_confound_on
             assert all(isinstance(g["mem_free_mib"], float) for g in provenance(run_dir, run_id)["preflight"]["gpus"])
 
 
+def report(run_dir: Path) -> dict:
+    (run_dir / "verdict.json").unlink()
+    proc = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((run_dir / "verdict.json").read_text())
+
+
 def test_runs_without_a_hog_have_no_gpu_state_confound_and_an_old_run_directory_still_reports(tmp_path, sim_root):
     run_dir = run_batch(params(tmp_path, hog_wrapper(tmp_path, None), repetitions=1), tmp_path)
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert gpu_state_confounds(verdict) == []
     for folder in (run_dir / "runs").iterdir():
         assert json.loads((folder / "provenance.json").read_text())["gpu_state"]["foreign_peak_mib"] == 0
+    # less free memory at one run's start than at the baseline's (memory no process shows, e.g. another container's)
+    [other] = [p for p in (run_dir / "runs").iterdir() if "0.55" in p.name]
+    facts = json.loads((other / "provenance.json").read_text())
+    facts["preflight"]["gpus"][1]["mem_free_mib"] -= 1000
+    (other / "provenance.json").write_text(json.dumps(facts))
+    [found] = gpu_state_confounds(report(run_dir))
+    assert found["runs"] == [other.name] and "1000 MiB less than the baseline runs" in found["detail"]
     # a run directory of a kit that did not look (no gpu_state, no memory.free): not observed, never zero
     for folder in (run_dir / "runs").iterdir():
         facts = json.loads((folder / "provenance.json").read_text())
@@ -142,10 +156,7 @@ def test_runs_without_a_hog_have_no_gpu_state_confound_and_an_old_run_directory_
         for gpu in facts["preflight"]["gpus"]:
             del gpu["mem_free_mib"]
         (folder / "provenance.json").write_text(json.dumps(facts))
-    (run_dir / "verdict.json").unlink()
-    proc = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert gpu_state_confounds(json.loads((run_dir / "verdict.json").read_text())) == []
+    assert gpu_state_confounds(report(run_dir)) == []
 
 
 def search_params(folder: Path, wrapper: Path) -> Path:
