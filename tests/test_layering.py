@@ -16,7 +16,7 @@ LAYERS = [
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
      "hosts.slurm_spec",
      "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search",
-     "logfacts", "keptlog", "verdictrecord"},
+     "logfacts", "keptlog", "verdictrecord", "gpustate"},
     {"analysis", "answer", "confounds", "levelchecks", "verdict", "plots", "conclude", "frames", "thresholds"},
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh", "hosts.slurm",
      "locks", "reaper", "provenance", "patching", "nodes"},

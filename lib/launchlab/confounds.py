@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from launchlab import gpustate
 from launchlab.logfacts import LABELS
 
 VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHLVL", "_", "LAUNCHLAB_RUN_ID",
@@ -134,6 +135,51 @@ def busy_gpus(ids: list[str], facts: dict[str, dict], tolerance_mib: float) -> l
     return found
 
 
+def _cut(text: str, width: int = 80) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def foreign_gpu_memory(ids: list[str], facts: dict[str, dict], tolerance_mib: float) -> list[dict]:
+    """A run during which processes outside it held more of its GPUs' memory than the drain tolerance, seen by the
+    kit's looks during the run (gpustate.py): a confound on that run alone, naming the processes. A run the kit
+    did not look at (an old or imported run) is not compared."""
+    found = []
+    for r in ids:
+        seen = gpustate.of_run(facts[r])
+        if seen is None or seen.foreign_peak_mib <= tolerance_mib:
+            continue
+        names = gpustate.gpu_names(facts[r])
+        hosts = {p.host for p in seen.foreign}
+        procs = ", ".join(f"pid {p.pid} ({_cut(p.process_name)}) {p.used_mib:.0f} MiB on "
+                          f"{names.get(p.gpu_uuid, p.gpu_uuid)}{f' of {p.host}' if len(hosts) > 1 else ''}"
+                          for p in sorted(seen.foreign, key=lambda p: -p.used_mib)[:5])
+        more = f" and {len(seen.foreign) - 5} more" if len(seen.foreign) > 5 else ""
+        found.append({"kind": "gpu state", "runs": [r],
+                      "detail": f"during run {r} processes outside it held up to {seen.foreign_peak_mib:.0f} MiB of "
+                                f"its GPUs (drain tolerance {tolerance_mib:.0f} MiB): {procs}{more}"})
+    return found
+
+
+def less_free_at_start(ids: list[str], facts: dict[str, dict], reference: list[str], tolerance_mib: float,
+                       skip: set[str] = frozenset()) -> list[dict]:
+    """A run whose GPUs had less free memory at its start (the preflight; the least over its GPUs) than the
+    reference runs' (the baseline's: the most of theirs, other than itself; a lone baseline run's: the other
+    runs') by more than the drain tolerance: a confound on that run alone. skip: runs already named for their GPU
+    state at the start (busy_gpus)."""
+    free = {r: min(v.values()) for r in ids if (v := gpustate.free_at_start(facts[r]))}
+    found = []
+    for r, mine in free.items():
+        others = [free[b] for b in reference if b in free and b != r] or \
+            [free[b] for b in free if b != r]  # a lone baseline run is compared with the others
+        if r in skip or not others or max(others) - mine <= tolerance_mib:
+            continue
+        found.append({"kind": "gpu state", "runs": [r],
+                      "detail": f"run {r} started with {mine:.0f} MiB free on its fullest GPU, {max(others) - mine:.0f} "
+                                f"MiB less than the baseline runs ({max(others):.0f} MiB; drain tolerance "
+                                f"{tolerance_mib:.0f} MiB)"})
+    return found
+
+
 def unbalanced_hosts(runs: pd.DataFrame) -> list[dict]:
     if "host" not in runs or runs["host"].nunique() <= 1:
         return []
@@ -217,7 +263,12 @@ def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tole
     for check in (host_differences, node_differences, version_differences, file_differences, env_differences,
                   gpu_differences):
         found += check(ids, facts)
-    found += busy_gpus(ids, facts, tolerance_mib)
+    busy = busy_gpus(ids, facts, tolerance_mib)
+    found += busy
+    found += foreign_gpu_memory(ids, facts, tolerance_mib)
+    baseline_ids = [r for r in runs.loc[runs["variant"] == baseline_variant, "run_id"] if r in facts] \
+        if "variant" in runs else []
+    found += less_free_at_start(ids, facts, baseline_ids or ids, tolerance_mib, {r for c in busy for r in c["runs"]})
     found += unbalanced_hosts(runs)
     found += unreproducible_baseline(runs, baseline_variant)
     return found

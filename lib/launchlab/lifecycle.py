@@ -24,6 +24,7 @@ from launchlab import __version__ as KIT_VERSION
 from launchlab import (
     cleanup,
     conclude,
+    gpustate,
     interrupts,
     locks,
     logparse,
@@ -59,6 +60,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
                        simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts), gpus=gpus)
     progress = _Progress(folder, record)
     outcome: Outcome | None = None
+    looks: list | None = None  # the looks at the GPUs during the run (gpustate.py); None until the server starts
     try:
         progress("preflight")
         launches = _prepare(exp, run, run_nodes, folder, run_dir)
@@ -66,10 +68,12 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
             progress("patching")
             _patch(run, run_nodes, launches, folder)
         progress("starting")
+        looks = []
         t_launch = _start(exp, run_dir, run_nodes, launches, folder, record, progress)
         progress("watching")
         outcome = watch.watch(run_nodes, folder, exp.server.rules(), launches[0].health_url,
                               t_launch + exp.server.ready.timeout_s, t_launch, record.notes)
+        _look_at_gpus(run_nodes, gpustate.WATCHED, looks, record)
         if outcome.status == "ready" and exp.server.smoke is not None:
             progress("smoke request")
             outcome = watch.smoke(exp.server.smoke, run_nodes[0], launches[0].smoke_url, outcome, record)
@@ -79,6 +83,10 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     except LaunchlabError as exc:
         outcome = Outcome("error", None, str(exc))
     finally:
+        if looks is not None:  # not after a kit error or Ctrl-C: the host may be gone, and stopping comes first
+            if outcome is not None and outcome.status != "error":
+                _look_at_gpus(run_nodes, gpustate.END, looks, record)
+            _record_gpu_state(folder, run_nodes, looks, record)
         finish(exp, run_nodes, folder, record, outcome, progress)
     return record
 
@@ -249,6 +257,32 @@ def _preflight(host: Host, slot: list[int] | None = None) -> dict:
     gpus = telemetry.parse_snapshot(host.run(telemetry.snapshot_command(slot), timeout=60).stdout)
     apps = telemetry.parse_apps(host.run(telemetry.apps_command(slot), timeout=60).stdout)
     return {"gpus": [dataclasses.asdict(g) for g in gpus], "compute_apps": apps}
+
+
+def _look_at_gpus(run_nodes: list[Node], at: str, looks: list, record: RunRecord) -> None:
+    """Which processes hold the run's GPUs now, and whether each is the run's (gpustate.py), on every node the
+    kit samples itself (a scheduler's job runs on a node the kit does not reach). A look that fails is a note: it
+    must not stop the run."""
+    for node in run_nodes:
+        if not node.sampled or node.host.scheduled:
+            continue
+        try:
+            text = node.host.run(commands.gpu_owners(RUN_ID_ENV, node.gpus), timeout=60).stdout
+            looks.append(gpustate.read_look(text, at, node.host.name, node.tag))
+        except LaunchlabError as exc:
+            record.notes.append(f"the GPUs' processes on {node.label} could not be read ({at}): {exc}")
+
+
+def _record_gpu_state(folder: rundir.RunFolder, run_nodes: list[Node], looks: list, record: RunRecord) -> None:
+    """The looks into provenance.json (`gpu_state`), masked like the rest of it; nothing when the kit did not look
+    (then the run's GPU state during the run is not observed, not zero)."""
+    if not looks or not folder.provenance.exists():
+        return
+    try:
+        rundir.update_json(folder.provenance, {
+            "gpu_state": nodes.masker_of(run_nodes).record(gpustate.gather(looks).to_json())})
+    except LaunchlabError as exc:
+        record.notes.append(f"the GPU state during the run was not recorded: {exc}")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ class Report:
             return pd.DataFrame(columns=thresholds.COLUMNS)
         strata = self.manifest.get("strata") or [v.name for v in params.expand(self.exp)]
         return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, spec.factor, self.budget,
-                                spec.repetitions)
+                                spec.repetitions, self.facts, self.exp.drain.tolerance_mib)
 
     @property
     def threshold_verdict(self) -> dict:
@@ -131,6 +131,8 @@ class Report:
         strata = [{k: plain(v) for k, v in row.items()} for row in self.thresholds.to_dict("records")]
         return {"flag": spec.flag, "low": spec.low, "high": spec.high, "resolution": spec.resolution,
                 "outcome": spec.outcome, "strata": strata,
+                "probes": thresholds.probes(self.frames.runs, self.planned, spec.factor, self.budget, self.facts,
+                                            self.exp.drain.tolerance_mib),
                 "differences": thresholds.differences(self.thresholds, self.manifest["baseline"], spec.flag)}
 
     def threshold_search(self) -> None:

@@ -44,6 +44,7 @@ class GpuState:
     name: str
     mem_total_mib: float
     mem_used_mib: float
+    mem_free_mib: float | None = None  # None: not read (a snapshot of a kit before memory.free was asked for)
 
 
 def _cell(text: str) -> float | str:
@@ -70,8 +71,15 @@ def _rows(text: str, n: int) -> list[list[str]]:
 
 
 def parse_snapshot(text: str) -> list[GpuState]:
-    return [GpuState(int(float(c[0])), c[1].strip(), c[2].strip(), _cell(c[3]), _cell(c[4]))
-            for c in _rows(text, len(SNAPSHOT_FIELDS)) if c[0].strip().isdigit()]
+    """Each GPU of a snapshot; memory.free is None where it was not printed or is not a number."""
+    rows = _rows(text, len(SNAPSHOT_FIELDS)) or _rows(text, len(SNAPSHOT_FIELDS) - 1)
+    return [GpuState(int(float(c[0])), c[1].strip(), c[2].strip(), _cell(c[3]), _cell(c[4]), _free(c[5:]))
+            for c in rows if c[0].strip().isdigit()]
+
+
+def _free(cells: list[str]) -> float | None:
+    value = parse_number(cells[0]) if cells else math.nan
+    return None if math.isnan(value) else value
 
 
 def parse_apps(text: str) -> list[dict]:

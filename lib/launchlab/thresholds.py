@@ -14,11 +14,14 @@ from decimal import Decimal
 
 import pandas as pd
 
-from launchlab import search
+from launchlab import gpustate, search
 from launchlab.escaping import md, md_code
 
 COLUMNS = ["stratum", "state", "interval_low", "interval_high", "width", "probes", "runs", "note",
-           "predicted_break_even", "predicted_in_interval", "pre_load_free_gib"]
+           "predicted_break_even", "predicted_in_interval", "pre_load_free_gib",
+           "predicted_n", "predicted_min", "predicted_max", "flagged_probes"]
+PROBE_KEYS = ("stratum", "value", "runs", "predicted_break_even", "pre_load_free_gib", "free_at_start_mib", "flagged",
+              "why")
 
 
 def observations(runs: pd.DataFrame, planned: list[dict], factor: str) -> list[search.Observation]:
@@ -38,11 +41,72 @@ def _float(value: Decimal | None) -> float | None:
     return None if value is None else float(value)
 
 
-def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[dict], factor: str,
-          budget: pd.DataFrame, repetitions: int = 1) -> pd.DataFrame:
-    """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
-    (run_id, break_even_fraction, total_gib), empty when its log gives no numbers."""
+def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.DataFrame,
+           facts: dict[str, dict] | None = None, tolerance_mib: float = 256) -> list[dict]:
+    """One record per probed value of each stratum (PROBE_KEYS): its runs, its own predicted break-even (the mean of
+    its runs' break_even_fraction), the free memory at its runs' start (the least over their GPUs, gpustate.py),
+    and whether it disagrees with the stratum's other probes — its prediction off their median by more than the
+    drain tolerance in memory (the difference × the pre-load free memory), or its free memory at the start below
+    theirs by more than it: a disturbed probe (another process on the GPU) must not move the prediction unseen."""
     stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    predicted = budget.set_index("run_id") if not budget.empty and "break_even_fraction" in budget else None
+    found: dict[tuple[str, str], dict] = {}
+    for _, row in runs.iterrows():
+        stratum, value = stratum_of.get(row["run_id"]), row.get(factor)
+        if stratum is None or value is None:
+            continue
+        probe = found.setdefault((stratum, str(value)), {"stratum": stratum, "value": str(value), "runs": [],
+                                                         "break_even": [], "total_gib": [], "free": []})
+        probe["runs"].append(row["run_id"])
+        if predicted is not None and row["run_id"] in predicted.index:
+            probe["break_even"].append(float(predicted.loc[row["run_id"], "break_even_fraction"]))
+            probe["total_gib"].append(float(predicted.loc[row["run_id"], "total_gib"]))
+        if (free := gpustate.free_at_start((facts or {}).get(row["run_id"]) or {})) is not None:
+            probe["free"].append(min(free.values()))
+    out = [{"stratum": p["stratum"], "value": p["value"], "runs": p["runs"],
+            "predicted_break_even": _mean(p["break_even"]), "pre_load_free_gib": _mean(p["total_gib"]),
+            "free_at_start_mib": min(p["free"]) if p["free"] else None, "flagged": False, "why": ""}
+           for p in found.values()]
+    for stratum in dict.fromkeys(p["stratum"] for p in out):
+        _flag([p for p in out if p["stratum"] == stratum], tolerance_mib)
+    return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _flag(mine: list[dict], tolerance_mib: float) -> None:
+    """Flag the probes of one stratum that disagree with the others (see probes)."""
+    predicted = sorted(p["predicted_break_even"] for p in mine if p["predicted_break_even"] is not None)
+    middle = (predicted[(len(predicted) - 1) // 2] + predicted[len(predicted) // 2]) / 2 if len(predicted) > 1 else None
+    for p in mine:
+        why = []
+        if middle is not None and p["predicted_break_even"] is not None and p["pre_load_free_gib"] is not None:
+            off_mib = abs(p["predicted_break_even"] - middle) * p["pre_load_free_gib"] * 1024
+            if off_mib > tolerance_mib:
+                why.append(f"its predicted break-even {p['predicted_break_even']:.4f} is {off_mib:.0f} MiB off the "
+                           f"median of the stratum's probes ({middle:.4f})")
+        others = [q["free_at_start_mib"] for q in mine if q is not p and q["free_at_start_mib"] is not None]
+        if p["free_at_start_mib"] is not None and others and max(others) - p["free_at_start_mib"] > tolerance_mib:
+            why.append(f"its runs started with {max(others) - p['free_at_start_mib']:.0f} MiB less free GPU memory "
+                       "than the other probes'")
+        if why:
+            p["flagged"] = True
+            p["why"] = (f"probe {p['value']} (runs {', '.join(p['runs'])}) disagrees with the stratum's other probes: "
+                        + "; ".join(why) + f" (tolerance {tolerance_mib:.0f} MiB)")
+
+
+def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[dict], factor: str,
+          budget: pd.DataFrame, repetitions: int = 1, facts: dict[str, dict] | None = None,
+          tolerance_mib: float = 256) -> pd.DataFrame:
+    """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
+    (run_id, break_even_fraction, total_gib), empty when its log gives no numbers. The predicted break-even rests on
+    the runs of the probes that agree (probes(); all of them when none does): predicted_n runs, from predicted_min
+    to predicted_max; flagged_probes says which disagree and why. facts: provenance.json by run id (free memory at
+    each run's start); tolerance_mib: the drain tolerance."""
+    stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    per_probe = probes(runs, planned, factor, budget, facts, tolerance_mib)
     rows = []
     for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions):
         claimed = result.state == search.CONVERGED
@@ -51,13 +115,23 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
                "interval_high": _float(result.high) if claimed else None,
                "width": _float(result.width) if claimed else None, "probes": result.probes,
                "runs": ", ".join(result.runs), "note": result.note,
-               "predicted_break_even": None, "predicted_in_interval": None, "pre_load_free_gib": None}
+               "predicted_break_even": None, "predicted_in_interval": None, "pre_load_free_gib": None,
+               "predicted_n": 0, "predicted_min": None, "predicted_max": None, "flagged_probes": ""}
+        mine_probes = [p for p in per_probe if p["stratum"] == result.stratum]
+        flagged = [p for p in mine_probes if p["flagged"]]
+        row["flagged_probes"] = "; ".join(p["why"] for p in flagged)
         if not budget.empty and "break_even_fraction" in budget:
+            agreeing = {r for p in mine_probes if not p["flagged"] for r in p["runs"]}
             mine = budget[budget["run_id"].map(stratum_of) == result.stratum]
+            if agreeing & set(mine["run_id"]):
+                mine = mine[mine["run_id"].isin(agreeing)]
             if len(mine):
                 predicted = float(mine["break_even_fraction"].mean())
                 row["predicted_break_even"] = predicted
                 row["pre_load_free_gib"] = float(mine["total_gib"].mean())
+                row["predicted_n"] = len(mine)
+                row["predicted_min"] = float(mine["break_even_fraction"].min())
+                row["predicted_max"] = float(mine["break_even_fraction"].max())
                 if claimed:
                     row["predicted_in_interval"] = bool(row["interval_low"] < predicted <= row["interval_high"])
         rows.append(row)
@@ -120,6 +194,16 @@ def _sentence(stratum, baseline, flag, base, other, low, high, per_gib, predicte
     return text
 
 
+def _spread(row: dict) -> str:
+    """How many runs the predicted break-even rests on and their spread: `, from n=4 runs (0.7420 … 0.7425)`."""
+    n = row.get("predicted_n")
+    if not n or _missing(n):
+        return ""
+    if n == 1:
+        return ", from n=1 run"
+    return f", from n={n:.0f} runs ({row['predicted_min']:.4f} … {row['predicted_max']:.4f})"
+
+
 def markdown(found: dict) -> str:
     """The threshold section of report.md and the summary: per stratum its interval and the predicted
     break-even next to it, then each stratum against the baseline's."""
@@ -129,11 +213,14 @@ def markdown(found: dict) -> str:
         if row["state"] == "converged":
             predicted = row["predicted_break_even"]
             side = ("" if predicted is None else f"; the server's own numbers predict the break-even at "
-                    f"{predicted:.4f} ({'inside' if row['predicted_in_interval'] else 'OUTSIDE'} the interval)")
+                    f"{predicted:.4f} ({'inside' if row['predicted_in_interval'] else 'OUTSIDE'} the interval)"
+                    f"{_spread(row)}")
             lines.append(f"- **{md(row['stratum'])}**: ready from a value in ({row['interval_low']:g}, "
                          f"{row['interval_high']:g}] ({row['probes']} probed values){side}")
         else:
             lines.append(f"- **{md(row['stratum'])}**: {md(row['state'])} — {md(row['note'])}")
+        if row.get("flagged_probes"):
+            lines.append(f"  - **A probe disagrees**, left out of the prediction: {md(row['flagged_probes'])}")
     if found["differences"]:
         lines += [""] + [f"- {md(d['summary'])}" for d in found["differences"]]
     return "\n".join(lines)

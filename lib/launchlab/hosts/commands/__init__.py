@@ -7,7 +7,7 @@ unit-tested as strings (tests/test_commands.py). Transports only execute them; c
     processes.py   detached starts, env files, process groups, signals, the kit's tagged processes
     files.py       folders: make (private), remove
     probes.py      questions to the host: clock, user, PATH, env, free port, HTTP from the host itself
-    gpus.py        nvidia-smi: GPU list, the sampler, memory and compute-app snapshots
+    gpus.py        nvidia-smi: GPU list, the sampler, memory and compute-app snapshots (and the apps' runs)
     locks.py       the per-GPU lock files of locks.py
     provenance.py  host facts, the server interpreter's packages, installed-file integrity, environment
     patches.py     check, apply and revert a patch of the installed server package
@@ -18,10 +18,13 @@ unit-tested as strings (tests/test_commands.py). Transports only execute them; c
 from launchlab.hosts.commands.files import make_private_dir, remove_tree
 from launchlab.hosts.commands.gpus import (
     APP_FIELDS,
+    OWNERS_END,
+    OWNERS_MARK,
     SAMPLER_FIELDS,
     SNAPSHOT_FIELDS,
     gpu_apps,
     gpu_indices,
+    gpu_owners,
     gpu_sampler,
     gpu_snapshot,
 )
@@ -51,8 +54,9 @@ from launchlab.hosts.commands.provenance import (
 )
 
 __all__ = [
-    "APP_FIELDS", "SAMPLER_FIELDS", "SECTION_MARK", "SNAPSHOT_FIELDS", "STEADY_SECTIONS", "TAGGED_END", "answer", "env_file_text",
-    "env_value", "find_launchlab_processes", "find_tagged", "free_port", "gpu_apps", "gpu_indices", "gpu_sampler",
+    "APP_FIELDS", "OWNERS_END", "OWNERS_MARK", "SAMPLER_FIELDS", "SECTION_MARK", "SNAPSHOT_FIELDS", "STEADY_SECTIONS",
+    "TAGGED_END", "answer", "env_file_text", "env_value", "find_launchlab_processes", "find_tagged", "free_port",
+    "gpu_apps", "gpu_indices", "gpu_owners", "gpu_sampler",
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
     "interpreter_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
     "make_private_dir", "package_integrity", "patch_apply", "patch_check", "patch_revert", "process_group",

@@ -1,12 +1,15 @@
 """nvidia-smi commands: the GPU list, the sampler that traces memory while a server starts, and the snapshots
-of GPU memory and of the processes using it. The field lists are the columns telemetry.py parses."""
+of GPU memory and of the processes using it (with the run each one belongs to). The field lists are the
+columns telemetry.py parses."""
 
 from __future__ import annotations
 
 import shlex
 
+from launchlab.fields import ENV_NAME
+
 SAMPLER_FIELDS = ("timestamp", "index", "uuid", "memory.total", "memory.used", "memory.free", "utilization.gpu")
-SNAPSHOT_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used")
+SNAPSHOT_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used", "memory.free")
 APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
 
 
@@ -38,3 +41,27 @@ def gpu_apps(gpus: list[int] | None = None) -> str:
     """The processes holding GPU memory now (APP_FIELDS, no header)."""
     return shlex.join(["nvidia-smi", f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits",
                        *_select(gpus)])
+
+
+OWNERS_MARK = "# owners"  # gpu_owners: the compute apps above it, each app's run id below it
+OWNERS_END = "# end of the owners"
+
+
+def gpu_owners(env_name: str, gpus: list[int] | None = None) -> str:
+    """The processes holding GPU memory now (gpu_apps' lines), then OWNERS_MARK, then `PID RUN` for each of them:
+    RUN is the value of env_name in the process's environment (the run id every process the kit starts carries),
+    `-` when it has none or its environment cannot be read (another user's process), `?` when the pid is not a
+    process here (nvidia-smi shows the pids of another pid namespace, e.g. from inside a container); then
+    OWNERS_END. One command, so the owners are read while the processes nvidia-smi listed still run."""
+    if not ENV_NAME.accepts(env_name):
+        raise ValueError(env_name)
+    return (
+        f"a=$({gpu_apps(gpus)}) || exit 2; printf '%s\\n' \"$a\"; echo {shlex.quote(OWNERS_MARK)}; "
+        "for p in $(printf '%s\\n' \"$a\" | cut -d, -f2); do "
+        "case $p in ''|*[!0-9]*) continue;; esac; "
+        "if [ -d /proc/$p ]; then "
+        f"v=$(tr '\\0' '\\n' 2>/dev/null < /proc/$p/environ | grep '^{env_name}=') || v='{env_name}=-'; "
+        f"echo \"$p ${{v#{env_name}=}}\"; "
+        "else echo \"$p ?\"; fi; "
+        f"done; echo {shlex.quote(OWNERS_END)}"
+    )
