@@ -14,6 +14,7 @@ from decimal import Decimal
 
 import pandas as pd
 
+from launchlab import budget as budget_mod
 from launchlab import search
 from launchlab.escaping import md, md_code
 
@@ -41,8 +42,14 @@ def _float(value: Decimal | None) -> float | None:
 def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[dict], factor: str,
           budget: pd.DataFrame, repetitions: int = 1) -> pd.DataFrame:
     """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
-    (run_id, break_even_fraction, total_gib), empty when its log gives no numbers."""
+    (run_id, its break-even column, total_gib), empty when its log gives no numbers. The prediction is the kind's
+    break-even (budget.break_even_of: SGLang's `mem_fraction_static`, vLLM's `gpu_memory_utilization`), given
+    only where the searched flag is that argument (factor: the flag's name in runs.parquet): a break-even in
+    another argument's units says nothing of this flag's threshold."""
     stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    predicts = budget_mod.break_even_of(budget) if not budget.empty else None
+    if predicts is not None and predicts.arg != factor:
+        predicts = None
     rows = []
     for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions):
         claimed = result.state == search.CONVERGED
@@ -52,10 +59,10 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
                "width": _float(result.width) if claimed else None, "probes": result.probes,
                "runs": ", ".join(result.runs), "note": result.note,
                "predicted_break_even": None, "predicted_in_interval": None, "pre_load_free_gib": None}
-        if not budget.empty and "break_even_fraction" in budget:
-            mine = budget[budget["run_id"].map(stratum_of) == result.stratum]
+        if predicts is not None:
+            mine = budget[budget["run_id"].map(stratum_of) == result.stratum].dropna(subset=[predicts.column])
             if len(mine):
-                predicted = float(mine["break_even_fraction"].mean())
+                predicted = float(mine[predicts.column].mean())
                 row["predicted_break_even"] = predicted
                 row["pre_load_free_gib"] = float(mine["total_gib"].mean())
                 if claimed:

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from launchlab import analysis, confounds, levelchecks
+from launchlab import analysis, budget, confounds, levelchecks
 from launchlab.escaping import md, md_code
 
 EFFECT_KEYS = ("factor", "level", "metric", "n", "mean", "sd", "baseline_n", "baseline_mean", "diff", "ratio",
@@ -114,18 +114,6 @@ def markdown(v: dict, budget_summary: pd.DataFrame) -> str:
     contradicted = [c for c in v.get("level_checks", []) if c["runs_contradicted"]]
     if contradicted:
         lines.append("**A level did not take effect:** " + md("; ".join(c["detail"] for c in contradicted)) + ".")
-    if not budget_summary.empty and "break_even_fraction" in budget_summary:
-        pairs = [(n, b) for n, b in zip(budget_summary["variant"], budget_summary["break_even_fraction"], strict=True)
-                 if pd.notna(b)]
-        by_value: dict[str, list[str]] = {}  # said once per distinct value, with the variants that share it
-        for name, b in pairs:
-            by_value.setdefault(f"{b:.3f}", []).append(name)
-        if len(by_value) == 1:
-            [value] = by_value
-            lines.append(f"**Break-even `mem_fraction_static`** (from the logged numbers: 1 − avail/total): {value} "
-                         "in every variant. A launch has room for a KV cache only above it.")
-        elif by_value:
-            lines.append("**Break-even `mem_fraction_static`** (from the logged numbers: 1 − avail/total): "
-                         + "; ".join(f"{value} for {md(' · '.join(names))}" for value, names in by_value.items())
-                         + ". A launch has room for a KV cache only above it.")
+    if said := budget.break_even_markdown(budget_summary):  # in the server kind's own argument
+        lines.append(said)
     return "\n\n".join(lines)
