@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from launchlab import analysis, budget, confounds, levelchecks
+from launchlab import analysis, budget, confounds, derivedargs, levelchecks
 from launchlab.escaping import md, md_code
 
 EFFECT_KEYS = ("factor", "level", "metric", "n", "mean", "sd", "baseline_n", "baseline_mean", "diff", "ratio",
@@ -43,8 +43,9 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     # must see — it is stated by their logs whatever the outcome
     left_out = obs[obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME])]
     found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
-    found += confounds.log_differences([*valid["run_id"], *left_out["run_id"]], parsed or {}, set(declared_args),
-                                       facts)
+    compared = [*valid["run_id"], *left_out["run_id"]]
+    derived = derivedargs.find(compared, parsed or {}, set(declared_args), derivedargs.levels_of(runs, factors))
+    found += confounds.log_differences(compared, parsed or {}, {*declared_args, *(d["arg"] for d in derived)}, facts)
     reasons = inconclusive_reasons(obs, decisions)
     warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
     warnings += analysis.effect_warnings(effects)
@@ -66,6 +67,7 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
                                   "strata": [{"held": s["held"], "changes": s["changes"],
                                               "levels": s["levels"]} for s in d["strata"]]} for d in decisions},
         "confounds": found,
+        "derived_args": derived,
         "effects": [{k: _plain(e[k]) if not isinstance(e[k], list) else e[k] for k in EFFECT_KEYS} for e in effects],
         "level_checks": checks,
         "excluded_runs": analysis.excluded(obs),
@@ -92,6 +94,8 @@ def markdown(v: dict, budget_summary: pd.DataFrame) -> str:
         lines.append(f"**Not a controlled comparison** — {len(v['confounds'])} confound(s), see below.")
     elif v["controlled"]:
         lines.append("**Controlled comparison.**")
+    if said := derivedargs.markdown(v.get("derived_args", [])):
+        lines.append(said)
     if not v["conclusive"] and not (v["outcome_factors"] or v["neutral_factors"]):
         return "\n\n".join(lines)
     for factor in v["outcome_factors"]:
