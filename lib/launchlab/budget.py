@@ -52,7 +52,8 @@ def break_even_markdown(summary: pd.DataFrame) -> str:
     by_value: dict[str, list[str]] = {}
     for name, value in zip(summary["variant"], summary[found.column], strict=True):
         if pd.notna(value):
-            by_value.setdefault(f"{value:.3f}", []).append(name)
+            # three decimals for a fraction of the card (0.744); three digits for a small share (vLLM's 0.00565)
+            by_value.setdefault(f"{value:.3f}" if abs(value) >= 0.1 else f"{value:.3g}", []).append(name)
     if not by_value:
         return ""
     head = f"**Break-even `{found.arg}`** (from the logged numbers: {md(found.formula)}): "
