@@ -10,6 +10,7 @@ that state it are compared (a by-hand log without a version line is not "another
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 
 import pandas as pd
@@ -32,6 +33,28 @@ VOLATILE_ARGS = {"port", "host", "random_seed", "seed", "nccl_port", "dist_init_
                  "dp_size", "data_parallel_size", "file_storage_path", "download_dir", "log_level"}
 
 
+VALUE_CHARS = 80  # a value in a confound's text: the whole value stays in the run's files (parsed.json, provenance.json)
+
+
+def shown(values: list[str]) -> list[str]:
+    """Each value as a confound's text shows it: whole up to about VALUE_CHARS characters; a longer one (a config
+    dump of several KB) cut to VALUE_CHARS characters around where the values first differ, with its full length,
+    so that two long values that differ deep inside still read apart."""
+    if all(len(v) <= VALUE_CHARS for v in values):
+        return values
+    start = max(0, len(os.path.commonprefix(values)) - VALUE_CHARS // 4) if len(values) > 1 else 0
+    out = []
+    for value in values:
+        if len(value) <= VALUE_CHARS:
+            out.append(value)
+            continue
+        begin = min(start, max(0, len(value) - VALUE_CHARS))
+        piece = value[begin:begin + VALUE_CHARS]
+        more = begin + VALUE_CHARS < len(value)
+        out.append(f"{'…' if begin else ''}{piece}{'…' if more else ''} ({len(value):,} characters)")
+    return out
+
+
 def _key(value: object) -> object:
     """A hashable stand-in for a fact's value (lists and dicts as sorted JSON)."""
     return value if isinstance(value, (str, int, float, type(None))) else json.dumps(value, sort_keys=True)
@@ -51,7 +74,9 @@ def _differs(kind: str, label: str, values: dict[str, object]) -> list[dict]:
     groups = _groups(values)
     if groups is None:
         return []
-    detail = f"{label} differs: " + "; ".join(f"{v}: {', '.join(rs)}" for v, rs in groups.items())
+    texts = shown([str(v) for v in groups])
+    detail = f"{label} differs: " + "; ".join(f"{t}: {', '.join(rs)}" for t, rs in zip(texts, groups.values(),
+                                                                                        strict=True))
     return [{"kind": kind, "detail": detail, "runs": sorted(r for rs in list(groups.values())[1:] for r in rs)}]
 
 
@@ -115,9 +140,11 @@ def env_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
     for name in names:
         groups = _groups({r: (facts[r].get("host_env") or {}).get(name) for r in ids})
         if groups:
+            texts = shown([repr(v) for v in groups])
             found.append({"kind": "environment", "runs": sorted(r for rs in list(groups.values())[1:] for r in rs),
                           "detail": f"undeclared environment variable {name} differs between runs: "
-                                    + "; ".join(f"{v!r}: {', '.join(rs)}" for v, rs in groups.items())})
+                                    + "; ".join(f"{t}: {', '.join(rs)}" for t, rs in zip(texts, groups.values(),
+                                                                                         strict=True))})
     return found
 
 

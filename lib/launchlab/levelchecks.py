@@ -42,9 +42,12 @@ def arg_name(flag: str) -> str:
 
 
 def declared_args(exp: Experiment) -> set[str]:
-    """The server arguments the factors set (by the name the server records them under): a difference in them
-    between runs is the design, not a confound."""
-    return {arg_name(flag) for levels in exp.factors.values() for level in levels.values() for flag in level.flags}
+    """The server arguments the factors set (by the name the server records them under), and the flag a threshold
+    search varies: a difference in them between runs is the design, not a confound."""
+    declared = {arg_name(flag) for levels in exp.factors.values() for level in levels.values() for flag in level.flags}
+    if exp.search is not None:
+        declared.add(arg_name(exp.search.flag))
+    return declared
 
 
 def _expected_flags(exp: Experiment, variant: Variant, flags: Iterable[str], boolean: set[str]) -> dict[str, object]:

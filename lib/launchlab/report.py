@@ -91,10 +91,7 @@ class Report:
 
     @cached_property
     def budget(self) -> pd.DataFrame:
-        recompute = KINDS[self.exp.server.kind].budget
-        if recompute is None:
-            return pd.DataFrame()
-        return recompute(self.frames.events, self.valid_runs, self.frames.telemetry)
+        return budget.recompute(self.exp.server.kind, self.frames.events, self.valid_runs, self.frames.telemetry)
 
     @cached_property
     def level_checks(self) -> list[dict]:

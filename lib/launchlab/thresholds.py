@@ -14,6 +14,7 @@ from decimal import Decimal
 
 import pandas as pd
 
+from launchlab import budget as budget_mod
 from launchlab import gpustate, search
 from launchlab.escaping import md, md_code
 
@@ -41,15 +42,24 @@ def _float(value: Decimal | None) -> float | None:
     return None if value is None else float(value)
 
 
+def _predicts(budget: pd.DataFrame, factor: str) -> budget_mod.BreakEven | None:
+    """The server kind's break-even where the searched flag is its argument (factor: the flag's name in
+    runs.parquet): a break-even in another argument's units says nothing of this flag's threshold."""
+    found = budget_mod.break_even_of(budget) if not budget.empty else None
+    return found if found is not None and found.arg == factor else None
+
+
 def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.DataFrame,
            facts: dict[str, dict] | None = None, tolerance_mib: float = 256) -> list[dict]:
     """One record per probed value of each stratum (PROBE_KEYS): its runs, its own predicted break-even (the mean of
-    its runs' break_even_fraction), the free memory at its runs' start (the least over their GPUs, gpustate.py),
+    its runs' break-even in the server kind's argument: _predicts), the free memory at its runs' start
+    (the least over their GPUs, gpustate.py),
     and whether it disagrees with the stratum's other probes — its prediction off their median by more than the
     drain tolerance in memory (the difference × the pre-load free memory), or its free memory at the start below
     theirs by more than it: a disturbed probe (another process on the GPU) must not move the prediction unseen."""
     stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
-    predicted = budget.set_index("run_id") if not budget.empty and "break_even_fraction" in budget else None
+    predicts = _predicts(budget, factor)
+    predicted = budget.set_index("run_id") if predicts is not None else None
     found: dict[tuple[str, str], dict] = {}
     for _, row in runs.iterrows():
         stratum, value = stratum_of.get(row["run_id"]), row.get(factor)
@@ -59,8 +69,9 @@ def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.Data
                                                          "break_even": [], "total_gib": [], "free": []})
         probe["runs"].append(row["run_id"])
         if predicted is not None and row["run_id"] in predicted.index:
-            probe["break_even"].append(float(predicted.loc[row["run_id"], "break_even_fraction"]))
-            probe["total_gib"].append(float(predicted.loc[row["run_id"], "total_gib"]))
+            if not math.isnan(be := float(predicted.loc[row["run_id"], predicts.column])):
+                probe["break_even"].append(be)
+                probe["total_gib"].append(float(predicted.loc[row["run_id"], "total_gib"]))
         if (free := gpustate.free_at_start((facts or {}).get(row["run_id"]) or {})) is not None:
             probe["free"].append(min(free.values()))
     out = [{"stratum": p["stratum"], "value": p["value"], "runs": p["runs"],
@@ -101,11 +112,14 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
           budget: pd.DataFrame, repetitions: int = 1, facts: dict[str, dict] | None = None,
           tolerance_mib: float = 256) -> pd.DataFrame:
     """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
-    (run_id, break_even_fraction, total_gib), empty when its log gives no numbers. The predicted break-even rests on
-    the runs of the probes that agree (probes(); all of them when none does): predicted_n runs, from predicted_min
-    to predicted_max; flagged_probes says which disagree and why. facts: provenance.json by run id (free memory at
-    each run's start); tolerance_mib: the drain tolerance."""
+    (run_id, its break-even column, total_gib), empty when its log gives no numbers. The prediction is the kind's
+    break-even (SGLang's `mem_fraction_static`, vLLM's `gpu_memory_utilization`), given only where the searched
+    flag is that argument (_predicts). It rests on the runs of the probes that agree
+    (probes(); all of them when none does): predicted_n runs, from predicted_min to predicted_max; flagged_probes
+    says which disagree and why. facts: provenance.json by run id (free memory at each run's start);
+    tolerance_mib: the drain tolerance."""
     stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    predicts = _predicts(budget, factor)
     per_probe = probes(runs, planned, factor, budget, facts, tolerance_mib)
     rows = []
     for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions):
@@ -120,18 +134,18 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
         mine_probes = [p for p in per_probe if p["stratum"] == result.stratum]
         flagged = [p for p in mine_probes if p["flagged"]]
         row["flagged_probes"] = "; ".join(p["why"] for p in flagged)
-        if not budget.empty and "break_even_fraction" in budget:
+        if predicts is not None:
             agreeing = {r for p in mine_probes if not p["flagged"] for r in p["runs"]}
-            mine = budget[budget["run_id"].map(stratum_of) == result.stratum]
+            mine = budget[budget["run_id"].map(stratum_of) == result.stratum].dropna(subset=[predicts.column])
             if agreeing & set(mine["run_id"]):
                 mine = mine[mine["run_id"].isin(agreeing)]
             if len(mine):
-                predicted = float(mine["break_even_fraction"].mean())
+                predicted = float(mine[predicts.column].mean())
                 row["predicted_break_even"] = predicted
                 row["pre_load_free_gib"] = float(mine["total_gib"].mean())
                 row["predicted_n"] = len(mine)
-                row["predicted_min"] = float(mine["break_even_fraction"].min())
-                row["predicted_max"] = float(mine["break_even_fraction"].max())
+                row["predicted_min"] = float(mine[predicts.column].min())
+                row["predicted_max"] = float(mine[predicts.column].max())
                 if claimed:
                     row["predicted_in_interval"] = bool(row["interval_low"] < predicted <= row["interval_high"])
         rows.append(row)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from launchlab import analysis, confounds, levelchecks
+from launchlab import analysis, budget, confounds, derivedargs, levelchecks
 from launchlab.escaping import md, md_code
 from launchlab.verdictrecord import Confound, Decision, Effect, Verdict
 
@@ -32,8 +32,9 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     # must see — it is stated by their logs whatever the outcome
     left_out = obs[obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME])]
     found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
-    found += confounds.log_differences([*valid["run_id"], *left_out["run_id"]], parsed or {}, set(declared_args),
-                                       facts)
+    compared = [*valid["run_id"], *left_out["run_id"]]
+    derived = derivedargs.find(compared, parsed or {}, set(declared_args), derivedargs.levels_of(runs, factors))
+    found += confounds.log_differences(compared, parsed or {}, {*declared_args, *(d["arg"] for d in derived)}, facts)
     decisions = [analysis.decide(obs, f, factors, baseline.get(f), contradicted.get(f, set())) for f in factors]
     # a contradicted level confounds the other factors only where some of its runs took effect and some did not:
     # contradicted in every run, it is another level held the same across their strata
@@ -68,6 +69,7 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
         confounded_factors=named("confounded"),
         factors={d["factor"]: Decision.from_json(d) for d in decisions},
         confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found],
+        derived_args=derived,
         effects=[Effect.from_analysis(e) for e in effects],
         level_checks=checks,
         excluded_runs=analysis.excluded(obs),
@@ -95,6 +97,8 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
         lines.append(f"**Not a controlled comparison** — {len(v.confounds)} confound(s), see below.")
     elif v.controlled:
         lines.append("**Controlled comparison.**")
+    if said := derivedargs.markdown(v.derived_args):
+        lines.append(said)
     contradicted = [c for c in v.level_checks if c["runs_contradicted"]]
     if contradicted:
         lines.append("**A level did not take effect:** " + md("; ".join(c["detail"] for c in contradicted))
@@ -123,18 +127,6 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
         else:
             lines.append(f"{name} changes the KV capacity by {e.diff:+,.0f} tokens "
                          f"({e.ratio:.3f}× of {e.baseline_mean:,.0f}; {e.interval_text(lambda x: f'{x:+,.0f}')}{where}).")
-    if not budget_summary.empty and "break_even_fraction" in budget_summary:
-        pairs = [(n, b) for n, b in zip(budget_summary["variant"], budget_summary["break_even_fraction"], strict=True)
-                 if pd.notna(b)]
-        by_value: dict[str, list[str]] = {}  # said once per distinct value, with the variants that share it
-        for name, b in pairs:
-            by_value.setdefault(f"{b:.3f}", []).append(name)
-        if len(by_value) == 1:
-            [value] = by_value
-            lines.append(f"**Break-even `mem_fraction_static`** (from the logged numbers: 1 − avail/total): {value} "
-                         "in every variant. A launch has room for a KV cache only above it.")
-        elif by_value:
-            lines.append("**Break-even `mem_fraction_static`** (from the logged numbers: 1 − avail/total): "
-                         + "; ".join(f"{value} for {md(' · '.join(names))}" for value, names in by_value.items())
-                         + ". A launch has room for a KV cache only above it.")
+    if said := budget.break_even_markdown(budget_summary):  # in the server kind's own argument
+        lines.append(said)
     return "\n\n".join(lines)

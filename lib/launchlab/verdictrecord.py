@@ -181,6 +181,7 @@ class Verdict:
     warnings: list[str]
     flaky_factors: list[str] = field(default_factory=list)
     confounded_factors: list[str] = field(default_factory=list)
+    derived_args: list[dict] = field(default_factory=list)  # derivedargs.find: arguments that follow the levels
     thresholds: dict | None = None
 
     def to_json(self) -> dict:

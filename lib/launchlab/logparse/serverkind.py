@@ -30,6 +30,22 @@ class ReadyRules:
 
 
 @dataclass(frozen=True)
+class BreakEven:
+    """The value of one server argument at which a launch starts to have room for its KV cache, as the kind's
+    budget predicts it from the logged numbers (a threshold search of that argument's flag is compared with it).
+
+    arg      the argument as the server records it (`mem_fraction_static`); a search whose flag records under this
+             name gets the prediction
+    column   the budget frame's column that holds it, per run (`break_even_fraction`)
+    formula  how it is computed from the log, for the reader (`1 − avail/total`)
+    """
+
+    arg: str
+    column: str
+    formula: str
+
+
+@dataclass(frozen=True)
 class ServerKind:
     """Everything the kit knows about one kind of inference server.
 
@@ -45,6 +61,8 @@ class ServerKind:
                     logged numbers (budget.py). None: the log carries no budget
     report_intro    Markdown before the report's budget table: how this server sizes its KV cache.
                     None: the report says the log has no budget
+    break_even      the argument whose break-even the budget predicts, its column and formula (the verdict's
+                    break-even sentence and a threshold search's prediction). None: the budget predicts none
     """
 
     name: str
@@ -54,6 +72,7 @@ class ServerKind:
     parser: Callable[[ReadyRules], LineParser]
     budget: Budget | None = None
     report_intro: str | None = None
+    break_even: BreakEven | None = None
 
     def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
         """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""

@@ -32,7 +32,7 @@ from launchlab.logparse.common import (
 )
 from launchlab.logparse.cuda_oom import oom_fields
 from launchlab.logparse.frames import Attribution
-from launchlab.logparse.serverkind import ServerKind
+from launchlab.logparse.serverkind import BreakEven, ServerKind
 
 ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weight", "KV Cache", "Memory pool",
            "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
@@ -261,9 +261,34 @@ def parse(raw_lines: Iterable[str]) -> ParsedLog:
 
 
 def _budget(events, runs, telemetry):
-    from launchlab import budget  # pandas: loaded when a report asks, never to parse a log or validate params
+    """One row per run with the numbers SGLang's KV sizing used (reference/log-formats.md 2.4): total (the MIN over
+    ranks of "Load weight begin" avail, the free memory before the weights), avail (the MIN of "Load weight end"
+    avail), fraction; rest = avail − total × (1 − fraction), recomputed, against a `DEBUG profile_max_num_token`
+    line's when the server printed one (agrees); the break-even fraction 1 − avail/total; and the card's capacity
+    from nvidia-smi with the gap explained. A launch has a KV cache iff rest > 0."""
+    import pandas as pd  # loaded when a report asks, never to parse a log or validate params
 
-    return budget.sglang_budget(events, runs, telemetry)
+    from launchlab.logparse import budgetrows as budget
+
+    rows = []
+    cards = budget.card_totals(telemetry)
+    for run, v in budget.logged(events, runs):
+        total, avail = v.get("weights_begin_avail_gib"), v.get("weights_end_avail_gib")
+        fraction = v.get("mem_fraction_static")
+        if budget.missing(total, avail, fraction):
+            continue
+        rest = avail - total * (1 - fraction)
+        logged = v.get("debug.profile_max_num_token.rest")
+        logged = None if budget.missing(logged) else float(logged)
+        row = {"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
+               "avail_gib": avail, "fraction": fraction, "reserved_gib": total * (1 - fraction), "rest_gib": rest,
+               "logged_rest_gib": logged,
+               "agrees": None if logged is None else abs(logged - rest) <= budget.DISAGREE_GIB,
+               "break_even_fraction": 1 - avail / total,
+               "kv_gib": v.get("kv_gib") if "kv_gib" in v else None}
+        row.update(budget.card_gap(cards, run["run_id"], total, v.get("dist_init_mem_gib")))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 KIND = ServerKind(
@@ -286,4 +311,5 @@ KIND = ServerKind(
                   "`rest ≤ 0` is \"Not enough memory\"; the break-even fraction is `1 − avail/total`. "
                   "`logged_agrees` compares with a `DEBUG profile_max_num_token` line when the server "
                   "printed one."),
+    break_even=BreakEven(arg="mem_fraction_static", column="break_even_fraction", formula="1 − avail/total"),
 )

@@ -34,7 +34,7 @@ from launchlab.logparse.common import (
 )
 from launchlab.logparse.cuda_oom import oom_fields
 from launchlab.logparse.frames import Attribution, method_phase
-from launchlab.logparse.serverkind import ServerKind
+from launchlab.logparse.serverkind import BreakEven, ServerKind
 
 BLOCK_SIZE = 16  # vLLM's default tokens per KV block
 ANCHORS = ("Loading model weights", "Model loading took", "Starting to load model", "KV cache", "KV Cache",
@@ -79,7 +79,8 @@ _STATEMENTS = [
      [(1, "startup_free_gib"), (2, "total_gpu_gib"), (3, "gpu_memory_utilization"), (4, "requested_gib"),
       (5, "profile_weights_gib"), (6, "activation_peak_gib"), (7, "non_torch_gib"), (8, "cuda_graph_gib"),
       (9, "suggested_kv_cache_memory_bytes"), (10, "max_kv_cache_memory_bytes"), (11, "kv_gib")]),
-    (re.compile(rf"Available KV cache memory: {_N} GiB"), "kv_cache", [(1, "kv_avail_gib")]),
+    # negative when the weights and activations take more than the requested share (vLLM 0.26 at 0.004: -0.17)
+    (re.compile(rf"Available KV cache memory: {_SIGNED} GiB"), "kv_cache", [(1, "kv_avail_gib")]),
     (re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total"), "kv_cache", [(1, "torch_compile_s")]),
     (re.compile(rf"Initial profiling/warmup run took {_N} s"), "kv_cache", [(1, "warmup_run_s")]),
     (re.compile(rf"Profiling CUDA graph memory:|Estimated CUDA graph memory: {_N} GiB total"), "kv_cache",
@@ -338,9 +339,36 @@ def parse(raw_lines: Iterable[str]) -> ParsedLog:
 
 
 def _budget(events, runs, telemetry):
-    from launchlab import budget  # pandas: loaded when a report asks, never to parse a log or validate params
+    """One row per run that logged vLLM's memory profile (reference/log-formats.md 3.2): V0's "Memory profiling
+    takes …" lines, or V1's "Free memory on device (free/total GiB) on startup. Desired GPU memory utilization is
+    (util, requested GiB). Actual usage is … for weight, … peak activation, … non-torch memory, and … CUDAGraph
+    memory" (0.2x). kv = total × gpu_memory_utilization − (weights + non-torch + activation peak), recomputed,
+    against "Available KV cache memory" (agrees); the utilization needed for any KV cache is
+    (weights + non-torch + activation) / total. CUDA-graph memory (graph_gib) is shown beside it: vLLM 0.26 does not
+    take it from the KV budget (its "Available KV cache memory" is the difference above). The profile's numbers
+    suffice: no nvidia-smi comparison."""
+    import pandas as pd  # loaded when a report asks, never to parse a log or validate params
 
-    return budget.vllm_budget(events, runs)  # the profile's numbers suffice: no nvidia-smi comparison
+    from launchlab.logparse import budgetrows as budget
+
+    rows = []
+    for run, v in budget.logged(events, runs):
+        total, util = v.get("total_gpu_gib"), v.get("gpu_memory_utilization")
+        parts = [v.get("profile_weights_gib", v.get("weights_mem_gib")), v.get("non_torch_gib"),
+                 v.get("activation_peak_gib")]
+        if budget.missing(total, util, *parts):
+            continue
+        used = sum(parts)
+        kv = total * util - used
+        logged = v.get("kv_avail_gib")
+        logged = None if budget.missing(logged) else logged
+        graphs = v.get("cuda_graph_gib")
+        rows.append({"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
+                     "utilization": util, "non_kv_gib": used, "kv_gib": kv, "logged_kv_gib": logged,
+                     "agrees": None if logged is None else abs(logged - kv) <= budget.DISAGREE_GIB,
+                     "graph_gib": None if budget.missing(graphs) else graphs,
+                     "break_even_utilization": used / total})
+    return pd.DataFrame(rows)
 
 
 KIND = ServerKind(
@@ -358,4 +386,6 @@ KIND = ServerKind(
     budget=_budget,
     report_intro=("vLLM sizes its KV cache as `total × gpu_memory_utilization − (weights + non-torch + "
                   "activation peak)`; the break-even utilization is `(weights + non-torch + activation) / total`."),
+    break_even=BreakEven(arg="gpu_memory_utilization", column="break_even_utilization",
+                         formula="(weights + non-torch + activation peak) / total"),
 )
