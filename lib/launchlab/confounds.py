@@ -10,11 +10,14 @@ that state it are compared (a by-hand log without a version line is not "another
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 
 import pandas as pd
 
+from launchlab import config
 from launchlab.logfacts import LABELS
+from launchlab.sim.state import STATE_ENV
 
 VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHLVL", "_", "LAUNCHLAB_RUN_ID",
                 "JPY_PARENT_PID", "PYDEVD_USE_FRAME_EVAL", "TERM", "COLUMNS", "LINES"}
@@ -106,13 +109,37 @@ def file_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
     return found
 
 
+def inherited_env(node: dict) -> dict[str, str]:
+    """The environment a run's server inherited, without what the kit itself put there (provenance's `kit_env`:
+    a simulated box's state folder, the stand-in nvidia-smi's folder and the kit's Python in front of PATH). Those
+    name folders of the batch's own box, made anew by every batch and every --resume, and the kit's
+    configuration (config.VARIABLES) is read by the kit alone: none of it is the server's setting, so comparing
+    it would call every resumed batch uncontrolled. A value the kit set whole is left out; a list the kit put
+    entries in front of (PATH) is compared without them. A run recorded before `kit_env` existed: a simulated
+    box's state folder is taken as the kit's, and so is every PATH entry inside it."""
+    env = dict(node.get("host_env") or {})
+    own = node.get("kit_env")
+    if own is None and node.get("simulated") and env.get(STATE_ENV):
+        box = env[STATE_ENV].rstrip("/") + "/"
+        own = {STATE_ENV: env[STATE_ENV]}
+        if "PATH" in env:
+            env["PATH"] = os.pathsep.join(e for e in env["PATH"].split(os.pathsep) if not e.startswith(box))
+    for name, value in (own or {}).items():
+        if env.get(name) == value:
+            del env[name]
+        elif name in env and env[name].startswith(value + os.pathsep):
+            env[name] = env[name][len(value) + len(os.pathsep):]
+    return {k: v for k, v in env.items() if k not in config.VARIABLES}
+
+
 def env_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
-    names = sorted({k for r in ids for k in (facts[r].get("host_env") or {})} - VOLATILE_ENV)
+    inherited = {r: inherited_env(facts[r]) for r in ids}
+    names = sorted({k for r in ids for k in inherited[r]} - VOLATILE_ENV)
     if any(facts[r].get("scheduler") for r in ids):  # jobs: what the scheduler set for each is where it ran
         names = [n for n in names if n not in SCHEDULER_ENV and not n.startswith(SCHEDULER_ENV_PREFIXES)]
     found = []
     for name in names:
-        groups = _groups({r: (facts[r].get("host_env") or {}).get(name) for r in ids})
+        groups = _groups({r: inherited[r].get(name) for r in ids})
         if groups:
             found.append({"kind": "environment", "runs": sorted(r for rs in list(groups.values())[1:] for r in rs),
                           "detail": f"undeclared environment variable {name} differs between runs: "
