@@ -86,8 +86,26 @@ def version_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
 
 
 def _changed_files(facts: dict) -> list[str]:
+    """Installed files that differ from the release; notebooks left out where the record has their code
+    (notebook_code: compared by notebook_differences, so a notebook JupyterLab re-saved is not a modified file)."""
     integrity = facts.get("integrity") or {}
-    return sorted((integrity.get("modified") or []) + (integrity.get("added") or []))
+    files = (integrity.get("modified") or []) + (integrity.get("added") or [])
+    if "notebook_code" in integrity:
+        files = [f for f in files if not f.removesuffix(" (missing)").endswith(".ipynb")]
+    return sorted(files)
+
+
+def notebook_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """The server package's notebooks (the kit's own templates, when the server is the simulated one) compared by
+    their code — each cell's type and source, and which takes the parameters — never by their bytes: a save from
+    JupyterLab rewrites the JSON without changing what a notebook runs. Runs without the record are not compared."""
+    unpatched = [r for r in ids if not facts[r].get("patched") and "notebook_code" in (_of(facts[r], "integrity") or {})]
+    names = sorted({n for r in unpatched for n in _of(facts[r], "integrity", "notebook_code")})
+    found = []
+    for name in names:
+        digests = {r: (_of(facts[r], "integrity", "notebook_code").get(name) or "missing")[:12] for r in unpatched}
+        found += _differs("modified files", f"the code of notebook {name} (cell sources, parameters)", digests)
+    return found
 
 
 def file_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
@@ -241,8 +259,8 @@ def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tole
     touches (what the server logs state: log_differences)."""
     ids = [r for r in runs["run_id"] if r in facts]
     found: list[dict] = []
-    for check in (host_differences, node_differences, version_differences, file_differences, env_differences,
-                  gpu_differences):
+    for check in (host_differences, node_differences, version_differences, file_differences, notebook_differences,
+                  env_differences, gpu_differences):
         found += check(ids, facts)
     found += busy_gpus(ids, facts, tolerance_mib)
     found += unbalanced_hosts(runs)
