@@ -45,6 +45,7 @@ def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost, bin_dir: Pat
     state.write_host(state_dir, {
         "name": name,
         "pace": spec.pace,
+        "cold_start_s": spec.cold_start_s,
         "weights_gib_per_rank": spec.weights_gib_per_rank,
         "gpus": [
             {"index": i, "name": spec.gpu_name, "uuid": state.gpu_uuid(name, i),
