@@ -94,8 +94,12 @@ def code(data):
     except (ValueError, AttributeError, TypeError):
         return None
     return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
-notebooks = {}
-for here, dirs, files in os.walk(location, followlinks=True):
+notebooks, walked = {}, set()
+for here, dirs, files in os.walk(location, followlinks=True):  # the kit's templates are links: followed, once
+    if os.path.realpath(here) in walked:
+        dirs[:] = []
+        continue
+    walked.add(os.path.realpath(here))
     dirs[:] = [d for d in dirs if d not in ("__pycache__", ".ipynb_checkpoints")]
     for n in files:
         if n.endswith(".ipynb") and len(notebooks) < 200:
