@@ -18,7 +18,7 @@ LAYERS = [
      "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search",
      "logfacts", "keptlog", "verdictrecord", "gpustate"},
     {"analysis", "answer", "confounds", "derivedargs", "levelchecks", "verdict", "plots", "conclude", "frames",
-     "thresholds"},
+     "thresholds", "ordereffects"},
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh", "hosts.slurm",
      "locks", "reaper", "provenance", "patching", "nodes"},
     {"watch", "cleanup", "lifecycle", "recovery"},

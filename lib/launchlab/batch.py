@@ -72,7 +72,13 @@ def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
             raise ParamsError(str(params_path), [f"--only {token}: no such level or variant (levels: {known})"])
         for f, lv in matches:
             wanted.setdefault(f, set()).add(lv)
-    return exp, [r for r in plan if all(r.variant.levels.get(f) in lvs for f, lvs in wanted.items())]
+    # warm-ups stay: they warm the host for whatever runs follow, and are never compared
+    return exp, [r for r in plan if r.warmup or all(r.variant.levels.get(f) in lvs for f, lvs in wanted.items())]
+
+
+def compared(plan: list[Run]) -> list[Run]:
+    """The runs of a plan that are compared: all but the warm-ups."""
+    return [r for r in plan if not r.warmup]
 
 
 def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None) -> str:
@@ -83,10 +89,13 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
     extra = exp.secrets
     what = (f"threshold search over {exp.search.flag}, its first round of {len(plan)} runs (both ends of every "
             f"stratum; the next probes follow from their outcomes, at most {params.plan_size(exp).runs} runs in all)"
-            if exp.search else f"{len(plan)} runs, interleaved")
+            if exp.search else f"{len(compared(plan))} runs, interleaved")
+    warmups = [r for r in plan if r.warmup]
+    if warmups:
+        what += f", after {len(warmups)} warm-up run(s) of the baseline (never compared)"
     lines = [f"{exp.experiment}: {what}, on host(s) {', '.join(exp.host_names)}"
              f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
-    lines += [f"  [{r.seq}] {r.run_id}  host {r.host}" for r in plan]
+    lines += [f"  [{'warm-up' if r.warmup else r.seq}] {r.run_id}  host {r.host}" for r in plan]
     for variant in {r.variant.name: r.variant for r in plan}.values():
         launch = params.render(exp, variant, port=0, run_id="RUN_ID", host=exp.host_name)
         lines += ["", f"{variant.name}:", "  argv: " + shlex.join(masker.argv(launch.argv, extra))]
@@ -141,15 +150,16 @@ def _run_batch(params_path: str | Path, out_root: Path | None, resume: Path | No
                 _discard(run_dir if resume is None else None, fresh)
                 raise
             size = params.plan_size(exp)
+            total = len(compared(plan))
             say(f"launchlab: {exp.experiment}: "
                 + (f"threshold search over {exp.search.flag}, at most {size.runs} runs" if exp.search else
-                   f"{len(plan)} runs")
+                   f"{total} runs" + (f" after {len(plan) - total} warm-up run(s)" if len(plan) > total else ""))
                 + f" on host(s) {', '.join(repr(h) for h in connected)}{' (SIMULATED)' if exp.simulated else ''} "
                   f"→ {run_dir}")
             todo = []
             for run in plan if exp.search is None else []:
                 if resume and records.finished(rundir.RunDir(run_dir).run(run.run_id)):
-                    say(f"[{run.seq}/{len(plan)}] {run.run_id}  already done, skipped")
+                    say(f"{notebooks.run_label(run, total)}  already done, skipped")
                 else:
                     todo.append(run)
             try:
@@ -157,7 +167,7 @@ def _run_batch(params_path: str | Path, out_root: Path | None, resume: Path | No
                     searchbatch.run_search(exp, run_dir, say, lambda runs, total: _run_all(
                         exp, runs, run_dir, connected, total, say, Path(params_path).resolve()))
                 else:
-                    _run_all(exp, todo, run_dir, connected, len(plan), say, Path(params_path).resolve())
+                    _run_all(exp, todo, run_dir, connected, total, say, Path(params_path).resolve())
             except KeyboardInterrupt as exc:
                 say(f"launchlab: {interrupts.describe(exc)}; every process the runs in flight started was stopped "
                     f"by the kit. Continue with "
@@ -278,7 +288,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
                         notebooks.run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus, pool,
                                                interrupted)
                     except (LaunchlabError, OSError) as exc:
-                        say(f"[{run.seq}/{total}] {run.run_id}  kit error: {exc}")
+                        say(f"{notebooks.run_label(run, total)}  kit error: {exc}")
                         with lock:
                             broken.append(f"{run.run_id}: {exc}")
                         stop.set()
@@ -306,13 +316,13 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
             current = dict(in_flight)
         stopped = {}
         for run in current.values():
-            say(f"[{run.seq}/{total}] {run.run_id}  {why}: stopping what the run started")
+            say(f"{notebooks.run_label(run, total)}  {why}: stopping what the run started")
             stopped[run.run_id] = recovery.stop_recorded(exp, run, run_dir, connected)
         wait_all()  # the notebooks end quickly once their servers are gone
         for run in current.values():
             record = recovery.recover(exp, run, run_dir, connected, f"{why}; the kit stopped the server",
                                       stopped[run.run_id])
-            say(f"[{run.seq}/{total}] {run.run_id}  interrupted: {liveprogress.outcome_line(record)}")
+            say(f"{notebooks.run_label(run, total)}  interrupted: {liveprogress.outcome_line(record)}")
         raise
     if broken:
         raise RunDirError("the batch stopped: " + "; ".join(broken) + ". Every run that had started was stopped; "
@@ -364,8 +374,10 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         directory = rundir.RunDir.check(resume)
         run_dir, manifest = directory.path, directory.manifest()
         searched = exp.search.model_dump() if exp.search else None
+        warmups = [r.run_id for r in plan if r.warmup]
         if manifest["experiment"] != exp.experiment or manifest.get("search") != searched or (
-                searched is None and manifest["run_ids"] != [r.run_id for r in plan]):
+                searched is None and (manifest["run_ids"] != [r.run_id for r in compared(plan)]
+                                      or [w["run_id"] for w in manifest.get("warmup_runs") or []] != warmups)):
             raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
                               "resume it with the params it was run with")
         return run_dir, False
@@ -388,8 +400,11 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         "search": exp.search.model_dump() if exp.search else None,
         "strata": plans.strata(exp) if exp.search else None,
         "repetitions": None if exp.search else exp.repetitions,  # the file's, or --repetitions (plan.recorded_runs)
-        "run_ids": [] if exp.search else [r.run_id for r in plan],
-        "runs": [] if exp.search else [r.manifest_entry() for r in plan],
+        # the compared runs; warm-ups apart (`warmup:`): frames.build reads run_ids only, so a warm-up is never
+        # an observation, and the report lists them from warmup_runs
+        "run_ids": [] if exp.search else [r.run_id for r in compared(plan)],
+        "runs": [] if exp.search else [r.manifest_entry() for r in compared(plan)],
+        "warmup_runs": [r.manifest_entry() for r in plan if r.warmup],
         "batch": None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)
         "sim_box": str(box) if box else None,
     })

@@ -34,9 +34,10 @@ def _validate(args: argparse.Namespace) -> int:
               f"repetition(s) per stratum = at most {size.runs} runs on host {exp.host_name!r}"
               f"{' (simulated)' if exp.simulated else ''}")
         return 0
-    plan = make_plan(exp)
+    plan = [r for r in make_plan(exp) if not r.warmup]
+    warmups = f" after {exp.warmup} warm-up run(s) of the baseline per host" if exp.warmup else ""
     print(f"{args.params}: valid — {len(plan) // exp.repetitions} variant(s) × {exp.repetitions} repetition(s) "
-          f"= {len(plan)} runs on host {exp.host_name!r}{' (simulated)' if exp.simulated else ''}; "
+          f"= {len(plan)} runs{warmups} on host {exp.host_name!r}{' (simulated)' if exp.simulated else ''}; "
           f"baseline: {params.baseline_variant(exp).name}")
     return 0
 

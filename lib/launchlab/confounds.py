@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from launchlab import gpustate
+from launchlab import config, gpustate
 from launchlab.logfacts import LABELS
+from launchlab.sim.state import STATE_ENV
 
 VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHLVL", "_", "LAUNCHLAB_RUN_ID",
                 "JPY_PARENT_PID", "PYDEVD_USE_FRAME_EVAL", "TERM", "COLUMNS", "LINES"}
@@ -109,8 +110,26 @@ def version_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
 
 
 def _changed_files(facts: dict) -> list[str]:
+    """Installed files that differ from the release; notebooks left out where the record has their code
+    (notebook_code: compared by notebook_differences, so a notebook JupyterLab re-saved is not a modified file)."""
     integrity = facts.get("integrity") or {}
-    return sorted((integrity.get("modified") or []) + (integrity.get("added") or []))
+    files = (integrity.get("modified") or []) + (integrity.get("added") or [])
+    if "notebook_code" in integrity:
+        files = [f for f in files if not f.removesuffix(" (missing)").endswith(".ipynb")]
+    return sorted(files)
+
+
+def notebook_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """The server package's notebooks (the kit's own templates, when the server is the simulated one) compared by
+    their code — each cell's type and source, and which takes the parameters — never by their bytes: a save from
+    JupyterLab rewrites the JSON without changing what a notebook runs. Runs without the record are not compared."""
+    unpatched = [r for r in ids if not facts[r].get("patched") and "notebook_code" in (_of(facts[r], "integrity") or {})]
+    names = sorted({n for r in unpatched for n in _of(facts[r], "integrity", "notebook_code")})
+    found = []
+    for name in names:
+        digests = {r: (_of(facts[r], "integrity", "notebook_code").get(name) or "missing")[:12] for r in unpatched}
+        found += _differs("modified files", f"the code of notebook {name} (cell sources, parameters)", digests)
+    return found
 
 
 def file_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
@@ -132,13 +151,37 @@ def file_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
     return found
 
 
+def inherited_env(node: dict) -> dict[str, str]:
+    """The environment a run's server inherited, without what the kit itself put there (provenance's `kit_env`:
+    a simulated box's state folder, the stand-in nvidia-smi's folder and the kit's Python in front of PATH). Those
+    name folders of the batch's own box, made anew by every batch and every --resume, and the kit's
+    configuration (config.VARIABLES) is read by the kit alone: none of it is the server's setting, so comparing
+    it would call every resumed batch uncontrolled. A value the kit set whole is left out; a list the kit put
+    entries in front of (PATH) is compared without them. A run recorded before `kit_env` existed: a simulated
+    box's state folder is taken as the kit's, and so is every PATH entry inside it."""
+    env = dict(node.get("host_env") or {})
+    own = node.get("kit_env")
+    if own is None and node.get("simulated") and env.get(STATE_ENV):
+        box = env[STATE_ENV].rstrip("/") + "/"
+        own = {STATE_ENV: env[STATE_ENV]}
+        if "PATH" in env:
+            env["PATH"] = os.pathsep.join(e for e in env["PATH"].split(os.pathsep) if not e.startswith(box))
+    for name, value in (own or {}).items():
+        if env.get(name) == value:
+            del env[name]
+        elif name in env and env[name].startswith(value + os.pathsep):
+            env[name] = env[name][len(value) + len(os.pathsep):]
+    return {k: v for k, v in env.items() if k not in config.VARIABLES}
+
+
 def env_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
-    names = sorted({k for r in ids for k in (facts[r].get("host_env") or {})} - VOLATILE_ENV)
+    inherited = {r: inherited_env(facts[r]) for r in ids}
+    names = sorted({k for r in ids for k in inherited[r]} - VOLATILE_ENV)
     if any(facts[r].get("scheduler") for r in ids):  # jobs: what the scheduler set for each is where it ran
         names = [n for n in names if n not in SCHEDULER_ENV and not n.startswith(SCHEDULER_ENV_PREFIXES)]
     found = []
     for name in names:
-        groups = _groups({r: (facts[r].get("host_env") or {}).get(name) for r in ids})
+        groups = _groups({r: inherited[r].get(name) for r in ids})
         if groups:
             texts = shown([repr(v) for v in groups])
             found.append({"kind": "environment", "runs": sorted(r for rs in list(groups.values())[1:] for r in rs),
@@ -287,8 +330,8 @@ def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tole
     touches (what the server logs state: log_differences)."""
     ids = [r for r in runs["run_id"] if r in facts]
     found: list[dict] = []
-    for check in (host_differences, node_differences, version_differences, file_differences, env_differences,
-                  gpu_differences):
+    for check in (host_differences, node_differences, version_differences, file_differences, notebook_differences,
+                  env_differences, gpu_differences):
         found += check(ids, facts)
     busy = busy_gpus(ids, facts, tolerance_mib)
     found += busy

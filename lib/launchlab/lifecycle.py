@@ -57,7 +57,8 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     _refuse_a_second_attempt(folder)
     run_nodes = nodes.make(exp, run, run_dir, hosts, gpus)
     record = RunRecord(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
-                       simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts), gpus=gpus)
+                       simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts), gpus=gpus,
+                       warmup=run.warmup)
     progress = _Progress(folder, record)
     outcome: Outcome | None = None
     looks: list | None = None  # the looks at the GPUs during the run (gpustate.py); None until the server starts

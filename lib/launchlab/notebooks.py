@@ -73,6 +73,11 @@ def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKern
         pool.release(kernel)
 
 
+def run_label(run: Run, total: int) -> str:
+    """How progress lines name a run: `[3/8] 03_…`, a warm-up `[warm-up 1] warmup1_…` (it has no place in the plan)."""
+    return f"[warm-up {run.repetition}] {run.run_id}" if run.warmup else f"[{run.seq}/{total}] {run.run_id}"
+
+
 def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say,
                   params_file: Path, gpus: list[int] | None = None, pool: kernels.RunKernels | None = None,
                   interrupted: threading.Event | None = None) -> None:
@@ -82,7 +87,7 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
     folder = rundir.RunDir(run_dir).run(run.run_id)
     folder.path.mkdir(parents=True, exist_ok=True)
     folder.archive_attempt()  # a repeated run (--resume) keeps the earlier attempt's raw files
-    label = f"[{run.seq}/{total}] {run.run_id}" + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
+    label = run_label(run, total) + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
     progress = _Progress(label, folder, say)
     progress.start()
     problem = None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from launchlab import search
 from launchlab.errors import ParamsError, RunDirError
-from launchlab.params import MAX_RUNS, Experiment, Variant, expand, plan_size, variant_name
+from launchlab.params import MAX_RUNS, Experiment, Variant, baseline_variant, expand, plan_size, variant_name
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Run:
     host: str
     nodes: tuple[str, ...] = ()  # a multi-node run: its hosts in node-rank order (host is nodes[0])
     probe: search.Probe | None = None  # a run of a threshold search: its stratum, flag value and why
+    warmup: bool = False  # a warm-up launch of the baseline (`warmup:`): recorded, never compared; repetition = n
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -32,6 +33,8 @@ class Run:
                  "repetition": self.repetition, "host": self.host}
         if self.probe is not None:
             entry.update({"stratum": self.probe.stratum, "why": self.probe.why})
+        if self.warmup:
+            entry["warmup"] = True
         return entry
 
 
@@ -54,7 +57,23 @@ def make_plan(exp: Experiment) -> list[Run]:
         for variant in variants:
             seq = len(runs) + 1
             runs.append(Run(f"{seq:02d}_{variant.slug}_rep{rep}", seq, variant, rep, host, nodes))
-    return runs
+    return warmup_runs(exp) + runs
+
+
+def warmup_runs(exp: Experiment) -> list[Run]:
+    """`warmup: N`: the baseline launched N times on each host the plan uses, before any run of the plan (each
+    host's runs go in plan order, so they are that host's first). They take no place in the plan's numbering
+    (seq 0; repetition: which warm-up), so the compared runs keep the run ids they have without them."""
+    baseline = baseline_variant(exp)
+    nodes = tuple(exp.nodes or ())
+    hosts = exp.host_names[:1] if nodes else exp.host_names
+    return [Run(warmup_id(n, host, baseline.slug, len(hosts) > 1), 0, baseline, n, host, nodes, warmup=True)
+            for host in hosts for n in range(1, exp.warmup + 1)]
+
+
+def warmup_id(n: int, host: str, slug: str, several_hosts: bool) -> str:
+    """A warm-up's run id: `warmup1_<baseline>`, with the host where the plan uses several (`warmup1-a_…`)."""
+    return f"warmup{n}{f'-{host}' if several_hosts else ''}_{slug}"
 
 
 def find_run(plan: list[Run], run_id: str) -> Run:

@@ -241,6 +241,8 @@ def node_record(host: Host, rank: int, launch, preflight: dict | None, masker: M
         "interpreter": interpreter,
         "integrity": installed,
         "host_env": env,
+        # the part of host_env the kit itself set (hosts.base.Host.kit_env): never compared between runs
+        "kit_env": dict(host.kit_env),
         "argv": masker.argv(launch.argv, secret_names),
         "env": masker.env(launch.env, secret_names),
         "health_url": masker.text(launch.health_url) if launch.health_url else None,

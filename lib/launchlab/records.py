@@ -67,6 +67,9 @@ class RunRecord:
     # an imported run whose own log contradicts the levels it was filed under (what its log shows): it is not an
     # observation of that variant, so it is left out of every comparison (and shown as a confound)
     misfiled: str | None = None
+    # a warm-up launch of the baseline (params `warmup:`): recorded like any run, never compared (it is not in the
+    # manifest's run_ids, so not in runs.parquet); repetition says which warm-up it was
+    warmup: bool = False
 
     # the columns of runs.parquet, in order (then one column per factor)
     ROW = ("run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase", "failure_message",

@@ -42,7 +42,7 @@ def recover(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         node.stopped.update({pgid: how for (rank, pgid), how in (stopped or {}).items()
                              if rank == node.rank and how in nodes.KIT_STOPS})
     record = RunRecord(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
-                       simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts))
+                       simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts), warmup=run.warmup)
     try:
         status = records.read_status(folder)
     except LaunchlabError:

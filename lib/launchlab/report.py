@@ -13,7 +13,21 @@ import pandas as pd
 from IPython.display import HTML, Markdown, display
 from pandas.io.formats.style import Styler
 
-from launchlab import analysis, answer, budget, frames, levelchecks, masking, params, plots, rundir, thresholds, verdict
+from launchlab import (
+    analysis,
+    answer,
+    budget,
+    frames,
+    levelchecks,
+    masking,
+    ordereffects,
+    params,
+    plots,
+    records,
+    rundir,
+    thresholds,
+    verdict,
+)
 from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_code
 from launchlab.logparse.kinds import KINDS
@@ -31,6 +45,16 @@ THRESHOLD_INTRO = ("## Threshold search\n\nFor a params file with `search:`: per
                    "searched flag between the highest value that did not start and the lowest that did, next to the "
                    "break-even the server's own memory numbers predict; strata whose outcome was noisy or not monotone "
                    "in the flag are named with their runs.")
+
+
+def warmup_markdown(warmups: list[dict]) -> str:
+    """The warm-up runs as a paragraph (empty without any): what they were for, and how each ended."""
+    if not warmups:
+        return ""
+    lines = [f"- {md_code(w['run_id'])} on {md(w['host'])}: {md(w['status'] or 'not finished')}"
+             + (f", started in {w['startup_s']:.1f} s" if w["startup_s"] is not None else "") for w in warmups]
+    return (f"\n\n**{len(warmups)} warm-up run(s)** of the baseline (params `warmup:`) ran first on each host, to "
+            "fill cold caches; they are never compared:\n\n" + "\n".join(lines))
 
 
 @dataclass(frozen=True)
@@ -107,7 +131,23 @@ class Report:
                               self.planned, self.level_checks, self.parsed, levelchecks.declared_args(self.exp))
         if self.exp.search is not None:
             built.thresholds = self.threshold_verdict
+        # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's
+        # run_ids, which leave them out), so verdict.build never sees them; they are listed here
+        built.warnings += ordereffects.cold_first_runs(self.valid_runs)
+        built.warmup_runs = self.warmup_runs
         return built
+
+    @cached_property
+    def warmup_runs(self) -> list[dict]:
+        """The warm-up runs (params `warmup:`) as the manifest lists them, with how each ended: never compared."""
+        found = []
+        for entry in self.manifest.get("warmup_runs") or []:
+            status = records.read_status(rundir.RunDir(self.run_dir).run(entry["run_id"]))
+            record = status.record if status is not None and status.done else None
+            found.append({"run_id": entry["run_id"], "host": entry["host"], "status": record.status if record else None,
+                          "startup_s": plain(record.startup_s) if record else None,
+                          "failure_reason": record.failure_reason if record else None})
+        return found
 
     # -- a threshold search -----------------------------------------------------------------------------
 
@@ -272,11 +312,12 @@ class Report:
 
     def excluded(self) -> Markdown:
         rows = self.verdict.excluded_runs
+        warmups = warmup_markdown(self.verdict.warmup_runs)
         if not rows:
-            return Markdown("Every planned run finished and is a valid observation.")
+            return Markdown("Every planned run finished and is a valid observation." + warmups)
         lines = [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in rows]
         return Markdown(f"**{len(rows)} run(s) are not observations of the server** and are left out of every "
-                        "comparison:\n\n" + "\n".join(lines))
+                        "comparison:\n\n" + "\n".join(lines) + warmups)
 
     def budget_summary(self) -> pd.DataFrame:
         return budget.summarize(self.budget)

@@ -33,6 +33,8 @@ def write_verdict(run_dir: Path) -> Verdict:
     if v.excluded_runs:
         text += ["## Runs that are not observations", ""]
         text += [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in v.excluded_runs] + [""]
+    if v.warmup_runs:
+        text += ["## Warm-up runs", "", report.warmup_markdown(v.warmup_runs).strip(), ""]
     text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.frames.runs, rep.factors, rep.planned))),
              ""]
     if v.level_checks:

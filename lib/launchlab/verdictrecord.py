@@ -182,6 +182,7 @@ class Verdict:
     flaky_factors: list[str] = field(default_factory=list)
     confounded_factors: list[str] = field(default_factory=list)
     derived_args: list[dict] = field(default_factory=list)  # derivedargs.find: arguments that follow the levels
+    warmup_runs: list[dict] = field(default_factory=list)  # never compared: [{run_id, host, status, startup_s, …}]
     thresholds: dict | None = None
 
     def to_json(self) -> dict:

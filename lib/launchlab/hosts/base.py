@@ -53,6 +53,10 @@ class Host(Protocol):
     workdir: str
     per_task: dict[str, str] | None  # {node_rank}, {nnodes}, {master_addr} as markers the host fills per task
     extra_logs: tuple[str, ...]  # server logs beside node 0's that the run's folder on the host holds
+    # what the kit itself puts into the environment of every command there: a name's whole value, or (PATH) the
+    # entries it puts in front of the caller's. Provenance records it so that the kit's own values (a simulated
+    # box's folder, new for every batch and every --resume) are never compared as the server's environment
+    kit_env: dict[str, str]
 
     def run(self, command: str, *, timeout: float = 60, check: bool = True,
             idempotent: bool = True) -> CommandResult: ...

@@ -26,6 +26,11 @@ class ShellHost(abc.ABC):
     per_task: dict[str, str] | None = None  # placeholders the host fills in as each task starts (none: the kit does)
     extra_logs: tuple[str, ...] = ()  # logs beside the server's to collect (a Slurm job's other nodes)
 
+    @property
+    def kit_env(self) -> dict[str, str]:
+        """What the kit puts into its commands' environment here (base.Host): nothing, unless a transport says."""
+        return {}
+
     def run(self, command: str, *, timeout: float = 60, check: bool = True, idempotent: bool = True) -> CommandResult:
         """Run a shell command on the host; raise HostError on a non-zero exit unless check=False, and always when
         the command did not run to its end (a timeout, a connection cut off under it). A transport that can lose

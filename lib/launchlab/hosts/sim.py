@@ -45,6 +45,7 @@ def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost, bin_dir: Pat
     state.write_host(state_dir, {
         "name": name,
         "pace": spec.pace,
+        "cold_start_s": spec.cold_start_s,
         "weights_gib_per_rank": spec.weights_gib_per_rank,
         "gpus": [
             {"index": i, "name": spec.gpu_name, "uuid": state.gpu_uuid(name, i),
@@ -60,8 +61,16 @@ def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost, bin_dir: Pat
         partial.write_text(wrapper)
         partial.chmod(0o755)
         partial.replace(smi)
-    path = os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    return {"PATH": path, state.STATE_ENV: str(state_dir)}
+    own = box_env(state_dir, bin_dir)
+    return {**own, "PATH": os.pathsep.join([own["PATH"], os.environ.get("PATH", "")])}
+
+
+def box_env(state_dir: Path, bin_dir: Path | None = None) -> dict[str, str]:
+    """The kit's own part of a box's environment: its state folder, and the entries put in front of PATH (the
+    stand-in nvidia-smi's folder, the kit's Python). Both name a folder of this batch's box, so they differ between
+    a batch and its --resume: provenance records them as the host's `kit_env`, and confounds never compares them."""
+    return {"PATH": os.pathsep.join([str(bin_dir or state_dir / "bin"), os.path.dirname(sys.executable)]),
+            state.STATE_ENV: str(state_dir)}
 
 
 def stand_in_argv() -> list[str]:
@@ -82,3 +91,7 @@ class SimHost(LocalHost):
         self.state_dir = (box or sim_root()) / name
         workdir = spec.workdir or str(self.state_dir / "work")
         super().__init__(name, workdir=workdir, env=prepare_box(self.state_dir, name, spec))
+
+    @property
+    def kit_env(self) -> dict[str, str]:
+        return box_env(self.state_dir)

@@ -33,6 +33,11 @@ class SimHost(HostParams):
     weights_gib_per_rank: float = Field(70.0, ge=0, le=MAX_MIB / 1024, description="the model weights the simulated "
                                                                                    "server loads on each rank, GiB")
     pace: float = Field(1.0, gt=0, le=1000, description="multiplies the simulated startup durations")
+    cold_start_s: float = Field(0, ge=0, le=3600, description=(
+        "seconds the first server start on the box adds to its CUDA-graph phase, as a cold compile cache does (vLLM's "
+        "torch.compile cache, SGLang's kernel JIT): the box keeps a marker once a start has filled it, so later "
+        "starts are warm. A batch gets a box of its own, so each batch (and each --resume) starts cold; not scaled "
+        "by `pace`"))
     workdir: PathStr | None = Field(None, description="where run files live (default: a folder of the simulated box)")
     gpu_slots: list[list[GpuIndex]] | None = Field(None, description="run this many runs at once, each on its own GPUs "
                                                                   "(CUDA_VISIBLE_DEVICES), e.g. [[0, 1], [2, 3]]")

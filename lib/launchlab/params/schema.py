@@ -221,6 +221,11 @@ class Experiment(_Strict):
     baseline: dict[str, StrictStr] | None = Field(None, description=(
         "the variant every effect is measured against, as factor: level; default: each factor's first level"))
     repetitions: int = Field(1, ge=1, le=1000, description="runs of each variant, interleaved (A B A B …)")
+    warmup: int = Field(0, ge=0, le=100, description=(
+        "launch the baseline this many times on each host before the plan (hyperfine's --warmup): the first "
+        "launches on a host fill cold caches (a compile cache, the page cache holding the weights) and start far "
+        "slower than their repeats. Warm-up runs are recorded (run ids `warmup<n>_…`) and never compared; "
+        "--resume does not repeat finished ones; not with `search:`"))
     drain: DrainSpec = Field(DrainSpec(), description="after each run, wait for the GPUs' memory to come back")
     search: SearchSpec | None = Field(None, description="bisect a numeric flag per stratum instead of running a "
                                       "fixed plan (see the README's threshold search)")

@@ -43,7 +43,11 @@ print(json.dumps({"python": platform.python_version(), "executable": sys.executa
 # Run by the server's interpreter: the server package's installed files against the sha256 in its wheel
 # RECORD (a debug print left in site-packages shows up here), files added next to them, and the git
 # commit and dirty state when the package lives in a checkout (an editable install). The distribution is the
-# one named like the package where there is one, else the one that installs it.
+# one named like the package where there is one, else the one that installs it. Notebooks are compared by their
+# code (each cell's type and source, and which cell takes papermill's parameters), not their bytes: JupyterLab's
+# save rewrites a notebook's JSON (indentation, metadata, outputs) without changing what it runs. So each notebook
+# of the package has its code's digest (notebook_code; confounds compares them between runs, in place of
+# `modified`), and a checked-out notebook whose code is HEAD's is reformatted (git_reformatted), not dirty.
 _INTEGRITY = """\
 import base64, hashlib, importlib.util, json, os, subprocess, sys
 from importlib import metadata
@@ -76,17 +80,52 @@ for t in sorted(x for x in tops if not x.endswith((".dist-info", ".data")) and x
                   if os.path.normpath(os.path.join(here, n)) not in listed and not n.endswith(".pyc")]
 spec = importlib.util.find_spec(top)
 location = os.path.dirname(spec.origin) if spec and spec.origin else root
-def git(*args):
+def git(*args, strip=True):
     try:
         out = subprocess.run(["git", "-C", location, *args], capture_output=True, text=True, timeout=20)
-        return out.stdout.strip() if out.returncode == 0 else None
+        return (out.stdout.strip() if strip else out.stdout) if out.returncode == 0 else None
     except OSError:
         return None
+def code(data):
+    try:
+        nb = json.loads(data)
+        cells = [[c.get("cell_type"), "".join(c.get("source") or ""),
+                  "parameters" in ((c.get("metadata") or {}).get("tags") or [])] for c in nb.get("cells") or []]
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
+notebooks, walked = {}, set()
+for here, dirs, files in os.walk(location, followlinks=True):  # the kit's templates are links: followed, once
+    if os.path.realpath(here) in walked:
+        dirs[:] = []
+        continue
+    walked.add(os.path.realpath(here))
+    dirs[:] = [d for d in dirs if d not in ("__pycache__", ".ipynb_checkpoints")]
+    for n in files:
+        if n.endswith(".ipynb") and len(notebooks) < 200:
+            try:
+                notebooks[os.path.relpath(os.path.join(here, n), location)] = code(open(os.path.join(here, n), "rb").read())
+            except OSError:
+                pass
 commit = git("rev-parse", "HEAD")
-dirty = bool(git("status", "--porcelain", "--untracked-files=no")) if commit else None
+dirty, reformatted = None, []
+if commit:
+    top = git("rev-parse", "--show-toplevel")
+    status = git("status", "--porcelain", "--untracked-files=no", strip=False) or ""
+    changed = [line[3:] for line in status.splitlines() if line.strip()]  # "XY path", from the checkout's top
+    for path in changed:
+        if path.endswith(".ipynb") and top and "->" not in path:
+            try:
+                now = code(open(os.path.join(top, path), "rb").read())
+            except OSError:
+                continue
+            if now is not None and now == code(git("show", "HEAD:" + path.strip('"')) or ""):
+                reformatted.append(path)
+    dirty = len(changed) > len(reformatted)
 print(json.dumps({"package": dist.metadata["Name"], "version": dist.version, "files_checked": checked,
                   "modified": sorted(modified), "added": sorted(added)[:200], "location": location, "root": root,
-                  "git_commit": commit, "git_dirty": dirty}))
+                  "git_commit": commit, "git_dirty": dirty, "git_reformatted": sorted(reformatted),
+                  "notebook_code": notebooks}))
 """
 _ENV = "import json, os; print(json.dumps(dict(os.environ)))"
 
