@@ -110,6 +110,8 @@ def test_a_port_taken_during_one_repetition_makes_the_factor_flaky_naming_the_od
     [odd] = stratum["levels"]["0.80"]["odd_runs"]
     assert odd["run_id"] == "03_mem_fraction-0.80_rep2" and odd["status"] == "failed"
     assert "03_mem_fraction-0.80_rep2 failed" in decision["summary"] and "1/2 ready" in decision["summary"]
+    assert "address already in use" in odd["message"] and "address already in use" in decision["summary"], \
+        "the odd run's reason: the server's last words"
 
 
 def test_another_process_on_the_gpus_before_one_run_confounds_the_decision_resting_on_it(tmp_path, sim_root):

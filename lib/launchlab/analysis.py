@@ -150,8 +150,10 @@ def _odd_runs(valid: pd.DataFrame, ready: pd.Series) -> list[dict]:
         return []
     odd = valid[ready] if n_ready < len(valid) - n_ready else valid[~ready]
     reason = odd["failure_reason"] if "failure_reason" in odd else pd.Series(None, odd.index)
-    return [{"run_id": r, "status": s, "reason": why if isinstance(why, str) else None}
-            for r, s, why in zip(odd["run_id"], odd["status"], reason, strict=True)]
+    message = odd["failure_message"] if "failure_message" in odd else pd.Series(None, odd.index)
+    return [{"run_id": r, "status": s, "reason": why if isinstance(why, str) else None,
+             "message": said[:200] if isinstance(said, str) and said else None}
+            for r, s, why, said in zip(odd["run_id"], odd["status"], reason, message, strict=True)]
 
 
 # the exact test of a decision: ready / not ready per level in one stratum (Fisher's, two-sided)
@@ -263,7 +265,8 @@ def _flaky_why(factor: str, stratum: dict) -> str:
     parts = []
     for level in stratum["flaky"]:
         per = stratum["levels"][level]
-        odd = ", ".join(f"{o['run_id']} {o['status']}" + (f" ({o['reason']})" if o["reason"] else "")
+        odd = ", ".join(f"{o['run_id']} {o['status']}" + (f" ({o['reason']}: {o['message']})" if o["message"] else
+                                                          f" ({o['reason']})" if o["reason"] else "")
                         for o in per["odd_runs"])
         parts.append(f"{factor}={level}: {per['ready']}/{per['valid']} ready, the odd run(s): {odd}")
     return where.strip() + (": " if where else "") + "; ".join(parts)

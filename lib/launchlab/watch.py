@@ -50,6 +50,15 @@ class Mirror:
         return re.split(r"[\r\n]", complete.decode("utf-8", errors="replace"))[:-1]
 
 
+TAIL_BYTES = 4096
+
+
+def _last_line(tail: bytes) -> str:
+    """The last non-empty line of a log's tail (already masked and cut by the kept log), at most 200 characters."""
+    lines = [line.strip() for line in tail.decode("utf-8", errors="replace").splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
 class LogMirror:
     """Follows a growing server log on the host, READ_BYTES at a look, into the kit's copy of it (keptlog: its head
     and tail, lines cut, secrets masked), so what was seen survives a host that goes away mid-run; each look
@@ -106,6 +115,7 @@ def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], 
     fatal_line, fatal_at = None, None
     pauses, samples_at = backoff(FIRST_POLL_S, POLL_S), time.monotonic()
     numbers = [0] * len(nodes)  # lines read per node: where a slow pattern is reported
+    tails = [b""] * len(nodes)  # each node's last lines: a server that exits says why in its last words
     while True:
         grew = behind = False
         for node, log in zip(nodes, logs, strict=True):
@@ -114,6 +124,7 @@ def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], 
             if not lines:
                 continue
             grew = True
+            tails[node.rank] = (tails[node.rank] + lines)[-TAIL_BYTES:]
             text = lines.decode("utf-8", errors="replace")
             # a block of lines is searched line by line only where a pattern may match in it (patterns.py)
             look_ready = node.rank == 0 and not ready_line and ready_rx is not None and ready_rx.may_match(text)
@@ -137,14 +148,16 @@ def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], 
         if fatal_line is not None and (dead or time.monotonic() - fatal_at > FATAL_GRACE_S):
             return Outcome("failed", None, fatal_line)
         if dead:
-            for log in logs:
-                log.read()  # one more look: the collection copies the rest
             # a scheduler that ended the job (time limit, node failure, preemption) names why
             ended = next((why for n in dead if (why := n.host.ended_why(n.refs[-1].pgid)) is not None), None)
             if ended is not None:
                 return Outcome("failed", ended[0], ended[1])
+            for node, log in zip(nodes, logs, strict=True):
+                tails[node.rank] = (tails[node.rank] + log.read()[0])[-TAIL_BYTES:]
             where = "" if len(nodes) == 1 else f" on {', '.join(n.label for n in dead)}"
-            return Outcome("failed", "process_exited", f"the server exited{where} before it was ready")
+            said = _last_line(tails[dead[0].rank])
+            return Outcome("failed", "process_exited", f"the server exited{where} before it was ready"
+                           + (f"; its last line: {said}" if said else ""))
         if fatal_line is None and ready_line and (health_url is None or nodes[0].host.http_status(health_url) == 200):
             return Outcome("ready", None, "", time.monotonic() - t_launch)
         if time.monotonic() > deadline:
