@@ -36,7 +36,7 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
 
 
 def run(path: Path, sim: Path) -> dict:
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert processes_using(str(sim)) == []
     run_dir = Path(proc.stdout.strip().splitlines()[-1])

@@ -83,7 +83,7 @@ def params(folder: Path, wrapper: Path, repetitions: int = 2) -> Path:
 def run_batch(path: Path, folder: Path) -> Path:
     pidfile = folder / "hog.pid"
     try:
-        proc = subprocess.run([*LAUNCHLAB, "run", str(path)], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path)], capture_output=True, text=True, timeout=600)
     finally:  # the hog is stopped by its pid, whatever happened to the batch
         if pidfile.exists():
             try:

@@ -37,7 +37,7 @@ def test_a_signal_to_launchlab_run_stops_the_runs_in_flight_records_them_and_pri
         small_params, tmp_path, sim_root, signum):
     path = small_params(pace=3.0, timeout=120)  # a slow start: the run is still watching when the signal comes
     out = tmp_path / "out"
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(path), "--out", str(out)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     watching = wait_for_watching(out, proc)
     sent = time.monotonic()

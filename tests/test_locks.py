@@ -109,14 +109,14 @@ def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_wait
     state = json.loads(state_file.read_text())
     state["pace"] = 10.0  # the first batch's server takes a while (~25 s): the others arrive while it runs
     state_file.write_text(json.dumps(state))
-    first = subprocess.Popen([*LAUNCHLAB, "run", str(ssh_params(tmp_path, sshd, "first")), "--out", str(tmp_path / "o1")],
+    first = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(ssh_params(tmp_path, sshd, "first")), "--out", str(tmp_path / "o1")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while len(list(lock_dir.glob("gpu*.lock"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert sorted(p.name for p in lock_dir.glob("*.lock")) == ["gpu0.lock", "gpu1.lock"]
-        refused = subprocess.run([*LAUNCHLAB, "run", str(ssh_params(tmp_path, sshd, "second")), "--out",
+        refused = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(ssh_params(tmp_path, sshd, "second")), "--out",
                                   str(tmp_path / "o2")], capture_output=True, text=True, timeout=120)
         assert refused.returncode == 1, refused.stderr[-2000:]
         assert re.search(r"held by \S+ \(launchlab pid \d+ on .+, experiment first, run directory .+o1", refused.stderr)
@@ -132,7 +132,7 @@ def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_wait
         assert first.poll() is None, "the first batch ended before the third could wait for it: make it slower"
         state["pace"] = 0.3  # the first batch's server has read its pace; the third's need not be slow
         state_file.write_text(json.dumps(state))
-        waiter = subprocess.run([*LAUNCHLAB, "run", str(ssh_params(tmp_path, sshd, "third")), "--out",
+        waiter = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(ssh_params(tmp_path, sshd, "third")), "--out",
                                  str(tmp_path / "o3"), "--wait"], capture_output=True, text=True, timeout=600)
         assert waiter.returncode == 0, waiter.stderr[-3000:]
         assert "waiting for host 'gpu'" in waiter.stderr and "experiment first" in waiter.stderr
@@ -153,7 +153,7 @@ def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_wait
 def test_two_demos_on_one_machine_at_once_both_finish_with_the_demo_verdict(tmp_path):
     env = {**os.environ, "LAUNCHLAB_SIM_ROOT": str(tmp_path / "sim")}
     # one repetition: what is checked is two batches at once, and the demo's design decides as well with 4 runs
-    procs = [subprocess.Popen([*LAUNCHLAB, "run", str(ROOT / "params/demo.yaml"), "--out", str(tmp_path / f"out{i}"),
+    procs = [subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(ROOT / "params/demo.yaml"), "--out", str(tmp_path / f"out{i}"),
                                "--repetitions", "1"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
              for i in (1, 2)]

@@ -99,14 +99,14 @@ def test_validate_prints_the_most_runs_the_search_can_take():
 
 @pytest.mark.slow
 def test_only_and_repetitions_are_refused_for_a_search_with_why(tmp_path):
-    res = subprocess.run([*LAUNCHLAB, "run", str(ROOT / "params/demo-threshold.yaml"), "--dry-run", "--only", "on"],
+    res = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(ROOT / "params/demo-threshold.yaml"), "--dry-run", "--only", "on"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "do not apply to a threshold search" in res.stderr
 
 
 @pytest.mark.slow
 def test_a_dry_run_shows_the_first_round_and_the_most_runs():
-    res = subprocess.run([*LAUNCHLAB, "run", str(ROOT / "params/demo-threshold.yaml"), "--dry-run"],
+    res = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(ROOT / "params/demo-threshold.yaml"), "--dry-run"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert "threshold search over --mem-fraction-static, its first round of 4 runs" in res.stdout

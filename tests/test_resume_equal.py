@@ -64,18 +64,18 @@ def judged(run_dir: Path) -> dict:
 
 def test_a_batch_interrupted_and_resumed_is_judged_like_the_same_batch_run_in_one_go(tmp_path, sim_root):
     path = write_params(tmp_path, DESIGN.format(workdir=tmp_path / "hostwork"))
-    whole = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "whole")], capture_output=True,
+    whole = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "whole")], capture_output=True,
                            text=True, timeout=300)
     assert whole.returncode == 0, whole.stderr[-2000:]
     out = tmp_path / "parts"
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(path), "--out", str(out)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     interrupt_when_watching(out, proc, "02_")
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err[-2000:]
     [run_dir] = out.glob("*/*")
     assert not (run_dir / "runs" / "03_mem_fraction-0.55_rep2").exists()  # interrupted midway
-    resumed = subprocess.run([*LAUNCHLAB, "run", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
+    resumed = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "01_mem_fraction-0.55_rep1  already done, skipped" in resumed.stderr

@@ -106,7 +106,7 @@ def test_every_env_value_reaches_the_server_inside_the_job_byte_for_byte(slurm, 
 
 
 def test_an_impossible_gres_is_refused_before_anything_is_submitted(slurm, tmp_path, sim_root):
-    proc = subprocess.run([*LAUNCHLAB, "run", str(small(tmp_path, gres=64)), "--out", str(tmp_path / "out")],
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(small(tmp_path, gres=64)), "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode != 0
     assert "Slurm refuses the host's job" in proc.stderr and "Requested node configuration is not available" in proc.stderr
@@ -146,7 +146,7 @@ def test_the_seed_demo_through_slurm_gives_the_verdict_of_the_simulated_host_two
     watcher = threading.Thread(target=count_running, daemon=True)
     watcher.start()
     try:
-        proc = subprocess.run([*LAUNCHLAB, "run", str(ROOT / "params/sglang-custom-ar-slurm.yaml"), "--out",
+        proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(ROOT / "params/sglang-custom-ar-slurm.yaml"), "--out",
                                str(tmp_path / "out")], capture_output=True, text=True, timeout=900, cwd=ROOT)
     finally:
         done.set()
@@ -183,7 +183,7 @@ def test_ctrl_c_mid_batch_leaves_no_job_and_resume_finishes_the_batch(slurm, tmp
     import signal
 
     params_path = small(tmp_path, pace=1.0)
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(params_path), "--out", str(tmp_path / "out")],
+    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(params_path), "--out", str(tmp_path / "out")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     deadline = time.monotonic() + 120
     while not any(" RUNNING " in f" {j} " for j in launchlab_jobs(slurm)) and time.monotonic() < deadline:
@@ -194,7 +194,7 @@ def test_ctrl_c_mid_batch_leaves_no_job_and_resume_finishes_the_batch(slurm, tmp
     assert proc.returncode != 0 and "--resume" in err, err[-2000:]
     assert launchlab_jobs(slurm) == []  # scancel'ed, not left in squeue
     run_dir = next((tmp_path / "out" / "small-slurm").iterdir())
-    resumed = subprocess.run([*LAUNCHLAB, "run", str(params_path), "--resume", str(run_dir)], capture_output=True,
+    resumed = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params_path), "--resume", str(run_dir)], capture_output=True,
                              text=True, timeout=600, cwd=ROOT)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     runs = pd.read_parquet(run_dir / "runs.parquet")
@@ -209,11 +209,11 @@ def test_a_job_of_a_dead_batch_is_a_leftover_that_stop_leftovers_cancels(slurm, 
                           "--job-name=launchlab:01_x_rep1", f"--output={tmp_path / 'sleep.out'}", str(script)],
                          capture_output=True, text=True, check=True).stdout.strip()
     params_path = small(tmp_path)
-    refused = subprocess.run([*LAUNCHLAB, "run", str(params_path), "--out", str(tmp_path / "out")],
+    refused = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params_path), "--out", str(tmp_path / "out")],
                              capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert refused.returncode != 0 and f"pgid {job}" in refused.stderr and "--stop-leftovers" in refused.stderr
     assert any(j.startswith(f"{job} ") for j in launchlab_jobs(slurm))
-    stopped = subprocess.run([*LAUNCHLAB, "run", str(params_path), "--out", str(tmp_path / "out"), "--stop-leftovers"],
+    stopped = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params_path), "--out", str(tmp_path / "out"), "--stop-leftovers"],
                              capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     assert f"stopped leftover process group {job}" in stopped.stderr

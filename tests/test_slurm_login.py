@@ -87,7 +87,7 @@ def test_a_batch_through_an_ssh_login_node_runs_every_slurm_command_there_and_no
     env["PATH"] = f"{tripwires}:{env['PATH']}"
     path = write_params(tmp_path, LOGIN_PARAMS.format(alias=server.host_alias, workdir=tmp_path / "shared",
                                                           python=sys.executable))
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=600, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not tripped.exists(), f"Slurm commands ran on the kit's machine: {tripped.read_text()}"

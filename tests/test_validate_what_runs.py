@@ -104,7 +104,7 @@ server:
   command: [python3, -m, http.server, "{{port}}", --bind, 127.0.0.1]
   ready: {{timeout_s: 30, health_url: "http://127.0.0.1:{{port}}/"}}
 """)
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, env=env, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "host 'box'" in proc.stderr and "gpu_slots[1] [3] names GPU(s) 3" in proc.stderr, proc.stderr

@@ -74,10 +74,14 @@ class Between(threading.Thread):
 
 
 def _run(path: Path, out: Path) -> dict:
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(out)], capture_output=True, text=True,
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((Path(proc.stdout.strip().splitlines()[-1]) / "verdict.json").read_text())
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    # --no-html: the verdict and report.md, no summary kernel or export (`launchlab report` renders it later)
+    assert (run_dir / "report.md").is_file() and not (run_dir / "summary.html").exists()
+    assert "summary.html not rendered (--no-html)" in proc.stderr and f"report: {run_dir / 'report.md'}" in proc.stderr
+    return json.loads((run_dir / "verdict.json").read_text())
 
 
 def test_a_port_taken_during_one_repetition_makes_the_factor_flaky_naming_the_odd_run(tmp_path, sim_root):

@@ -26,3 +26,19 @@ def test_the_record_survives_its_own_json_and_a_long_headline_is_cut_at_a_word()
     v.conclusive, v.inconclusive_reasons = False, ["word " * 60]
     cut = v.headline(width=40)
     assert len(cut) <= 40 and cut.endswith(" …") and cut.split()[-2] == "word"
+
+
+def test_the_summary_reads_the_verdict_this_kit_wrote_after_the_frames_and_recomputes_a_stale_one(tmp_path):
+    import os
+    import shutil
+
+    from launchlab import report, reportmd
+
+    run_dir = tmp_path / "h200"
+    shutil.copytree(next(iter(sorted(ROOT.glob("examples/*/*/verdict.json")))).parent, run_dir)
+    assert report.load(run_dir).written_verdict() is None, "an older kit's verdict.json is not reused"
+    written = reportmd.write_verdict(run_dir)
+    assert report.load(run_dir).written_verdict() == written
+    later = (run_dir / "verdict.json").stat().st_mtime + 5
+    os.utime(run_dir / "runs.parquet", (later, later))  # frames rebuilt after the verdict: it is stale
+    assert report.load(run_dir).written_verdict() is None

@@ -41,7 +41,7 @@ def design(tmp_path: Path, cold: float, warmup: str = "") -> Path:
 
 
 def run(path: Path, *args: str) -> Path:
-    done = subprocess.run([*LAUNCHLAB, "run", str(path), *args], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return Path(done.stdout.strip())
 
@@ -66,7 +66,7 @@ def test_warm_up_runs_go_first_are_recorded_as_such_and_never_compared_and_resum
         tmp_path, sim_root):
     path = design(tmp_path, cold=4.0, warmup="warmup: 1\n")
     out = tmp_path / "out"
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(path), "--out", str(out)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(out.glob("*/*/runs/02_*/status.json")):
@@ -82,7 +82,7 @@ def test_warm_up_runs_go_first_are_recorded_as_such_and_never_compared_and_resum
     assert [w["run_id"] for w in manifest["warmup_runs"]] == ["warmup1_mem_fraction-0.85"]
     assert manifest["warmup_runs"][0]["warmup"] is True
     assert not any(r.startswith("warmup") for r in manifest["run_ids"])
-    resumed = subprocess.run([*LAUNCHLAB, "run", str(path), "--resume", str(run_dir)], capture_output=True,
+    resumed = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)], capture_output=True,
                              text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "[warm-up 1] warmup1_mem_fraction-0.85  already done, skipped" in resumed.stderr

@@ -107,8 +107,9 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
 
 def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
               say: Say = notebooks.stderr, stop_leftovers: bool = False, wait: bool = False, only: tuple[str, ...] = (),
-              repetitions: int | None = None, confirm: Confirm | None = None) -> Path:
-    """Run every planned run of a params file; return the run directory.
+              repetitions: int | None = None, confirm: Confirm | None = None, html: bool = True) -> Path:
+    """Run every planned run of a params file; return the run directory (with its summary.html, unless html is
+    False: then verdict.json and report.md only).
 
     Before anything is launched: every host answers, the run directory exists, this batch holds the lock of
     every GPU it will use on every host (waiting for another batch with `wait`, else refusing and naming it),
@@ -117,11 +118,12 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
     removed at the end; every host the batch opened is closed at the end. SIGTERM and SIGHUP stop the batch as
     Ctrl-C does (interrupts.py)."""
     with interrupts.terminations_interrupt():
-        return _run_batch(params_path, out_root, resume, say, stop_leftovers, wait, only, repetitions, confirm)
+        return _run_batch(params_path, out_root, resume, say, stop_leftovers, wait, only, repetitions, confirm, html)
 
 
 def _run_batch(params_path: str | Path, out_root: Path | None, resume: Path | None, say: Say, stop_leftovers: bool,
-               wait: bool, only: tuple[str, ...], repetitions: int | None, confirm: Confirm | None) -> Path:
+               wait: bool, only: tuple[str, ...], repetitions: int | None, confirm: Confirm | None,
+               html: bool = True) -> Path:
     exp, plan = planned(params_path, only, repetitions)
     box = sim.new_box() if any(exp.hosts[h].simulated for h in exp.host_names) else None
     opened = contextlib.ExitStack()  # closes every host opened below (an SSH connection) when the batch ends
@@ -181,7 +183,7 @@ def _run_batch(params_path: str | Path, out_root: Path | None, resume: Path | No
             shutil.rmtree(box, ignore_errors=True)
             with contextlib.suppress(OSError):
                 box.parent.rmdir()  # the boxes' folder, when no other batch has one there
-    notebooks.summarize(run_dir, say)
+    notebooks.summarize(run_dir, say, html)
     return run_dir
 
 

@@ -50,9 +50,11 @@ def _run(args: argparse.Namespace) -> int:
         print(batch.dry_run(args.params, only, args.repetitions))
         return 0
     run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume, stop_leftovers=args.stop_leftovers,
-                              wait=args.wait, only=only, repetitions=args.repetitions, confirm=_ask_on_terminal)
+                              wait=args.wait, only=only, repetitions=args.repetitions, confirm=_ask_on_terminal,
+                              html=not args.no_html)
     print(run_dir)
-    print(f"report: {rundir.RunDir(run_dir).summary_html}", file=sys.stderr)
+    directory = rundir.RunDir(run_dir)
+    print(f"report: {directory.report_md if args.no_html else directory.summary_html}", file=sys.stderr)
     return 0
 
 
@@ -170,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--only", nargs="+", metavar="LEVEL", default=None,
                    help="run only these levels (0.85, mem_fraction=0.85) or variants (by name)")
     r.add_argument("--repetitions", type=int, default=None, metavar="N", help="override `repetitions:` of the params")
+    r.add_argument("--no-html", action="store_true",
+                   help="write verdict.json and report.md but not summary.html (no summary kernel, no export); "
+                        "`launchlab report RUN_DIR` renders it later")
     r.set_defaults(func=_run)
     im = sub.add_parser("import", help="make a run directory and its report from server logs of runs made by hand")
     im.add_argument("imports", help="an imports file: experiment, factors, baseline and runs ({levels, log, smi, command})")

@@ -137,9 +137,10 @@ def notebook_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).strip()}"[:2000]
 
 
-def summarize(run_dir: Path, say: Say = stderr) -> Path:
+def summarize(run_dir: Path, say: Say = stderr, html: bool = True) -> Path:
     """Rebuild the frames from the raw files, write verdict.json and report.md, execute summary.ipynb and
-    export summary.html (what `launchlab report` does); return the HTML's path."""
+    export summary.html (what `launchlab report` does); return the HTML's path. html=False stops after report.md
+    (`launchlab run --no-html`) and returns its path: no summary kernel, no export."""
     import papermill  # here: the run kernel imports this module, and these (pandas, matplotlib, nbconvert) cost it seconds
 
     from launchlab import export, frames, reportmd
@@ -148,6 +149,10 @@ def summarize(run_dir: Path, say: Say = stderr) -> Path:
     exp = params.load(directory.experiment_file)
     frames.write(directory.path, frames.build(directory.path, exp))
     verdict = reportmd.write_verdict(directory.path)
+    if not html:
+        say(f"launchlab: frames, verdict.json and report.md written ({verdict.headline()}); summary.html not rendered "
+            f"(--no-html): `launchlab report {directory.path}` renders it")
+        return directory.report_md
     say(f"launchlab: frames, verdict.json and report.md written ({verdict.headline()}); rendering the summary")
     nb = directory.summary_notebook
     try:

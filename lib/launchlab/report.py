@@ -3,6 +3,7 @@ reader needs it — verdict, design, confounds, outcomes, effects, budget, timel
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass
 from functools import cached_property
@@ -13,6 +14,7 @@ import pandas as pd
 from IPython.display import HTML, Markdown, display
 from pandas.io.formats.style import Styler
 
+from launchlab import __version__ as KIT_VERSION
 from launchlab import (
     analysis,
     answer,
@@ -125,6 +127,26 @@ class Report:
 
     @cached_property
     def verdict(self) -> Verdict:
+        """The verdict record: the one `launchlab report` / `run` wrote to verdict.json just before the summary
+        ran, when this kit wrote it after the frames; else computed here (a run notebook's own folder, a run
+        directory whose frames are newer, a verdict.json of another kit version). Reading it back also spares
+        the summary's kernel the second computation (and scipy.stats' import, about a second)."""
+        written = self.written_verdict()
+        return written if written is not None else self.computed_verdict()
+
+    def written_verdict(self) -> Verdict | None:
+        path = rundir.RunDir(self.run_dir).verdict_file
+        frame_files = [rundir.RunDir(self.run_dir).frame(n) for n in ("runs", "events", "telemetry")]
+        try:
+            written = path.stat().st_mtime
+            if any(not f.exists() or f.stat().st_mtime > written for f in frame_files):
+                return None
+            data = rundir.read_json(path)
+        except (OSError, RunDirError):
+            return None
+        return Verdict.from_json(data) if data.get("kit_version") == KIT_VERSION else None
+
+    def computed_verdict(self) -> Verdict:
         rows = [{k: plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
         built = verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
                               self.baseline_name, self.facts, rows, self.exp.drain.tolerance_mib,
@@ -135,6 +157,7 @@ class Report:
         # run_ids, which leave them out), so verdict.build never sees them; they are listed here
         built.warnings += ordereffects.cold_first_runs(self.valid_runs)
         built.warmup_runs = self.warmup_runs
+        built.kit_version = KIT_VERSION
         return built
 
     @cached_property
@@ -295,9 +318,7 @@ class Report:
         return styled(pd.DataFrame(rows), precision=3)
 
     def effects(self) -> Styler:
-        effects = pd.DataFrame(analysis.factor_effects(self.frames.runs, self.frames.events, self.factors,
-                                                       self.baseline_levels, self.planned,
-                                                       levelchecks.contradicted_runs(self.level_checks)))
+        effects = pd.DataFrame([dataclasses.asdict(e) for e in self.verdict.effects])
         if effects.empty:
             return styled(pd.DataFrame({"note": ["no metric was measured on both sides of any factor in one stratum"]}))
         effects["strata"] = effects["strata"].map("; ".join)

@@ -18,7 +18,8 @@ from launchlab.verdictrecord import Verdict
 def write_verdict(run_dir: Path) -> Verdict:
     """verdict.json and report.md (for pasting into an issue) from the frames of a run directory."""
     rep = report.load(run_dir)
-    v = rep.verdict
+    v = rep.computed_verdict()  # never the verdict.json being replaced
+    rep.__dict__["verdict"] = v  # what report.md's prose reads (Report.verdict is a cached property)
     directory = rundir.RunDir(rep.run_dir)
     rundir.write_json(directory.verdict_file, v.to_json())
     text = [f"# {md(rep.exp.experiment)}", "", f"Question: {md(rep.exp.question)}", ""]

@@ -141,6 +141,8 @@ class Effect:
     strata: list[str] = field(default_factory=lambda: ["alone"])
     signs_disagree: bool = False
     baseline_level: str | None = None
+    min: float | None = None  # of the level's values compared
+    max: float | None = None
     ci_low: float | None = None  # the 95 % interval of the matched differences (n ≥ 2 per side)
     ci_high: float | None = None
     pairs: int | None = None
@@ -183,6 +185,7 @@ class Verdict:
     confounded_factors: list[str] = field(default_factory=list)
     derived_args: list[dict] = field(default_factory=list)  # derivedargs.find: arguments that follow the levels
     warmup_runs: list[dict] = field(default_factory=list)  # never compared: [{run_id, host, status, startup_s, …}]
+    kit_version: str | None = None  # the kit that wrote it (a summary reuses only its own kit's verdict.json)
     thresholds: dict | None = None
 
     def to_json(self) -> dict:
