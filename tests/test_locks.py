@@ -109,7 +109,8 @@ def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_wait
     state = json.loads(state_file.read_text())
     state["pace"] = 10.0  # the first batch's server takes a while (~25 s): the others arrive while it runs
     state_file.write_text(json.dumps(state))
-    first = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(ssh_params(tmp_path, sshd, "first")), "--out", str(tmp_path / "o1")],
+    first = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(ssh_params(tmp_path, sshd, "first")),
+                              "--out", str(tmp_path / "o1")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60

@@ -142,7 +142,8 @@ def test_a_modified_installed_file_shows_in_the_integrity_check(tmp_path, sim_ro
 def test_a_patch_that_does_not_apply_stops_everything_before_launch(tmp_path, sim_root, tiny_venv):
     patch = make_patch(tmp_path, SERVER.replace("tinysrv starting", "something else"), SERVER, "stale.diff")
     path = experiment(tmp_path, tiny_venv / "venv", patch)
-    res = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+    res = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 1
     assert "stale.diff does not apply to tinysrv 1.0" in res.stderr and "nothing was launched" in res.stderr

@@ -75,7 +75,8 @@ def test_a_batch_interrupted_and_resumed_is_judged_like_the_same_batch_run_in_on
     assert proc.returncode == 130, err[-2000:]
     [run_dir] = out.glob("*/*")
     assert not (run_dir / "runs" / "03_mem_fraction-0.55_rep2").exists()  # interrupted midway
-    resumed = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
+    resumed = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)],
+                             capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "01_mem_fraction-0.55_rep1  already done, skipped" in resumed.stderr

@@ -213,7 +213,8 @@ def test_a_job_of_a_dead_batch_is_a_leftover_that_stop_leftovers_cancels(slurm, 
                              capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert refused.returncode != 0 and f"pgid {job}" in refused.stderr and "--stop-leftovers" in refused.stderr
     assert any(j.startswith(f"{job} ") for j in launchlab_jobs(slurm))
-    stopped = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params_path), "--out", str(tmp_path / "out"), "--stop-leftovers"],
+    stopped = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params_path), "--out", str(tmp_path / "out"),
+                              "--stop-leftovers"],
                              capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert stopped.returncode == 0, stopped.stderr[-3000:]
     assert f"stopped leftover process group {job}" in stopped.stderr
