@@ -1,0 +1,105 @@
+"""vLLM 0.26.0's real logs from the kit's own runs on an H200 (examples/h200-vllm-kv, examples/h200-vllm-threshold;
+copied to tests/fixtures/vllm-0.26-h200, see its INDEX.md), read through `launchlab parse --json` and the facts
+the kit takes from a log (logfacts). Every expected value below was read off the log lines (quoted) before the
+parser was run on these files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DATA
+from launchlab import logfacts, logparse
+
+LOGS = DATA / "vllm-0.26-h200"
+
+# the oracles, from the logs
+READY = {
+    # "Available KV cache memory: 41.21 GiB", "GPU KV cache size: 5,401,344 tokens", "Graph capturing finished in
+    # 1 secs, took 0.26 GiB", "Free memory on device (139.29/139.8 GiB) on startup. Desired GPU memory utilization
+    # is (0.3, 41.94 GiB). Actual usage is 0.3 GiB for weight, 0.21 GiB for peak activation, 0.22 GiB for
+    # non-torch memory, and 0.26 GiB for CUDAGraph memory. … Current kv cache memory in use is 41.21 GiB."
+    # (the compile cache warm: 0.21 GiB peak activation, against 0.27 in the cold start of
+    # vllm-0.26-util0.3-graphs.log)
+    "vllm-0.26-util0.3-graphs-warm.log": dict(
+        args={"max_model_len": "2048", "gpu_memory_utilization": "0.3"},
+        ranks={"kv_avail_gib": 41.21, "kv_tokens": 5401344, "graph_mem_gib": 0.26, "startup_free_gib": 139.29,
+               "total_gpu_gib": 139.8, "gpu_memory_utilization": 0.3, "requested_gib": 41.94,
+               "profile_weights_gib": 0.3, "activation_peak_gib": 0.21, "non_torch_gib": 0.22,
+               "cuda_graph_gib": 0.26, "kv_gib": 41.21, "weights_mem_gib": 0.3}),
+    # "Available KV cache memory: 0.25 GiB", "GPU KV cache size: 32,432 tokens", "… Desired GPU memory utilization
+    # is (0.007, 0.98 GiB). Actual usage is 0.3 GiB for weight, 0.21 GiB for peak activation, 0.22 GiB for
+    # non-torch memory, and 0.26 GiB for CUDAGraph memory." — just above the break-even: a small cache, ready
+    "vllm-0.26-util0.007-graphs.log": dict(
+        args={"max_model_len": "2048", "gpu_memory_utilization": "0.007"},
+        ranks={"kv_avail_gib": 0.25, "kv_tokens": 32432, "graph_mem_gib": 0.26, "startup_free_gib": 139.29,
+               "total_gpu_gib": 139.8, "gpu_memory_utilization": 0.007, "requested_gib": 0.98,
+               "profile_weights_gib": 0.3, "activation_peak_gib": 0.21, "non_torch_gib": 0.22,
+               "cuda_graph_gib": 0.26, "weights_mem_gib": 0.3}),
+}
+FAILED = {
+    # "Model loading took 0.3 GiB", "Available KV cache memory: -0.17 GiB", then in the EngineCore's traceback
+    # "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` …" and in the
+    # API server's "RuntimeError: Engine core initialization failed. See root cause above. …"
+    "vllm-0.26-util0.004-graphs.log": dict(args={"gpu_memory_utilization": "0.004"}, kv_avail_gib=-0.17),
+    # the same with 'enforce_eager': True in the non-default args, just below the break-even:
+    # "Available KV cache memory: -0.03 GiB"
+    "vllm-0.26-util0.005-enforce-eager.log": dict(args={"gpu_memory_utilization": "0.005", "enforce_eager": "True"},
+                                                  kv_avail_gib=-0.03),
+}
+
+
+def parse_json(name: str) -> dict:
+    """`launchlab parse --json` on one fixture, as a user runs it."""
+    out = subprocess.run([sys.executable, "-m", "launchlab.cli", "parse", "--json", str(LOGS / name)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("name", sorted(READY | FAILED))
+def test_the_banner_version_and_the_non_default_args_are_read_from_a_real_vllm_026_log(name):
+    oracle = (READY | FAILED)[name]
+    parsed = parse_json(name)
+    assert parsed["server"] == "vllm"
+    # "… █ ▀▄▀ █  version 0.26.0" (the ASCII banner)
+    assert logfacts.read(LOGS / name, logparse.parse_file(LOGS / name))["server_version"] == "0.26.0"
+    # "non-default args: {'model_tag': '/tmp/launchlab-vllm-model', 'host': '127.0.0.1', 'port': …,
+    #  'model': '/tmp/launchlab-vllm-model', 'max_model_len': 2048, ['enforce_eager': True,]
+    #  'gpu_memory_utilization': …}"
+    assert parsed["args"]["model"] == "/tmp/launchlab-vllm-model"
+    assert {k: parsed["args"].get(k) for k in oracle["args"]} == oracle["args"]
+    assert ("enforce_eager" in oracle["args"]) == (parsed["args"].get("enforce_eager") == "True")
+
+
+@pytest.mark.parametrize("name", sorted(READY))
+def test_a_ready_real_vllm_026_log_gives_its_kv_cache_and_its_memory_profile(name):
+    parsed = parse_json(name)
+    assert parsed["ready"] is True and parsed["failure"] is None and parsed["phase_reached"] == "ready"
+    rank = parsed["ranks"]["0"]
+    assert {k: rank.get(k) for k in READY[name]["ranks"]} == pytest.approx(READY[name]["ranks"])
+
+
+@pytest.mark.parametrize("name", sorted(FAILED))
+def test_a_real_vllm_026_launch_below_the_break_even_fails_at_kv_sizing_with_its_negative_kv_memory(name):
+    parsed = parse_json(name)
+    assert parsed["ready"] is False
+    assert parsed["ranks"]["0"]["kv_avail_gib"] == FAILED[name]["kv_avail_gib"]
+    assert parsed["ranks"]["0"]["weights_mem_gib"] == 0.3
+    assert "kv_tokens" not in parsed["ranks"]["0"]  # it never sized a cache
+    assert (parsed["failure"]["reason"], parsed["failure"]["phase"]) == ("kv_cache_no_memory", "kv_cache")
+
+
+@pytest.mark.xfail(strict=True, reason="the parser gives the traceback's source line `_check_enough_kv_cache_memory(` "
+                                       "(the frame above the exception) as the failure's message, not the ValueError")
+@pytest.mark.parametrize("name", sorted(FAILED))
+def test_a_real_vllm_026_kv_sizing_failure_is_told_by_the_engine_cores_exception(name):
+    failure = parse_json(name)["failure"]
+    lines = (LOGS / name).read_text().splitlines()
+    # "(EngineCore pid=…) ERROR … [core.py:1330] ValueError: No available memory for the cache blocks. Try
+    # increasing `gpu_memory_utilization` when initializing the engine …", the root cause the API server's
+    # "RuntimeError: Engine core initialization failed. See root cause above." points to
+    assert failure["message"].startswith("ValueError: No available memory for the cache blocks")
+    assert "ValueError: No available memory for the cache blocks" in lines[failure["line"] - 1]
