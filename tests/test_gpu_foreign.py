@@ -209,3 +209,33 @@ def test_a_search_probe_disturbed_by_a_gpu_hog_is_flagged_and_the_prediction_sta
     assert f"from n={len(run_ids) - 1} runs" in report and "A probe disagrees" in report
     # and the run itself carries its gpu state confound
     assert [c["runs"] for c in gpu_state_confounds(verdict)] == [[disturbed]]
+
+
+def test_a_worker_that_renamed_itself_is_still_the_runs_by_its_session_and_a_stranger_is_not(tmp_path):
+    """vLLM's EngineCore calls setproctitle, which writes over /proc/PID/environ: the run id is gone from it (seen
+    on a real H200: the run's own engine reported as foreign). The session the kit started the server in stays."""
+    from launchlab import gpustate, params
+    from launchlab.hosts import commands
+    from launchlab.hosts.sim import SimHost
+    from launchlab.reaper import RUN_ID_ENV
+    from launchlab.sim import state
+
+    host = SimHost("box", params.SimHost(transport="sim", gpus=2, pace=0.3), box=tmp_path / "sim")
+    # a session leader (the server, as the kit starts it) whose worker has no run id in its environment
+    leader = subprocess.Popen(["setsid", "bash", "-c", f"env -u {RUN_ID_ENV} {sys.executable} -c "
+                               "'import time; time.sleep(60)' & echo $! ; wait"],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, RUN_ID_ENV: "01_x"})
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        worker = int(leader.stdout.readline())
+        state.set_allocation(host.state_dir, worker, 0, 3000, "VLLM::EngineCore")
+        state.set_allocation(host.state_dir, stranger.pid, 1, 1000, "python3")
+        text = host.run(commands.gpu_owners(RUN_ID_ENV), timeout=30).stdout
+        moment, foreign, _ = gpustate.read_look(text, gpustate.WATCHED, "box", "01_x", frozenset({leader.pid}))
+        assert moment.run_mib == 3000 and [p.pid for p in foreign] == [stranger.pid]
+        moment, foreign, _ = gpustate.read_look(text, gpustate.WATCHED, "box", "01_x")
+        assert moment.foreign_mib == 4000, "without its session, the renamed worker looks foreign"
+    finally:
+        for proc in (leader, stranger):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -2,8 +2,9 @@
 memory at its start — what provenance.json keeps of them (`gpu_state`, and `mem_free_mib` in the preflight's GPUs).
 
 Which processes are the run's is told by the run id every process the kit starts carries (reaper.RUN_ID_ENV),
-read on the host in the same command that lists the compute apps (hosts/commands/gpus.py `gpu_owners`): a
-process with the run's id is the run's; one without it (or another run's, or another user's) is foreign; a pid
+and by the session each server starts (a process that renamed itself no longer shows its environment), both read
+on the host in the same command that lists the compute apps (hosts/commands/gpus.py `gpu_owners`): a process
+with the run's id or in its server's session is the run's; any other (another run's, another user's) is foreign; a pid
 that is no process of the host (nvidia-smi shows another pid namespace's pids, e.g. inside a container) is
 unattributed and never counted as foreign, so a container cannot make the run's own server look like a
 stranger. A run directory without `gpu_state` (an old or imported run) was not observed: absent, never zero.
@@ -72,8 +73,12 @@ class DuringRun:
                    tuple(GpuProcess(**p) for p in record.get("unattributed") or []))
 
 
-def read_look(text: str, at: str, host: str, tag: str) -> tuple[Moment, list[GpuProcess], list[GpuProcess]]:
+def read_look(text: str, at: str, host: str, tag: str, sessions: frozenset[int] = frozenset()
+              ) -> tuple[Moment, list[GpuProcess], list[GpuProcess]]:
     """One look (gpu_owners' output on a host) as its moment, the foreign processes and the unattributed ones.
+    A process is the run's when it carries the run's id (tag) or sits in one of the run's sessions (the server's
+    process groups: each server is started as a session leader, and a worker that renamed itself, as vLLM's
+    EngineCore does through setproctitle, no longer shows its environment but keeps its session).
     Raises HostError when the listing did not run to its end (it cannot say who is foreign)."""
     apps_text, mark, owners_text = text.partition(OWNERS_MARK + "\n")
     if not mark or OWNERS_END not in owners_text.splitlines():
@@ -81,9 +86,9 @@ def read_look(text: str, at: str, host: str, tag: str) -> tuple[Moment, list[Gpu
                               f"printed {text[-200:]!r})")
     owners = {}
     for line in owners_text.splitlines():
-        pid, _, run = line.partition(" ")
+        pid, run, sid = (line.split() + ["", "", ""])[:3]
         if pid.isdigit():
-            owners[int(pid)] = run.strip()
+            owners[int(pid)] = tag if sid.isdigit() and int(sid) in sessions else run
     mine = foreign = unknown = 0.0
     strangers, unattributed = [], []
     for cells in (line.split(", ") for line in apps_text.splitlines()):

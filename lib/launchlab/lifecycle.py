@@ -269,7 +269,8 @@ def _look_at_gpus(run_nodes: list[Node], at: str, looks: list, record: RunRecord
             continue
         try:
             text = node.host.run(commands.gpu_owners(RUN_ID_ENV, node.gpus), timeout=60).stdout
-            looks.append(gpustate.read_look(text, at, node.host.name, node.tag))
+            sessions = frozenset(r.pgid for r in node.refs if r.role == "server")  # a server is a session leader
+            looks.append(gpustate.read_look(text, at, node.host.name, node.tag, sessions))
         except LaunchlabError as exc:
             record.notes.append(f"the GPUs' processes on {node.label} could not be read ({at}): {exc}")
 

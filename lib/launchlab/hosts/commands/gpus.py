@@ -48,11 +48,13 @@ OWNERS_END = "# end of the owners"
 
 
 def gpu_owners(env_name: str, gpus: list[int] | None = None) -> str:
-    """The processes holding GPU memory now (gpu_apps' lines), then OWNERS_MARK, then `PID RUN` for each of them:
-    RUN is the value of env_name in the process's environment (the run id every process the kit starts carries),
-    `-` when it has none or its environment cannot be read (another user's process), `?` when the pid is not a
-    process here (nvidia-smi shows the pids of another pid namespace, e.g. from inside a container); then
-    OWNERS_END. One command, so the owners are read while the processes nvidia-smi listed still run."""
+    """The processes holding GPU memory now (gpu_apps' lines), then OWNERS_MARK, then `PID RUN SID` for each of
+    them: RUN is the value of env_name in the process's environment (the run id every process the kit starts
+    carries), `-` when it has none or its environment cannot be read (another user's process, or one that renamed
+    itself: setproctitle, which vLLM and SGLang call, writes over /proc/PID/environ); SID is its session (the kit
+    starts each server in a session of its own, which its workers inherit), `?` when unreadable; a pid that is not
+    a process here (nvidia-smi shows the pids of another pid namespace, e.g. from inside a container) is `PID ?`;
+    then OWNERS_END. One command, so the owners are read while the processes nvidia-smi listed still run."""
     if not ENV_NAME.accepts(env_name):
         raise ValueError(env_name)
     return (
@@ -61,7 +63,9 @@ def gpu_owners(env_name: str, gpus: list[int] | None = None) -> str:
         "case $p in ''|*[!0-9]*) continue;; esac; "
         "if [ -d /proc/$p ]; then "
         f"v=$(tr '\\0' '\\n' 2>/dev/null < /proc/$p/environ | grep '^{env_name}=') || v='{env_name}=-'; "
-        f"echo \"$p ${{v#{env_name}=}}\"; "
+        # the session: the 4th field after the command name's closing parenthesis (a name may hold spaces)
+        "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f4); "
+        f"echo \"$p ${{v#{env_name}=}} ${{s:-?}}\"; "
         "else echo \"$p ?\"; fi; "
         f"done; echo {shlex.quote(OWNERS_END)}"
     )
