@@ -115,6 +115,11 @@ def _watch(folder: Path) -> None:
 
 
 def _interrupt(signum, frame):
+    """The first SIGTERM/SIGHUP stops the session as Ctrl-C does; a later one is ignored, so it cannot cut short the
+    finalisers that stop the fixtures' daemons (a second signal once escaped pytest's session end mid-teardown). A
+    session stuck beyond that is SIGKILLed, and its watchdog stops what it left."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 

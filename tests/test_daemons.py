@@ -109,6 +109,8 @@ def test_sigterm_lets_the_fixtures_finalisers_run_as_ctrl_c_does(tmp_path):
         def daemon(tmp_path):
             (tmp_path.parent / "up").write_text("1")
             yield
+            (tmp_path.parent / "tearing").write_text("1")
+            time.sleep(1)  # a daemon that takes a moment to stop
             (tmp_path.parent / "finalised").write_text("1")
 
         def test_waits(daemon):
@@ -116,6 +118,9 @@ def test_sigterm_lets_the_fixtures_finalisers_run_as_ctrl_c_does(tmp_path):
         """)
     try:
         wait_for(lambda: (tmp_path / "i" / "up").is_file(), 60, "the inner test to start", proc)
+        proc.send_signal(signal.SIGTERM)
+        # a second SIGTERM while the finalisers run (an impatient supervisor) must not cut them short
+        wait_for(lambda: (tmp_path / "i" / "tearing").is_file(), 60, "the finaliser to start", proc)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
     finally:
