@@ -67,9 +67,10 @@ def test_the_kv_budget_is_recomputed_from_the_log_and_agrees_and_graphs_configs_
     assert export.remote_references((KV / "summary.html").read_text()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="the kit takes vLLM's VLLM::EngineCore, its own server's child, for a process "
-                                       "outside the run: setproctitle overwrites /proc/PID/environ, where gpu_owners "
-                                       "looks for LAUNCHLAB_RUN_ID, so every ready run gets a false gpu state confound")
+@pytest.mark.xfail(strict=True, reason="recorded before the fix: the kit took vLLM's VLLM::EngineCore (setproctitle "
+                                       "writes over /proc/PID/environ, where the run id was looked for) for a process "
+                                       "outside the run; the kit now also attributes by the server's session "
+                                       "(test_gpu_foreign), and the example must be run again on the GPU")
 def test_the_verdict_is_controlled_utilization_decides_and_graphs_is_neutral():
     v = verdict(KV)
     assert v["confounds"] == [] and v["controlled"] is True

@@ -71,3 +71,17 @@ def test_kit_errors_are_not_observations():
     runs, planned = probes(rows)
     found = thresholds.table(BOUNDS, ["s"], runs, planned, "mem_fraction_static", pd.DataFrame())
     assert found.iloc[0]["state"] == "no_observation" and "02, 03" in found.iloc[0]["note"]
+
+
+def test_an_unfinished_search_says_so_with_its_probes_and_prediction_not_an_empty_dash():
+    """The real vLLM search that ran out of GPU time (examples/h200-vllm-threshold): both strata still searching."""
+    import json
+
+    from conftest import ROOT
+
+    [path] = ROOT.glob("examples/h200-vllm-threshold/*/verdict.json")
+    text = thresholds.markdown(json.loads(path.read_text())["thresholds"])
+    lines = [line for line in text.splitlines() if "searching" in line]
+    assert len(lines) == 2 and not any(line.rstrip().endswith("—") for line in lines), text
+    assert all("the batch stopped before the search ended" in line and "predict the break-even at 0.0052" in line
+               for line in lines), text

@@ -232,7 +232,12 @@ def markdown(found: dict) -> str:
             lines.append(f"- **{md(row['stratum'])}**: ready from a value in ({row['interval_low']:g}, "
                          f"{row['interval_high']:g}] ({row['probes']} probed values){side}")
         else:
-            lines.append(f"- **{md(row['stratum'])}**: {md(row['state'])} — {md(row['note'])}")
+            note = row["note"] or (f"not converged after {row['probes']} probed value(s): the batch stopped before the "
+                                   "search ended; --resume continues it" if row["state"] == "searching" else "")
+            predicted = row.get("predicted_break_even")
+            if predicted is not None and not _missing(predicted):
+                note += f"; the server's own numbers predict the break-even at {predicted:.4f}{_spread(row)}"
+            lines.append(f"- **{md(row['stratum'])}**: {md(row['state'])}" + (f" — {md(note)}" if note else ""))
         if row.get("flagged_probes"):
             lines.append(f"  - **A probe disagrees**, left out of the prediction: {md(row['flagged_probes'])}")
     if found["differences"]:
