@@ -113,11 +113,12 @@ def test_sigterm_lets_the_fixtures_finalisers_run_as_ctrl_c_does(tmp_path):
             time.sleep(1)  # a daemon that takes a moment to stop
             (tmp_path.parent / "finalised").write_text("1")
 
-        def test_waits(daemon):
+        def test_waits(daemon, tmp_path):
+            (tmp_path.parent / "running").write_text("1")  # the fixture's setup is over: its finaliser is due
             time.sleep(600)
         """)
     try:
-        wait_for(lambda: (tmp_path / "i" / "up").is_file(), 60, "the inner test to start", proc)
+        wait_for(lambda: (tmp_path / "i" / "running").is_file(), 60, "the inner test to start", proc)
         proc.send_signal(signal.SIGTERM)
         # a second SIGTERM while the finalisers run (an impatient supervisor) must not cut them short
         wait_for(lambda: (tmp_path / "i" / "tearing").is_file(), 60, "the finaliser to start", proc)
