@@ -36,6 +36,8 @@ def wait_for_watching(out: Path, proc: subprocess.Popen, limit_s: float = 120) -
 def test_a_signal_to_launchlab_run_stops_the_runs_in_flight_records_them_and_prints_how_to_resume(
         small_params, tmp_path, sim_root, signum):
     path = small_params(pace=3.0, timeout=120)  # a slow start: the run is still watching when the signal comes
+    # the simulated server ends at once on TERM; a long grace keeps a loaded machine from making it a KILL (seen once)
+    path.write_text(path.read_text().replace("stop_grace_s: 5", "stop_grace_s: 20"))
     out = tmp_path / "out"
     proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -5,6 +5,7 @@ the scheduler."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 import time
@@ -123,7 +124,9 @@ def test_a_job_that_outlives_its_time_limit_ends_as_a_named_reason(slurm, tmp_pa
     assert "time limit" in record.failure_message and "00:01:00" in record.failure_message
     [end] = record.scheduler_end
     assert end["JobState"] == "TIMEOUT" and end["Reason"] == "TimeLimit" and end["NodeList"] == slurm.node
-    assert end["JobId"] == record.scheduler[0]["JobId"] and end["ExitCode"].endswith(":0")
+    # exit code and signal as Slurm gives them: the job's shell ends on the SIGTERM, or on the SIGKILL that follows
+    # KillWait seconds later when a loaded machine is slow to wind its steps down (seen: "0:9")
+    assert end["JobId"] == record.scheduler[0]["JobId"] and re.fullmatch(r"\d+:(0|9|15)", end["ExitCode"])
     # the test cluster keeps no accounting (no slurmdbd): sacct says so, and the controller's record is used
     assert end["source"] == "scontrol" and "accounting storage is disabled" in end["sacct_unavailable"]
 
