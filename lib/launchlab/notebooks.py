@@ -143,7 +143,7 @@ def summarize(run_dir: Path, say: Say = stderr, html: bool = True) -> Path:
     (`launchlab run --no-html`) and returns its path: no summary kernel, no export."""
     import papermill  # here: the run kernel imports this module, and these (pandas, matplotlib, nbconvert) cost it seconds
 
-    from launchlab import export, frames, reportmd
+    from launchlab import frames, reportmd
 
     directory = rundir.RunDir.check(run_dir)
     exp = params.load(directory.experiment_file)
@@ -161,4 +161,6 @@ def summarize(run_dir: Path, say: Say = stderr, html: bool = True) -> Path:
         _mask_notebook(exp, nb)
         raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
     _mask_notebook(exp, nb)
+    from launchlab import export  # nbconvert: only for the HTML
+
     return export.notebook_to_html(nb, directory.summary_html, title=f"{exp.experiment} — launchlab report")

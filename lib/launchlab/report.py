@@ -24,7 +24,6 @@ from launchlab import (
     masking,
     ordereffects,
     params,
-    plots,
     records,
     rundir,
     thresholds,
@@ -47,6 +46,14 @@ THRESHOLD_INTRO = ("## Threshold search\n\nFor a params file with `search:`: per
                    "searched flag between the highest value that did not start and the lowest that did, next to the "
                    "break-even the server's own memory numbers predict; strata whose outcome was noisy or not monotone "
                    "in the flag are named with their runs.")
+
+
+def _plots():
+    """The plotting module, imported when a figure is drawn: matplotlib costs a process about a second, and
+    report.md (reportmd, `launchlab run --no-html`) draws none."""
+    from launchlab import plots
+
+    return plots
 
 
 def warmup_markdown(warmups: list[dict]) -> str:
@@ -206,7 +213,7 @@ class Report:
         if self.frames.runs.empty:
             return
         stratum_of = {p["run_id"]: p.get("stratum") for p in self.planned}
-        fig = plots.threshold_outcomes(self.frames.runs, stratum_of, spec.factor, spec.flag, self.thresholds,
+        fig = _plots().threshold_outcomes(self.frames.runs, stratum_of, spec.factor, spec.flag, self.thresholds,
                                        self.exp.simulated)
         show(fig, f"Dots: the outcome of every probe run against {spec.flag}, one row per stratum; shaded: the "
                   "interval found; black tick: the break-even the log's numbers predict")
@@ -305,7 +312,7 @@ class Report:
         return styled(in_gib(analysis.outcomes(self.frames.runs, self.factors, self.planned)))
 
     def outcome_grid(self) -> None:
-        fig = plots.outcome_grid(self.observations, self.factors)
+        fig = _plots().outcome_grid(self.observations, self.factors)
         if fig is not None:
             a, b = self.factors
             show(fig, f"Heatmap: the share of ready runs for every combination of {a} and {b}")
@@ -374,10 +381,10 @@ class Report:
     def budget_plot(self) -> None:
         """The stacked budget per variant, when the server's log gave the numbers (nothing otherwise)."""
         memory = analysis.rank_memory(self.frames.events, self.frames.runs)
-        if memory.empty or not memory.columns.isin([c for c, _, _ in plots.BUDGET_PARTS]).any():
+        if memory.empty or not memory.columns.isin([c for c, _, _ in _plots().BUDGET_PARTS]).any():
             return
         card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
-        show(plots.memory_budget(memory, card), "Stacked bars: where each variant's GPU memory went, per the "
+        show(_plots().memory_budget(memory, card), "Stacked bars: where each variant's GPU memory went, per the "
                                                   "server's log (distributed init, weights, KV cache, CUDA graphs, free)")
 
     def timeline(self) -> None:
@@ -387,8 +394,8 @@ class Report:
                    else "no run left nvidia-smi samples")
             display(Markdown(f"No GPU trace: {why}. Peak memory figures are missing (not 0)."))
             return None
-        fig = plots.memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated)
-        show(plots.mark_phases(fig, self.frames.events, self.frames.runs),
+        fig = _plots().memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated)
+        show(_plots().mark_phases(fig, self.frames.events, self.frames.runs),
              "Line plots: GPU memory used over time, one panel per variant, one line per run coloured by outcome",
              raster=True)
 

@@ -8,7 +8,6 @@ import io
 import math
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import SVG, Image, display
 from pandas.io.formats.style import Styler
@@ -33,6 +32,8 @@ def figure_svg(fig) -> str:
     for ax in fig.axes:  # named groups in the SVG, found by tests/test_browser.py's overlap check
         ax.xaxis.label.set_gid("xlabel")
         ax.yaxis.label.set_gid("ylabel")
+    import matplotlib.pyplot as plt  # loaded already (fig is one); not at the top: report.md draws no figure
+
     buffer = io.StringIO()
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "launchlab"}):  # salt: the same ids every run
         fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
@@ -46,6 +47,8 @@ def show(fig, alt: str, raster: bool = False) -> None:
     if not raster:
         display(SVG(data=figure_svg(fig), metadata={"alt": alt}))
         return
+    import matplotlib.pyplot as plt  # loaded already, as in figure_svg
+
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
