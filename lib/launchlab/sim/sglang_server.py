@@ -25,10 +25,10 @@ make the log of an older install. `SIM_DEBUG_PROFILE=1` adds the instrumentation
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -300,7 +300,7 @@ def _main(argv: list[str]) -> int:
              "inference server)")
     _log("", _server_args_line(args, fraction))
     sync = Path(tempfile.mkdtemp(prefix="sglang-sync-", dir=root))  # inside the box: nothing outside it
-    children: list[subprocess.Popen] = []
+    children: list[_Forked] = []
 
     def shutdown(signum: int, _frame) -> None:
         for c in children:
@@ -314,8 +314,7 @@ def _main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
     for rank in range(args.tp):
-        children.append(subprocess.Popen([sys.executable, "-m", "launchlab.sim.sglang_server", *argv,
-                                          "--sim-worker-rank", str(rank), "--sim-sync-dir", str(sync)]))
+        children.append(_Forked.start(_args([*argv, "--sim-worker-rank", str(rank), "--sim-sync-dir", str(sync)])))
     pause = 0.005  # back-off, not a fixed 50 ms: a rank that is ready at once is served at once
     while len(list(sync.glob("ready.*"))) < args.tp:
         if any(c.poll() not in (None, 0) for c in children):
@@ -350,6 +349,53 @@ def _main(argv: list[str]) -> int:
     _log("", "The server is fired up and ready to roll!")
     while True:
         time.sleep(3600)
+
+
+class _Forked:
+    """A scheduler process forked from the main one (SGLang spawns a fresh interpreter per rank; the simulation
+    forks, so that a TP-8 start does not pay for eight interpreters' start-up). What subprocess.Popen offers the
+    main process's loop: poll, terminate, kill, wait."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    @classmethod
+    def start(cls, args: argparse.Namespace) -> _Forked:
+        sys.stdout.flush()
+        pid = os.fork()  # the main process has no thread yet: its HTTP server starts after every rank is ready
+        if pid == 0:
+            code = 1
+            try:
+                for number in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(number, signal.SIG_DFL)
+                code = _scheduler(args)
+            finally:
+                sys.stdout.flush()
+                os._exit(code)
+        return cls(pid)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, number: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, number)
 
 
 def _cleanup(sync: Path) -> None:
