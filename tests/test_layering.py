@@ -11,8 +11,8 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 # some of its submodules sit lower (the transport registry and specs, which params validates against, sit
 # below the transports that run commands).
 LAYERS = [
-    {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields", "polling", "kernels",
-     "interrupts"},
+    {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields", "polling", "kernelfork",
+     "kernels", "interrupts"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
      "hosts.slurm_spec",
      "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search",

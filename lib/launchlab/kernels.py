@@ -14,6 +14,7 @@ the ask costs 0.2–0.3 s, and about one kernel in ten leaves it unanswered unti
 from __future__ import annotations
 
 import signal
+import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -21,12 +22,15 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 
+from launchlab.kernelfork import ForkedProvisioner, ForkServer
+
 KERNEL_NAME = "python3"
 # the kernel's own log says only that it talks TCP without encryption (on loopback), once per start
 KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
 # what every run notebook imports first, imported by a spare while it waits (the imports are a third of a short
 # run's notebook); the notebook's own import then finds the modules loaded
-PRELOAD = ["--IPKernelApp.exec_lines=import launchlab.batch, launchlab.runview"]
+PRELOADED = ["launchlab.runview"]
+PRELOAD = [f"--IPKernelApp.exec_lines=import {', '.join(PRELOADED)}"]
 
 
 class RunKernel(AsyncKernelManager):
@@ -55,6 +59,7 @@ class RunKernels:
         self.starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spare-kernel")
         self.stopper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="used-kernel")
         self.spare: Future | None = None
+        self.server: ForkServer | None = None  # started with the first kernel (kernelfork.py)
 
     def __enter__(self) -> RunKernels:
         return self
@@ -63,7 +68,12 @@ class RunKernels:
         self.close()
 
     def _start(self) -> RunKernel:
+        if self.server is None or not self.server.alive():
+            self.server = ForkServer(PRELOADED, cwd=str(self.cwd))
         kernel = RunKernel(kernel_name=KERNEL_NAME)
+        kernel.kernel_id = str(uuid.uuid4())
+        kernel.provisioner = ForkedProvisioner(kernel_id=kernel.kernel_id, kernel_spec=kernel.kernel_spec, parent=kernel)
+        kernel.provisioner.server = self.server
         run_sync(kernel.start_kernel)(cwd=str(self.cwd), extra_arguments=[*KERNEL_ARGS, *PRELOAD])
         return kernel
 
@@ -102,6 +112,8 @@ class RunKernels:
                 pass
         self.starter.shutdown(wait=True)
         self.stopper.shutdown(wait=True)
+        if self.server is not None:
+            self.server.close()
 
 
 def _kill(kernel: RunKernel) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHLAB, descendants, processes_using
-from launchlab import batch, nodes, params, recovery, rundir
+from conftest import LAUNCHLAB_EXEC, descendants, processes_using
+from launchlab import nodes, params, recovery, rundir, runview
 from launchlab.hosts import commands, connect
 from launchlab.plan import make_plan
 
@@ -19,9 +19,12 @@ pytestmark = pytest.mark.slow
 
 
 def kernel_of(batch_pid: int) -> int | None:
+    """The batch's first kernel: named `ipykernel` (forked from the kit's kernel server, kernelfork.py), or started as
+    `python -m ipykernel_launcher`."""
     for pid in descendants(batch_pid):
         try:
-            if b"ipykernel" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if (Path(f"/proc/{pid}/comm").read_text().strip() == "ipykernel"
+                    or b"ipykernel_launcher" in Path(f"/proc/{pid}/cmdline").read_bytes()):
                 return pid
         except OSError:
             pass
@@ -42,7 +45,8 @@ def test_a_kernel_killed_while_its_server_starts_leaves_nothing_running_and_the_
     path = small_params(pace=1.5, timeout=120)
     exp = params.load(path)
     first, second = make_plan(exp)
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LAUNCHLAB_EXEC, "run", "--no-html", str(path), "--out", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         started = wait_for(lambda: [p for p in (tmp_path / "out").glob(f"*/*/runs/{first.run_id}/processes.json")
@@ -77,7 +81,7 @@ def test_recovering_a_run_stops_the_processes_it_never_recorded(tmp_path, small_
     path = small_params(pace=3.0)
     exp = params.load(path)
     run = make_plan(exp)[1]
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     host = connect(exp)
     tag = nodes.run_tag(exp, run_dir, run.run_id)
     work = tmp_path / "unrecorded"
