@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHLAB, descendants, write_params
+from conftest import LAUNCHLAB_EXEC, descendants, write_params
 from launchlab.keptlog import HEAD_BYTES, TAIL_BYTES
 from launchlab.logparse.common import LINE_BYTES
 
@@ -78,7 +78,8 @@ def test_a_flooding_server_ends_with_a_final_status_its_log_cut_to_head_and_tail
           stop_grace_s: 2
         drain: {{timeout_s: 10, tolerance_mib: 64}}
         """)
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LAUNCHLAB_EXEC, "run", "--no-html", str(path), "--out", str(tmp_path / "out")],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=os.environ.copy(), start_new_session=True)
     memory = PeakMemory(proc.pid)
     memory.start()
@@ -124,7 +125,7 @@ def test_a_flooding_server_ends_with_a_final_status_its_log_cut_to_head_and_tail
 
 
 def test_a_run_whose_collection_runs_past_its_deadline_ends_as_an_error_that_says_why(tmp_path, sim_root, monkeypatch):
-    from launchlab import batch, cleanup, lifecycle, params, rundir
+    from launchlab import cleanup, lifecycle, params, rundir, runview
     from launchlab.hosts import connect
     from launchlab.plan import make_plan
 
@@ -140,7 +141,7 @@ def test_a_run_whose_collection_runs_past_its_deadline_ends_as_an_error_that_say
     monkeypatch.setattr(cleanup, "COLLECT_S", 0.0)  # a host too slow for any deadline
     exp = params.load(path)
     run = make_plan(exp)[0]
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     record = lifecycle.run_one(exp, run, run_dir, {run.host: connect(exp, run.host)})
     folder = rundir.RunDir(run_dir).run(run.run_id).path
     status = json.loads((folder / "status.json").read_text())

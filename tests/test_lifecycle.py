@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, write_params
-from launchlab import batch, lifecycle, notebooks, params, rundir, runview
+from launchlab import lifecycle, notebooks, params, rundir, runview
 from launchlab.hosts import connect
 from launchlab.plan import make_plan
 
@@ -19,7 +19,7 @@ from launchlab.plan import make_plan
 def run_first(path, index=0):
     exp = params.load(path)
     run = make_plan(exp)[index]
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     hosts = {name: connect(exp, name) for name in run.hosts}
     return lifecycle.run_one(exp, run, run_dir, hosts), rundir.RunDir(run_dir).run(run.run_id).path
 
@@ -50,7 +50,7 @@ def test_a_second_run_on_a_host_takes_its_table_and_topology_over_and_other_gpus
     path = small_params(pace=0.01)
     exp = params.load(path)
     plan = make_plan(exp)
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     hosts = {name: connect(exp, name) for name in plan[0].hosts}
     for run in plan[:2]:
         lifecycle.run_one(exp, run, run_dir, hosts)
@@ -104,7 +104,7 @@ def test_a_server_that_dies_without_a_known_error_is_failed_process_exited(tmp_p
 
 def test_ctrl_c_during_a_run_stops_the_server_and_records_the_interruption(small_params, tmp_path):
     path = small_params(pace=3.0, timeout=120)
-    code = (f"from launchlab import batch, runview; rd = batch.ensure_run_dir({str(path)!r}); print(rd, flush=True); "
+    code = (f"from launchlab import runview; rd = runview.ensure_run_dir({str(path)!r}); print(rd, flush=True); "
             f"runview.run_variant({str(path)!r}, '', rd)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=os.environ.copy())
@@ -183,7 +183,7 @@ def test_launchlab_run_handles_a_multi_node_experiment(tmp_path, sim_root):
     from conftest import LAUNCHLAB
 
     path = write_params(tmp_path, MULTI_NODE.format(w=tmp_path, script=NODE_SCRIPT.replace("FAIL", "False")))
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     run_dir = Path(proc.stdout.strip())
@@ -204,7 +204,7 @@ def test_a_leftover_process_holding_gpu_memory_before_a_run_is_a_confound(small_
     path = small_params()
     exp = params.load(path)
     host = connect(exp)
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     plan = make_plan(exp)
     first = lifecycle.run_one(exp, plan[1], run_dir, host)
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -265,7 +265,7 @@ def test_a_run_is_never_run_again_over_its_raw_files(small_params, tmp_path):
     from launchlab.errors import RunDirError
 
     path = small_params(pace=0.2)
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     exp = params.load(path)
     run = make_plan(exp)[1]
     first = runview.run_variant(path, run.run_id, run_dir)
@@ -332,7 +332,7 @@ def test_a_run_notebook_that_fails_is_recorded_with_its_exception_and_an_edited_
     from conftest import ROOT
 
     path = small_params()
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     with pytest.raises(papermill.PapermillExecutionError) as info:
         papermill.execute_notebook(str(ROOT / "notebooks/run_variant.ipynb"), str(tmp_path / "out.ipynb"),
                                    parameters={"experiment": str(path), "run_id": "", "run_dir": str(run_dir),

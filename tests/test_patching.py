@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, write_params
-from launchlab import batch, lifecycle, params, provenance, rundir
+from launchlab import lifecycle, params, provenance, rundir, runview
 from launchlab.hosts import connect
 from launchlab.hosts.sim import SimHost
 from launchlab.plan import make_plan
@@ -46,8 +46,10 @@ def tiny_venv(tmp_path_factory):
     (src / "tinysrv" / "__init__.py").write_text("")
     (src / "tinysrv" / "server.py").write_text(SERVER)
     wheel = build_wheel(src, base / "dist")
-    subprocess.run([sys.executable, "-m", "venv", str(base / "venv")], check=True)
-    subprocess.run([str(base / "venv/bin/pip"), "install", "-q", "--no-index", str(wheel)], check=True)
+    # no pip inside (ensurepip costs seconds): this environment's pip installs into it
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base / "venv")], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(base / "venv/bin/python"), "install", "-q",
+                    "--no-index", str(wheel)], check=True)
     return base
 
 
@@ -105,7 +107,7 @@ def test_a_patch_is_applied_for_its_runs_and_reverted_after_them_even_when_they_
     exp = params.load(path)
     assert exp.factors["debug"]["on"].patches == [str(patch)]  # resolved next to the params file
     host = connect(exp)
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     argv = [str(tiny_venv / "venv/bin/python"), "-m", "tinysrv.server"]
     by_levels = {tuple(r.variant.levels.values()): r for r in make_plan(exp)}
     for levels, expect in ((("on", "no"), "ready"), (("on", "yes"), "failed")):

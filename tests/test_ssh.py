@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import LAUNCHLAB, write_params
-from launchlab import batch, lifecycle, params, recovery, rundir
+from launchlab import lifecycle, params, recovery, rundir, runview
 from launchlab.errors import HostError
 from launchlab.hosts import connect
 from launchlab.plan import make_plan
@@ -82,7 +82,7 @@ def test_a_generic_server_runs_over_ssh_and_nothing_is_left_behind(tmp_path, ssh
     exp = params.load(path)
     run = make_plan(exp)[0]
     host = connect(exp)
-    result = lifecycle.run_one(exp, run, batch.ensure_run_dir(path), host)
+    result = lifecycle.run_one(exp, run, runview.ensure_run_dir(path), host)
     assert result.status == "ready", result
     assert result.stopped_with == "TERM"
     assert recovery.leftovers(host) == []
@@ -111,7 +111,7 @@ def test_a_dropped_connection_keeps_what_was_seen_and_the_leftover_is_found_next
     path = ssh_params(tmp_path, sshd, SIM_SERVER.replace("timeout_s: 60", "timeout_s: 120"), extra=", reconnect_s: 3")
     exp = params.load(path)
     run = make_plan(exp)[1]  # 0.85: would become ready
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     host = connect(exp)
     spec = exp.hosts["gpu"]
     import threading
@@ -144,7 +144,7 @@ def test_a_dropped_connection_keeps_what_was_seen_and_the_leftover_is_found_next
     host = connect(params.load(path))
     left = recovery.leftovers(host)
     assert [g["run"] for g in left] and all(g["run"].endswith(run.run_id) for g in left)
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out2")], capture_output=True,
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out2")], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1 and "--stop-leftovers" in proc.stderr
     for group in left:

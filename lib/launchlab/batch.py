@@ -331,10 +331,8 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
                           "once the cause is fixed, `launchlab run PARAMS --resume RUN_DIR` repeats what did not finish")
 
 
-def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
-    """The run directory a single run notebook writes into: the given one, or a new one for its params."""
-    if run_dir:
-        return rundir.RunDir.check(run_dir).path
+def new_run_dir(params_path: str | Path) -> Path:
+    """A new run directory for the params file, as a batch opens it (a run notebook run on its own writes there)."""
     exp = params.load(params_path)
     return _open_run_dir(exp, make_plan(exp), params_path, None, None)[0]
 

@@ -21,6 +21,15 @@ from launchlab.plan import find_run, recorded_runs
 from launchlab.records import RunRecord
 
 
+def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
+    """The run directory a run notebook writes into: the given one (a batch's), or a new one for its params."""
+    if run_dir:
+        return rundir.RunDir.check(run_dir).path
+    from launchlab import batch  # only here: a batch's run kernels, which always name their directory, need none of it
+
+    return batch.new_run_dir(params_path)
+
+
 def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: str = "",
                 params_sha256: str = "", live: bool | None = None) -> RunRecord:
     """Run one planned run of a params file into run_dir/runs/<run_id>/.

@@ -7,7 +7,7 @@ import re
 import subprocess
 
 from conftest import processes_using, write_params
-from launchlab import batch, lifecycle, nodes, params, rundir
+from launchlab import lifecycle, nodes, params, rundir, runview
 from launchlab.hosts import commands, connect
 from launchlab.plan import make_plan
 
@@ -30,7 +30,7 @@ def test_a_child_that_left_the_servers_group_with_setsid_is_stopped_and_noted(tm
         """)
     exp = params.load(path)
     run = make_plan(exp)[0]
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     result = lifecycle.run_one(exp, run, run_dir, connect(exp))
     folder = rundir.RunDir(run_dir).run(run.run_id).path
     helper = int(re.search(r"helper (\d+)", (folder / "server.log").read_text())[1])
@@ -80,7 +80,7 @@ def test_nodes_on_one_machine_share_the_run_id_without_stopping_each_others_samp
         """)
     exp = params.load(path)
     run = make_plan(exp)[0]
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     result = lifecycle.run_one(exp, run, run_dir, {name: connect(exp, name) for name in run.hosts})
     assert result.status == "ready"
     processes = json.loads((rundir.RunDir(run_dir).run(run.run_id).path / "processes.json").read_text())

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import write_params
-from launchlab import batch, lifecycle, nodes, params, recovery, rundir
+from launchlab import lifecycle, nodes, params, recovery, rundir, runview
 from launchlab.hosts import connect
 from launchlab.plan import make_plan
 
@@ -39,7 +39,7 @@ def slow_ssh_run(tmp_path, server, reconnect_s: float, pace: float = 1.5):
     box.write_text(json.dumps(state))
     exp = params.load(path)
     run = make_plan(exp)[0]
-    run_dir = batch.ensure_run_dir(path)
+    run_dir = runview.ensure_run_dir(path)
     return exp, run, run_dir
 
 

@@ -30,7 +30,7 @@ def test_a_catastrophic_ready_pattern_cannot_stall_the_watcher_and_the_run_times
           ready: {{timeout_s: 4, log_pattern: "(a+)+$", fatal_patterns: ["(x+x+)+y"]}}
           stop_grace_s: 2
         """)
-    code = ("import sys; from launchlab import batch, runview; rd = batch.ensure_run_dir(sys.argv[1]); "
+    code = ("import sys; from launchlab import runview; rd = runview.ensure_run_dir(sys.argv[1]); "
             "print(rd, flush=True); runview.run_variant(sys.argv[1], '', rd)")
     tic = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
