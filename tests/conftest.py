@@ -17,7 +17,11 @@ from daemons import pytest_sessionstart  # noqa: F401 (the hook: a watchdog and 
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "fixtures"  # copies of shared/data (see fixtures/README.md)
-LAUNCHLAB = [sys.executable, "-m", "launchlab.cli"]
+# `launchlab` as the tests run it: a process forked from this worker's warm CLI server (tests/cliserver.py), or a
+# fresh `python -m launchlab.cli` where the server is not up. LAUNCHLAB_EXEC always starts a fresh interpreter: for
+# the tests that walk the CLI's process tree from its pid or measure its memory.
+LAUNCHLAB = [sys.executable, "-S", str(ROOT / "tests" / "cliserver.py")]
+LAUNCHLAB_EXEC = [sys.executable, "-m", "launchlab.cli"]
 
 
 def processes_using(marker: str) -> list[int]:
@@ -69,6 +73,39 @@ def host_locks(tmp_path_factory):
         os.environ.pop("LAUNCHLAB_LOCK_DIR", None)
     else:
         os.environ["LAUNCHLAB_LOCK_DIR"] = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cli_server(request, tmp_path_factory):
+    """This worker's warm `launchlab` (tests/cliserver.py), started only when the session has tests that start
+    processes (`make check` runs none); stopped by closing its stdin."""
+    import cliserver
+
+    if not any(item.get_closest_marker("slow") for item in request.session.items):
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("cli")
+    path = folder / "cli.sock"
+    with open(folder / "server.log", "wb") as log:
+        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cliserver.py"), "--serve", str(path)],
+                                  stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while not path.exists() and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # until then a command starts a fresh interpreter, so nothing waits for the server
+    assert path.exists(), f"the CLI server did not start: {(folder / 'server.log').read_text()[-2000:]}"
+    previous = os.environ.get(cliserver.SOCKET_ENV)
+    os.environ[cliserver.SOCKET_ENV] = str(path)
+    yield server
+    if previous is None:
+        os.environ.pop(cliserver.SOCKET_ENV, None)
+    else:
+        os.environ[cliserver.SOCKET_ENV] = previous
+    server.stdin.close()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 @pytest.fixture

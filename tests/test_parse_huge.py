@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from conftest import DATA, LAUNCHLAB
+from conftest import DATA, LAUNCHLAB_EXEC
 from launchlab import logparse
 from launchlab.logparse.common import LINE_BYTES, open_lines
 from launchlab.logparse.patterns import BudgetedPattern
@@ -27,7 +27,7 @@ def test_a_line_of_60_mb_is_parsed_in_bounded_memory_and_the_failure_after_it_is
         fh.write(b"Decode batch, #token: 1234 " * (60 * 2**20 // 27) + b"\n")
         fh.write(TRACEBACK)
     startup_lines = STARTUP.read_bytes().count(b"\n")
-    out = subprocess.run([sys.executable, "-c", MEASURE, *LAUNCHLAB, "parse", "--json", str(log)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", MEASURE, *LAUNCHLAB_EXEC, "parse", "--json", str(log)], capture_output=True,
                          text=True, check=True, timeout=120)
     result = json.loads(out.stdout)
     failure = result["parsed"]["failure"]
