@@ -49,7 +49,8 @@ def test_only_and_repetitions_select_a_subset_of_the_plan(tmp_path):
 @pytest.mark.slow
 def test_only_runs_just_those_runs_and_ls_lists_the_run_directory(tmp_path, sim_root):
     out = tmp_path / "out"
-    proc = cli("run", str(ROOT / "params/demo.yaml"), "--out", str(out), "--only", "custom_ar=off", "--repetitions", "1")
+    proc = cli("run", "--no-html", str(ROOT / "params/demo.yaml"), "--out", str(out), "--only", "custom_ar=off",
+               "--repetitions", "1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip())
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -66,8 +67,8 @@ def test_only_runs_just_those_runs_and_ls_lists_the_run_directory(tmp_path, sim_
 def test_more_repetitions_than_the_params_file_has_runs_every_one_of_them(tmp_path, sim_root):
     # the run notebook finds its run in the plan the batch made, not in the file's (2 repetitions in demo.yaml)
     out = tmp_path / "out"
-    proc = cli("run", str(ROOT / "params/demo.yaml"), "--out", str(out), "--only", "custom_ar=off", "mem_fraction=0.55",
-               "--repetitions", "3")
+    proc = cli("run", "--no-html", str(ROOT / "params/demo.yaml"), "--out", str(out), "--only", "custom_ar=off",
+               "mem_fraction=0.55", "--repetitions", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip())
     records = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("runs/*/status.json")}

@@ -119,6 +119,17 @@ def factor_named(name: str) -> dict:
     return doc
 
 
+def host_referenced(field: str):
+    """`host:` or `nodes:` naming a host that hosts: defines under that very name: the reference is checked as a
+    name of its own, before it is looked up."""
+    def make(name: str) -> dict:
+        doc = copy.deepcopy(BASE)
+        doc["hosts"] = {"box": SIM, name: SIM}
+        doc[field] = name if field == "host" else [name, "box"]
+        return doc
+    return make
+
+
 def slurm(key: str):
     return at(("hosts", "box"), lambda v: {"transport": "slurm", "partition": "gpu", key: v})
 
@@ -127,6 +138,8 @@ def slurm(key: str):
 FIELDS = {
     "experiment": (at(("experiment",), lambda v: v), slug(100), ["audit", "a.b_c-1"]),
     "host name": (at(("hosts",), lambda v: {v: SIM}), slug(64), ["box", "gpu-01"]),
+    "host reference": (host_referenced("host"), slug(64), ["gpu-01"]),
+    "nodes reference": (host_referenced("nodes"), slug(64), ["node-1"]),
     "level name": (level_named, slug(64), ["esc", "0.85", "on"]),
     "factor name": (factor_named, identifier(64), ["mem_fraction", "_x"]),
     "server env name": (at(("server", "env"), lambda v: {v: "1"}), identifier(255), ["AUDITX", "_A1"]),

@@ -97,7 +97,7 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
 def test_a_batch_prints_and_reports_params_escapes_only_as_text(tmp_path, sim_root):
     path = write_params(tmp_path, ESC_PARAMS.format(work=tmp_path / "hostwork"))
     out = tmp_path / "out"
-    proc = run_cli("run", str(path), "--out", str(out))
+    proc = run_cli("run", "--no-html", str(path), "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not RAW_CONTROL.search(proc.stdout + proc.stderr), repr(proc.stderr[-2000:])
     run_dir = Path(proc.stdout.strip())

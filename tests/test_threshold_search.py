@@ -158,7 +158,7 @@ def test_a_stratum_whose_outcome_near_the_threshold_is_random_is_reported_noisy_
     assert coins[0] != coins[1], "the seed must make the two repetitions disagree"
     path = script_search(tmp_path, ready=0.80, fail=0.70, seed=seed, low="0.60", high="0.90", resolution="0.1",
                          repetitions=2)
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1])
     [row] = json.loads((run_dir / "verdict.json").read_text())["thresholds"]["strata"]
@@ -174,7 +174,7 @@ def test_a_stratum_whose_outcome_near_the_threshold_is_random_is_reported_noisy_
 def test_an_interrupted_search_resumes_without_repeating_a_decided_probe(tmp_path, sim_root):
     path = script_search(tmp_path, ready=0.63, fail=0.63, seed="-", low="0.00", high="1.00", resolution="0.1",
                          repetitions=1)
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     in_flight = None
@@ -195,7 +195,7 @@ def test_an_interrupted_search_resumes_without_repeating_a_decided_probe(tmp_pat
     decided = {p.name: (p / "status.json").read_text() for p in sorted((run_dir / "runs").iterdir())[:3]}
     assert json.loads((in_flight / "status.json").read_text())["status"] == "error"
 
-    again = subprocess.run([*LAUNCHLAB, "run", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
+    again = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     for run_id, status in decided.items():

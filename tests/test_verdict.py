@@ -237,7 +237,7 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
 
 def test_a_level_that_claims_custom_ar_off_but_does_not_disable_it_is_a_contradicted_level(tmp_path, sim_root):
     path = write_params(tmp_path, CONTRADICTED.format(work=tmp_path / "hostwork"))
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip())
