@@ -160,13 +160,13 @@ def test_the_run_notebook_runs_with_its_defaults(demo_env, tmp_path):
 def test_resume_skips_finished_runs_and_repeats_the_rest(small_params, tmp_path):
     path = small_params(pace=0.2)
     env = {**os.environ}
-    first = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+    first = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                            text=True, env=env, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     run_dir = Path(first.stdout.strip())
     second_run = sorted((run_dir / "runs").iterdir())[1]
     (second_run / "status.json").unlink()
-    again = subprocess.run([*LAUNCHLAB, "run", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
+    again = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
                            env=env, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "[1/2] 01_mem_fraction-0.55_rep1  already done, skipped" in again.stderr
@@ -203,7 +203,7 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
     path = tmp_path / "two.yaml"
     path.write_text(text)
     t0 = time.monotonic()
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     finished = [line for line in proc.stderr.splitlines()
@@ -237,7 +237,7 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
 """
     path = tmp_path / "slots.yaml"
     path.write_text(text)
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip())

@@ -3,7 +3,6 @@ no temporary file left, and `--resume` finishes the batch once there is space ag
 real, small tmpfs (the tests run as root, in CI too)."""
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -61,7 +60,7 @@ def test_a_full_disk_stops_the_batch_cleanly_and_resume_finishes_it(tmp_path, si
     path = tmp_path / "fill.yaml"
     path.write_text(PARAMS.format())
     out = small_disk / "out"
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(path), "--out", str(out)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     watching = None
@@ -80,7 +79,9 @@ def test_a_full_disk_stops_the_batch_cleanly_and_resume_finishes_it(tmp_path, si
     assert "Traceback" not in err
     assert "the disk is full" in err and "--resume" in err
     assert "had exited by itself" not in err, err[-3000:]  # the kit stopped the runs it had started
-    run_dir = watching.parent.parent.parent
+    run_dir, run_id = watching.parent.parent.parent, watching.parent.name
+    [line] = [ln for ln in err.splitlines() if f"] {run_id}  " in ln and "(done in" in ln]  # the watched run's end
+    assert "stopped by the kit" in line or "killed by the kit" in line, line
     for status in run_dir.glob("runs/*/status.json"):
         record = json.loads(status.read_text())
         assert record["state"] == "done", record  # marked, not stuck at `watching`
@@ -89,9 +90,9 @@ def test_a_full_disk_stops_the_batch_cleanly_and_resume_finishes_it(tmp_path, si
     assert leftovers == [], leftovers  # no .tmp, .fetching, .masking files
     assert processes_using(str(sim_root)) == []
     filler.unlink()  # space again: the batch can be finished
-    again = subprocess.run([*LAUNCHLAB, "run", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
+    again = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert verdict["excluded_runs"] == [] and verdict["conclusive"] is True
-    assert os.path.getsize(run_dir / "summary.html") > 0
+    assert (run_dir / "report.md").stat().st_size > 0  # the resumed batch ends with its report

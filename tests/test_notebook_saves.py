@@ -110,7 +110,7 @@ def batch_with_an_edit(tmp_path: Path, edit) -> dict:
     recorded by then, the second run's not yet); the verdict."""
     path = write_params(tmp_path, DESIGN.format(workdir=tmp_path / "hostwork"))
     out = tmp_path / "out"
-    proc = subprocess.Popen([*LAUNCHLAB, "run", str(path), "--out", str(out)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:

@@ -1,6 +1,7 @@
-"""A batch interrupted with Ctrl-C and finished with `--resume` is judged as if it had run in one go: the resumed
-batch gets a new simulated box (new folders on PATH, a new LAUNCHLAB_SIM_STATE), new kernels, new ports and
-a second attempt of the interrupted run, and none of it is compared."""
+"""A batch interrupted with Ctrl-C and finished with `--resume` is judged as if it had run in one go, and the demo
+so gets the demo's verdict: the resumed batch gets a new simulated box (new folders on PATH, a new
+LAUNCHLAB_SIM_STATE), new kernels, new ports and a second attempt of the interrupted run, and none of it is
+compared."""
 
 import json
 import signal
@@ -11,27 +12,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import LAUNCHLAB, write_params
+from conftest import LAUNCHLAB, ROOT
 
 pytestmark = pytest.mark.slow
 
-DESIGN = """\
-experiment: resumed
-hosts:
-  box: {{transport: sim, gpus: 2, mem_total_mib: 97887, weights_gib_per_rank: 70.0, pace: 0.3, workdir: {workdir}}}
-server:
-  kind: sglang
-  command: [python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}"]
-  ready: {{timeout_s: 60, health_url: "http://127.0.0.1:{{port}}/health"}}
-  stop_grace_s: 5
-factors:
-  mem_fraction:
-    "0.55": {{flags: {{--mem-fraction-static: "0.55"}}}}
-    "0.85": {{flags: {{--mem-fraction-static: "0.85"}}}}
-baseline: {{mem_fraction: "0.85"}}
-repetitions: 2
-drain: {{timeout_s: 10, tolerance_mib: 64}}
-"""
+# The demo itself (its four variants once each: the verdict's factors at a quarter of its runs, on the simulated
+# 8-GPU box): interrupted and resumed, it must get the demo's verdict.
+DEMO = str(ROOT / "params" / "demo.yaml")
+ONCE = ["--repetitions", "1"]
 
 
 def interrupt_when_watching(out: Path, proc: subprocess.Popen, run_prefix: str, limit_s: float = 120) -> None:
@@ -62,30 +50,30 @@ def judged(run_dir: Path) -> dict:
             "runs": sorted(runs["run_id"])}
 
 
-def test_a_batch_interrupted_and_resumed_is_judged_like_the_same_batch_run_in_one_go(tmp_path, sim_root):
-    path = write_params(tmp_path, DESIGN.format(workdir=tmp_path / "hostwork"))
-    whole = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "whole")], capture_output=True,
-                           text=True, timeout=300)
+def test_the_demo_interrupted_and_resumed_is_judged_like_the_demo_run_in_one_go(tmp_path, sim_root):
+    whole = subprocess.run([*LAUNCHLAB, "run", "--no-html", DEMO, *ONCE, "--out", str(tmp_path / "whole")],
+                           capture_output=True, text=True, timeout=300)
     assert whole.returncode == 0, whole.stderr[-2000:]
     out = tmp_path / "parts"
-    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", DEMO, *ONCE, "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     interrupt_when_watching(out, proc, "02_")
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err[-2000:]
     [run_dir] = out.glob("*/*")
-    assert not (run_dir / "runs" / "03_mem_fraction-0.55_rep2").exists()  # interrupted midway
-    resumed = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)],
-                             capture_output=True, text=True,
-                             timeout=300)
+    assert not (run_dir / "runs" / "03_custom_ar-on.mem_fraction-0.55_rep1").exists()  # interrupted midway
+    resumed = subprocess.run([*LAUNCHLAB, "run", "--no-html", DEMO, *ONCE, "--resume", str(run_dir)],
+                             capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "01_mem_fraction-0.55_rep1  already done, skipped" in resumed.stderr
-    first = json.loads((run_dir / "runs/01_mem_fraction-0.55_rep1/provenance.json").read_text())
-    last = json.loads((run_dir / "runs/04_mem_fraction-0.85_rep2/provenance.json").read_text())
+    assert "01_custom_ar-off.mem_fraction-0.55_rep1  already done, skipped" in resumed.stderr
+    first = json.loads((run_dir / "runs/01_custom_ar-off.mem_fraction-0.55_rep1/provenance.json").read_text())
+    last = json.loads((run_dir / "runs/04_custom_ar-on.mem_fraction-0.85_rep1/provenance.json").read_text())
     # the resume did run on another box: its folders differ, and are recorded as the kit's own
     assert first["host_env"]["LAUNCHLAB_SIM_STATE"] != last["host_env"]["LAUNCHLAB_SIM_STATE"]
     assert first["kit_env"]["LAUNCHLAB_SIM_STATE"] == first["host_env"]["LAUNCHLAB_SIM_STATE"]
-    assert (run_dir / "runs/02_mem_fraction-0.85_rep1/attempts/1").is_dir()  # the interrupted attempt, kept
+    assert (run_dir / "runs/02_custom_ar-off.mem_fraction-0.85_rep1/attempts/1").is_dir()  # the interrupted attempt
     in_one_go = judged(Path(whole.stdout.strip()))
+    # the demo's verdict: controlled, the fraction decides the launch, custom all-reduce does not
     assert in_one_go["controlled"] is True and in_one_go["confounds"] == []
+    assert in_one_go["outcome_factors"] == ["mem_fraction"] and in_one_go["neutral_factors"] == ["custom_ar"]
     assert judged(run_dir) == in_one_go

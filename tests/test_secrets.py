@@ -167,6 +167,8 @@ def test_secrets_that_span_lines_come_from_the_callers_shell_or_sit_in_the_smoke
         raw = path_.read_bytes()
         leaks += [(str(path_.relative_to(run_dir)), v[:20]) for v in values if v in text or v.encode() in raw]
     assert leaks == []
+    # nor in what the batch printed (a failed run's line carries its server's last log line)
+    assert [v[:20] for v in values if v in proc.stdout + proc.stderr] == []
     folder = run_dir / "runs" / "01_size-a_rep1"
     status = json.loads((folder / "status.json").read_text())
     assert status["status"] == "ready" and status["smoke_status"] == 200, status

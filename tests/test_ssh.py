@@ -91,7 +91,7 @@ def test_a_generic_server_runs_over_ssh_and_nothing_is_left_behind(tmp_path, ssh
 
 def test_the_demo_design_runs_over_ssh_end_to_end(tmp_path, sshd):
     path = ssh_params(tmp_path, sshd, SIM_SERVER)
-    proc = subprocess.run([*LAUNCHLAB, "run", str(path), "--out", str(tmp_path / "out")], capture_output=True,
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = rundir.RunDir.check(__import__("pathlib").Path(proc.stdout.strip())).path
@@ -103,7 +103,7 @@ def test_the_demo_design_runs_over_ssh_end_to_end(tmp_path, sshd):
         assert (folder / "server.log").stat().st_size > 0 and (folder / "nvidia-smi.csv").stat().st_size > 0
         provenance = json.loads((folder / "provenance.json").read_text())
         assert provenance["transport"] == "ssh"
-    assert (run_dir / "summary.html").is_file()
+    assert (run_dir / "report.md").is_file()
     assert not list((tmp_path / "remote").rglob("server.log")), "run folders on the host are removed after collection"
 
 

@@ -32,7 +32,11 @@ from collections.abc import Iterable
 
 from jupyter_client.provisioning import LocalProvisioner
 
-LAUNCHER = ["-m", "ipykernel_launcher"]  # the kernel spec's argv after the interpreter, as the python3 spec has it
+LAUNCHER = ["-m", "ipykernel_launcher"]
+# what a kernel imports as it starts, before the run notebook's first cell: IPKernelApp, then (while it initialises)
+# its debugger's debugpy and pydevd, psutil, pdb and the inspector — a quarter of a second more per kernel
+KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger", "psutil", "pdb",
+                  "IPython.core.oinspect")  # the kernel spec's argv after the interpreter, as the python3 spec has it
 
 
 class ForkServer:
@@ -164,8 +168,9 @@ def serve(replies_fd: int, preload: list[str]) -> None:
     """Import, then fork a kernel per request on stdin until stdin closes; report each kernel's end."""
     if sys.path and sys.path[0] in ("", os.getcwd()):  # `-m` put the folder first; ipykernel_launcher drops it too
         del sys.path[0]
-    importlib.import_module("ipykernel.kernelapp")
-    for module in preload:
+    # as jupyter_client sets it for its kernels: debugpy's warning about frozen modules, printed at its import
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    for module in (*KERNEL_MODULES, *preload):
         importlib.import_module(module)
     replies = os.fdopen(replies_fd, "w", encoding="utf-8", buffering=1)
     wake_r, wake_w = os.pipe()
