@@ -4,6 +4,7 @@ command printed — and every line says what happened: interrupted, stopped by t
 itself"."""
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHLAB, processes_using
+from conftest import LAUNCHLAB, LAUNCHLAB_EXEC, processes_using
 from launchlab import interrupts
 
 pytestmark = pytest.mark.slow
@@ -32,18 +33,25 @@ def wait_for_watching(out: Path, proc: subprocess.Popen, limit_s: float = 120) -
     raise AssertionError(f"no run reached its watch: {proc.communicate()[1][-2000:]}")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+@pytest.mark.parametrize(("signum", "group"), [(signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGINT, False),
+                                              (signal.SIGINT, True)],
+                         ids=["SIGTERM", "SIGHUP", "SIGINT", "Ctrl-C at a terminal"])
 def test_a_signal_to_launchlab_run_stops_the_runs_in_flight_records_them_and_prints_how_to_resume(
-        small_params, tmp_path, sim_root, signum):
+        small_params, tmp_path, sim_root, signum, group):
+    """`group`: the signal goes to the batch's whole process group, as a terminal's Ctrl-C does (the kit's kernel
+    server included), to a batch started as a fresh process in a session of its own."""
     path = small_params(pace=3.0, timeout=120)  # a slow start: the run is still watching when the signal comes
     # the simulated server ends at once on TERM; a long grace keeps a loaded machine from making it a KILL (seen once)
     path.write_text(path.read_text().replace("stop_grace_s: 5", "stop_grace_s: 20"))
     out = tmp_path / "out"
-    proc = subprocess.Popen([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*(LAUNCHLAB_EXEC if group else LAUNCHLAB), "run", "--no-html", str(path), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=group)
     watching = wait_for_watching(out, proc)
     sent = time.monotonic()
-    proc.send_signal(signum)
+    if group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
     _, err = proc.communicate(timeout=90)
     took = time.monotonic() - sent
     name = "the user (Ctrl-C)" if signum == signal.SIGINT else signum.name

@@ -118,13 +118,22 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
     removed at the end; every host the batch opened is closed at the end. SIGTERM and SIGHUP stop the batch as
     Ctrl-C does (interrupts.py)."""
     with interrupts.terminations_interrupt():
-        return _run_batch(params_path, out_root, resume, say, stop_leftovers, wait, only, repetitions, confirm, html)
+        exp, plan = planned(params_path, only, repetitions)
+        # the batch's kernels (runs, summary) are forked from one server, whose imports overlap the checks below
+        server = kernels.fork_server(notebooks.notebooks_dir())
+        try:
+            run_dir = _run_batch(exp, plan, params_path, out_root, resume, say, stop_leftovers, wait, only,
+                                 repetitions, confirm, server)
+            notebooks.summarize(run_dir, say, html, server)
+        finally:
+            server.close()
+        return run_dir
 
 
-def _run_batch(params_path: str | Path, out_root: Path | None, resume: Path | None, say: Say, stop_leftovers: bool,
-               wait: bool, only: tuple[str, ...], repetitions: int | None, confirm: Confirm | None,
-               html: bool = True) -> Path:
-    exp, plan = planned(params_path, only, repetitions)
+def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path, out_root: Path | None,
+               resume: Path | None, say: Say, stop_leftovers: bool, wait: bool, only: tuple[str, ...],
+               repetitions: int | None, confirm: Confirm | None, server: kernels.ForkServer) -> Path:
+    """The batch up to its summary: hosts, run directory, locks, leftovers, patches, the runs (run_batch)."""
     box = sim.new_box() if any(exp.hosts[h].simulated for h in exp.host_names) else None
     opened = contextlib.ExitStack()  # closes every host opened below (an SSH connection) when the batch ends
     try:
@@ -167,9 +176,9 @@ def _run_batch(params_path: str | Path, out_root: Path | None, resume: Path | No
             try:
                 if exp.search is not None:
                     searchbatch.run_search(exp, run_dir, say, lambda runs, total: _run_all(
-                        exp, runs, run_dir, connected, total, say, Path(params_path).resolve()))
+                        exp, runs, run_dir, connected, total, say, Path(params_path).resolve(), server))
                 else:
-                    _run_all(exp, todo, run_dir, connected, total, say, Path(params_path).resolve())
+                    _run_all(exp, todo, run_dir, connected, total, say, Path(params_path).resolve(), server)
             except KeyboardInterrupt as exc:
                 say(f"launchlab: {interrupts.describe(exc)}; every process the runs in flight started was stopped "
                     f"by the kit. Continue with "
@@ -183,7 +192,6 @@ def _run_batch(params_path: str | Path, out_root: Path | None, resume: Path | No
             shutil.rmtree(box, ignore_errors=True)
             with contextlib.suppress(OSError):
                 box.parent.rmdir()  # the boxes' folder, when no other batch has one there
-    notebooks.summarize(run_dir, say, html)
     return run_dir
 
 
@@ -257,7 +265,7 @@ def _lock_hosts(exp: params.Experiment, connected: dict, owner: locks.Owner, wai
 
 
 def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, total: int, say: Say,
-             params_file: Path) -> None:
+             params_file: Path, server: kernels.ForkServer | None = None) -> None:
     """One worker thread per host, each running its host's runs in plan order: hosts proceed in parallel, and
     a slow or failing host does not hold the others up. Ctrl-C (which only the main thread sees) stops the
     servers of the runs in flight, lets their notebooks finish, and marks those runs interrupted."""
@@ -284,7 +292,8 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         gpus = slots[name][slot]
         try:
             # the next run's kernel starts meanwhile, while this host still has runs queued
-            with kernels.RunKernels(notebooks.notebooks_dir(), more=lambda: bool(queues[name]) and not stop.is_set()) as pool:
+            with kernels.RunKernels(notebooks.notebooks_dir(), more=lambda: bool(queues[name]) and not stop.is_set(),
+                                    server=server) as pool:
                 while (run := next_run(name, slot)) is not None:
                     try:
                         notebooks.run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus, pool,

@@ -172,6 +172,10 @@ def serve(replies_fd: int, preload: list[str]) -> None:
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     for module in (*KERNEL_MODULES, *preload):
         importlib.import_module(module)
+    # a Ctrl-C at the terminal reaches the batch's whole process group, this server included: the batch stops its
+    # runs and summarises, and needs its kernels for that; the server ends when the batch closes its stdin
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
     replies = os.fdopen(replies_fd, "w", encoding="utf-8", buffering=1)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

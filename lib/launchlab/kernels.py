@@ -47,19 +47,38 @@ class RunKernel(AsyncKernelManager):
         return made
 
 
+def start(server: ForkServer | None, cwd: Path, extra_arguments: list[str]) -> RunKernel:
+    """A kernel started in cwd, forked from the server when one is up (kernelfork.py), else started as
+    jupyter_client starts one."""
+    kernel = RunKernel(kernel_name=KERNEL_NAME)
+    if server is not None and server.alive():
+        kernel.kernel_id = str(uuid.uuid4())
+        kernel.provisioner = ForkedProvisioner(kernel_id=kernel.kernel_id, kernel_spec=kernel.kernel_spec,
+                                               parent=kernel)
+        kernel.provisioner.server = server
+    run_sync(kernel.start_kernel)(cwd=str(cwd), extra_arguments=extra_arguments)
+    return kernel
+
+
+def fork_server(cwd: Path) -> ForkServer:
+    """A batch's kernel server, with the run notebook's modules loaded; close it once its kernels are gone."""
+    return ForkServer(PRELOADED, cwd=str(cwd))
+
+
 class RunKernels:
     """One batch worker's kernels: `take` gives a started kernel (the spare, when it is alive) and starts the next
     spare in the background — only while `more()` says another run may follow, so the last run of a worker leaves
     no kernel started for nothing; `release` stops a used one in the background; `close` stops the spare and waits
-    until every kernel is gone. Not shared between threads: each worker has its own."""
+    until every kernel is gone. Not shared between threads: each worker has its own. The kernels are forked from
+    `server` (the batch's, shared by its workers), or from a server of the pool's own when none is given."""
 
-    def __init__(self, cwd: Path, more: Callable[[], bool] = lambda: True):
+    def __init__(self, cwd: Path, more: Callable[[], bool] = lambda: True, server: ForkServer | None = None):
         self.cwd = cwd
         self.more = more
         self.starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spare-kernel")
         self.stopper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="used-kernel")
         self.spare: Future | None = None
-        self.server: ForkServer | None = None  # started with the first kernel (kernelfork.py)
+        self.server, self.owns_server = server, server is None  # its own: started with the first kernel
 
     def __enter__(self) -> RunKernels:
         return self
@@ -68,14 +87,9 @@ class RunKernels:
         self.close()
 
     def _start(self) -> RunKernel:
-        if self.server is None or not self.server.alive():
-            self.server = ForkServer(PRELOADED, cwd=str(self.cwd))
-        kernel = RunKernel(kernel_name=KERNEL_NAME)
-        kernel.kernel_id = str(uuid.uuid4())
-        kernel.provisioner = ForkedProvisioner(kernel_id=kernel.kernel_id, kernel_spec=kernel.kernel_spec, parent=kernel)
-        kernel.provisioner.server = self.server
-        run_sync(kernel.start_kernel)(cwd=str(self.cwd), extra_arguments=[*KERNEL_ARGS, *PRELOAD])
-        return kernel
+        if self.owns_server and (self.server is None or not self.server.alive()):
+            self.server = fork_server(self.cwd)
+        return start(self.server, self.cwd, [*KERNEL_ARGS, *PRELOAD])
 
     def take(self) -> RunKernel:
         """A started kernel for the next notebook. A spare that failed to start or died idle is replaced by one
@@ -112,8 +126,16 @@ class RunKernels:
                 pass
         self.starter.shutdown(wait=True)
         self.stopper.shutdown(wait=True)
-        if self.server is not None:
+        if self.owns_server and self.server is not None:
             self.server.close()
+
+
+def stop(kernel: RunKernel) -> None:
+    """A kernel whose notebook is over: its clients' channels closed, the kernel killed (see RunKernels.release)."""
+    for made in kernel.clients:
+        made.stop_channels()
+    kernel.clients.clear()
+    _kill(kernel)
 
 
 def _kill(kernel: RunKernel) -> None:

@@ -53,24 +53,28 @@ class _Progress(threading.Thread):
                 last = state
 
 
-def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None) -> None:
+def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None,
+            server: kernels.ForkServer | None = None) -> None:
     """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
     silenced so the progress lines stay readable. Cell errors still land in the executed notebook. With a pool,
-    the notebook runs in a kernel the pool started beforehand and stops afterwards (kernels.py); without, papermill
-    starts and shuts down one of its own."""
+    the notebook runs in a kernel the pool started beforehand and stops afterwards (kernels.py); with a server, in
+    a kernel forked from it; with neither, papermill starts and shuts down one of its own."""
     import papermill  # here, not at the top: the run kernel imports this module, and papermill costs it seconds
 
-    if pool is None:
+    if pool is None and server is None:
         papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
                                    kernel_name=kernels.KERNEL_NAME, progress_bar=False, cwd=str(notebooks_dir()),
                                    extra_arguments=kernels.KERNEL_ARGS)
         return
-    kernel = pool.take()
+    kernel = pool.take() if pool is not None else kernels.start(server, notebooks_dir(), kernels.KERNEL_ARGS)
     try:
         papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
                                    kernel_name=kernels.KERNEL_NAME, progress_bar=False, km=kernel)
     finally:
-        pool.release(kernel)
+        if pool is not None:
+            pool.release(kernel)
+        else:
+            kernels.stop(kernel)
 
 
 def run_label(run: Run, total: int) -> str:
@@ -137,7 +141,7 @@ def notebook_error(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).strip()}"[:2000]
 
 
-def summarize(run_dir: Path, say: Say = stderr, html: bool = True) -> Path:
+def summarize(run_dir: Path, say: Say = stderr, html: bool = True, server: kernels.ForkServer | None = None) -> Path:
     """Rebuild the frames from the raw files, write verdict.json and report.md, execute summary.ipynb and
     export summary.html (what `launchlab report` does); return the HTML's path. html=False stops after report.md
     (`launchlab run --no-html`) and returns its path: no summary kernel, no export."""
@@ -156,7 +160,7 @@ def summarize(run_dir: Path, say: Say = stderr, html: bool = True) -> Path:
     say(f"launchlab: frames, verdict.json and report.md written ({verdict.headline()}); rendering the summary")
     nb = directory.summary_notebook
     try:
-        execute("summary.ipynb", nb, {"run_dir": str(directory.path)})
+        execute("summary.ipynb", nb, {"run_dir": str(directory.path)}, server=server)
     except papermill.PapermillExecutionError as exc:
         _mask_notebook(exp, nb)
         raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
