@@ -1,11 +1,15 @@
 """The committed real-GPU example (examples/h200-transformers-kv) holds what issue 6 says it shows."""
 
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from conftest import LAUNCHLAB
 from launchlab import export
 
 EXAMPLE = next((Path(__file__).resolve().parents[1] / "examples" / "h200-transformers-kv").glob("2*"))
@@ -54,3 +58,28 @@ def test_the_verdict_attributes_the_kv_memory_to_the_memory_percent_factor():
                 if (e["factor"], e["level"], e["metric"]) == ("memory_percent", "0.9", "peak_mem_used_mib")]
     assert effect["n"] == 2 and effect["diff"] > 40 * GIB and effect["ratio"] == pytest.approx(1.77, abs=0.1)
     assert verdict["outcome_factors"] == ["num_blocks"]
+
+
+@pytest.mark.slow
+def test_launchlab_report_rebuilds_the_committed_run_directory_an_older_kit_wrote(tmp_path):
+    """Written on 2026-11-29, before the GPU state during runs (gpu_state, mem_free_mib), the exact tests and the
+    typed verdict: `launchlab report` on a copy, its frames and reports removed, rebuilds them from the raw files."""
+    copy = tmp_path / EXAMPLE.name
+    shutil.copytree(EXAMPLE, copy)
+    for name in ("verdict.json", "report.md", "summary.html", "summary.ipynb", "runs.parquet", "events.parquet",
+                 "telemetry.parquet"):
+        (copy / name).unlink()
+    assert not any("gpu_state" in json.loads((f / "provenance.json").read_text()) for f in (copy / "runs").iterdir())
+    proc = subprocess.run([*LAUNCHLAB, "report", str(copy)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = pd.read_parquet(copy / "runs.parquet").sort_values("run_id")
+    committed = pd.read_parquet(EXAMPLE / "runs.parquet").sort_values("run_id")
+    assert list(runs["status"]) == list(committed["status"])
+    verdict = json.loads((copy / "verdict.json").read_text())
+    assert verdict["controlled"] is True and verdict["outcome_factors"] == ["num_blocks"], verdict["confounds"]
+    decision = verdict["factors"]["num_blocks"]
+    assert decision["p_value"] is not None and decision["repetitions_to_settle"] == 4  # 2 runs per side
+    html = (copy / "summary.html").read_text()
+    assert export.remote_references(html) == []
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).split())  # the page's text: the peaks of the 0.9 and 0.5 runs
+    assert "memory_percent=0.9 121.3 GiB vs memory_percent=0.5 68.4 GiB" in text

@@ -105,8 +105,15 @@ def test_the_verdict_and_report_show_each_interval_next_to_the_prediction_and_th
     assert "the server's own numbers predict the break-even at 0.748" in report
     assert "the server's own numbers predict the break-even at 0.753" in report
     assert "GiB per GPU" in report and "custom\\_ar=on" in report
+    # the search is controlled (its own flag is declared), and the thresholds lead the report, before the verdict's
+    # prose, in report.md and on the summary's first screen
+    assert verdict["controlled"] is True and verdict["confounds"] == []
+    assert "**Controlled comparison.**" in report and "Not a controlled comparison" not in report
+    assert report.index("## Threshold of `--mem-fraction-static`") < report.index("**Controlled comparison.**")
     html = (run_dir / "summary.html").read_text()
     assert "Threshold search" in html
+    assert "Not a controlled comparison" not in html
+    assert html.index("Threshold search") < html.index("Controlled comparison")
     # the probes' chart is inline SVG whose text stays text: its title, and its alternative text
     assert "Outcome of every probe" in html and 'aria-label="Dots: the outcome of every probe run' in html
 

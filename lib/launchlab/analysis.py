@@ -166,12 +166,17 @@ def exact_p(ready: int, valid: int, ref_ready: int, ref_valid: int) -> float:
     return float(fisher_exact([[ready, valid - ready], [ref_ready, ref_valid - ref_ready]]).pvalue)
 
 
-def settling_repetitions() -> int:
-    """The fewest repetitions per side at which an all-or-nothing split (n/n ready against 0/n) is significant."""
-    n = 1
-    while exact_p(n, n, 0, n) >= SIGNIFICANCE:
-        n += 1
-    return n
+def settling_repetitions(share: float, reference_share: float, most: int = 100) -> int | None:
+    """The fewest repetitions per side at which these shares of ready runs would make Fisher's exact test
+    significant at 0.05 (1 against 0, every run ready on one side and none on the other: 2 vs 2 gives p = 0.33, 4
+    vs 4 p = 0.029, so 4). None when the shares are equal (no number of runs tells them apart) or it takes more
+    than `most`."""
+    if share == reference_share:
+        return None
+    for n in range(1, most + 1):
+        if exact_p(round(n * share), n, round(n * reference_share), n) < SIGNIFICANCE:
+            return n
+    return None
 
 
 def _comparisons(per: dict[str, dict], compared: list[str], reference: str | None) -> list[dict]:
@@ -249,11 +254,16 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     else:
         summary = f"{factor} is undetermined: " + _undetermined_why(factor, detail)
     deciding = [c for s in changed for c in s["comparisons"] if _rate(c) != _rate(c, "reference_")]
+    if status == "neutral":  # the same share of ready runs in every stratum: each exact test gives p = 1
+        deciding = [c for s in detail for c in s["comparisons"]]
     p = max((c["p_value"] for c in deciding), default=None)
+    settle = None
+    if p is not None and p >= SIGNIFICANCE and status != "neutral":  # the weakest split needs the most runs
+        needed = [settling_repetitions(_rate(c), _rate(c, "reference_")) for c in deciding]
+        settle = None if None in needed else max(needed)
     runs = [r for s in detail for lv in s["compared"] for r in s["levels"][lv]["runs"]]
     return {"factor": factor, "status": status, "summary": summary, "strata": detail, "runs": runs,
-            "p_value": p, "significant": None if p is None else p < SIGNIFICANCE,
-            "repetitions_to_settle": settling_repetitions() if p is not None and p >= SIGNIFICANCE else None}
+            "p_value": p, "significant": None if p is None else p < SIGNIFICANCE, "repetitions_to_settle": settle}
 
 
 def _rate(c: dict, side: str = "") -> float:
@@ -401,7 +411,7 @@ def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str],
     drop: per factor, runs that are no observations of it (their log contradicts their level)."""
     obs = observations(runs, factors, planned)
     valid = obs[obs["valid"]]
-    table = valid.set_index("run_id")[factors].join(run_metrics(valid, events))
+    table = valid.set_index("run_id")[[*factors, "repetition"]].join(run_metrics(valid, events))
     effects = []
     for factor in factors:
         others = [f for f in factors if f != factor]
@@ -430,6 +440,13 @@ def _interval(diffs: list[float]) -> tuple[float | None, float | None]:
     return float(ci.low), float(ci.high)
 
 
+def _by_repetition(table: pd.DataFrame, values: pd.Series, base: pd.Series) -> list[tuple[float, float]]:
+    """A level's values and the baseline level's, paired by repetition (runs named by their index in table)."""
+    mine = dict(zip(table.loc[values.index, "repetition"], values, strict=True))
+    theirs = dict(zip(table.loc[base.index, "repetition"], base, strict=True))
+    return [(mine[r], theirs[r]) for r in sorted(mine.keys() & theirs.keys())]
+
+
 def _matched(table: pd.DataFrame, factor: str, level: str, base: str, others: list[str], metric: str) -> dict | None:
     groups = table.groupby(others, sort=False) if others else [((), table)]
     used = []
@@ -446,7 +463,7 @@ def _matched(table: pd.DataFrame, factor: str, level: str, base: str, others: li
     diffs = [t.mean() - c.mean() for _, t, c in used]
     values = pd.concat([t for _, t, _ in used])
     base_values = pd.concat([c for _, _, c in used])
-    pairs = [float(a - b) for _, t, c in used for a, b in zip(t, c, strict=False)]
+    pairs = [float(a - b) for _, t, c in used for a, b in _by_repetition(table, t, c)]
     low = high = None
     if min(len(values), len(base_values)) >= 2 and len(pairs) >= 2:
         low, high = _interval(pairs)

@@ -7,8 +7,9 @@ Two kinds of check, both pure functions of the params and the parsed logs (parse
   `--mem-fraction-static 0.55` is confirmed by `mem_fraction_static=0.55`. A level that omits a flag another
   level sets bare (`--disable-custom-all-reduce`) expects it off (`False`); one that omits a valued flag
   leaves the server's default, which the kit cannot know, so nothing is checked.
-- **custom all-reduce**: when a factor is about custom all-reduce (a level sets `--disable-custom-all-reduce`,
-  or the factor's name says so and its levels are named on/off), each run's per-rank state from the log
+- **custom all-reduce**: when a factor is about custom all-reduce (a level sets the server kind's flag that
+  switches it off, ServerKind.custom_ar_off — SGLang's and vLLM's `--disable-custom-all-reduce` — or the factor's
+  name says so and its levels are named on/off), each run's per-rank state from the log
   (active, disabled with a reason, failed) is compared with what the level meant. A server that disables
   custom all-reduce by itself (PCIe-only boxes with more than two GPUs) contradicts an "on" level: the
   comparison is then not of custom all-reduce at all.
@@ -20,33 +21,32 @@ import re
 from collections.abc import Iterable
 
 from launchlab.logparse.common import rank_order
+from launchlab.logparse.kinds import KINDS
 from launchlab.params import Experiment, Variant, apply_flags, expand
 
 CONFIRMED, CONTRADICTED, UNKNOWN = "confirmed", "contradicted", "unknown"
-CUSTOM_AR_FLAG = "--disable-custom-all-reduce"
 CUSTOM_AR_CHECK = "custom all-reduce"
 _CUSTOM_AR_NAME = re.compile(r"custom.?a(ll.?)?r(educe)?|\bcar\b|allreduce|all_reduce", re.IGNORECASE)
 _ON = {"on", "true", "enabled", "enable", "1", "yes"}
 _OFF = {"off", "false", "disabled", "disable", "0", "no"}
-# flags whose server attribute is not the flag's own name (SGLang and vLLM short forms)
-_ALIASES = {"tp": "tp_size", "tp-size": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size",
-            "model": "model_path", "tensor-parallel-size": "tensor_parallel_size",
-            "pipeline-parallel-size": "pipeline_parallel_size"}
 _GRAPH_DONE = ("graph_end_avail_gib", "graph_mem_gib", "graph_s")
 
 
-def arg_name(flag: str) -> str:
-    """The attribute a server records a flag under: `--mem-fraction-static` → `mem_fraction_static`."""
+def arg_name(flag: str, kind: str) -> str:
+    """The attribute a server of this kind records a flag under: `--mem-fraction-static` → `mem_fraction_static`,
+    a short form by the kind's own aliases (SGLang's `--tp` → `tp_size`)."""
     bare = flag.lstrip("-")
-    return _ALIASES.get(bare, bare.replace("-", "_"))
+    return KINDS[kind].arg_aliases.get(bare, bare.replace("-", "_"))
 
 
 def declared_args(exp: Experiment) -> set[str]:
     """The server arguments the factors set (by the name the server records them under), and the flag a threshold
     search varies: a difference in them between runs is the design, not a confound."""
-    declared = {arg_name(flag) for levels in exp.factors.values() for level in levels.values() for flag in level.flags}
+    kind = exp.server.kind
+    declared = {arg_name(flag, kind) for levels in exp.factors.values() for level in levels.values()
+                for flag in level.flags}
     if exp.search is not None:
-        declared.add(arg_name(exp.search.flag))
+        declared.add(arg_name(exp.search.flag, kind))
     return declared
 
 
@@ -79,10 +79,10 @@ def _same(expected: object, logged: str) -> bool:
 
 def _custom_ar_intent(exp: Experiment, factor: str, level: str, variant: Variant) -> str | None:
     """"active" / "inactive" when the factor is about custom all-reduce, else None."""
-    touched = any(CUSTOM_AR_FLAG in lv.flags for lv in exp.factors[factor].values())
-    if touched:
+    off = KINDS[exp.server.kind].custom_ar_off  # the server kind's own flag (logparse/), if it has one
+    if off and any(off in lv.flags for lv in exp.factors[factor].values()):
         argv = apply_flags(list(exp.server.command), variant.flags)
-        return "inactive" if CUSTOM_AR_FLAG in argv else "active"
+        return "inactive" if off in argv else "active"
     if _CUSTOM_AR_NAME.search(factor):
         if level.lower() in _ON:
             return "active"
@@ -154,7 +154,7 @@ def level_checks(exp: Experiment, runs: list[dict], parsed: dict[str, dict]) -> 
             touched = {f for lv in exp.factors[factor].values() for f in lv.flags}
             boolean = {f for lv in exp.factors[factor].values() for f, v in lv.flags.items() if v is True}
             for flag, want in _expected_flags(exp, variant, sorted(touched), boolean).items():
-                name = arg_name(flag)
+                name = arg_name(flag, exp.server.kind)
                 check = f"{name}={want}"
                 if name not in args:
                     note(factor, level, check, run["run_id"], UNKNOWN)

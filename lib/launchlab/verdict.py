@@ -110,8 +110,10 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
         evidence = decision.evidence()
         lines.append(f"**Decides the launch:** {md(decision.summary.replace(' decides the launch', ''))}"
                      + (f" ({md(evidence)})" if evidence else "") + ".")
-    if v.neutral_factors:
-        lines.append(f"**Does not change the launch outcome:** {', '.join(md_code(f) for f in v.neutral_factors)}.")
+    for factor in v.neutral_factors:  # with its counts: how many runs "no change" rests on
+        evidence = v.factors[factor].evidence() if factor in v.factors else ""
+        lines.append(f"**Does not change the launch outcome:** {md_code(factor)}" + (f" ({md(evidence)})" if evidence
+                                                                                      else "") + ".")
     for label, names in (("Flaky", v.flaky_factors), ("Confounded", v.confounded_factors),
                          ("Undetermined", v.undetermined_factors)):
         if names:

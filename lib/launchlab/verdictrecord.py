@@ -104,24 +104,29 @@ class Decision:
         return " | ".join(parts)
 
     def evidence(self) -> str:
-        """'2/2 vs 0/2 ready at custom_ar=on; …; Fisher's exact p = 0.33, not significant at 0.05 — 4 runs per
-        side would settle it', from the strata where the outcome changed."""
+        """'0.85 2/2 vs 0.55 0/2 ready at custom_ar=on; …; Fisher's exact p = 0.33, not significant at 0.05 — 4 runs
+        per side would settle it', from the strata where the outcome changed; for a neutral factor, the counts of
+        every stratum ('on 2/2 vs off 2/2 ready at mem_fraction=0.85; …; the same share ready in every stratum')."""
+        neutral = self.status == "neutral"
         splits = []
         for s in self.strata:
-            if not s.changes:
+            if not (s.changes or neutral):
                 continue
             where = f" at {', '.join(f'{k}={v}' for k, v in s.held.items())}" if s.held else ""
             for c in s.comparisons:
-                if c.ready * c.reference_valid != c.reference_ready * c.valid:
+                if neutral or c.ready * c.reference_valid != c.reference_ready * c.valid:
                     splits.append(f"{c.level} {c.ready}/{c.valid} vs {c.reference} {c.reference_ready}/"
                                   f"{c.reference_valid} ready{where}")
         if not splits or self.p_value is None:
             return ""
+        if neutral:
+            return f"{'; '.join(splits)}; the same share ready in every stratum (Fisher's exact p = 1)"
         strength = f"Fisher's exact p = {self.p_value:.2g}" + (" in the weakest stratum" if len(splits) > 1 else "")
         if self.significant:
             return f"{'; '.join(splits)}; {strength}, significant at 0.05"
-        return (f"{'; '.join(splits)}; {strength}, not significant at 0.05 — {self.repetitions_to_settle} runs "
-                "per side would settle it")
+        settle = (f"{self.repetitions_to_settle} runs per side would settle it" if self.repetitions_to_settle else
+                  "more than 100 runs per side would be needed to settle it")
+        return f"{'; '.join(splits)}; {strength}, not significant at 0.05 — {settle}"
 
 
 @dataclass(frozen=True)
@@ -214,7 +219,8 @@ class Verdict:
         d = self.factors.get(factor)
         if d is None or d.p_value is None or d.significant:
             return factor
-        return f"{factor} (p = {d.p_value:.2g}, not significant: {d.repetitions_to_settle} runs per side would settle it)"
+        settle = f"{d.repetitions_to_settle} runs per side would settle it" if d.repetitions_to_settle else "unsettled"
+        return f"{factor} (p = {d.p_value:.2g}, not significant: {settle})"
 
     def headline(self, width: int | None = None) -> str:
         """The verdict in one line, inconclusive first (the CLI's summary line and `launchlab ls`)."""

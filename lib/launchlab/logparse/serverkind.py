@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only for the annotations: importing pandas here would make `import launchlab.params` slow
@@ -63,6 +63,10 @@ class ServerKind:
                     None: the report says the log has no budget
     break_even      the argument whose break-even the budget predicts, its column and formula (the verdict's
                     break-even sentence and a threshold search's prediction). None: the budget predicts none
+    custom_ar_off   the flag that switches this server's custom all-reduce off (a factor that sets it is about
+                    custom all-reduce, and each level is checked against the state its log gives). None: none
+    arg_aliases     a flag (without its dashes) → the argument the server records it under, where that is not the
+                    flag's own name with `_` for `-` (SGLang's `tp` → `tp_size`): the level checks look it up there
     """
 
     name: str
@@ -73,6 +77,8 @@ class ServerKind:
     budget: Budget | None = None
     report_intro: str | None = None
     break_even: BreakEven | None = None
+    custom_ar_off: str | None = None
+    arg_aliases: dict[str, str] = field(default_factory=dict)
 
     def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
         """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""

@@ -312,4 +312,7 @@ KIND = ServerKind(
                   "`logged_agrees` compares with a `DEBUG profile_max_num_token` line when the server "
                   "printed one."),
     break_even=BreakEven(arg="mem_fraction_static", column="break_even_fraction", formula="1 − avail/total"),
+    custom_ar_off="--disable-custom-all-reduce",
+    arg_aliases={"tp": "tp_size", "tp-size": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size",
+                 "model": "model_path"},
 )

@@ -388,4 +388,6 @@ KIND = ServerKind(
                   "activation peak)`; the break-even utilization is `(weights + non-torch + activation) / total`."),
     break_even=BreakEven(arg="gpu_memory_utilization", column="break_even_utilization",
                          formula="(weights + non-torch + activation peak) / total"),
+    custom_ar_off="--disable-custom-all-reduce",
+    arg_aliases={"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"},
 )

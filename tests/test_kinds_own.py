@@ -1,0 +1,46 @@
+"""Server knowledge lives in each server kind's module (logparse/) and in the simulated server (sim/): the other
+modules of the kit hold no server flag in their code — they ask the kinds registry (issue 24, point 9). A flag
+the code compares with or puts on a command is a string of its own (`"--disable-custom-all-reduce"`); one cited
+inside a sentence — an "e.g." in a help text, a workspace's sample question — is an example for the reader."""
+
+import ast
+import re
+from pathlib import Path
+
+LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+")  # a long flag with a dash inside: --mem-fraction-static
+
+
+def code_strings(path: Path) -> list[str]:
+    """The string constants of a module's code: not its docstrings (those may cite a flag as an example)."""
+    tree = ast.parse(path.read_text())
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docs]
+
+
+def flags_in(paths, whole: bool = False) -> dict[str, set[str]]:
+    """Per module, the long flags its code strings hold; `whole`: only strings that are a flag and nothing else."""
+    return {str(p.relative_to(LIB)): {f for s in code_strings(p) for f in FLAG.findall(s) if not whole or f == s}
+            for p in paths}
+
+
+def test_the_flags_the_server_kinds_know_appear_in_no_other_module():
+    kinds = [*(LIB / "logparse").glob("*.py"), LIB / "sim" / "sglang_server.py"]  # not sim/nvidia_smi.py: no server
+    known = set().union(*flags_in(kinds).values())
+    assert {"--disable-custom-all-reduce", "--mem-fraction-static"} <= known
+    others = [p for p in LIB.rglob("*.py") if p not in kinds and "__pycache__" not in p.parts]
+    named = {path: found & known for path, found in flags_in(others, whole=True).items() if found & known}
+    assert named == {}, named
+
+
+def test_the_check_finds_a_server_flag_in_a_module_outside_the_kinds(tmp_path):
+    module = tmp_path / "levels.py"
+    module.write_text('"""Cites --disable-custom-all-reduce in its docstring."""\nFLAG = "--disable-custom-all-reduce"\n'
+                      'HELP = "e.g. --mem-fraction-static"\n')
+    assert {f for s in code_strings(module) for f in FLAG.findall(s) if f == s} == {"--disable-custom-all-reduce"}
