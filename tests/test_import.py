@@ -127,7 +127,7 @@ def test_a_log_that_ends_during_weight_loading_has_an_unknown_outcome_and_is_lef
     assert record.failure_message.startswith("unknown: the log ends during weight loading")
     frames.write(run_dir, frames.build(run_dir, params.load(rundir.RunDir(run_dir).experiment_file)))
     verdict = reportmd.write_verdict(run_dir)
-    assert [r["why"] for r in verdict.excluded_runs] == ["outcome unknown"] and not verdict.conclusive
+    assert [r.why for r in verdict.excluded_runs] == ["outcome unknown"] and not verdict.conclusive
 
 
 def test_a_file_that_cannot_be_read_is_named_with_the_reason_and_nothing_is_written(tmp_path):

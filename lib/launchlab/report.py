@@ -258,9 +258,7 @@ class Report:
         if not checks:
             return styled(pd.DataFrame({"note": ["no level sets a flag the server's log records, and no factor is "
                                                  "about custom all-reduce: nothing to check"]}))
-        frame = pd.DataFrame([{"factor": c["factor"], "level": c["level"], "check": c["check"],
-                               "confirmed": len(c["runs_confirmed"]), "contradicted": len(c["runs_contradicted"]),
-                               "not shown": len(c["runs_unknown"]), "detail": c["detail"]} for c in checks])
+        frame = pd.DataFrame([{**c.counts(), "detail": c.detail} for c in checks])
         return styled(frame)
 
     @property
@@ -343,7 +341,7 @@ class Report:
         warmups = warmup_markdown(self.verdict.warmup_runs)
         if not rows:
             return Markdown("Every planned run finished and is a valid observation." + warmups)
-        lines = [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in rows]
+        lines = [r.markdown() for r in rows]
         return Markdown(f"**{len(rows)} run(s) are not observations of the server** and are left out of every "
                         "comparison:\n\n" + "\n".join(lines) + warmups)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from launchlab import analysis, masking, params, report, rundir, thresholds
-from launchlab.escaping import md, md_block, md_code, visible
+from launchlab.escaping import md, md_block, visible
 from launchlab.report import IMPORTED_NOTE
 from launchlab.reporttables import in_gib, markdown
 from launchlab.verdictrecord import Verdict
@@ -33,15 +33,13 @@ def write_verdict(run_dir: Path) -> Verdict:
     text += [rep.verdict_markdown(), ""]
     if v.excluded_runs:
         text += ["## Runs that are not observations", ""]
-        text += [f"- {md_code(r['run_id'])}: {md(r['why'])} — {md(r['detail'])}" for r in v.excluded_runs] + [""]
+        text += [r.markdown() for r in v.excluded_runs] + [""]
     if v.warmup_runs:
         text += ["## Warm-up runs", "", report.warmup_markdown(v.warmup_runs).strip(), ""]
     text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.frames.runs, rep.factors, rep.planned))),
              ""]
     if v.level_checks:
-        checks = pd.DataFrame([{"factor": c["factor"], "level": c["level"], "check": c["check"],
-                                "confirmed": len(c["runs_confirmed"]), "contradicted": len(c["runs_contradicted"]),
-                                "not shown": len(c["runs_unknown"])} for c in v.level_checks])
+        checks = pd.DataFrame([c.counts() for c in v.level_checks])
         text += ["## Did each level take effect? (the server's own log)", "", markdown(checks), ""]
     if v.confounds:
         text += ["## Confounds", ""] + [f"- {md(c.kind)}: {md(c.detail)}" for c in v.confounds] + [""]

@@ -13,7 +13,7 @@ import pandas as pd
 
 from launchlab import analysis, budget, confounds, derivedargs, levelchecks
 from launchlab.escaping import md, md_code
-from launchlab.verdictrecord import Confound, Decision, Effect, Verdict
+from launchlab.verdictrecord import Confound, Decision, Effect, ExcludedRun, LevelCheck, Verdict
 
 
 def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
@@ -71,8 +71,8 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
         confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found],
         derived_args=derived,
         effects=[Effect.from_analysis(e) for e in effects],
-        level_checks=checks,
-        excluded_runs=analysis.excluded(obs),
+        level_checks=[LevelCheck(**c) for c in checks],
+        excluded_runs=[ExcludedRun(**r) for r in analysis.excluded(obs)],
         budget=budget_rows,
         warnings=warnings,
     )
@@ -99,9 +99,9 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
         lines.append("**Controlled comparison.**")
     if said := derivedargs.markdown(v.derived_args):
         lines.append(said)
-    contradicted = [c for c in v.level_checks if c["runs_contradicted"]]
+    contradicted = [c for c in v.level_checks if c.runs_contradicted]
     if contradicted:
-        lines.append("**A level did not take effect:** " + md("; ".join(c["detail"] for c in contradicted))
+        lines.append("**A level did not take effect:** " + md("; ".join(c.detail for c in contradicted))
                      + ". Its runs were left out of that factor's comparisons.")
     if not v.conclusive and not (v.outcome_factors or v.neutral_factors):
         return "\n\n".join(lines)

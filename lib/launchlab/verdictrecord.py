@@ -11,6 +11,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from launchlab.escaping import md, md_code
+
 # a factor's status: what changing only it did to the share of ready runs (analysis.decide, verdict.build)
 DECIDING = ("decides", "decides_in_some")
 STATUSES = (*DECIDING, "neutral", "flaky", "confounded", "undetermined")
@@ -167,6 +169,39 @@ class Effect:
         return f"n={self.n} vs {self.baseline_n}, no interval"
 
 
+@dataclass(frozen=True)
+class LevelCheck:
+    """Whether one factor level took effect, by one check (levelchecks.py): the runs whose server log confirms it,
+    contradicts it, or does not show it."""
+
+    factor: str
+    level: str
+    check: str
+    runs_confirmed: list[str]
+    runs_contradicted: list[str]
+    runs_unknown: list[str]
+    detail: str = ""
+
+    def counts(self) -> dict:
+        """The row of the report's level-check table."""
+        return {"factor": self.factor, "level": self.level, "check": self.check,
+                "confirmed": len(self.runs_confirmed), "contradicted": len(self.runs_contradicted),
+                "not shown": len(self.runs_unknown)}
+
+
+@dataclass(frozen=True)
+class ExcludedRun:
+    """A planned run that is no observation of the server (a kit error, interrupted, missing, …), with why."""
+
+    run_id: str
+    why: str
+    detail: str = ""
+    variant: str | None = None
+
+    def markdown(self) -> str:
+        return f"- {md_code(self.run_id)}: {md(self.why)} — {md(self.detail)}"
+
+
 @dataclass
 class Verdict:
     """verdict.json. `factors` holds one Decision per factor; the *_factors lists name them by status
@@ -182,8 +217,8 @@ class Verdict:
     factors: dict[str, Decision]
     confounds: list[Confound]
     effects: list[Effect]
-    level_checks: list[dict]
-    excluded_runs: list[dict]
+    level_checks: list[LevelCheck]
+    excluded_runs: list[ExcludedRun]
     budget: list[dict]
     warnings: list[str]
     flaky_factors: list[str] = field(default_factory=list)
@@ -211,6 +246,8 @@ class Verdict:
         picked["factors"] = {f: Decision.from_json(d) for f, d in picked["factors"].items()}
         picked["confounds"] = [Confound(**_pick(Confound, c)) for c in picked["confounds"]]
         picked["effects"] = [Effect.from_analysis(e) for e in picked["effects"]]
+        picked["level_checks"] = [LevelCheck(**_pick(LevelCheck, c)) for c in picked["level_checks"]]
+        picked["excluded_runs"] = [ExcludedRun(**_pick(ExcludedRun, r)) for r in picked["excluded_runs"]]
         return cls(**picked)
 
     def _strength(self, factor: str) -> str:
