@@ -290,7 +290,14 @@ class VLLMParser:
             log.record(None, "0", "kv_tokens", float(too_long.group(2)), 0)
         for rx, reason, phase in _FAILURES:
             if rx.search(msg):
-                log.fail(reason, phase or self._frame_phase(), msg)
+                old = log.failure
+                if (old is not None and old.reason in (reason, "exception") and exception_line(msg) is not None
+                        and not exception_line(old.message)):
+                    # the exception line ending a traceback whose frame (check_enough_kv_cache_memory) or wrapper
+                    # was noted first: it says what went wrong, on its own line
+                    log.refine(reason, msg, phase or self._frame_phase())
+                else:
+                    log.fail(reason, phase or self._frame_phase(), msg)
                 return
         if self.in_traceback and _FRAME_EVIDENCE.search(msg):
             log.fail("kv_cache_no_memory", "kv_cache", msg)
