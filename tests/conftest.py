@@ -192,7 +192,7 @@ def sshd(tmp_path, sim_root, monkeypatch):
         if os.environ.get("LAUNCHLAB_REQUIRE_SSHD") == "1":
             pytest.fail("sshd is required here (LAUNCHLAB_REQUIRE_SSHD=1) but not installed: apt-get install openssh-server")
         pytest.skip("no sshd binary (apt-get install openssh-server); .ci/run installs it and requires these tests")
-    spec = params.SimHost(transport="sim", gpus=2, pace=0.3)
+    spec = params.SimSpec(transport="sim", gpus=2, pace=0.3)
     env = prepare_box(sim_root / "sshbox", "sshbox", spec)
     server = sshd_helper.make_server(tmp_path / "sshd", env)
     server.start()

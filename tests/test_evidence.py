@@ -95,3 +95,12 @@ def test_a_warning_names_each_metrics_own_n():
                                       {"custom_ar": "off", "mem_fraction": "0.85"})
     [line] = [w for w in analysis.effect_warnings(effects) if w.startswith("custom_ar=on")]
     assert "kv_tokens n=1 vs 1" in line and "startup_s n=2 vs 2" in line
+
+
+def test_a_run_stopped_because_the_batch_was_interrupted_is_known_by_its_reason_and_an_older_record_by_its_message():
+    runs = runs_frame([("off", "0.85", 1, "error"), ("off", "0.85", 2, "error"), ("off", "0.85", 3, "error")])
+    runs["failure_reason"] = ["interrupted", None, None]
+    runs["failure_message"] = ["stopped by the batch", "interrupted by SIGTERM; the kit stopped the server",
+                               "the run notebook failed: DeadKernelError"]
+    obs = analysis.observations(runs, ["custom_ar", "mem_fraction"])
+    assert list(obs["invalid_kind"]) == [analysis.INTERRUPTED, analysis.INTERRUPTED, analysis.KIT_ERROR]

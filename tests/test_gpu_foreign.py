@@ -220,7 +220,7 @@ def test_a_worker_that_renamed_itself_is_still_the_runs_by_its_session_and_a_str
     from launchlab.reaper import RUN_ID_ENV
     from launchlab.sim import state
 
-    host = SimHost("box", params.SimHost(transport="sim", gpus=2, pace=0.3), box=tmp_path / "sim")
+    host = SimHost("box", params.SimSpec(transport="sim", gpus=2, pace=0.3), box=tmp_path / "sim")
     # a session leader (the server, as the kit starts it) whose worker has no run id in its environment
     leader = subprocess.Popen(["setsid", "bash", "-c", f"env -u {RUN_ID_ENV} {sys.executable} -c "
                                "'import time; time.sleep(60)' & echo $! ; wait"],

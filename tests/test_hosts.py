@@ -21,7 +21,7 @@ def leftover(host: SimHost, tmp_path) -> int:
 
 
 def test_a_leftover_is_stopped_only_when_the_confirm_callback_says_yes(tmp_path, sim_root):
-    host = SimHost("box", params.SimHost(transport="sim", gpus=1), sim_root / "b")
+    host = SimHost("box", params.SimSpec(transport="sim", gpus=1), sim_root / "b")
     pgid = leftover(host, tmp_path)
     try:
         asked: list[str] = []
@@ -37,7 +37,7 @@ def test_a_leftover_is_stopped_only_when_the_confirm_callback_says_yes(tmp_path,
 
 
 def test_without_a_callback_the_library_refuses_and_never_reads_the_terminal(tmp_path, sim_root, monkeypatch):
-    host = SimHost("box", params.SimHost(transport="sim", gpus=1), sim_root / "b")
+    host = SimHost("box", params.SimSpec(transport="sim", gpus=1), sim_root / "b")
     pgid = leftover(host, tmp_path)
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
     monkeypatch.setattr(builtins, "input", lambda *a: pytest.fail("the library asked on the terminal"))
@@ -187,7 +187,7 @@ def test_a_local_host_lists_the_kits_tagged_processes_from_proc_as_the_shells_li
     from launchlab.hosts import commands
     from launchlab.hosts.shell import ShellHost
 
-    host = SimHost("box", params.SimHost(transport="sim", gpus=1), sim_root / "b")
+    host = SimHost("box", params.SimSpec(transport="sim", gpus=1), sim_root / "b")
     pgid = leftover(host, tmp_path)
     try:
         ours, shells = host.tagged_listing(reaper.RUN_ID_ENV), ShellHost.tagged_listing(host, reaper.RUN_ID_ENV)

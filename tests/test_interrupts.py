@@ -62,6 +62,7 @@ def test_a_signal_to_launchlab_run_stops_the_runs_in_flight_records_them_and_pri
     assert statuses and all(s["state"] == "done" for s in statuses.values()), statuses  # none left watching
     interrupted = statuses[run_id]
     assert interrupted["status"] == "error" and interrupted["failure_message"].startswith(f"interrupted by {name}")
+    assert interrupted["failure_reason"] == "interrupted"  # what the analysis recognises it by
     assert interrupted["stopped_with"] == "TERM"
     processes = json.loads((watching.parent / "processes.json").read_text())
     assert {p["role"] for p in processes} == {"server", "sampler"}

@@ -120,7 +120,7 @@ def test_ctrl_c_during_a_run_stops_the_server_and_records_the_interruption(small
     _, err = proc.communicate(timeout=60)
     assert "KeyboardInterrupt" in err
     status = json.loads((folder / "status.json").read_text())
-    assert status["state"] == "done" and status["status"] == "error"
+    assert status["state"] == "done" and status["status"] == "error" and status["failure_reason"] == "interrupted"
     assert "interrupted" in status["failure_message"]
     recorded = json.loads((folder / "processes.json").read_text())
     host = connect(params.load(path))

@@ -30,8 +30,8 @@ def test_every_key_of_the_params_schema_has_a_description():
     schema = params.json_schema()
     assert undescribed(schema) == []
     # the sections an editor shows when hovering a key's value
-    for name in ("ServerSpec", "ReadySpec", "SmokeSpec", "Level", "DrainSpec", "SamplerSpec", "SimHost", "SshHost",
-                 "LocalHost"):
+    for name in ("ServerSpec", "ReadySpec", "SmokeSpec", "Level", "DrainSpec", "SamplerSpec", "SimSpec", "SshSpec",
+                 "LocalSpec"):
         assert schema["$defs"][name]["properties"], name
 
 

@@ -126,7 +126,7 @@ def test_a_patch_is_applied_for_its_runs_and_reverted_after_them_even_when_they_
 
 
 def test_a_modified_installed_file_shows_in_the_integrity_check(tmp_path, sim_root, tiny_venv):
-    host = SimHost("box", params.SimHost(transport="sim", gpus=1))
+    host = SimHost("box", params.SimSpec(transport="sim", gpus=1))
     argv = [str(tiny_venv / "venv/bin/python"), "-m", "tinysrv.server"]
     site = Path(provenance.integrity(host, argv)["root"])
     target = site / "tinysrv" / "server.py"

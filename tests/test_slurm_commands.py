@@ -72,14 +72,14 @@ def test_the_listing_of_kit_jobs_ends_with_the_end_marker():
 
 
 def test_a_slurm_host_entry_refuses_what_the_kit_sets_itself_and_a_simulated_box_on_a_remote_login(tmp_path):
-    from launchlab.hosts.slurm_spec import SlurmHost
+    from launchlab.hosts.slurm_spec import SlurmSpec
 
-    ok = SlurmHost(transport="slurm", partition="gpu", gres="gpu:8", max_jobs=2, simulate={"gpus": 8})
+    ok = SlurmSpec(transport="slurm", partition="gpu", gres="gpu:8", max_jobs=2, simulate={"gpus": 8})
     assert ok.simulated and ok.worker_slots() == [None, None] and ok.pin_node
     for bad in ({"sbatch_args": ["--output=/tmp/x"]}, {"login": "head", "simulate": {}}, {"gres": "gpu:8; rm"},
                 {"time": "half an hour"}, {"partition": "-x"}):
         with pytest.raises(ValueError):
-            SlurmHost(**{"transport": "slurm", "partition": "gpu", **bad})
+            SlurmSpec(**{"transport": "slurm", "partition": "gpu", **bad})
 
 
 def test_a_simulated_job_sees_its_gpus_numbered_from_zero_before_the_env_file(tmp_path):
@@ -98,9 +98,9 @@ def test_a_simulated_job_sees_its_gpus_numbered_from_zero_before_the_env_file(tm
 
 def test_a_slurm_host_with_an_ssh_login_node_opens_without_connecting_and_runs_its_commands_over_ssh(sim_root):
     from launchlab.hosts import slurm, ssh
-    from launchlab.hosts.slurm_spec import SlurmHost
+    from launchlab.hosts.slurm_spec import SlurmSpec
 
-    host = slurm.open_host("cl", SlurmHost(transport="slurm", login="login-node", partition="gpu"))
+    host = slurm.open_host("cl", SlurmSpec(transport="slurm", login="login-node", partition="gpu"))
     assert isinstance(host.login, ssh.SshHost) and host.login.spec.address == "login-node"
     assert host.login._conn is None and host.scheduled and not host.simulated
     assert host.workdir == ".launchlab/work"

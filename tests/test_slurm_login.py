@@ -44,7 +44,7 @@ def login_node(slurm, tmp_path, sim_root, monkeypatch):
         pytest.skip("no sshd binary (apt-get install openssh-server); .ci/run installs it and requires these tests")
     log = tmp_path / "login.log"
     wrappers = _tools(tmp_path / "login-bin", f'echo "{{tool}} $*" >> {log}\nexec {{real}} "$@"\n')
-    env = prepare_box(sim_root / "loginbox", "loginbox", params.SimHost(transport="sim", gpus=2, pace=0.3))
+    env = prepare_box(sim_root / "loginbox", "loginbox", params.SimSpec(transport="sim", gpus=2, pace=0.3))
     env = {**env, "PATH": f"{wrappers}:{env['PATH']}", "SLURM_CONF": str(slurm.conf)}
     server = sshd_helper.make_server(tmp_path / "sshd", env)
     server.start()

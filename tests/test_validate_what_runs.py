@@ -94,7 +94,7 @@ def test_an_ssh_address_or_user_ending_in_a_newline_is_refused(tmp_path, box, fi
 def test_preflight_names_the_host_and_slot_of_a_gpu_the_host_does_not_have_before_anything_launches(tmp_path, sim_root):
     """A local host whose params give no `gpus:`: only its nvidia-smi (here the simulated box's stand-in, 2 GPUs)
     knows that GPU 3 is not there."""
-    env = {**os.environ, **sim.prepare_box(tmp_path / "gpubox", "gpubox", sim_spec.SimHost(transport="sim", gpus=2))}
+    env = {**os.environ, **sim.prepare_box(tmp_path / "gpubox", "gpubox", sim_spec.SimSpec(transport="sim", gpus=2))}
     path = write_params(tmp_path, f"""\
 experiment: slots
 hosts:

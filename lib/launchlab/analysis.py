@@ -13,11 +13,11 @@ import math
 
 import pandas as pd
 
+from launchlab import interrupts
 from launchlab.logparse.common import rank_order
+from launchlab.records import KIT_STATUSES, VALID_STATUSES
 from launchlab.verdictrecord import DECIDING, Decision
 
-STATUSES = ("ready", "failed", "timeout", "degraded", "error")
-VALID_STATUSES = ("ready", "failed", "timeout", "degraded")  # what the server did; `error` is the kit's
 MEMORY_FIELDS = ("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib", "kv_tokens", "kv_gib",
                  "pool_end_avail_gib", "graph_mem_gib", "graph_end_avail_gib")
 MISSING, INTERRUPTED, KIT_ERROR = "missing", "interrupted", "kit error"
@@ -35,10 +35,13 @@ def observations(runs: pd.DataFrame, factors: list[str], planned: list[dict] | N
     interrupted, missing) and `invalid_detail`. planned: the manifest's runs ({run_id, variant, levels})."""
     obs = runs.copy()
     message = obs["failure_message"].fillna("").astype(str) if "failure_message" in obs else pd.Series("", obs.index)
+    reason = obs["failure_reason"].fillna("").astype(str) if "failure_reason" in obs else pd.Series("", obs.index)
+    # stopped because the batch was: by its reason; a record of an older kit (no reason) by what its message says
+    interrupted = (reason == interrupts.REASON) | ((reason == "") & message.str.startswith("interrupted"))
     obs["valid"] = obs["status"].isin(VALID_STATUSES)
     obs["invalid_kind"] = None
     obs.loc[~obs["valid"], "invalid_kind"] = KIT_ERROR
-    obs.loc[~obs["valid"] & message.str.startswith("interrupted"), "invalid_kind"] = INTERRUPTED
+    obs.loc[~obs["valid"] & interrupted, "invalid_kind"] = INTERRUPTED
     obs.loc[obs["status"] == "unknown", "invalid_kind"] = UNKNOWN_OUTCOME
     obs["invalid_detail"] = None
     obs.loc[~obs["valid"], "invalid_detail"] = message[~obs["valid"]]
@@ -112,7 +115,7 @@ def outcomes(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None 
     """One row per variant: how many runs ended in each status (and were missing), and why the failed ones
     failed. `outcome` counts ready runs among the valid ones."""
     obs = observations(runs, factors, planned)
-    statuses = STATUSES + (("unknown",) if (obs["status"] == "unknown").any() else ())  # imported logs only
+    statuses = KIT_STATUSES + (("unknown",) if (obs["status"] == "unknown").any() else ())  # imported logs only
     rows = []
     for variant, group in obs.groupby("variant", sort=False):
         valid = group[group["valid"]]

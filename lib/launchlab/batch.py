@@ -332,7 +332,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         wait_all()  # the notebooks end quickly once their servers are gone
         for run in current.values():
             record = recovery.recover(exp, run, run_dir, connected, f"{why}; the kit stopped the server",
-                                      stopped[run.run_id])
+                                      stopped[run.run_id], reason=interrupts.REASON)
             say(f"{notebooks.run_label(run, total)}  interrupted: {liveprogress.outcome_line(record)}")
         raise
     if broken:

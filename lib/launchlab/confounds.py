@@ -17,6 +17,7 @@ import pandas as pd
 
 from launchlab import config, gpustate
 from launchlab.logfacts import LABELS
+from launchlab.records import VALID_STATUSES
 from launchlab.sim.state import STATE_ENV
 
 VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHLVL", "_", "LAUNCHLAB_RUN_ID",
@@ -27,7 +28,6 @@ SCHEDULER_ENV_PREFIXES = ("SLURM_",)
 SCHEDULER_ENV = {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
                  "LAUNCHLAB_SIM_STATE"}
 HOST_FACTS = (("driver", "driver version"), ("cuda", "CUDA version"), ("os", "operating system"), ("kernel", "kernel"))
-VALID_STATUSES = ("ready", "failed", "timeout", "degraded")
 # server arguments that differ between any two launches without changing what is compared
 VOLATILE_ARGS = {"port", "host", "random_seed", "seed", "nccl_port", "dist_init_addr", "log_requests", "api_key",
                  "served_model_name", "tokenizer_path", "model_path", "model", "tp_size", "tensor_parallel_size",

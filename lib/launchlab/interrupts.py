@@ -26,6 +26,9 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+REASON = "interrupted"  # the failure_reason of a run the kit stopped because the batch was interrupted
+
+
 def describe(exc: BaseException) -> str:
     """What stopped the batch, for its messages and the interrupted runs' records."""
     if isinstance(exc, Interrupted):

@@ -79,7 +79,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
             progress("smoke request")
             outcome = watch.smoke(exp.server.smoke, run_nodes[0], launches[0].smoke_url, outcome, record)
     except KeyboardInterrupt as exc:
-        outcome = Outcome("error", None, f"{interrupts.describe(exc)}; the kit stopped the server")
+        outcome = Outcome("error", interrupts.REASON, f"{interrupts.describe(exc)}; the kit stopped the server")
         raise
     except LaunchlabError as exc:
         outcome = Outcome("error", None, str(exc))

@@ -16,6 +16,10 @@ Status = Literal["ready", "failed", "timeout", "degraded", "error", "unknown"]
 State = Literal["preflight", "patching", "starting", "queued", "watching", "smoke request", "stopping", "collecting", "done"]
 STATUSES: tuple[str, ...] = get_args(Status)
 STATES: tuple[str, ...] = get_args(State)
+# what the server did, so a run with one of these is an observation of it; `error` is the kit's (a kit error, an
+# interruption), `unknown` an imported log that stops before the launch ended
+VALID_STATUSES: tuple[str, ...] = ("ready", "failed", "timeout", "degraded")
+KIT_STATUSES: tuple[str, ...] = (*VALID_STATUSES, "error")  # what a run the kit watched can end as
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def test_a_liveness_check_that_cannot_run_raises_instead_of_answering_dead(tmp_p
 
 
 def ssh_host(server, reconnect_s: float = 10) -> SshHost:
-    spec = params.SshHost(transport="ssh", address="127.0.0.1", port=server.port, identity_file=str(server.client_key),
+    spec = params.SshSpec(transport="ssh", address="127.0.0.1", port=server.port, identity_file=str(server.client_key),
                           reconnect_s=reconnect_s)
     return SshHost("gpu", spec)
 

@@ -40,10 +40,10 @@ class Transport:
 
 # The order is the order of the params JSON Schema's `oneOf` and of the names in messages.
 TRANSPORTS: dict[str, Transport] = {
-    "sim": Transport(sim_spec.SimHost, "launchlab.hosts.sim"),
-    "local": Transport(local_spec.LocalHost, "launchlab.hosts.local"),
-    "ssh": Transport(ssh_spec.SshHost, "launchlab.hosts.ssh"),
-    "slurm": Transport(slurm_spec.SlurmHost, "launchlab.hosts.slurm"),
+    "sim": Transport(sim_spec.SimSpec, "launchlab.hosts.sim"),
+    "local": Transport(local_spec.LocalSpec, "launchlab.hosts.local"),
+    "ssh": Transport(ssh_spec.SshSpec, "launchlab.hosts.ssh"),
+    "slurm": Transport(slurm_spec.SlurmSpec, "launchlab.hosts.slurm"),
 }
 
 

@@ -19,7 +19,7 @@ from launchlab.hosts.base import CommandResult
 from launchlab.hosts.shell import ShellHost
 
 
-def open_host(name: str, spec: local_spec.LocalHost, *, sim_box: Path | None = None) -> LocalHost:
+def open_host(name: str, spec: local_spec.LocalSpec, *, sim_box: Path | None = None) -> LocalHost:
     """The host of a `transport: local` entry (sim_box: only sim hosts live in one)."""
     return LocalHost(name, workdir=spec.workdir)
 

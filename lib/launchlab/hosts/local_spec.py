@@ -10,7 +10,7 @@ from launchlab.fields import MAX_GPUS, GpuIndex, PathStr
 from launchlab.hosts.base import HostParams
 
 
-class LocalHost(HostParams):
+class LocalSpec(HostParams):
     """This machine, its real GPUs (if any) and its real nvidia-smi."""
 
     transport: Literal["local"] = Field(description="`local`: this machine, its own GPUs and nvidia-smi")

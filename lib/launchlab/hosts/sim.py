@@ -19,7 +19,7 @@ from launchlab.hosts.local import LocalHost
 from launchlab.sim import state
 
 
-def open_host(name: str, spec: sim_spec.SimHost, *, sim_box: Path | None = None) -> SimHost:
+def open_host(name: str, spec: sim_spec.SimSpec, *, sim_box: Path | None = None) -> SimHost:
     """The host of a `transport: sim` entry, on the batch's simulated machine (a shared default box without one)."""
     return SimHost(name, spec, sim_box)
 
@@ -36,7 +36,7 @@ def new_box() -> Path:
     return Path(tempfile.mkdtemp(prefix="box-", dir=root))
 
 
-def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimHost, bin_dir: Path | None = None) -> dict[str, str]:
+def prepare_box(state_dir: Path, name: str, spec: sim_spec.SimSpec, bin_dir: Path | None = None) -> dict[str, str]:
     """Create (or refresh) a simulated box's state and nvidia-smi stand-in; return the environment its
     commands need. Also used by tests to make an SSH host look like a GPU box. `bin_dir`: where the stand-in
     goes (default: the box's bin/); it finds its box by the environment, so boxes can share one."""
@@ -87,7 +87,7 @@ class SimHost(LocalHost):
     transport = "sim"
     simulated = True
 
-    def __init__(self, name: str, spec: sim_spec.SimHost, box: Path | None = None):
+    def __init__(self, name: str, spec: sim_spec.SimSpec, box: Path | None = None):
         self.state_dir = (box or sim_root()) / name
         workdir = spec.workdir or str(self.state_dir / "work")
         super().__init__(name, workdir=workdir, env=prepare_box(self.state_dir, name, spec))

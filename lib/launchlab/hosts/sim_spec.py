@@ -16,7 +16,7 @@ def _csv_field(value: str) -> str:
     return value
 
 
-class SimHost(HostParams):
+class SimSpec(HostParams):
     """A simulated multi-GPU box on this machine (real processes, simulated GPU memory)."""
 
     simulated: ClassVar[bool] = True

@@ -58,7 +58,7 @@ ENDINGS = {
 }
 
 
-def open_host(name: str, spec: slurm_spec.SlurmHost, *, sim_box: Path | None = None) -> SlurmHost:
+def open_host(name: str, spec: slurm_spec.SlurmSpec, *, sim_box: Path | None = None) -> SlurmHost:
     """The host of a `transport: slurm` entry; `sim_box`: the batch's simulated machine (with `simulate:`)."""
     return SlurmHost(name, spec, sim_box)
 
@@ -67,7 +67,7 @@ class SlurmHost(ShellHost):
     transport = "slurm"
     scheduled = True
 
-    def __init__(self, name: str, spec: slurm_spec.SlurmHost, box: Path | None = None):
+    def __init__(self, name: str, spec: slurm_spec.SlurmSpec, box: Path | None = None):
         self.name, self.spec = name, spec
         self.simulated = spec.simulated
         if spec.login == "local":
@@ -85,7 +85,7 @@ class SlurmHost(ShellHost):
         else:
             from launchlab.hosts import ssh, ssh_spec
             self.workdir = spec.workdir or ".launchlab/work"
-            self.login = ssh.SshHost(name, ssh_spec.SshHost(transport="ssh", address=spec.login, workdir=self.workdir))
+            self.login = ssh.SshHost(name, ssh_spec.SshSpec(transport="ssh", address=spec.login, workdir=self.workdir))
         self._jobs: dict[str, int] = {}  # run folder → its job
         self._current: int | None = None  # the job whose server runs now (health checks, the smoke request)
 
@@ -162,7 +162,7 @@ class SlurmHost(ShellHost):
         if self.spec.simulate is not None:  # the job's own simulated box, in its run folder (one per node)
             from launchlab.hosts.sim import prepare_box
             sim = self.spec.simulate
-            box = sim_spec.SimHost(transport="sim", gpus=sim.gpus, mem_total_mib=sim.mem_total_mib, pace=sim.pace,
+            box = sim_spec.SimSpec(transport="sim", gpus=sim.gpus, mem_total_mib=sim.mem_total_mib, pace=sim.pace,
                                    mem_reserved_mib=sim.mem_reserved_mib, weights_gib_per_rank=sim.weights_gib_per_rank,
                                    gpu_name=sim.gpu_name.replace(",", " "))
             # one nvidia-smi stand-in for every job: their PATH is the same, as on a real cluster's nodes

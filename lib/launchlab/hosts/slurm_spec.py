@@ -28,7 +28,7 @@ class SlurmSimulate(fields.StrictModel):
     pace: float = Field(1.0, gt=0, le=1000, description="time scale of the simulated server (1: its usual pace)")
 
 
-class SlurmHost(HostParams):
+class SlurmSpec(HostParams):
     """A Slurm partition: each run is one job (`sbatch`), its server started with `srun` inside it."""
 
     transport: Literal["slurm"] = Field(description="`slurm`: each run one batch job of the cluster's scheduler")
@@ -58,7 +58,7 @@ class SlurmHost(HostParams):
         return self.simulate is not None
 
     @model_validator(mode="after")
-    def _simulate_needs_local_login(self) -> SlurmHost:
+    def _simulate_needs_local_login(self) -> SlurmSpec:
         if self.simulate is not None and self.login != "local":
             raise ValueError("`simulate` needs `login: local` (the simulated box is prepared on this machine)")
         if any(a.startswith(("--parsable", "--comment", "--job-name", "--output", "--chdir", "--test-only"))

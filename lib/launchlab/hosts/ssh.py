@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 _DROPPED = (paramiko.SSHException, EOFError, OSError, socket.timeout)
 
 
-def open_host(name: str, spec: ssh_spec.SshHost, *, sim_box: Path | None = None) -> SshHost:
+def open_host(name: str, spec: ssh_spec.SshSpec, *, sim_box: Path | None = None) -> SshHost:
     """The host of a `transport: ssh` entry; it connects on its first command (sim_box: only sim hosts live in one)."""
     return SshHost(name, spec)
 
@@ -49,7 +49,7 @@ class SshHost(ShellHost):
     transport = "ssh"
     simulated = False
 
-    def __init__(self, name: str, spec: ssh_spec.SshHost):
+    def __init__(self, name: str, spec: ssh_spec.SshSpec):
         self.name = name
         self.spec = spec
         self.workdir = spec.workdir or ".launchlab/work"

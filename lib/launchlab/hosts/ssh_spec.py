@@ -14,7 +14,7 @@ from launchlab.fields import MAX_GPUS, MAX_TIMEOUT_S, GpuIndex, PathStr
 from launchlab.hosts.base import HostParams
 
 
-class SshHost(HostParams):
+class SshSpec(HostParams):
     """A GPU box over SSH. `address` may be an alias of ~/.ssh/config (or of $LAUNCHLAB_SSH_CONFIG)."""
 
     transport: Literal["ssh"] = Field(description="`ssh`: a GPU box over SSH (fabric; strict host keys)")

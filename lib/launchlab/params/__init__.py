@@ -14,9 +14,9 @@ problem is reported with the file, line and field path.
 Callers use the names re-exported here: `params.load`, `params.Experiment`, `params.render`, ….
 """
 
-from launchlab.hosts.local_spec import LocalHost
-from launchlab.hosts.sim_spec import SimHost
-from launchlab.hosts.ssh_spec import SshHost
+from launchlab.hosts.local_spec import LocalSpec
+from launchlab.hosts.sim_spec import SimSpec
+from launchlab.hosts.ssh_spec import SshSpec
 from launchlab.params.design import MAX_RUNS, DesignError, PlanSize, plan_size
 from launchlab.params.launch import (
     LaunchSpec,
@@ -45,7 +45,7 @@ from launchlab.params.template import PLACEHOLDERS, TemplateError
 
 __all__ = [
     "MAX_RUNS", "PLACEHOLDERS", "DesignError", "DrainSpec", "Experiment", "FlagValue", "HostSpec", "LaunchSpec",
-    "Level", "LocalHost", "PlanSize", "ReadySpec", "SamplerSpec", "ServerSpec", "SimHost", "SmokeSpec", "SshHost",
+    "Level", "LocalSpec", "PlanSize", "ReadySpec", "SamplerSpec", "ServerSpec", "SimSpec", "SmokeSpec", "SshSpec",
     "TemplateError", "Variant", "apply_flags", "baseline_variant", "digest", "dump_resolved", "expand", "json_schema",
     "load", "loads",
     "master_addr", "plan_size", "render", "variant_name",

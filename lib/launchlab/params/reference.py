@@ -58,8 +58,8 @@ def _table(model: dict) -> list[str]:
 
 
 # where each model appears in a params file, in the order a reader meets them
-PLACES = (("SimHost", "hosts.<name> with transport: sim"), ("LocalHost", "hosts.<name> with transport: local"),
-          ("SshHost", "hosts.<name> with transport: ssh"), ("ServerSpec", "server"), ("ReadySpec", "server.ready"),
+PLACES = (("SimSpec", "hosts.<name> with transport: sim"), ("LocalSpec", "hosts.<name> with transport: local"),
+          ("SshSpec", "hosts.<name> with transport: ssh"), ("ServerSpec", "server"), ("ReadySpec", "server.ready"),
           ("SmokeSpec", "server.smoke"), ("Level", "factors.<factor>.<level>"), ("DrainSpec", "drain"),
           ("SamplerSpec", "sampler"))
 
