@@ -71,7 +71,7 @@ def test_a_signal_to_launchlab_run_stops_the_runs_in_flight_records_them_and_pri
     while processes_using(str(sim_root)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_using(str(sim_root)) == []  # server, sampler and kernels all gone
-    assert f"{run_id}  interrupted: error, stopped by the kit" in err, err[-3000:]
+    assert f"{run_id}  error (interrupted), stopped by the kit" in err, err[-3000:]
     assert f"launchlab: interrupted by {name}" in err and f"--resume {run_dir}" in err
     assert "had exited by itself" not in err and "Traceback" not in err
 

@@ -217,28 +217,14 @@ def _check_reachable(host, sampler: str) -> None:
         host.run(commands.answer(), timeout=30)
     except HostError as exc:
         raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
-    if host.scheduled:  # its GPUs are on nodes its jobs get: ask the scheduler whether it would take one
-        host.check_submission(f"{host.workdir}/.submit-check")
-        return
-    if sampler == "none":
-        return
-    found = host.run(commands.which("nvidia-smi"), timeout=30, check=False)
-    if found.exit_code != 0:
-        path = host.run(commands.env_value("PATH"), timeout=30, check=False).stdout.strip()
-        raise HostError(host.name, f"nvidia-smi not found on PATH={path} (the PATH of a non-interactive shell "
-                                   "there); nothing was launched. Install the NVIDIA driver utilities, make "
-                                   "nvidia-smi reachable for non-interactive shells, or set `sampler: {kind: none}` "
-                                   "to run without a GPU trace")
+    host.check_launchable(sampler)
 
 
 def _check_slots(host, slots: list[list[int]] | None) -> None:
     """Every GPU the host's `gpu_slots` name is one its nvidia-smi lists (a host whose params give no `gpus:`
     count, so validation could not tell): else the runs of that slot would start on GPUs that are not there and
     fail one by one. A host whose GPUs cannot be listed (no nvidia-smi, `sampler: {kind: none}`) is not checked."""
-    if not slots or host.scheduled:
-        return
-    out = host.run(commands.gpu_indices(), timeout=60, check=False).stdout
-    listed = {int(line) for line in (s.strip() for s in out.splitlines()) if line.isdigit()}
+    listed = host.gpu_indices() if slots else None
     if not listed:
         return
     for n, slot in enumerate(slots):
@@ -333,7 +319,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         for run in current.values():
             record = recovery.recover(exp, run, run_dir, connected, f"{why}; the kit stopped the server",
                                       stopped[run.run_id], reason=interrupts.REASON)
-            say(f"{notebooks.run_label(run, total)}  interrupted: {liveprogress.outcome_line(record)}")
+            say(f"{notebooks.run_label(run, total)}  {liveprogress.outcome_line(record)}")  # error (interrupted), …
         raise
     if broken:
         raise RunDirError("the batch stopped: " + "; ".join(broken) + ". Every run that had started was stopped; "

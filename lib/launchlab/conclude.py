@@ -50,5 +50,7 @@ def conclude(record: RunRecord, outcome: Outcome | None, logs: list[NodeLog], pe
             record.failure_message = outcome.message
     elif outcome.status != "ready":
         record.failure_message = outcome.message
+        if outcome.status == "error":  # a kit error says none; a run the kit stopped for an interrupt says so
+            record.failure_reason = outcome.reason
         if outcome.status == "timeout":
             record.failure_phase = record.phase_reached
