@@ -217,8 +217,8 @@ def test_a_worker_that_renamed_itself_is_still_the_runs_by_its_session_and_a_str
     from launchlab import gpustate, params
     from launchlab.hosts import commands
     from launchlab.hosts.sim import SimHost
-    from launchlab.reaper import RUN_ID_ENV
     from launchlab.sim import state
+    from launchlab.tags import RUN_ID_ENV
 
     host = SimHost("box", params.SimSpec(transport="sim", gpus=2, pace=0.3), box=tmp_path / "sim")
     # a session leader (the server, as the kit starts it) whose worker has no run id in its environment

@@ -183,14 +183,14 @@ def test_a_local_host_reads_whether_a_group_is_alive_from_proc_as_the_shells_che
 
 def test_a_local_host_lists_the_kits_tagged_processes_from_proc_as_the_shells_listing_does(tmp_path, sim_root):
     # a run lists them three times (sweep, drain, last sweep); the shell's loop starts five processes per process
-    from launchlab import reaper
+    from launchlab import reaper, tags
     from launchlab.hosts import commands
     from launchlab.hosts.shell import ShellHost
 
     host = SimHost("box", params.SimSpec(transport="sim", gpus=1), sim_root / "b")
     pgid = leftover(host, tmp_path)
     try:
-        ours, shells = host.tagged_listing(reaper.RUN_ID_ENV), ShellHost.tagged_listing(host, reaper.RUN_ID_ENV)
+        ours, shells = host.tagged_listing(tags.RUN_ID_ENV), ShellHost.tagged_listing(host, tags.RUN_ID_ENV)
         assert f"{pgid} {pgid} old-run\n" in ours
         # (this shared machine's other tagged processes may come and go between the two listings)
         assert [line for line in shells.splitlines() if line.startswith(f"{pgid} ")] == [f"{pgid} {pgid} old-run"]

@@ -12,7 +12,7 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 # below the transports that run commands).
 LAYERS = [
     {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields", "polling", "kernelfork",
-     "kernels", "interrupts"},
+     "kernels", "interrupts", "tags"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
      "hosts.slurm_spec",
      "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search",

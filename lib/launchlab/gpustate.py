@@ -1,7 +1,7 @@
 """GPU state during a run: the GPU memory that processes outside the run held while it ran, and each GPU's free
 memory at its start — what provenance.json keeps of them (`gpu_state`, and `mem_free_mib` in the preflight's GPUs).
 
-Which processes are the run's is told by the run id every process the kit starts carries (reaper.RUN_ID_ENV),
+Which processes are the run's is told by the run id every process the kit starts carries (tags.RUN_ID_ENV),
 and by the session each server starts (a process that renamed itself no longer shows its environment), both read
 on the host in the same command that lists the compute apps (hosts/commands/gpus.py `gpu_owners`): a process
 with the run's id or in its server's session is the run's; any other (another run's, another user's) is foreign; a pid

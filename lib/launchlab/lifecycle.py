@@ -26,7 +26,6 @@ from launchlab import (
     conclude,
     gpustate,
     interrupts,
-    locks,
     logparse,
     masking,
     nodes,
@@ -43,8 +42,8 @@ from launchlab.hosts import Host, commands
 from launchlab.logparse import patterns
 from launchlab.nodes import Node
 from launchlab.plan import Run
-from launchlab.reaper import RUN_ID_ENV
 from launchlab.records import Outcome, RunRecord
+from launchlab.tags import BATCH_ENV, RUN_ID_ENV
 
 
 def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host],
@@ -141,7 +140,7 @@ def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: ru
             # a scheduler's host has no GPUs of the run before its job starts (the job samples them itself)
             if node.sampled and not node.host.scheduled:
                 preflights[node.rank] = pool.submit(_preflight, node.host, node.gpus) \
-                    if getattr(node.host, "concurrent_commands", False) else _done(_preflight(node.host, node.gpus))
+                    if node.host.concurrent_commands else _done(_preflight(node.host, node.gpus))
         launches, per_node = _provenance(exp, run, run_nodes, rundir.RunDir(run_dir))
         for node, record in zip(run_nodes, per_node, strict=True):
             node.preflight = preflights[node.rank].result() if node.rank in preflights else None
@@ -193,7 +192,7 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
     kit starts, so a process a lost run left behind can be found again on its host (recovery.leftovers).
     On a scheduler's host the server is a job that may wait in the queue first: the wait is `queue_s`, and the
     start (and so the ready timeout and startup_s) is when the job runs."""
-    tag = {RUN_ID_ENV: run_nodes[0].tag, locks.BATCH_ENV: _batch_of(run_dir)}
+    tag = {RUN_ID_ENV: run_nodes[0].tag, BATCH_ENV: _batch_of(run_dir)}
     for node in run_nodes:
         if node.sampled:
             node.host.write_text(f"{node.dir}/sampler.env", commands.env_file_text(tag))

@@ -27,7 +27,6 @@ from launchlab import config
 from launchlab.errors import HostError
 from launchlab.hosts import Host, commands
 
-BATCH_ENV = "LAUNCHLAB_BATCH"
 HEARTBEAT_S = 10
 STALE_S = 60
 WAIT_REPORT_S = 30
@@ -195,9 +194,8 @@ def live_batches(found: list[Holder]) -> set[str]:
 def lock_dir(host: Host) -> str:
     """Where a host's locks live: a simulated box's own folder, else the machine's (config.lock_dir: one folder
     per machine, shared by its users)."""
-    state = getattr(host, "state_dir", None)
-    if state is not None:
-        return f"{state}/locks"
+    if host.state_dir is not None:
+        return f"{host.state_dir}/locks"
     return config.lock_dir()
 
 

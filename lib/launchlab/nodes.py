@@ -22,7 +22,7 @@ class Node:
     rank: int
     host: Host
     dir: str  # the run's folder on the host
-    tag: str  # the run id its processes carry (reaper.RUN_ID_ENV)
+    tag: str  # the run id its processes carry (tags.RUN_ID_ENV)
     refs: list[ProcessRef] = field(default_factory=list)
     preflight: dict | None = None
     gpus: list[int] | None = None

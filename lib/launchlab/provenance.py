@@ -218,7 +218,7 @@ def node_record(host: Host, rank: int, launch, preflight: dict | None, masker: M
     ran already (inside a scheduler's job, on its node), read instead of running them here; one missing is
     unknown."""
     if recorded is None:
-        workers = 3 if getattr(host, "concurrent_commands", False) else 1
+        workers = 3 if host.concurrent_commands else 1
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
             facts_f = pool.submit(host_facts, host, earlier)
             python_f = pool.submit(python_facts, host, launch.argv)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from launchlab.errors import HostError
 from launchlab.hosts import Host, commands
 from launchlab.polling import backoff
+from launchlab.tags import RUN_ID_ENV
 
-RUN_ID_ENV = "LAUNCHLAB_RUN_ID"
 POLL_S = 0.2
 KILL_WAIT_S = 10.0
 

@@ -6,12 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from launchlab import lifecycle, locks, nodes, params, records, rundir
-from launchlab.errors import HostError, LaunchlabError
-from launchlab.hosts import Host, commands
+from launchlab.errors import LaunchlabError
+from launchlab.hosts import Host
 from launchlab.plan import Run
-from launchlab.reaper import RUN_ID_ENV
 from launchlab.records import Outcome, RunRecord
-from launchlab.sim.state import STATE_ENV
 
 
 def stop_recorded(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host]
@@ -66,22 +64,4 @@ def leftovers(host: Host, live: set[str] | None = None) -> list[dict]:
     [{pgid, pids, run, batch}]. Another batch's live runs, and other users' processes, are never listed."""
     if live is None:
         live = locks.live_batches(locks.holders(host))
-    if host.scheduled:  # its runs are jobs: the scheduler lists them (by the run id and batch they carry)
-        return host.leftovers(live)
-    me = host.run(commands.user_id(), timeout=30, check=False).stdout.strip()
-    out = host.run(commands.find_launchlab_processes(RUN_ID_ENV, locks.BATCH_ENV, STATE_ENV), timeout=60).stdout
-    if not out.rstrip().endswith(commands.TAGGED_END):  # a cut-off listing never reads as "none left"
-        raise HostError(host.name, f"the listing of launchlab processes did not run to its end ({out[-200:]!r})")
-    # a simulated box is a machine of its own (a sim host, or an ssh host whose sessions are one): only its
-    # processes are its leftovers, and a real host's are never a simulated box's
-    box = host.run(commands.env_value(STATE_ENV), timeout=30, check=False).stdout.strip() or "-"
-    groups: dict[int, dict] = {}
-    for line in out.splitlines():
-        parts = line.split(maxsplit=5)
-        if len(parts) != 6 or not parts[0].isdigit() or not parts[1].isdigit():
-            continue
-        pid, pgid, uid, batch, where, run = int(parts[0]), int(parts[1]), parts[2], parts[3], parts[4], parts[5]
-        if batch in live or (me and uid != me) or where != box:
-            continue
-        groups.setdefault(pgid, {"pgid": pgid, "pids": [], "run": run, "batch": batch})["pids"].append(pid)
-    return list(groups.values())
+    return host.leftovers(live)  # a scheduler's host lists its jobs, by the run id and batch they carry

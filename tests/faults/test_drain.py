@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from launchlab import cleanup, lifecycle, nodes, params, reaper, records
+from launchlab import cleanup, lifecycle, nodes, params, records, tags
 from launchlab.hosts import connect
 
 
@@ -19,7 +19,7 @@ def drain_with(small_params, tmp_path, process_s: float, drain_timeout_s: float)
     tag = f"drain/{tmp_path.name}/01_run"
     node = nodes.Node(0, host, str(tmp_path), tag, preflight=lifecycle._preflight(host))
     result = records.RunRecord("01_run", "v", 1, host.name, {})
-    straggler = subprocess.Popen(["sleep", str(process_s)], env={**os.environ, reaper.RUN_ID_ENV: tag})
+    straggler = subprocess.Popen(["sleep", str(process_s)], env={**os.environ, tags.RUN_ID_ENV: tag})
     # Until the child has exec'd, /proc shows the parent's environment, without the tag: on a loaded machine the
     # drain could then find no process of the run and return at once (seen in CI).
     environ = Path(f"/proc/{straggler.pid}/environ")

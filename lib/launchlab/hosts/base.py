@@ -5,6 +5,7 @@ shell.py. Nothing here runs anything, so params can import it cheaply."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Protocol
 
 from launchlab.fields import StrictModel
@@ -78,6 +79,18 @@ class Host(Protocol):
     def free_port(self) -> int: ...
     def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]: ...
     def close(self) -> None: ...  # what the host holds open (a connection); a no-op where nothing is open
+    # several threads may run commands at once (a local shell); not over one SSH connection, which a thread that
+    # finds it dropped reopens
+    concurrent_commands: bool
+    state_dir: Path | None  # a simulated box's own folder, where its locks live; None: the machine's lock folder
+    # before anything is launched: HostError when a run could not start here (no nvidia-smi for the sampler, a
+    # scheduler that would refuse the job)
+    def check_launchable(self, sampler: str) -> None: ...
+    def gpu_indices(self) -> set[int] | None: ...  # the GPUs nvidia-smi lists there; None: it cannot tell (no
+    #                                                nvidia-smi, or a scheduler's host, whose GPUs are its nodes')
+    # this user's process groups (a scheduler's: jobs) of launchlab runs whose batch is not in `live`:
+    # [{pgid, pids, run, batch}] (recovery.leftovers)
+    def leftovers(self, live: set[str]) -> list[dict]: ...
     # a scheduler's host: the server's process is a job that may wait in a queue and that the scheduler may end
     def wait_started(self, ref: ProcessRef, on_wait) -> float: ...  # seconds queued; on_wait(reason) while queued
     def ended_why(self, pgid: int) -> tuple[str, str] | None: ...  # (reason, message) when not the server's doing

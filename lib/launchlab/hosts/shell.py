@@ -7,11 +7,14 @@ from __future__ import annotations
 import abc
 import json
 import time
+from pathlib import Path
 
 from launchlab.errors import HostError
 from launchlab.hosts import commands
 from launchlab.hosts.base import CommandResult, ProcessRef
 from launchlab.polling import backoff
+from launchlab.sim.state import STATE_ENV
+from launchlab.tags import BATCH_ENV, RUN_ID_ENV
 
 
 class ShellHost(abc.ABC):
@@ -23,6 +26,7 @@ class ShellHost(abc.ABC):
     # finds it dropped, so not there; a local shell has nothing shared)
     concurrent_commands: bool = False
     scheduled = False  # a process starts when it is started, and ends only by its own doing or the kit's
+    state_dir: Path | None = None  # a simulated box's folder (sim, a simulated Slurm cluster's login)
     per_task: dict[str, str] | None = None  # placeholders the host fills in as each task starts (none: the kit does)
     extra_logs: tuple[str, ...] = ()  # logs beside the server's to collect (a Slurm job's other nodes)
 
@@ -57,6 +61,42 @@ class ShellHost(abc.ABC):
     def close(self) -> None:
         """Nothing is held open here; a transport with a connection closes it in its own `close`."""
         return None
+
+    def check_launchable(self, sampler: str) -> None:
+        """Before anything is launched: the sampler's nvidia-smi is on the PATH of a non-interactive shell here."""
+        if sampler == "none":
+            return
+        found = self.run(commands.which("nvidia-smi"), timeout=30, check=False)
+        if found.exit_code != 0:
+            path = self.run(commands.env_value("PATH"), timeout=30, check=False).stdout.strip()
+            raise HostError(self.name, f"nvidia-smi not found on PATH={path} (the PATH of a non-interactive shell "
+                                       "there); nothing was launched. Install the NVIDIA driver utilities, make "
+                                       "nvidia-smi reachable for non-interactive shells, or set `sampler: {kind: none}` "
+                                       "to run without a GPU trace")
+
+    def gpu_indices(self) -> set[int] | None:
+        out = self.run(commands.gpu_indices(), timeout=60, check=False).stdout
+        listed = {int(line) for line in (s.strip() for s in out.splitlines()) if line.isdigit()}
+        return listed or None
+
+    def leftovers(self, live: set[str]) -> list[dict]:
+        """This user's process groups tagged with a launchlab run whose batch is not in `live`, on this machine (or
+        this simulated box: a box is a machine of its own, and a real host's processes are never a box's)."""
+        me = self.run(commands.user_id(), timeout=30, check=False).stdout.strip()
+        out = self.run(commands.find_launchlab_processes(RUN_ID_ENV, BATCH_ENV, STATE_ENV), timeout=60).stdout
+        if not out.rstrip().endswith(commands.TAGGED_END):  # a cut-off listing never reads as "none left"
+            raise HostError(self.name, f"the listing of launchlab processes did not run to its end ({out[-200:]!r})")
+        box = self.run(commands.env_value(STATE_ENV), timeout=30, check=False).stdout.strip() or "-"
+        groups: dict[int, dict] = {}
+        for line in out.splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) != 6 or not parts[0].isdigit() or not parts[1].isdigit():
+                continue
+            pid, pgid, uid, batch, where, run = int(parts[0]), int(parts[1]), parts[2], parts[3], parts[4], parts[5]
+            if batch in live or (me and uid != me) or where != box:
+                continue
+            groups.setdefault(pgid, {"pgid": pgid, "pids": [], "run": run, "batch": batch})["pids"].append(pid)
+        return list(groups.values())
 
     def start_detached(self, role: str, argv, *, cwd: str, log_name: str, env_file: str | None = None) -> ProcessRef:
         cmd = commands.start_detached(argv, cwd=cwd, log_name=log_name, env_file=env_file)

@@ -37,7 +37,7 @@ from launchlab.hosts.base import CommandResult, ProcessRef
 from launchlab.hosts.commands import slurm as cmd
 from launchlab.hosts.local import LocalHost
 from launchlab.hosts.shell import ShellHost
-from launchlab.locks import BATCH_ENV
+from launchlab.tags import BATCH_ENV
 
 POLL_S = 0.5
 KILL_WAIT_S = 60.0  # scancel's KILL, then the controller's cleanup of the job (KillWait, epilog)
@@ -185,6 +185,13 @@ class SlurmHost(ShellHost):
         return cmd.sbatch(f"{cwd}/job.sh", run_id=os.path.basename(cwd.rstrip("/")), batch=batch, folder=cwd,
                           partition=s.partition, time=s.time, gres=s.gres, account=s.account, nodes=s.nodes, extra=s.sbatch_args,
                           hold=hold, test_only=test_only, nodelist=pinned)
+
+    def check_launchable(self, sampler: str) -> None:
+        """Its GPUs are on the nodes its jobs get: whether the scheduler would take one (nvidia-smi is the nodes')."""
+        self.check_submission(f"{self.workdir}/.submit-check")
+
+    def gpu_indices(self) -> set[int] | None:
+        return None  # the scheduler picks each job's GPUs (gpu_slots do not apply)
 
     def check_submission(self, folder: str) -> None:
         """Ask the scheduler whether a job of this host would be accepted (`sbatch --test-only`), submitting
