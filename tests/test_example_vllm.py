@@ -1,6 +1,5 @@
 """The committed real vLLM 0.26 examples (examples/h200-vllm-kv, examples/h200-vllm-threshold, run on an H200 by
-scripts/vllm-example.sh) hold what issue 25 says they show. The strict xfail is the verdict's known defect in
-them: re-render the example (`launchlab report RUN_DIR`) once the kit is fixed."""
+scripts/vllm-example.sh on 2026-12-02) hold what issue 25 says they show."""
 
 import json
 from pathlib import Path
@@ -61,28 +60,30 @@ def test_the_kv_budget_is_recomputed_from_the_log_and_agrees_and_graphs_configs_
     assert {d["arg"]: d["follows_from"] for d in v["derived_args"]} == {
         "compilation_config": ["graphs"], "kernel_config": ["graphs"]}
     utilization, graphs = v["factors"]["utilization"], v["factors"]["graphs"]
-    assert (utilization["would_be"], utilization["p_value"], utilization["repetitions_to_settle"]) == (
-        "decides", pytest.approx(0.1), 4)
-    assert graphs["would_be"] == "neutral"
+    assert (utilization["status"], utilization["p_value"], utilization["repetitions_to_settle"]) == (
+        "decides", pytest.approx(0.1), 4)  # 0/3 vs 3/3 ready per stratum: Fisher's p = 0.1; 0/4 vs 4/4 settles it
+    assert graphs["status"] == "neutral"
     assert export.remote_references((KV / "summary.html").read_text()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="recorded before the fix: the kit took vLLM's VLLM::EngineCore (setproctitle "
-                                       "writes over /proc/PID/environ, where the run id was looked for) for a process "
-                                       "outside the run; the kit now also attributes by the server's session "
-                                       "(test_gpu_foreign), and the example must be run again on the GPU")
 def test_the_verdict_is_controlled_utilization_decides_and_graphs_is_neutral():
     v = verdict(KV)
     assert v["confounds"] == [] and v["controlled"] is True
     assert v["outcome_factors"] == ["utilization"] and v["neutral_factors"] == ["graphs"]
 
 
-def test_the_stopped_search_brackets_the_break_even_vllm_predicts_at_both_graphs_levels():
-    runs = pd.read_parquet(SEARCH / "runs.parquet").set_index("run_id")
-    observed = {(r["graphs"], r["gpu_memory_utilization"]): r["status"] for _, r in runs.iterrows()
-                if r["status"] in ("ready", "failed")}
-    assert observed == {("cuda", "0.005"): "failed", ("cuda", "0.007"): "ready",
-                        ("eager", "0.005"): "failed", ("eager", "0.007"): "ready"}
-    for stratum in verdict(SEARCH)["thresholds"]["strata"]:
-        assert 0.005 < stratum["predicted_break_even"] <= 0.007  # 0.73 / 139.8 = 0.00522
-
+def test_the_search_converges_at_both_graphs_levels_on_an_interval_that_holds_the_break_even_vllm_predicts():
+    runs = pd.read_parquet(SEARCH / "runs.parquet")
+    observed = {(r["graphs"], r["gpu_memory_utilization"]): r["status"] for _, r in runs.iterrows()}
+    assert observed == {(g, "0.005"): "failed" for g in ("cuda", "eager")} | {
+        (g, u): "ready" for g in ("cuda", "eager") for u in ("0.006", "0.007")}
+    assert set(runs.loc[runs["status"] == "failed", "failure_reason"]) == {"kv_cache_no_memory"}
+    v = verdict(SEARCH)
+    assert v["controlled"] is True and v["confounds"] == []
+    for stratum in v["thresholds"]["strata"]:
+        assert (stratum["state"], stratum["interval_low"], stratum["interval_high"]) == ("converged", 0.005, 0.006)
+        # 0.73 GiB of weights, non-torch memory and activation peak of 139.8 GiB: 0.00522
+        assert stratum["predicted_break_even"] == pytest.approx(0.73 / 139.8) and stratum["predicted_in_interval"]
+    report = (SEARCH / "report.md").read_text()
+    assert report.index("## Threshold of `--gpu-memory-utilization`") < report.index("**Controlled comparison.**")
+    assert export.remote_references((SEARCH / "summary.html").read_text()) == []
