@@ -138,7 +138,7 @@ def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: ru
             node.host.make_dir(node.dir)
             node.sampled = exp.sampler.kind != "none"
             # a scheduler's host has no GPUs of the run before its job starts (the job samples them itself)
-            if node.sampled and not node.host.scheduled:
+            if node.sampled and node.host.runs_here:
                 preflights[node.rank] = pool.submit(_preflight, node.host, node.gpus) \
                     if node.host.concurrent_commands else _done(_preflight(node.host, node.gpus))
         launches, per_node = _provenance(exp, run, run_nodes, rundir.RunDir(run_dir))
@@ -171,8 +171,8 @@ def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node],
     for node, launch in zip(run_nodes, launches, strict=True):
         found, node.masker = provenance.node_record(
             node.host, node.rank, launch, None, node.masker, exp.secrets,
-            earlier=None if node.host.scheduled else provenance.earlier_facts(run_dir, run.run_id, node.host.name),
-            recorded={} if node.host.scheduled else None)
+            earlier=provenance.earlier_facts(run_dir, run.run_id, node.host.name) if node.host.runs_here else None,
+            recorded=None if node.host.runs_here else {})
         per_node.append(found)
     return launches, per_node
 
@@ -208,7 +208,7 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
         node.refs.append(node.host.start_detached("server", launch.argv, cwd=node.dir, log_name=node.log_name,
                                                   env_file="server.env"))
         nodes.write_processes(folder, run_nodes)
-    if any(n.host.scheduled for n in run_nodes):
+    if not all(n.host.runs_here for n in run_nodes):  # jobs: they start when the scheduler runs them
         queued = [n.host.wait_started(n.refs[-1], lambda reason: progress and progress("queued", reason))
                   for n in run_nodes]
         record.queue_s = max(queued)
@@ -240,7 +240,7 @@ def _scheduler_end(run_nodes: list[Node], record: RunRecord) -> None:
     whether sacct or the controller said so)."""
     ends = []
     for node in run_nodes:
-        if node.host.scheduled and node.refs:
+        if node.refs:  # a scheduler's record of the job (a host without one says None)
             try:
                 facts = node.host.final_state(node.refs[-1])
             except LaunchlabError as exc:
@@ -264,7 +264,7 @@ def _look_at_gpus(run_nodes: list[Node], at: str, looks: list, record: RunRecord
     kit samples itself (a scheduler's job runs on a node the kit does not reach). A look that fails is a note: it
     must not stop the run."""
     for node in run_nodes:
-        if not node.sampled or node.host.scheduled:
+        if not node.sampled or not node.host.runs_here:
             continue
         try:
             text = node.host.run(commands.gpu_owners(RUN_ID_ENV, node.gpus), timeout=60).stdout

@@ -50,7 +50,9 @@ class Host(Protocol):
     name: str
     transport: str
     simulated: bool
-    scheduled: bool  # its runs are scheduler jobs on nodes the kit does not run commands on (slurm)
+    # the run's processes run where this host's commands run, from the moment they are started; False: they are
+    # scheduler jobs on a node picked when the job runs, which the kit's commands do not reach (slurm)
+    runs_here: bool
     workdir: str
     per_task: dict[str, str] | None  # {node_rank}, {nnodes}, {master_addr} as markers the host fills per task
     extra_logs: tuple[str, ...]  # server logs beside node 0's that the run's folder on the host holds

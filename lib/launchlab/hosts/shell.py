@@ -25,7 +25,7 @@ class ShellHost(abc.ABC):
     # whether commands may run from several threads at once (an SSH connection is reopened by whichever thread
     # finds it dropped, so not there; a local shell has nothing shared)
     concurrent_commands: bool = False
-    scheduled = False  # a process starts when it is started, and ends only by its own doing or the kit's
+    runs_here = True  # a process starts when it is started, here, and ends only by its own doing or the kit's
     state_dir: Path | None = None  # a simulated box's folder (sim, a simulated Slurm cluster's login)
     per_task: dict[str, str] | None = None  # placeholders the host fills in as each task starts (none: the kit does)
     extra_logs: tuple[str, ...] = ()  # logs beside the server's to collect (a Slurm job's other nodes)

@@ -65,7 +65,7 @@ def open_host(name: str, spec: slurm_spec.SlurmSpec, *, sim_box: Path | None = N
 
 class SlurmHost(ShellHost):
     transport = "slurm"
-    scheduled = True
+    runs_here = False  # a job, on the node Slurm picks
 
     def __init__(self, name: str, spec: slurm_spec.SlurmSpec, box: Path | None = None):
         self.name, self.spec = name, spec
