@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from launchlab import telemetry  # noqa: E402
+from launchlab.hosts import commands  # noqa: E402
 
 GIB = 1 << 30
 
@@ -37,7 +38,7 @@ def main() -> int:
     smi_csv, nvml_csv = tmp / "smi.csv", tmp / "nvml.csv"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1] / "lib"),
                                                                       os.environ.get("PYTHONPATH")]))}
-    samplers = [subprocess.Popen(telemetry.sampler_argv(100, [args.gpu]), stdout=open(smi_csv, "w")),
+    samplers = [subprocess.Popen(commands.gpu_sampler(100, [args.gpu]), stdout=open(smi_csv, "w")),
                 subprocess.Popen([sys.executable, "-m", "launchlab.nvml_sampler", "--interval-ms", "5", "-i", str(args.gpu)],
                                  stdout=open(nvml_csv, "w"), env=env)]
     device = torch.device(f"cuda:{args.gpu}")

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import DATA
 from launchlab import params, telemetry
-from launchlab.hosts import connect
+from launchlab.hosts import commands, connect
 from launchlab.logparse import sglang
 
 
@@ -48,14 +48,14 @@ def test_memory_of_a_process_is_forgotten_once_it_is_gone(box):
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         state.set_allocation(host.state_dir, holder.pid, 1, 5000, "python3")
-        apps = telemetry.parse_apps(host.run(telemetry.apps_command()).stdout)
+        apps = telemetry.parse_apps(host.run(commands.gpu_apps()).stdout)
         assert apps == [{"gpu_uuid": state.gpu_uuid("box", 1), "pid": holder.pid, "process_name": "python3",
                          "used_mib": 5000.0}]
-        assert [g.mem_used_mib for g in telemetry.parse_snapshot(host.run(telemetry.snapshot_command()).stdout)] == [0, 5000]
+        assert [g.mem_used_mib for g in telemetry.parse_snapshot(host.run(commands.gpu_snapshot()).stdout)] == [0, 5000]
     finally:
         holder.kill()
         holder.wait()
-    assert [g.mem_used_mib for g in telemetry.parse_snapshot(host.run(telemetry.snapshot_command()).stdout)] == [0, 0]
+    assert [g.mem_used_mib for g in telemetry.parse_snapshot(host.run(commands.gpu_snapshot()).stdout)] == [0, 0]
 
 
 def _run_sim_server(host, tmp_path, fraction: str, extra_env: str = "") -> str:

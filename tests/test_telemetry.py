@@ -2,6 +2,7 @@ import math
 
 from conftest import DATA
 from launchlab import telemetry
+from launchlab.hosts import commands
 
 
 def test_a_real_h200_trace_reads_into_numbers(tmp_path):
@@ -35,7 +36,7 @@ def test_snapshot_and_compute_apps_without_header():
 
 
 def test_the_sampler_command_is_the_documented_one():
-    assert telemetry.sampler_argv(100) == [
+    assert commands.gpu_sampler(100) == [
         "nvidia-smi", "--query-gpu=timestamp,index,uuid,memory.total,memory.used,memory.free,utilization.gpu",
         "--format=csv,nounits", "-lms", "100"]
 
@@ -63,7 +64,7 @@ def test_the_fast_sampler_is_chosen_in_params_and_prints_the_same_csv(tmp_path):
 
     exp = params.loads((DATA.parents[1] / "params/demo.yaml").read_text().replace(
         "repetitions: 2", "repetitions: 2\nsampler: {kind: nvml, interval_ms: 5}"))
-    assert telemetry.sampler_argv(exp.sampler.interval_ms, [1], exp.sampler.kind) == [
+    assert commands.gpu_sampler(exp.sampler.interval_ms, [1], exp.sampler.kind) == [
         "python3", "-m", "launchlab.nvml_sampler", "--interval-ms", "5", "-i", "1"]
     header = nvml_sampler.HEADER.split(", ")
     assert [telemetry._HEADER_UNIT.sub("", h) for h in header] == list(telemetry.SAMPLER_FIELDS)

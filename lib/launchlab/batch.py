@@ -391,7 +391,7 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         "factors": {f: list(levels) for f, levels in exp.factors.items()},
         "baseline": params.baseline_variant(exp).name,
         "order": "search" if exp.search else "interleaved",
-        # a search's probes are added as it decides them (_record_probes)
+        # a search's probes are added as it decides them (searchbatch.record_probes)
         "search": exp.search.model_dump() if exp.search else None,
         "strata": plans.strata(exp) if exp.search else None,
         "repetitions": None if exp.search else exp.repetitions,  # the file's, or --repetitions (plan.recorded_runs)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from launchlab import masking, params, patching, reaper, rundir, telemetry
 from launchlab.errors import HostError, LaunchlabError
-from launchlab.hosts import Host, ProcessRef
+from launchlab.hosts import Host, ProcessRef, commands
 from launchlab.keptlog import HEAD_BYTES, TAIL_BYTES, KeptLog, LogCut
 from launchlab.nodes import Node, write_processes
 from launchlab.polling import backoff
@@ -198,5 +198,5 @@ def _drain(exp: params.Experiment, node: Node, result: RunRecord, spare: set[int
 def _memory_over(exp: params.Experiment, node: Node, before: dict[int, float]) -> dict[int, float]:
     """MiB above the preflight level, per GPU of the node that is more than the tolerance above it."""
     now = {g.index: g.mem_used_mib for g in telemetry.parse_snapshot(
-        node.host.run(telemetry.snapshot_command(node.gpus), timeout=30).stdout)}
+        node.host.run(commands.gpu_snapshot(node.gpus), timeout=30).stdout)}
     return {i: now[i] - before.get(i, 0) for i in now if now[i] - before.get(i, 0) > exp.drain.tolerance_mib}

@@ -1,5 +1,5 @@
-"""`launchlab init | validate | run | import | report | parse | ls | schema`: the stable interface of
-ARCHITECTURE.md section 4."""
+"""`launchlab init | validate | run | import | report | parse | ls | schema`: the stable interfaces of the shared
+ARCHITECTURE.md (section 4), in short in this repository's ARCHITECTURE.md ("The stable interfaces, in short")."""
 
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     pa = sub.add_parser("parse", help="parse a server log")
     pa.add_argument("log")
     pa.add_argument("--server", default="auto", choices=["auto", *KINDS])
-    pa.add_argument("--json", action="store_true", help="print the JSON object of ARCHITECTURE.md section 4.3")
+    pa.add_argument("--json", action="store_true", help="print one JSON object: server, ready, phase_reached, failure, ranks, custom_ar, debug")
     pa.set_defaults(func=_parse)
     return p
 

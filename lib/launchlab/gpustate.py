@@ -16,7 +16,8 @@ import math
 from dataclasses import asdict, dataclass
 
 from launchlab.errors import HostError
-from launchlab.hosts.commands import APP_FIELDS, OWNERS_END, OWNERS_MARK
+from launchlab.hosts.commands import OWNERS_END, OWNERS_MARK
+from launchlab.telemetry import APP_FIELDS
 
 # when the kit looks during a run (the start is the preflight, before the server): when watching it ended (ready,
 # failed or timed out: the server's memory at its most for a ready one), and just before the kit stops it

@@ -196,7 +196,7 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
     for node in run_nodes:
         if node.sampled:
             node.host.write_text(f"{node.dir}/sampler.env", commands.env_file_text(tag))
-            argv = telemetry.sampler_argv(exp.sampler.interval_ms, node.gpus, exp.sampler.kind)
+            argv = commands.gpu_sampler(exp.sampler.interval_ms, node.gpus, exp.sampler.kind)
             node.refs.append(node.host.start_detached("sampler", argv, cwd=node.dir, log_name=node.csv_name,
                                                       env_file="sampler.env"))
             nodes.write_processes(folder, run_nodes)
@@ -254,8 +254,8 @@ def _scheduler_end(run_nodes: list[Node], record: RunRecord) -> None:
 
 def _preflight(host: Host, slot: list[int] | None = None) -> dict:
     """GPU memory in use and compute processes before launch: evidence of a dirty start, kept with the run."""
-    gpus = telemetry.parse_snapshot(host.run(telemetry.snapshot_command(slot), timeout=60).stdout)
-    apps = telemetry.parse_apps(host.run(telemetry.apps_command(slot), timeout=60).stdout)
+    gpus = telemetry.parse_snapshot(host.run(commands.gpu_snapshot(slot), timeout=60).stdout)
+    apps = telemetry.parse_apps(host.run(commands.gpu_apps(slot), timeout=60).stdout)
     return {"gpus": [dataclasses.asdict(g) for g in gpus], "compute_apps": apps}
 
 

@@ -79,7 +79,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _holder(name: str, text: str) -> Holder | None:
-    """Parse `lock_read`'s output: the file's JSON, then its mtime and the host's clock."""
+    """Parse what the lock commands print (hosts/commands/locks.py): the file's JSON, then its mtime and the host's clock."""
     lines = text.strip().splitlines()
     if len(lines) < 3:
         return None

@@ -1,5 +1,5 @@
-"""nvidia-smi: parsers for what the sampler and snapshot commands print (the commands are built in
-hosts/commands/gpus.py, and named here too, as `sampler_argv`, `snapshot_command`, `apps_command`).
+"""nvidia-smi: parsers for what the sampler and snapshot commands print, and the fields those commands ask for
+(the commands are built from them in hosts/commands/gpus.py: gpu_sampler, gpu_snapshot, gpu_apps).
 
 The sampler runs `nvidia-smi --query-gpu=… --format=csv,nounits -lms N` with stdout redirected to a file on
 the host. Its CSV is read line by line: the header maps columns by name (units stripped), a cell that is
@@ -16,9 +16,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launchlab.hosts import commands
-from launchlab.hosts.commands import APP_FIELDS, SAMPLER_FIELDS, SNAPSHOT_FIELDS
-
 if TYPE_CHECKING:  # pandas is imported where a frame is built: the run kernel needs none (half a second)
     import pandas as pd
 
@@ -31,10 +28,11 @@ TIDY_COLUMNS = {"index": "gpu_index", "uuid": "gpu_uuid", "memory.used": "mem_us
                 "memory.total": "mem_total_mib", "memory.free": "mem_free_mib", "utilization.gpu": "util_gpu_pct"}
 
 
-# the commands whose output the parsers below read, under the names the lifecycle calls them by
-sampler_argv = commands.gpu_sampler
-snapshot_command = commands.gpu_snapshot
-apps_command = commands.gpu_apps
+# what nvidia-smi is asked for (hosts/commands/gpus.py builds the commands from these), in the order the parsers
+# below read the columns: the sampler's trace, a snapshot of each GPU, the processes holding GPU memory
+SAMPLER_FIELDS = ("timestamp", "index", "uuid", "memory.total", "memory.used", "memory.free", "utilization.gpu")
+SNAPSHOT_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used", "memory.free")
+APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,7 @@ class ParsedLog:
         return self
 
     def to_json(self) -> dict:
-        """The stable `launchlab parse --json` object (ARCHITECTURE.md section 4.3)."""
+        """The stable `launchlab parse --json` object (ARCHITECTURE.md, "The stable interfaces, in short")."""
         return {
             "server": self.server,
             "ready": self.ready,
@@ -401,7 +401,7 @@ def exception_line(text: str) -> tuple[str, str] | None:
 
 
 def classify(message: str) -> str:
-    """The failure reason of an error message or traceback line (ARCHITECTURE.md section 4.3 vocabulary)."""
+    """The failure reason of an error message or traceback line (REASONS: the vocabulary of the stable parse object)."""
     if re.search(r"max seq len|max_model_len|maximum number of tokens that can be stored in KV cache", message):
         return "max_len_exceeds_kv"
     if re.search(r"Not enough memory|Loaded weights leave no GPU memory|Memory pool size is too small"

@@ -17,11 +17,8 @@ unit-tested as strings (tests/test_commands.py). Transports only execute them; c
 
 from launchlab.hosts.commands.files import make_private_dir, remove_tree
 from launchlab.hosts.commands.gpus import (
-    APP_FIELDS,
     OWNERS_END,
     OWNERS_MARK,
-    SAMPLER_FIELDS,
-    SNAPSHOT_FIELDS,
     gpu_apps,
     gpu_indices,
     gpu_owners,
@@ -54,7 +51,7 @@ from launchlab.hosts.commands.provenance import (
 )
 
 __all__ = [
-    "APP_FIELDS", "OWNERS_END", "OWNERS_MARK", "SAMPLER_FIELDS", "SECTION_MARK", "SNAPSHOT_FIELDS", "STEADY_SECTIONS",
+    "OWNERS_END", "OWNERS_MARK", "SECTION_MARK", "STEADY_SECTIONS",
     "TAGGED_END", "answer", "env_file_text", "env_value", "find_launchlab_processes", "find_tagged", "free_port",
     "gpu_apps", "gpu_indices", "gpu_owners", "gpu_sampler",
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",

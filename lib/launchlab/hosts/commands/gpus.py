@@ -1,16 +1,13 @@
 """nvidia-smi commands: the GPU list, the sampler that traces memory while a server starts, and the snapshots
-of GPU memory and of the processes using it (with the run each one belongs to). The field lists are the
-columns telemetry.py parses."""
+of GPU memory and of the processes using it (with the run each one belongs to). The field lists belong to
+telemetry.py, which parses what these commands print."""
 
 from __future__ import annotations
 
 import shlex
 
 from launchlab.fields import ENV_NAME
-
-SAMPLER_FIELDS = ("timestamp", "index", "uuid", "memory.total", "memory.used", "memory.free", "utilization.gpu")
-SNAPSHOT_FIELDS = ("index", "uuid", "name", "memory.total", "memory.used", "memory.free")
-APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+from launchlab.telemetry import APP_FIELDS, SAMPLER_FIELDS, SNAPSHOT_FIELDS
 
 
 def _select(gpus: list[int] | None) -> list[str]:
