@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     pa = sub.add_parser("parse", help="parse a server log")
     pa.add_argument("log")
     pa.add_argument("--server", default="auto", choices=["auto", *KINDS])
-    pa.add_argument("--json", action="store_true", help="print one JSON object: server, ready, phase_reached, failure, ranks, custom_ar, debug")
+    pa.add_argument("--json", action="store_true",
+                    help="print one JSON object: server, ready, phase_reached, failure, ranks, custom_ar, debug")
     pa.set_defaults(func=_parse)
     return p
 
