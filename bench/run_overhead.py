@@ -84,7 +84,7 @@ def main() -> int:
         # the run directory and simulated box a batch makes (batch.run_batch), without its locks and report
         run_dir, _ = batch._open_run_dir(exp, plan, PARAMS, work / "outputs", None, box)
         rundir.update_json(rundir.RunDir(run_dir).manifest_file, {"sim_box": str(box)})
-        connected = {name: hosts.connect(exp, name, sim_box=box) for name in exp.host_names}
+        connected = {name: hosts.connect(name, exp.hosts[name], sim_box=box) for name in exp.host_names}
         floor_nb = floor_notebook(work)
         per_run: dict[str, list[float]] = {"floor": [], POOLED: [], UNPOOLED: [], "kit": []}
         kit_parts: list[dict[str, float]] = []

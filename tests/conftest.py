@@ -24,6 +24,14 @@ LAUNCHLAB = [sys.executable, "-S", str(ROOT / "tests" / "cliserver.py")]
 LAUNCHLAB_EXEC = [sys.executable, "-m", "launchlab.cli"]
 
 
+def connect(exp, name: str | None = None, sim_box: str | Path | None = None):
+    """The Host of a host the params name (default: the experiment's), as a batch opens it (hosts.connect)."""
+    from launchlab import hosts
+
+    name = name or exp.host_name
+    return hosts.connect(name, exp.hosts[name], sim_box=sim_box)
+
+
 def processes_using(marker: str) -> list[int]:
     """Live (non-zombie) processes whose environment or command line mentions marker."""
     found = []

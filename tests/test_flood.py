@@ -125,8 +125,8 @@ def test_a_flooding_server_ends_with_a_final_status_its_log_cut_to_head_and_tail
 
 
 def test_a_run_whose_collection_runs_past_its_deadline_ends_as_an_error_that_says_why(tmp_path, sim_root, monkeypatch):
+    from conftest import connect
     from launchlab import cleanup, lifecycle, params, rundir, runview
-    from launchlab.hosts import connect
     from launchlab.plan import make_plan
 
     path = write_params(tmp_path, f"""\

@@ -105,7 +105,7 @@ def test_every_registered_transport_names_its_spec_and_opens_a_host_that_closes(
 
 
 def test_connect_opens_the_transport_the_params_name_and_ssh_connects_only_when_used(tmp_path, sim_root):
-    from launchlab.hosts import connect
+    from conftest import connect
     from launchlab.hosts import local as local_mod
     from launchlab.hosts import sim as sim_mod
     from launchlab.hosts import ssh as ssh_mod

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHLAB, write_params
+from conftest import LAUNCHLAB, connect, write_params
 from launchlab import lifecycle, notebooks, params, rundir, runview
-from launchlab.hosts import connect
 from launchlab.plan import make_plan
 
 

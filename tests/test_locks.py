@@ -102,8 +102,8 @@ def ssh_params(tmp_path: Path, sshd, name: str) -> Path:
 @pytest.mark.ssh
 @pytest.mark.slow
 def test_two_batches_on_one_ssh_host_the_second_refuses_naming_the_first_or_waits(tmp_path, sshd, lock_dir):
+    from conftest import connect
     from launchlab import params
-    from launchlab.hosts import connect
 
     state_file = Path(os.environ["LAUNCHLAB_SIM_ROOT"]) / "sshbox" / "host.json"
     state = json.loads(state_file.read_text())

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHLAB, write_params
+from conftest import LAUNCHLAB, connect, write_params
 from launchlab import lifecycle, params, provenance, rundir, runview
-from launchlab.hosts import connect
 from launchlab.hosts.sim import SimHost
 from launchlab.plan import make_plan
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, connect
 from launchlab import params, telemetry
-from launchlab.hosts import commands, connect
+from launchlab.hosts import commands
 from launchlab.logparse import sglang
 
 

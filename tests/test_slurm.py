@@ -55,7 +55,7 @@ def run_one_each(params_path: Path, run_dir: Path, box: Path, only: str | None =
     from launchlab import hosts, lifecycle, params, plan
 
     exp = params.load(params_path)
-    host = hosts.connect(exp, "cl", sim_box=box)
+    host = hosts.connect("cl", exp.hosts["cl"], sim_box=box)
     return [lifecycle.run_one(exp, run, run_dir, host) for run in plan.make_plan(exp) if only in (None, run.variant.name)]
 
 

@@ -48,7 +48,7 @@ def test_a_two_node_job_runs_one_task_per_node_with_its_rank_the_node_count_and_
     from launchlab import hosts, lifecycle, params, plan
 
     exp = params.load(write_params(tmp_path, TWO_NODES.format(workdir=tmp_path / "shared")))
-    host = hosts.connect(exp, "cl", sim_box=sim_root / "box")
+    host = hosts.connect("cl", exp.hosts["cl"], sim_box=sim_root / "box")
     [run] = plan.make_plan(exp)
     record = lifecycle.run_one(exp, run, tmp_path / "rd", host)
     assert record.status == "ready", record.failure_message

@@ -7,10 +7,9 @@ import time
 
 import pytest
 
-from conftest import LAUNCHLAB, write_params
+from conftest import LAUNCHLAB, connect, write_params
 from launchlab import lifecycle, params, recovery, rundir, runview
 from launchlab.errors import HostError
-from launchlab.hosts import connect
 from launchlab.plan import make_plan
 
 pytestmark = pytest.mark.ssh

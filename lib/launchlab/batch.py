@@ -37,7 +37,8 @@ from launchlab import (
 from launchlab import plan as plans
 from launchlab.errors import HostError, LaunchlabError, ParamsError, RunDirError
 from launchlab.hosts import commands, sim
-from launchlab.plan import Run, make_plan
+from launchlab.plan import make_plan
+from launchlab.records import Run
 
 Say = notebooks.Say
 Confirm = Callable[[str], bool]  # asks the user a yes/no question (the CLI: on its terminal)
@@ -137,7 +138,7 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
     box = sim.new_box() if any(exp.hosts[h].simulated for h in exp.host_names) else None
     opened = contextlib.ExitStack()  # closes every host opened below (an SSH connection) when the batch ends
     try:
-        connected = {name: opened.enter_context(contextlib.closing(hosts.connect(exp, name, sim_box=box)))
+        connected = {name: opened.enter_context(contextlib.closing(hosts.connect(name, exp.hosts[name], sim_box=box)))
                      for name in exp.host_names}
         for name, host in connected.items():
             _check_reachable(host, exp.sampler.kind)

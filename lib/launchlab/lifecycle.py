@@ -41,8 +41,7 @@ from launchlab.errors import LaunchlabError, RunDirError
 from launchlab.hosts import Host, commands
 from launchlab.logparse import patterns
 from launchlab.nodes import Node
-from launchlab.plan import Run
-from launchlab.records import Outcome, RunRecord
+from launchlab.records import Outcome, Run, RunRecord
 from launchlab.tags import BATCH_ENV, RUN_ID_ENV
 
 

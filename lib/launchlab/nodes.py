@@ -10,7 +10,7 @@ from pathlib import Path
 from launchlab import masking, params, rundir
 from launchlab.hosts import Host, ProcessRef
 from launchlab.keptlog import LogCut
-from launchlab.plan import Run
+from launchlab.records import Run
 
 KIT_STOPS = ("TERM", "KILL")  # what Host.kill_group sent when the group was alive ("gone": it was not)
 

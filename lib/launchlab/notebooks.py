@@ -12,7 +12,7 @@ from pathlib import Path
 
 from launchlab import config, keptlog, kernels, liveprogress, masking, params, records, recovery, rundir, workspace
 from launchlab.errors import NotebookFailed, RunDirError
-from launchlab.plan import Run
+from launchlab.records import Run
 
 Say = Callable[[str], None]
 

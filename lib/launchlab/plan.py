@@ -3,39 +3,10 @@ search, a plan that grows: the probes search.py asks for, appended round by roun
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from launchlab import search
 from launchlab.errors import ParamsError, RunDirError
 from launchlab.params import MAX_RUNS, Experiment, Variant, baseline_variant, expand, plan_size, variant_name
-
-
-@dataclass(frozen=True)
-class Run:
-    """One launch of one variant: the unit papermill executes and the row of runs.parquet."""
-
-    run_id: str
-    seq: int
-    variant: Variant
-    repetition: int
-    host: str
-    nodes: tuple[str, ...] = ()  # a multi-node run: its hosts in node-rank order (host is nodes[0])
-    probe: search.Probe | None = None  # a run of a threshold search: its stratum, flag value and why
-    warmup: bool = False  # a warm-up launch of the baseline (`warmup:`): recorded, never compared; repetition = n
-
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        return self.nodes or (self.host,)
-
-    def manifest_entry(self) -> dict:
-        """The run as the manifest lists it (a probe: with its stratum and why it was chosen)."""
-        entry = {"run_id": self.run_id, "seq": self.seq, "variant": self.variant.name, "levels": self.variant.levels,
-                 "repetition": self.repetition, "host": self.host}
-        if self.probe is not None:
-            entry.update({"stratum": self.probe.stratum, "why": self.probe.why})
-        if self.warmup:
-            entry["warmup"] = True
-        return entry
+from launchlab.records import Run
 
 
 def make_plan(exp: Experiment) -> list[Run]:

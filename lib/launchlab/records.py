@@ -1,15 +1,20 @@
-"""The run record: what the kit observed of one run — status.json while it runs and after, and one row of
-runs.parquet. The one definition of a run's fields, states and statuses."""
+"""The store's values of one run: the planned run (Run: what to launch, as the manifest lists it) and the run
+record (what the kit observed — status.json while it runs and after, and one row of runs.parquet). The one
+definition of a run's fields, states and statuses."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from launchlab import __version__, rundir
 from launchlab.errors import RunDirError
+
+if TYPE_CHECKING:  # annotations only: the store does not import the params model or the search
+    from launchlab.params import Variant
+    from launchlab.search import Probe
 
 # unknown: an imported log that ends before the server was ready or failed (the kit did not watch the run)
 Status = Literal["ready", "failed", "timeout", "degraded", "error", "unknown"]
@@ -20,6 +25,34 @@ STATES: tuple[str, ...] = get_args(State)
 # interruption), `unknown` an imported log that stops before the launch ended
 VALID_STATUSES: tuple[str, ...] = ("ready", "failed", "timeout", "degraded")
 KIT_STATUSES: tuple[str, ...] = (*VALID_STATUSES, "error")  # what a run the kit watched can end as
+
+
+@dataclass(frozen=True)
+class Run:
+    """One launch of one variant: the unit papermill executes and the row of runs.parquet."""
+
+    run_id: str
+    seq: int
+    variant: Variant
+    repetition: int
+    host: str
+    nodes: tuple[str, ...] = ()  # a multi-node run: its hosts in node-rank order (host is nodes[0])
+    probe: Probe | None = None  # a run of a threshold search: its stratum, flag value and why
+    warmup: bool = False  # a warm-up launch of the baseline (`warmup:`): recorded, never compared; repetition = n
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self.nodes or (self.host,)
+
+    def manifest_entry(self) -> dict:
+        """The run as the manifest lists it (a probe: with its stratum and why it was chosen)."""
+        entry = {"run_id": self.run_id, "seq": self.seq, "variant": self.variant.name, "levels": self.variant.levels,
+                 "repetition": self.repetition, "host": self.host}
+        if self.probe is not None:
+            entry.update({"stratum": self.probe.stratum, "why": self.probe.why})
+        if self.warmup:
+            entry["warmup"] = True
+        return entry
 
 
 @dataclass(frozen=True)

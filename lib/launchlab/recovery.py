@@ -8,8 +8,7 @@ from pathlib import Path
 from launchlab import lifecycle, locks, nodes, params, records, rundir
 from launchlab.errors import LaunchlabError
 from launchlab.hosts import Host
-from launchlab.plan import Run
-from launchlab.records import Outcome, RunRecord
+from launchlab.records import Outcome, Run, RunRecord
 
 
 def stop_recorded(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host]

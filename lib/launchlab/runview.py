@@ -53,7 +53,7 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
     show = liveprogress.LiveProgress(folder, exp.server.kind, exp.server.rules()) if live else contextlib.nullcontext()
     try:
         with show:
-            return lifecycle.run_one(exp, run, Path(run_dir), {name: hosts.connect(exp, name, sim_box=box)
+            return lifecycle.run_one(exp, run, Path(run_dir), {name: hosts.connect(name, exp.hosts[name], sim_box=box)
                                                                 for name in run.hosts}, gpus=slot)
     finally:
         if own_box:

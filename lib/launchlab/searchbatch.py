@@ -13,7 +13,7 @@ from pathlib import Path
 
 from launchlab import notebooks, params, records, rundir, search
 from launchlab import plan as plans
-from launchlab.plan import Run
+from launchlab.records import Run
 
 RunAll = Callable[[list[Run], int], None]  # runs the given runs (of a plan of at most n runs) on the batch's hosts
 

@@ -7,8 +7,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from conftest import connect
 from launchlab import cleanup, lifecycle, nodes, params, records, tags
-from launchlab.hosts import connect
 
 
 def drain_with(small_params, tmp_path, process_s: float, drain_timeout_s: float):

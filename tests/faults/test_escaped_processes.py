@@ -6,9 +6,9 @@ import os
 import re
 import subprocess
 
-from conftest import processes_using, write_params
+from conftest import connect, processes_using, write_params
 from launchlab import lifecycle, nodes, params, rundir, runview
-from launchlab.hosts import commands, connect
+from launchlab.hosts import commands
 from launchlab.plan import make_plan
 
 # a server that starts a helper in a session of its own (it inherits the environment, and so the run id)

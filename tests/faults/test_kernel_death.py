@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHLAB_EXEC, descendants, processes_using
+from conftest import LAUNCHLAB_EXEC, connect, descendants, processes_using
 from launchlab import nodes, params, recovery, rundir, runview
-from launchlab.hosts import commands, connect
+from launchlab.hosts import commands
 from launchlab.plan import make_plan
 
 pytestmark = pytest.mark.slow

@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from conftest import write_params
+from conftest import connect, write_params
 from launchlab import lifecycle, nodes, params, recovery, rundir, runview
-from launchlab.hosts import connect
 from launchlab.plan import make_plan
 
 pytestmark = pytest.mark.ssh

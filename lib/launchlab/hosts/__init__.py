@@ -17,13 +17,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from launchlab.hosts import local_spec, sim_spec, slurm_spec, ssh_spec
 from launchlab.hosts.base import CommandResult, Host, HostParams, ProcessRef
-
-if TYPE_CHECKING:
-    from launchlab.params import Experiment
 
 
 @dataclass(frozen=True)
@@ -47,11 +43,9 @@ TRANSPORTS: dict[str, Transport] = {
 }
 
 
-def connect(exp: Experiment, name: str | None = None, sim_box: str | Path | None = None) -> Host:
-    """The Host object for a host named in the params (default: the experiment's host); `sim_box`: the
-    simulated machine of the batch (hosts/sim.py `new_box`). The caller closes it (`close()`)."""
-    name = name or exp.host_name
-    spec = exp.hosts[name]
+def connect(name: str, spec: HostParams, *, sim_box: str | Path | None = None) -> Host:
+    """The Host of the params entry `hosts.<name>` (its transport's spec); `sim_box`: the simulated machine of the
+    batch (hosts/sim.py `new_box`). The caller closes it (`close()`)."""
     return TRANSPORTS[spec.transport].open(name, spec, sim_box=Path(sim_box) if sim_box else None)
 
 
