@@ -121,7 +121,7 @@ def test_a_log_that_ends_during_weight_loading_has_an_unknown_outcome_and_is_lef
                                     "baseline": {"mem_fraction": "0.85"},
                                     "runs": [{"levels": {"mem_fraction": "0.85"}, "log": "cut.log"}]})
     run_dir = importer.import_runs(path, tmp_path / "out", summarize=False)
-    [run_id] = rundir.RunDir(run_dir).manifest()["run_ids"]
+    [run_id] = rundir.RunDir(run_dir).manifest().run_ids
     record = records.read_status(rundir.RunDir(run_dir).run(run_id)).record
     assert record.status == "unknown" and record.failure_reason is None
     assert record.failure_message.startswith("unknown: the log ends during weight loading")
@@ -177,7 +177,7 @@ def test_secrets_in_an_imported_log_and_command_are_masked_in_every_file_of_the_
         data = p.read_bytes()
         assert b"sk-live-0123456789" not in data and b"hf_abcdefgh" not in data, p
     assert b"/models/kimi-k2.5-int4" in (run_dir / "runs").joinpath(
-        rundir.RunDir(run_dir).manifest()["run_ids"][0], "server.log").read_bytes()  # a path is not a secret
+        rundir.RunDir(run_dir).manifest().run_ids[0], "server.log").read_bytes()  # a path is not a secret
     assert sha(tmp_path / "secret.log") == original
 
 
@@ -191,9 +191,9 @@ def test_an_nvidia_smi_table_gives_the_gpu_model_and_a_different_one_is_a_confou
                  {"levels": {"f": "b"}, "log": "b.log", "smi": str(tables / "club-3090-1322-kmd-version-header-partial.txt")}]})
     run_dir = importer.import_runs(path, tmp_path / "out", summarize=False)
     directory = rundir.RunDir(run_dir)
-    first = directory.run(directory.manifest()["run_ids"][0])
+    first = directory.run(directory.manifest().run_ids[0])
     assert first.samples_table.is_file() and not first.samples().exists()
-    names = [json.loads(directory.run(r).provenance.read_text())["gpus"] for r in directory.manifest()["run_ids"]]
+    names = [json.loads(directory.run(r).provenance.read_text())["gpus"] for r in directory.manifest().run_ids]
     assert names[0][0]["name"] == "NVIDIA H200" and names[1][0]["name"] == "NVIDIA GeForce RTX 5090"
     frames.write(run_dir, frames.build(run_dir, params.load(directory.experiment_file)))
     verdict = reportmd.write_verdict(run_dir)
@@ -226,7 +226,7 @@ def import_real(tmp_path: Path, names: list[str], versions: dict[str, str] | Non
     run_dir = importer.import_runs(path, tmp_path / "out", summarize=False)
     frames.write(run_dir, frames.build(run_dir, params.load(rundir.RunDir(run_dir).experiment_file)))
     reportmd.write_verdict(run_dir)
-    run_ids = rundir.RunDir(run_dir).manifest()["run_ids"]
+    run_ids = rundir.RunDir(run_dir).manifest().run_ids
     return run_dir, dict(zip(names, run_ids, strict=True))
 
 
@@ -338,5 +338,5 @@ def test_logs_without_a_standard_ready_line_need_the_users_ready_pattern(tmp_pat
         importer.import_runs(write_imports(tmp_path, body), tmp_path / "out", summarize=False)
     body["server"]["ready_pattern"] = "accepting requests"
     run_dir = importer.import_runs(write_imports(tmp_path, body), tmp_path / "out", summarize=False)
-    [run_id] = rundir.RunDir(run_dir).manifest()["run_ids"]
+    [run_id] = rundir.RunDir(run_dir).manifest().run_ids
     assert records.read_status(rundir.RunDir(run_dir).run(run_id)).record.status == "ready"

@@ -146,8 +146,7 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
         fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
         run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume, box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
-        rundir.update_json(rundir.RunDir(run_dir).manifest_file, {"batch": owner.batch,
-                                                                  "sim_box": str(box) if box else None})
+        rundir.RunDir(run_dir).update_manifest(batch=owner.batch, sim_box=str(box) if box else None)
         try:
             held = _lock_hosts(exp, connected, owner, wait, say)
         except BaseException:
@@ -371,39 +370,38 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         run_dir, manifest = directory.path, directory.manifest()
         searched = exp.search.model_dump() if exp.search else None
         warmups = [r.run_id for r in plan if r.warmup]
-        if manifest["experiment"] != exp.experiment or manifest.get("search") != searched or (
-                searched is None and (manifest["run_ids"] != [r.run_id for r in compared(plan)]
-                                      or [w["run_id"] for w in manifest.get("warmup_runs") or []] != warmups)):
+        if manifest.experiment != exp.experiment or manifest.search != searched or (
+                searched is None and (manifest.run_ids != [r.run_id for r in compared(plan)]
+                                      or [w["run_id"] for w in manifest.warmup_runs] != warmups)):
             raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
                               "resume it with the params it was run with")
         return run_dir, False
     directory = rundir.RunDir.create(Path(out_root) if out_root else rundir.default_root(), exp.experiment)
     rundir.write_text(directory.experiment_file, params.dump_resolved(exp, masked=True))
-    rundir.write_json(directory.manifest_file, {
-        "experiment": exp.experiment,
-        "question": exp.question,
-        "params_file": str(Path(params_path).resolve()),
-        "params_sha256": params.digest(params_path),
-        "created_at": datetime.now().isoformat(timespec="seconds"),
-        "kit_version": __version__,
-        "simulated": exp.simulated,
-        "host": exp.host_name,
-        "hosts": exp.host_names,
-        "factors": {f: list(levels) for f, levels in exp.factors.items()},
-        "baseline": params.baseline_variant(exp).name,
-        "order": "search" if exp.search else "interleaved",
+    directory.write_manifest(rundir.Manifest(
+        experiment=exp.experiment,
+        question=exp.question,
+        params_file=str(Path(params_path).resolve()),
+        params_sha256=params.digest(params_path),
+        created_at=datetime.now().isoformat(timespec="seconds"),
+        kit_version=__version__,
+        simulated=exp.simulated,
+        host=exp.host_name,
+        hosts=exp.host_names,
+        factors={f: list(levels) for f, levels in exp.factors.items()},
+        baseline=params.baseline_variant(exp).name,
+        order="search" if exp.search else "interleaved",
         # a search's probes are added as it decides them (searchbatch.record_probes)
-        "search": exp.search.model_dump() if exp.search else None,
-        "strata": plans.strata(exp) if exp.search else None,
-        "repetitions": None if exp.search else exp.repetitions,  # the file's, or --repetitions (plan.recorded_runs)
+        search=exp.search.model_dump() if exp.search else None,
+        strata=plans.strata(exp) if exp.search else None,
+        repetitions=None if exp.search else exp.repetitions,  # the file's, or --repetitions (plan.recorded_runs)
         # the compared runs; warm-ups apart (`warmup:`): frames.build reads run_ids only, so a warm-up is never
         # an observation, and the report lists them from warmup_runs
-        "run_ids": [] if exp.search else [r.run_id for r in compared(plan)],
-        "runs": [] if exp.search else [r.manifest_entry() for r in compared(plan)],
-        "warmup_runs": [r.manifest_entry() for r in plan if r.warmup],
-        "batch": None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)
-        "sim_box": str(box) if box else None,
-    })
+        run_ids=[] if exp.search else [r.run_id for r in compared(plan)],
+        runs=[] if exp.search else [r.manifest_entry() for r in compared(plan)],
+        warmup_runs=[r.manifest_entry() for r in plan if r.warmup],
+        batch=None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)
+        sim_box=str(box) if box else None))
     return directory.path, True
 
 

@@ -47,7 +47,7 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
     run_rows, event_frames, telemetry_frames = [], [], []
     rules = exp.server.rules()
     factors = list(exp.factors) + ([exp.search.factor] if exp.search else [])  # a search's flag: a column too
-    for run_id in directory.manifest()["run_ids"]:
+    for run_id in directory.manifest().run_ids:
         folder = directory.run(run_id)
         status = records.read_status(folder)
         if status is None or not status.done:

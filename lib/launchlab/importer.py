@@ -308,11 +308,11 @@ def _write(directory: rundir.RunDir, imports_path: Path, text: str, exp: params.
                      "repetition": rep, "host": HOST, "imported": True})
     rundir.write_text(directory.imports_file, every_secret.text(text))  # it holds the runs' commands
     rundir.write_text(directory.experiment_file, params.dump_resolved(exp, masked=True))
-    rundir.write_json(directory.manifest_file, {
-        "experiment": exp.experiment, "question": exp.question, "imported": True,
-        "imports_file": str(imports_path), "imports_sha256": hashlib.sha256(text.encode()).hexdigest(),
-        "created_at": datetime.now().isoformat(timespec="seconds"), "kit_version": __version__,
-        "simulated": False, "host": HOST, "hosts": [HOST],
-        "factors": {f: list(levels) for f, levels in exp.factors.items()},
-        "baseline": params.baseline_variant(exp).name, "order": "imported (as listed)",
-        "run_ids": [r["run_id"] for r in runs], "runs": runs, "batch": None, "sim_box": None})
+    directory.write_manifest(rundir.Manifest(
+        experiment=exp.experiment, question=exp.question, imported=True,
+        imports_file=str(imports_path), imports_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        created_at=datetime.now().isoformat(timespec="seconds"), kit_version=__version__,
+        simulated=False, host=HOST, hosts=[HOST],
+        factors={f: list(levels) for f, levels in exp.factors.items()},
+        baseline=params.baseline_variant(exp).name, order="imported (as listed)",
+        run_ids=[r["run_id"] for r in runs], runs=runs))

@@ -347,7 +347,7 @@ def _refuse_a_second_attempt(folder: rundir.RunFolder) -> None:
 def _batch_of(run_dir: Path) -> str:
     """The id of the batch running a run directory now (its manifest; `-` for a run started by hand)."""
     try:
-        return str(rundir.RunDir(run_dir).manifest().get("batch") or "-")
+        return rundir.RunDir(run_dir).manifest().batch or "-"
     except LaunchlabError:
         return "-"
 

@@ -7,6 +7,7 @@ from launchlab import search
 from launchlab.errors import ParamsError, RunDirError
 from launchlab.params import MAX_RUNS, Experiment, Variant, baseline_variant, expand, plan_size, variant_name
 from launchlab.records import Run
+from launchlab.rundir import Manifest
 
 
 def make_plan(exp: Experiment) -> list[Run]:
@@ -86,14 +87,14 @@ def probe_runs(exp: Experiment, probes: list[search.Probe], first_seq: int) -> l
     return runs
 
 
-def recorded_runs(exp: Experiment, manifest: dict) -> list[Run]:
+def recorded_runs(exp: Experiment, manifest: Manifest) -> list[Run]:
     """The runs a run directory's manifest lists: the plan of a fixed experiment (with the repetitions the batch
     ran it with: `launchlab run --repetitions` overrides the file's), the probes so far of a search."""
     if exp.search is None:
-        repetitions = manifest.get("repetitions") or exp.repetitions
+        repetitions = manifest.repetitions or exp.repetitions
         return make_plan(exp if repetitions == exp.repetitions else exp.model_copy(update={"repetitions": repetitions}))
     runs = []
-    for entry in manifest.get("runs") or []:
+    for entry in manifest.runs:
         probe = search.Probe(entry["stratum"], entry["levels"][exp.search.factor], entry["why"])
         runs.append(Run(entry["run_id"], entry["seq"], probe_variant(exp, probe.stratum, probe.value),
                         entry["repetition"], entry["host"], tuple(exp.nodes or ()), probe))

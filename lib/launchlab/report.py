@@ -70,7 +70,7 @@ def warmup_markdown(warmups: list[dict]) -> str:
 class Report:
     run_dir: Path
     exp: params.Experiment
-    manifest: dict
+    manifest: rundir.Manifest
     frames: frames.Frames
 
     @property
@@ -87,12 +87,12 @@ class Report:
 
     @property
     def baseline_name(self) -> str:
-        return params.variant_name(self.baseline_levels) if self.exp.search else self.manifest["baseline"]
+        return params.variant_name(self.baseline_levels) if self.exp.search else self.manifest.baseline
 
     @property
     def planned(self) -> list[dict]:
         """The manifest's runs: every run the plan asked for, finished or not."""
-        return self.manifest.get("runs") or []
+        return self.manifest.runs
 
     def _per_run(self, name: str) -> dict[str, dict]:
         out = {}
@@ -171,7 +171,7 @@ class Report:
     def warmup_runs(self) -> list[dict]:
         """The warm-up runs (params `warmup:`) as the manifest lists them, with how each ended: never compared."""
         found = []
-        for entry in self.manifest.get("warmup_runs") or []:
+        for entry in self.manifest.warmup_runs:
             status = records.read_status(rundir.RunDir(self.run_dir).run(entry["run_id"]))
             record = status.record if status is not None and status.done else None
             found.append({"run_id": entry["run_id"], "host": entry["host"], "status": record.status if record else None,
@@ -187,7 +187,7 @@ class Report:
         spec = self.exp.search
         if spec is None:
             return pd.DataFrame(columns=thresholds.COLUMNS)
-        strata = self.manifest.get("strata") or [v.name for v in params.expand(self.exp)]
+        strata = self.manifest.strata or [v.name for v in params.expand(self.exp)]
         return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, spec.factor, self.budget,
                                 spec.repetitions, self.facts, self.exp.drain.tolerance_mib)
 
@@ -200,7 +200,7 @@ class Report:
                 "outcome": spec.outcome, "strata": strata,
                 "probes": thresholds.probes(self.frames.runs, self.planned, spec.factor, self.budget, self.facts,
                                             self.exp.drain.tolerance_mib),
-                "differences": thresholds.differences(self.thresholds, self.manifest["baseline"], spec.flag)}
+                "differences": thresholds.differences(self.thresholds, self.manifest.baseline, spec.flag)}
 
     def threshold_search(self) -> None:
         """The search's section: interval per stratum, the table and the probes' plot — and nothing at all for a
@@ -225,7 +225,7 @@ class Report:
         sim = ("\n\n> **SIMULATED host.** The GPUs, nvidia-smi and the SGLang server of this experiment are "
                "simulated by launchlab (real processes, simulated memory). Use it to learn the kit, "
                "not as evidence about a real server.") if self.exp.simulated else ""
-        finished = f"{len(runs)} of {len(self.manifest['run_ids'])} planned runs finished"
+        finished = f"{len(runs)} of {len(self.manifest.run_ids)} planned runs finished"
         if self.imported:
             sim += f"\n\n> {md(IMPORTED_NOTE)}"
             finished = f"{len(runs)} imported run(s)"
@@ -242,14 +242,14 @@ class Report:
 
     def design(self) -> Markdown:
         factors = "\n".join(f"- {md_code(f)}: {', '.join(md_code(lv) for lv in levels)}"
-                            for f, levels in self.manifest["factors"].items()) or "- none"
-        order = " → ".join(self.manifest["run_ids"][: len(self.manifest["run_ids"]) // max(1, self.exp.repetitions)])
-        hosts = self.manifest.get("hosts") or [self.manifest["host"]]
+                            for f, levels in self.manifest.factors.items()) or "- none"
+        order = " → ".join(self.manifest.run_ids[: len(self.manifest.run_ids) // max(1, self.exp.repetitions)])
+        hosts = self.manifest.hosts
         if self.imported:
-            return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {md(self.manifest['baseline'])} · "
-                            f"**runs:** {len(self.manifest['run_ids'])} imported logs, filed by the user under the "
+            return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {md(self.manifest.baseline)} · "
+                            f"**runs:** {len(self.manifest.run_ids)} imported logs, filed by the user under the "
                             "levels above (each checked against its log below)")
-        return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {md(self.manifest['baseline'])} · "
+        return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {md(self.manifest.baseline)} · "
                         f"**repetitions:** {self.exp.repetitions}, interleaved (one round: {md(order)}) · "
                         f"**host(s):** {md(', '.join(hosts))}")
 
@@ -264,7 +264,7 @@ class Report:
     @property
     def imported(self) -> bool:
         """The runs were made by hand and brought in with `launchlab import` (the kit did not watch them)."""
-        return bool(self.manifest.get("imported"))
+        return self.manifest.imported
 
     def imported_commands(self) -> list[tuple[str, str, str]]:
         """(run id, variant, the command as given, masked) of each imported run."""
@@ -416,7 +416,7 @@ class Report:
     def run_links(self) -> HTML:
         """Relative links to each run's raw files (they work where the run directory is opened whole)."""
         items = []
-        for run_id in self.manifest["run_ids"]:
+        for run_id in self.manifest.run_ids:
             folder = rundir.RunDir(self.run_dir).run(run_id)
             files = (folder.log(), folder.status, folder.notebook, folder.provenance)
             links = [f'<a href="{html_text(quote(str(f.relative_to(self.run_dir))))}">{f.name}</a>'

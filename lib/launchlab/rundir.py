@@ -1,4 +1,5 @@
-"""The run directory: every path of a run directory and of a run folder, atomic writes, finding run directories.
+"""The run directory: every path of a run directory and of a run folder, its manifest (Manifest), atomic writes,
+finding run directories.
 
     <root>/<experiment>/<YYYYmmdd-HHMMSS>/              RunDir
         experiment.yaml  (imports.yaml)  manifest.json  runs.parquet  events.parquet  telemetry.parquet
@@ -21,6 +22,7 @@ import errno
 import json
 import os
 import tempfile
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +35,52 @@ if TYPE_CHECKING:  # pandas costs the run kernel half a second; only the report 
     import pandas as pd
 
 FRAMES = ("runs", "events", "telemetry")
+
+
+@dataclass
+class Manifest:
+    """manifest.json: what a batch (or `launchlab import`) set out to do — the experiment, its factors and
+    baseline, the compared runs in plan order, and who runs it now. Written when the run directory is made;
+    a search appends its probes (`run_ids`, `runs`) and a batch names itself (`batch`, `sim_box`)."""
+
+    experiment: str
+    baseline: str  # the baseline variant's name
+    factors: dict[str, list[str]]
+    host: str
+    run_ids: list[str]  # the compared runs, in plan order; warm-ups apart (never an observation)
+    hosts: list[str] = field(default_factory=list)
+    question: str | None = None
+    created_at: str | None = None
+    kit_version: str | None = None
+    simulated: bool = False
+    order: str = "interleaved"  # interleaved | search | imported (as listed)
+    search: dict | None = None  # the params' `search:` of a threshold search
+    strata: list[str] | None = None  # a search's strata (variant names of the other factors)
+    repetitions: int | None = None  # a fixed plan's, as the batch ran it (--repetitions overrides the file's)
+    runs: list[dict] = field(default_factory=list)  # each compared run (Run.manifest_entry; a probe's why)
+    warmup_runs: list[dict] = field(default_factory=list)
+    imported: bool = False  # made by `launchlab import` from logs run by hand
+    params_file: str | None = None
+    params_sha256: str | None = None
+    imports_file: str | None = None
+    imports_sha256: str | None = None
+    batch: str | None = None  # the batch running it now (its lock owner id)
+    sim_box: str | None = None  # the simulated machine of that batch
+
+    @classmethod
+    def from_json(cls, data: dict, path: Path | str = "manifest.json") -> Manifest:
+        """A manifest read back; keys a newer kit added are ignored, a missing required one is a RunDirError."""
+        known = {f.name for f in fields(cls)}
+        try:
+            manifest = cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError as exc:
+            raise RunDirError(f"{path} is not a launchlab manifest ({exc})") from None
+        manifest.hosts = manifest.hosts or [manifest.host]
+        manifest.runs, manifest.warmup_runs = manifest.runs or [], manifest.warmup_runs or []
+        return manifest
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
 
 class RunFolder:
@@ -121,8 +169,21 @@ class RunDir:
         runs = self.path / "runs"
         return [RunFolder(p) for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
 
-    def manifest(self) -> dict:
-        return read_json(self.manifest_file)
+    def manifest(self) -> Manifest:
+        return Manifest.from_json(read_json(self.manifest_file), self.manifest_file)
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        write_json(self.manifest_file, manifest.to_json())
+
+    def update_manifest(self, **changes) -> Manifest:
+        """The manifest with some fields changed, written back (a field that is not one is a TypeError)."""
+        manifest = self.manifest()
+        for name, value in changes.items():
+            if not hasattr(manifest, name):
+                raise TypeError(f"Manifest has no field {name!r}")
+            setattr(manifest, name, value)
+        self.write_manifest(manifest)
+        return manifest
 
     @classmethod
     def check(cls, path: str | Path) -> RunDir:
@@ -183,15 +244,15 @@ def list_run_dirs(root: Path) -> list[dict]:
             manifest = run_dir.manifest()
         except RunDirError:
             continue
-        planned = manifest.get("run_ids") or []
+        planned = manifest.run_ids
         done = 0
         for run_id in planned:
             try:
                 done += read_json(run_dir.run(run_id).status).get("state") == "done"
             except RunDirError:
                 pass
-        rows.append({"path": str(run_dir.path), "experiment": manifest.get("experiment", "?"),
-                     "created_at": manifest.get("created_at", "?"), "done": done, "planned": len(planned),
+        rows.append({"path": str(run_dir.path), "experiment": manifest.experiment,
+                     "created_at": manifest.created_at or "?", "done": done, "planned": len(planned),
                      "headline": _headline(run_dir)})
     return rows
 

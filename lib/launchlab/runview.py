@@ -44,7 +44,7 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
     plan = recorded_runs(exp, manifest)  # a search's probes so far are in the manifest only
     run = find_run(plan, run_id) if run_id else plan[0]
     slot = [int(g) for g in gpus.split(",")] if gpus else None
-    box = manifest.get("sim_box")  # the batch's simulated machine
+    box = manifest.sim_box  # the batch's simulated machine
     own_box = box is None and any(exp.hosts[h].simulated for h in run.hosts)
     if own_box:  # a run notebook executed by hand: a simulated machine of its own, gone when the run is
         box = sim.new_box()

@@ -63,6 +63,5 @@ def observations(directory: rundir.RunDir, runs: list[Run]) -> list[search.Obser
 def record_probes(directory: rundir.RunDir, runs: list[Run]) -> None:
     """The manifest lists every probe before it is launched: its run, stratum, value and why it was chosen."""
     manifest = directory.manifest()
-    rundir.update_json(directory.manifest_file, {
-        "run_ids": manifest["run_ids"] + [r.run_id for r in runs],
-        "runs": manifest["runs"] + [r.manifest_entry() for r in runs]})
+    directory.update_manifest(run_ids=manifest.run_ids + [r.run_id for r in runs],
+                              runs=manifest.runs + [r.manifest_entry() for r in runs])
