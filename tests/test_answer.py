@@ -35,3 +35,16 @@ def test_a_question_about_nothing_measured_gets_no_answer_section():
     disagreeing = [dataclasses.replace(effects[0], signs_disagree=True)]
     assert answer.markdown("How much memory does a=2 take?", disagreeing, {"a": "1"}) == "", \
         "an effect whose sign differs between strata is not summed up in one line"
+
+
+def test_an_effect_over_several_strata_gives_each_strata_means_not_a_mean_no_run_was_near():
+    """graphs=eager vs cuda in the real vLLM example: 1.4 vs 1.5 GiB at utilization 0.004 and 43.1 vs 43.3 GiB at
+    0.3; the mean of those means (22 GiB) is no run's value and must not be shown as one."""
+    strata = [{"stratum": "u=0.004", "n": 3, "baseline_n": 3, "mean": 1440.0, "baseline_mean": 1536.0, "diff": -96.0},
+              {"stratum": "u=0.3", "n": 3, "baseline_n": 3, "mean": 44134.0, "baseline_mean": 44237.0, "diff": -103.0}]
+    effect = Effect(factor="graphs", level="eager", metric="peak_mem_used_mib", mean=22787.0, baseline_mean=22886.5,
+                    diff=-99.5, ratio=0.996, n=6, baseline_n=6, strata=["u=0.004", "u=0.3"], stratum_diffs=strata)
+    said = answer.markdown("How much GPU memory does graphs take?", [effect], {"graphs": "cuda"})
+    assert "`graphs=eager` vs `graphs=cuda`: 1.4 GiB vs 1.5 GiB at u=0.004; 43.1 GiB vs 43.2 GiB at u=0.3 " \
+           "(-0.1 GiB on average; n=6 vs 6" in said
+    assert "22." not in said and "×" not in said

@@ -481,6 +481,7 @@ def _matched(table: pd.DataFrame, factor: str, level: str, base: str, others: li
             "baseline_values": [float(v) for v in base_values] if len(base_values) == 1 else None,
             "strata": [_label(h) for h, _, _ in used],
             "stratum_diffs": [{"stratum": _label(h), "n": int(len(t)), "baseline_n": int(len(c)),
+                               "mean": float(t.mean()), "baseline_mean": float(c.mean()),
                                "diff": float(t.mean() - c.mean())} for h, t, c in used],
             "signs_disagree": any(d > 0 for d in diffs) and any(d < 0 for d in diffs)}
 

@@ -49,6 +49,13 @@ def answer_lines(question: str | None, effects: list[Effect], baseline_levels: d
             ci = (f"; 95 % CI {diff(e.ci_low)} to {diff(e.ci_high)}" if e.ci_low is not None and e.ci_high is not None
                   else "; single runs, no interval" if min(e.n, e.baseline_n or 0) < 2 else "")
             level, baseline = md_code(f"{e.factor}={e.level}"), md_code(f"{e.factor}={base}")
+            per = [s for s in e.stratum_diffs or [] if s.get("mean") is not None]
+            if len(per) > 1:  # the mean of the strata's means is no run's value: each stratum's, then the difference
+                means = "; ".join(f"{value(s['mean'])} vs {value(s['baseline_mean'])} at {md(s['stratum'])}"
+                                  for s in per)
+                lines.append(f"- {label}: {level} vs {baseline}: {means} ({diff(e.diff)} on average; "
+                             f"n={e.n} vs {e.baseline_n}{ci})")
+                continue
             lines.append(f"- {label}: {level} {value(e.mean)} vs {baseline} {value(e.baseline_mean)} "
                          f"({diff(e.diff)}{ratio}; n={e.n} vs {e.baseline_n}{ci}{where})")
     return lines
@@ -59,4 +66,5 @@ def markdown(question: str | None, effects: list[Effect], baseline_levels: dict[
     if not lines:
         return ""
     return ("**What the question asks, as measured** (means of the valid runs, each level against the baseline's "
-            "in the same stratum):\n\n" + "\n".join(lines))
+            "in the same stratum, stratum by stratum where the other factors take several levels):\n\n"
+            + "\n".join(lines))

@@ -155,6 +155,9 @@ class Effect:
     pairs: int | None = None
     values: list[float] | None = None  # n = 1: the single value, and no interval
     baseline_values: list[float] | None = None
+    # each stratum's means and difference ({stratum, n, baseline_n, mean, baseline_mean, diff}); `mean` and
+    # `baseline_mean` above are their unweighted means, which no run need be near when the strata differ
+    stratum_diffs: list[dict] | None = None
 
     @classmethod
     def from_analysis(cls, effect: dict) -> Effect:
