@@ -73,14 +73,23 @@ def test_kit_errors_are_not_observations():
     assert found.iloc[0]["state"] == "no_observation" and "02, 03" in found.iloc[0]["note"]
 
 
-def test_an_unfinished_search_says_so_with_its_probes_and_prediction_not_an_empty_dash():
-    """The real vLLM search that ran out of GPU time (examples/h200-vllm-threshold): both strata still searching."""
+def test_an_unfinished_search_says_so_with_its_probes_and_prediction_not_an_empty_dash(tmp_path):
+    """The real vLLM search (examples/h200-vllm-threshold) as it stood before its last round: the bisection probes at
+    0.006 planned but never run (the batch stopped when the GPU time ran out, as it once did)."""
     import json
+    import shutil
 
     from conftest import ROOT
+    from launchlab import frames, params, reportmd
 
-    [path] = ROOT.glob("examples/h200-vllm-threshold/*/verdict.json")
-    text = thresholds.markdown(json.loads(path.read_text())["thresholds"])
+    [example] = ROOT.glob("examples/h200-vllm-threshold/2*")
+    run_dir = tmp_path / example.name
+    shutil.copytree(example, run_dir)
+    for folder in run_dir.glob("runs/0[56]_*"):  # the manifest still lists them: planned, not run
+        shutil.rmtree(folder)
+    frames.write(run_dir, frames.build(run_dir, params.load(run_dir / "experiment.yaml")))
+    reportmd.write_verdict(run_dir)
+    text = thresholds.markdown(json.loads((run_dir / "verdict.json").read_text())["thresholds"])
     lines = [line for line in text.splitlines() if "searching" in line]
     assert len(lines) == 2 and not any(line.rstrip().endswith("—") for line in lines), text
     assert all("the batch stopped before the search ended" in line and "predict the break-even at 0.0052" in line
