@@ -89,7 +89,7 @@ def test_the_report_reads_only_the_telemetry_columns_it_uses_and_those_a_directo
                            samples.drop(columns=["gpu_index"]))  # as if an older directory lacked one
     (tmp_path / "manifest.json").write_text("{}")
     frames.write(tmp_path, tables)
-    loaded = frames.load(tmp_path, telemetry_columns=report.TELEMETRY_COLUMNS).telemetry
+    loaded = frames.load(tmp_path, telemetry_columns=report.SUMMARY_TELEMETRY_COLUMNS).telemetry
     assert list(loaded.columns) == ["run_id", "t_s", "node", "mem_used_mib", "mem_total_mib"]
     assert loaded["mem_used_mib"].max() == samples["mem_used_mib"].max()
     assert "util_gpu_pct" in frames.load(tmp_path).telemetry  # everything, unless asked for less

@@ -14,7 +14,6 @@ t_s is seconds since the server was started, on the host's clock (the clock of i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -36,11 +35,6 @@ class Frames:
     telemetry: pd.DataFrame
 
 
-def _started(record: records.RunRecord) -> datetime | None:
-    value = record.server_started_at
-    return datetime.fromisoformat(value[:26]) if value else None
-
-
 def build(run_dir: Path, exp: params.Experiment) -> Frames:
     """Frames from every run folder that finished (status.json with state "done"), in plan order."""
     directory = rundir.RunDir(run_dir)
@@ -55,7 +49,7 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         record = status.record
         row = {**record.row(), **{f: record.levels.get(f) for f in factors}}
         run_rows.append(row)
-        t0 = _started(record)
+        t0 = record.started
         summary: dict | None = None
         peaks: list[float] = []
         for node in range(max(1, len(record.nodes or []))):

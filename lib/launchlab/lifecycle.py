@@ -49,7 +49,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
             gpus: list[int] | None = None) -> RunRecord:
     """Run one planned run on its host (a Host) or its nodes (a dict of the run's hosts by name), optionally
     on a slot of the host's GPUs only."""
-    hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
+    hosts = nodes.by_name(hosts)
     folder = rundir.RunDir(run_dir).run(run.run_id)
     folder.path.mkdir(parents=True, exist_ok=True)
     _refuse_a_second_attempt(folder)
@@ -57,7 +57,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     record = RunRecord(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
                        simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts), gpus=gpus,
                        warmup=run.warmup)
-    progress = _Progress(folder, record)
+    progress = _StatusWriter(folder, record)
     outcome: Outcome | None = None
     looks: list | None = None  # the looks at the GPUs during the run (gpustate.py); None until the server starts
     try:
@@ -109,7 +109,7 @@ def finish(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFold
         _write_final(folder, record, run_nodes)
 
 
-class _Progress:
+class _StatusWriter:
     """Keeps status.json current with the run's state (what `launchlab run` prints and the notebook shows)."""
 
     def __init__(self, folder: rundir.RunFolder, record: RunRecord):

@@ -15,6 +15,11 @@ from launchlab.records import Run
 KIT_STOPS = ("TERM", "KILL")  # what Host.kill_group sent when the group was alive ("gone": it was not)
 
 
+def by_name(hosts: Host | dict[str, Host]) -> dict[str, Host]:
+    """The hosts of a run by name: a run on one host may be given that host alone."""
+    return hosts if isinstance(hosts, dict) else {hosts.name: hosts}
+
+
 @dataclass
 class Node:
     """One host of a run."""

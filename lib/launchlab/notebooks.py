@@ -29,7 +29,7 @@ def notebooks_dir() -> Path:
     return workspace.notebook_templates()
 
 
-class _Progress(threading.Thread):
+class _StatePrinter(threading.Thread):
     """Prints a line whenever the run's state changes (from the status.json the lifecycle keeps current)."""
 
     def __init__(self, label: str, folder: rundir.RunFolder, say: Say):
@@ -92,7 +92,7 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
     folder.path.mkdir(parents=True, exist_ok=True)
     folder.archive_attempt()  # a repeated run (--resume) keeps the earlier attempt's raw files
     label = run_label(run, total) + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
-    progress = _Progress(label, folder, say)
+    progress = _StatePrinter(label, folder, say)
     progress.start()
     problem = None
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
@@ -128,6 +129,11 @@ class RunRecord:
 
     def row(self) -> dict:
         return {c: getattr(self, c) for c in self.ROW}
+
+    @property
+    def started(self) -> datetime | None:
+        """When the server was started, on the host's clock (what telemetry's t_s counts from); None: not known."""
+        return datetime.fromisoformat(self.server_started_at[:26]) if self.server_started_at else None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ def stop_recorded(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host |
                   ) -> dict[tuple[int, int], str]:
     """Stop every process group a run recorded (used when its notebook cannot be trusted to do it); returns how
     each was stopped, by (node rank, pgid), for `recover` to record (its own look finds them gone)."""
-    hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
+    hosts = nodes.by_name(hosts)
     stopped = {}
     for node in nodes.recorded(exp, run, run_dir, hosts):
         for ref in node.refs:
@@ -33,7 +33,7 @@ def recover(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     `stopped`: the groups the kit stopped already (stop_recorded), so the record says the kit stopped them rather
     than that they had exited by themselves. `reason`: the record's failure_reason (`interrupted` for a batch
     stopped by Ctrl-C or a signal)."""
-    hosts = hosts if isinstance(hosts, dict) else {hosts.name: hosts}
+    hosts = nodes.by_name(hosts)
     folder = rundir.RunDir(run_dir).run(run.run_id)
     run_nodes = nodes.recorded(exp, run, run_dir, hosts)
     for node in run_nodes:

@@ -32,8 +32,8 @@ from launchlab import (
 from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_code
 from launchlab.logparse.kinds import KINDS
-from launchlab.reporttables import effects_in_gib, in_gib, log_tail, plain, show, styled
-from launchlab.verdictrecord import Verdict
+from launchlab.reporttables import effects_in_gib, in_gib, log_tail, show, styled
+from launchlab.verdictrecord import Verdict, plain
 
 IMPORTED_NOTE = ("IMPORTED runs: made by hand and brought in with `launchlab import`. The kit did not watch "
                  "them — preflight GPU state, installed files and package versions, environment and startup time are "
@@ -427,7 +427,7 @@ class Report:
 
 # the telemetry columns the report reads: a 200-run directory has millions of samples, and their GPU UUIDs alone
 # took hundreds of MB and seconds to read (bench/report_scale.py); frames.load(run_dir) reads them all
-TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "mem_used_mib", "mem_total_mib"]
+SUMMARY_TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "mem_used_mib", "mem_total_mib"]
 
 
 def load(run_dir: str | Path = "") -> Report:
@@ -436,7 +436,7 @@ def load(run_dir: str | Path = "") -> Report:
     path = directory.path
     exp = params.load(directory.experiment_file)
     try:
-        tables = frames.load(path, telemetry_columns=TELEMETRY_COLUMNS)
+        tables = frames.load(path, telemetry_columns=SUMMARY_TELEMETRY_COLUMNS)
     except RunDirError:  # a run notebook's own folder, or a batch still running: read what the runs left
         tables = frames.build(path, exp)
     return Report(path, exp, directory.manifest(), tables)

@@ -15,17 +15,6 @@ from pandas.io.formats.style import Styler
 from launchlab.escaping import html_text, md
 
 
-def plain(value):
-    """A value JSON can hold (NaN → None, numpy scalars → Python)."""
-    if value is None:
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
 def figure_svg(fig) -> str:
     """A figure as SVG whose text stays text (not outlines), so the page lays it out and a browser test can measure
     where each label lands; closed afterwards so the inline backend does not show it a second time."""

@@ -10,7 +10,6 @@ import dataclasses
 import shutil
 import sys
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from launchlab import hosts, lifecycle, liveprogress, params, records, rundir, telemetry
@@ -118,18 +117,13 @@ def gpu_trace(run_dir: str | Path, run_id: str, draw: bool = True):
     from launchlab import plots
 
     record = status.record
-    samples = telemetry.tidy(telemetry.read_query_csv(folder.samples()), run_id, _started(record))
+    samples = telemetry.tidy(telemetry.read_query_csv(folder.samples()), run_id, record.started)
     if samples.empty:
         print(f"No GPU trace: {folder.samples()} holds no sample.")
         return None
     runs = pd.DataFrame([{"run_id": run_id, "variant": record.variant, "repetition": record.repetition,
                           "status": record.status}])
     return plots.memory_timeline(samples, runs, simulated=record.simulated)
-
-
-def _started(record: RunRecord) -> datetime | None:
-    """When the server was started, on the host's clock (what telemetry.parquet's t_s counts from)."""
-    return datetime.fromisoformat(record.server_started_at[:26]) if record.server_started_at else None
 
 
 def rank_table(run_dir: str | Path, run_id: str) -> Table:

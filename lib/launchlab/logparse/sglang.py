@@ -31,8 +31,8 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
-from launchlab.logparse.frames import Attribution
 from launchlab.logparse.serverkind import BreakEven, ServerKind
+from launchlab.logparse.tracebacks import Attribution
 
 ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weight", "KV Cache", "Memory pool",
            "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",

@@ -33,8 +33,8 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
-from launchlab.logparse.frames import Attribution, method_phase
 from launchlab.logparse.serverkind import BreakEven, ServerKind
+from launchlab.logparse.tracebacks import Attribution, method_phase
 
 BLOCK_SIZE = 16  # vLLM's default tokens per KV block
 ANCHORS = ("Loading model weights", "Model loading took", "Starting to load model", "KV cache", "KV Cache",
