@@ -44,3 +44,23 @@ def test_the_check_finds_a_server_flag_in_a_module_outside_the_kinds(tmp_path):
     module.write_text('"""Cites --disable-custom-all-reduce in its docstring."""\nFLAG = "--disable-custom-all-reduce"\n'
                       'HELP = "e.g. --mem-fraction-static"\n')
     assert {f for s in code_strings(module) for f in FLAG.findall(s) if f == s} == {"--disable-custom-all-reduce"}
+
+
+def test_what_a_log_states_of_its_software_is_read_as_its_kind_says_not_from_patterns_of_all_kinds(tmp_path):
+    """logfacts.py reads versions, install paths and the launch's shape through ServerKind.log_facts (issue 26):
+    its code names no server, and a vLLM-only fact (the engine generation) comes from that kind's parser."""
+    from launchlab import logfacts
+    from launchlab.logparse import KINDS, parse_file
+
+    servers = re.compile(r"vllm|sglang|transformers", re.I)
+    assert [s for s in code_strings(LIB / "logfacts.py") if servers.search(s)] == []
+    assert logfacts.LABELS["engine"] == KINDS["vllm"].log_facts.labels["engine"]
+    log = tmp_path / "server.log"
+    log.write_text("(EngineCore pid=7) INFO 12-01 08:03:20 [core.py:94] Initializing a V1 LLM engine (v0.26.0) with "
+                   "config: model='m'\n(APIServer pid=6) File \"/x/lib/python3.12/site-packages/vllm/cli.py\"\n")
+    parsed = parse_file(log, server="vllm")
+    assert parsed.facts == {"engine": "v1"}
+    facts = logfacts.read(log, parsed)
+    assert (facts["server_version"], facts["engine"], facts["python"]) == ("0.26.0", "v1", "3.12")
+    log.write_text(log.read_text().replace("vllm/", "sglang/"))  # another kind's install path states nothing here
+    assert "python" not in logfacts.read(log, parse_file(log, server="vllm"))

@@ -183,7 +183,7 @@ def test_vllm_process_ids_routes_url_and_dead_workers_are_kept():
     assert parsed.rank_pids == {"1": 124}
     assert parsed.http_url == "http://0.0.0.0:8000" and parsed.routes == ["/health"]
     assert [(d.name, d.pid, d.exit_code) for d in parsed.worker_deaths] == [("VllmWorker-1", None, -9)]
-    assert parsed.engine == "v1"
+    assert parsed.facts.get("engine") == "v1"
 
 
 def test_nccl_version_is_read_from_the_server_line_or_from_nccl_itself():

@@ -306,7 +306,7 @@ CHECKS: dict[str, Callable[[Case, Any], None]] = {
     "min_weights_begin_avail": check_min_weights_begin_avail,
     "tp": check_tp,
     "dp": check_dp,
-    "engine": lambda case, want: assert_equal(case.parsed.engine, want),
+    "engine": lambda case, want: assert_equal(case.parsed.facts.get("engine"), want),
     "nccl_version": lambda case, want: assert_equal(case.data["nccl_version"], want),
     "custom_ar": check_custom_ar,
     "mem_fraction_static_auto": lambda case, want: assert_equal(float(case.data["adjusted_args"]["mem_fraction_static"]),

@@ -85,7 +85,7 @@ def test_vllm_non_default_args_dict_is_read_with_values_as_printed():
         "enforce_eager": "True", "gpu_memory_utilization": "0.9", "tensor_parallel_size": "2",
         "disable_custom_all_reduce": "True", "compilation_config": '{"level": 0, "cudagraph_capture_sizes": [1, 2]}',
         "served_model_name": "['qwen, the small one']", "kv_cache_memory_bytes": "None"}
-    assert parsed.engine == "v1" and parsed.pids == {"api_server": 3413524}
+    assert parsed.facts.get("engine") == "v1" and parsed.pids == {"api_server": 3413524}
 
 
 def test_vllm_namespace_and_engine_config_lines_are_read_and_the_config_wins():
@@ -107,7 +107,7 @@ def test_vllm_namespace_and_engine_config_lines_are_read_and_the_config_wins():
     assert args["tokenizer_mode"] == "auto" and args["device_config"] == "cuda"
     assert args["decoding_config"] == "DecodingConfig(guided_decoding_backend='xgrammar')"
     assert args["compilation_config"] == '{"splitting_ops":[],"compile_sizes":[],"max_capture_size":256}'
-    assert parsed.engine == "v0"
+    assert parsed.facts.get("engine") == "v0"
     assert parsed.custom_ar == {}
 
 

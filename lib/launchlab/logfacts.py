@@ -15,53 +15,53 @@ from pathlib import Path
 
 from launchlab.logparse import ParsedLog
 from launchlab.logparse.common import open_lines
+from launchlab.logparse.kinds import KINDS
+from launchlab.logparse.serverkind import LogFacts
 
 HEAD_LINES = 20_000  # versions, arguments and install paths are printed at startup (or in the first traceback)
-
-# vLLM: "vLLM API server version 0.7.3", "Initializing a V1 LLM engine (v0.8.5) with config", "vLLM version 0.9";
-# SGLang: "sglang==0.5.6" (pip freeze / env dumps), "SGLang version 0.5.8"
-_VERSION = re.compile(r"vLLM API server version (?P<a>v?\d+\.\d+[\w.+-]*)"
-                      r"|Initializing an? (?:V1 )?LLM engine \(v(?P<b>\d+\.\d+[\w.+-]*)\)"
-                      r"|\b(?:vLLM|SGLang|sglang) version:? v?(?P<c>\d+\.\d+[\w.+-]*)"
-                      r"|\b(?:sglang|vllm)==(?P<d>\d+\.\d+[\w.+-]*)")
-_PYTHON = re.compile(r"/lib/python(\d+\.\d+)/site-packages/(?:sglang|vllm)/")
-# the arguments that name the launch's shape, under SGLang's and vLLM's spellings
-_MODEL = ("model_path", "model")
-_TP = ("tp_size", "tensor_parallel_size")
-_DP = ("dp_size", "data_parallel_size")
 # a GPU's total memory as the log prints it (vLLM's memory profiling line, PyTorch's OOM message)
 _GPU_TOTAL = ("total_gpu_gib", "oom_total_gib")
 
 
-def _arg(args: dict[str, str], names: tuple[str, ...]) -> str | None:
-    for name in names:
-        if args.get(name) not in (None, "", "None"):
-            return str(args[name]).strip("'\"")
-    return None
+def _arg(args: dict[str, str], name: str | None) -> str | None:
+    if name is None or args.get(name) in (None, "", "None"):
+        return None
+    return str(args[name]).strip("'\"")
 
 
 def read(path: str | Path, parsed: ParsedLog) -> dict:
-    """The facts of one server log ({name: value}; a fact the log does not state is left out)."""
+    """The facts of one server log ({name: value}; a fact the log does not state is left out), read as its kind
+    says (ServerKind.log_facts): a kind that names no version line or package states none."""
+    kind = KINDS[parsed.server].log_facts if parsed.server in KINDS else LogFacts()
     found: dict[str, str] = {"server": parsed.server}
-    version = python = None
-    with closing(open_lines(path)) as lines:
-        for n, line in enumerate(lines):
-            if n >= HEAD_LINES or (version and python):
-                break
-            if version is None and (m := _VERSION.search(line)):
-                version = next(g for g in m.groups() if g).lstrip("v")
-            if python is None and (m := _PYTHON.search(line)):
-                python = m.group(1)
+    version, python = _head_facts(path, kind)
     totals = {f"{v:.2f}" for fields in parsed.ranks.values() for k, v in fields.items() if k in _GPU_TOTAL}
     values = {"gpu_total_gib": ", ".join(sorted(totals)) or None,
-              "server_version": version, "engine": parsed.engine, "nccl_version": parsed.nccl_version,
-              "model": _arg(parsed.args, _MODEL), "tp_size": _arg(parsed.args, _TP), "dp_size": _arg(parsed.args, _DP),
-              "python": python}
+              "server_version": version, **parsed.facts, "nccl_version": parsed.nccl_version,
+              "model": _arg(parsed.args, kind.model), "tp_size": _arg(parsed.args, kind.tp_size),
+              "dp_size": _arg(parsed.args, kind.dp_size), "python": python}
     found.update({k: v for k, v in values.items() if v is not None})
     return found
 
 
-# how each fact is named in a confound
-LABELS = {"server": "server kind", "server_version": "server version", "engine": "vLLM engine generation",
+def _head_facts(path: str | Path, kind: LogFacts) -> tuple[str | None, str | None]:
+    """The version the log's first lines state, and the Python its install path names."""
+    install = re.compile(rf"/lib/python(\d+\.\d+)/site-packages/{re.escape(kind.package)}/") if kind.package else None
+    version = python = None
+    with closing(open_lines(path)) as lines:
+        for n, line in enumerate(lines):
+            if n >= HEAD_LINES or ((version or not kind.version) and (python or not install)):
+                break
+            if version is None and kind.version and (m := kind.version.search(line)):
+                version = next(g for g in m.groups() if g).lstrip("v")
+            if python is None and install and (m := install.search(line)):
+                python = m.group(1)
+    return version, python
+
+
+# how each fact is named in a confound (and each kind's own facts, ServerKind.log_facts.labels)
+LABELS = {"server": "server kind", "server_version": "server version",
+          **{k: v for kind in KINDS.values() for k, v in kind.log_facts.labels.items()},
           "nccl_version": "NCCL version", "model": "model", "tp_size": "TP size", "dp_size": "DP size",
           "python": "Python of the server's install", "gpu_total_gib": "GPU memory total in GiB"}
+

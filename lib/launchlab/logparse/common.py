@@ -106,7 +106,7 @@ class ParsedLog:
     args: dict[str, str] = field(default_factory=dict)
     adjusted_args: dict[str, str] = field(default_factory=dict)
     nccl_version: str | None = None
-    engine: str | None = None  # vLLM only: "v0" or "v1"
+    facts: dict[str, str] = field(default_factory=dict)  # what only this kind states (vLLM: engine "v0"/"v1")
     rank_info: dict[str, dict[str, str]] = field(default_factory=dict)
     rank_pids: dict[str, int] = field(default_factory=dict)
     dp_ranks: set[str] = field(default_factory=set)

@@ -46,6 +46,26 @@ class BreakEven:
 
 
 @dataclass(frozen=True)
+class LogFacts:
+    """What a kind's log states about its software and the launch's shape (logfacts.py reads these).
+
+    version   matches a line that states the server's version; its first group that matched is the version
+    package   the server's Python package: `/lib/pythonX.Y/site-packages/<package>/` in a path names the install's
+              Python
+    model, tp_size, dp_size   the arguments (ParsedLog.args) that name the model and the parallel sizes
+    labels    facts only this kind's parser states (ParsedLog.facts: vLLM's engine generation), as a confound
+              names them
+    """
+
+    version: re.Pattern[str] | None = None
+    package: str | None = None
+    model: str | None = None
+    tp_size: str | None = None
+    dp_size: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ServerKind:
     """Everything the kit knows about one kind of inference server.
 
@@ -67,6 +87,7 @@ class ServerKind:
                     custom all-reduce, and each level is checked against the state its log gives). None: none
     arg_aliases     a flag (without its dashes) → the argument the server records it under, where that is not the
                     flag's own name with `_` for `-` (SGLang's `tp` → `tp_size`): the level checks look it up there
+    log_facts       what its log states about its version, install and launch shape (LogFacts)
     """
 
     name: str
@@ -79,6 +100,7 @@ class ServerKind:
     break_even: BreakEven | None = None
     custom_ar_off: str | None = None
     arg_aliases: dict[str, str] = field(default_factory=dict)
+    log_facts: LogFacts = field(default_factory=LogFacts)
 
     def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
         """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""

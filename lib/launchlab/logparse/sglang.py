@@ -31,7 +31,7 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
-from launchlab.logparse.serverkind import BreakEven, ServerKind
+from launchlab.logparse.serverkind import BreakEven, LogFacts, ServerKind
 from launchlab.logparse.tracebacks import Attribution
 
 ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weight", "KV Cache", "Memory pool",
@@ -315,4 +315,7 @@ KIND = ServerKind(
     custom_ar_off="--disable-custom-all-reduce",
     arg_aliases={"tp": "tp_size", "tp-size": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size",
                  "model": "model_path"},
+    # "sglang==0.5.6" (pip freeze, env dumps), "SGLang version 0.5.8"
+    log_facts=LogFacts(version=re.compile(r"\b(?:SGLang|sglang) version:? v?(\d+\.\d+[\w.+-]*)|\bsglang==(\d+\.\d+[\w.+-]*)"),
+                       package="sglang", model="model_path", tp_size="tp_size", dp_size="dp_size"),
 )

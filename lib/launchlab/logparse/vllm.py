@@ -33,7 +33,7 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
-from launchlab.logparse.serverkind import BreakEven, ServerKind
+from launchlab.logparse.serverkind import BreakEven, LogFacts, ServerKind
 from launchlab.logparse.tracebacks import Attribution, method_phase
 
 BLOCK_SIZE = 16  # vLLM's default tokens per KV block
@@ -182,7 +182,7 @@ class VLLMParser:
             return
         t = _timestamp(m["md"], m["hms"])
         if m["file"].startswith("v1/"):
-            self.log.engine = "v1"
+            self.log.facts["engine"] = "v1"
         self._message(number, m["msg"], t, rank, m["lvl"])
 
     def _process(self, tag: re.Match, rank: str) -> None:
@@ -193,22 +193,22 @@ class VLLMParser:
         for prefix, role in _ROLES.items():
             if proc.startswith(prefix):
                 log.pids.setdefault(role, int(tag["pid"]))
-                log.engine = "v1"
+                log.facts["engine"] = "v1"
                 return
         if proc.startswith(_WORKERS):
             log.rank_pids.setdefault(rank, int(tag["pid"]))
             if proc.startswith("VllmWorkerProcess"):
-                log.engine = log.engine or "v0"
+                log.facts.setdefault("engine", "v0")
             elif not proc.startswith("RayWorker"):
-                log.engine = "v1"
+                log.facts["engine"] = "v1"
 
     def _engine(self, text: str) -> None:
-        if self.log.engine != "v1" and ("ngine" in text or "/vllm/" in text or "blocks" in text or "KV cache" in text
+        if self.log.facts.get("engine") != "v1" and ("ngine" in text or "/vllm/" in text or "blocks" in text or "KV cache" in text
                                         or "Worker" in text or "vLLM instance" in text):
             if _V1.search(text):
-                self.log.engine = "v1"
-            elif self.log.engine is None and _V0.search(text):
-                self.log.engine = "v0"
+                self.log.facts["engine"] = "v1"
+            elif self.log.facts.get("engine") is None and _V0.search(text):
+                self.log.facts["engine"] = "v0"
 
     def _rejoin(self, pending: tuple[int, str, datetime | None, str], text: str) -> bool:
         """A statement the terminal wrapped ("GPU KV cache size: 532,032" / "tokens"): parsed whole, at its first line."""
@@ -397,4 +397,10 @@ KIND = ServerKind(
                          formula="(weights + non-torch + activation peak) / total"),
     custom_ar_off="--disable-custom-all-reduce",
     arg_aliases={"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"},
+    # "vLLM API server version 0.7.3", "Initializing a V1 LLM engine (v0.8.5) with config", "vLLM version 0.9"
+    log_facts=LogFacts(version=re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+-]*)"
+                                          r"|Initializing an? (?:V1 )?LLM engine \(v(\d+\.\d+[\w.+-]*)\)"
+                                          r"|\bvLLM version:? v?(\d+\.\d+[\w.+-]*)|\bvllm==(\d+\.\d+[\w.+-]*)"),
+                       package="vllm", model="model", tp_size="tensor_parallel_size", dp_size="data_parallel_size",
+                       labels={"engine": "vLLM engine generation"}),
 )
