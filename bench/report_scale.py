@@ -131,7 +131,7 @@ def write_run(folder: rundir.RunFolder, run, started: datetime, samples: int, rn
 def build(root: Path, runs: int, minutes: float) -> Path:
     exp, plan = batch.planned(PARAMS, repetitions=max(1, runs // 4))
     plan = plan[:runs]
-    run_dir, _ = batch._open_run_dir(exp, plan, PARAMS, root, None)  # the batch's manifest and experiment.yaml
+    run_dir, _ = batch._open_run_dir(exp, plan, PARAMS, root, resume=None)  # the batch's manifest and experiment.yaml
     rng = random.Random(12)
     start = datetime(2026, 11, 30, 9, 0, 0)
     samples = int(minutes * 60 / INTERVAL_S)

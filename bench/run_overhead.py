@@ -82,7 +82,7 @@ def main() -> int:
     digest = params.digest(PARAMS)
     try:
         # the run directory and simulated box a batch makes (batch.run_batch), without its locks and report
-        run_dir, _ = batch._open_run_dir(exp, plan, PARAMS, work / "outputs", None, box)
+        run_dir, _ = batch._open_run_dir(exp, plan, PARAMS, work / "outputs", resume=None, box=box)
         rundir.update_json(rundir.RunDir(run_dir).manifest_file, {"sim_box": str(box)})
         connected = {name: hosts.connect(name, exp.hosts[name], sim_box=box) for name in exp.host_names}
         floor_nb = floor_notebook(work)
@@ -111,8 +111,8 @@ def main() -> int:
             tic, done = time.perf_counter(), []
             with kernels.RunKernels(notebooks.notebooks_dir()) as pool:  # as a batch worker does (batch._run_all)
                 for run in itertools.islice(runs, args.block):
-                    notebooks.run_notebook(exp, run, run_dir, connected, len(plan), lambda line: None, PARAMS,
-                                           pool=pool if pooled else None)
+                    notebooks.run_notebook(exp, run, run_dir, connected, total=len(plan), say=lambda line: None,
+                                           params_file=PARAMS, pool=pool if pooled else None)
                     done.append(run)
             return (time.perf_counter() - tic) / args.block, done
 

@@ -26,11 +26,11 @@ def test_a_leftover_is_stopped_only_when_the_confirm_callback_says_yes(tmp_path,
     try:
         asked: list[str] = []
         with pytest.raises(HostError, match="--stop-leftovers"):
-            batch._handle_leftovers(host, False, print, "this-batch", lambda q: asked.append(q) or False)
+            batch._handle_leftovers(host, False, print, "this-batch", confirm=lambda q: asked.append(q) or False)
         assert len(asked) == 1 and "old-run" in asked[0] and asked[0].endswith("Stop them? [y/N] ")
         assert host.group_alive(pgid)
         said: list[str] = []
-        batch._handle_leftovers(host, False, said.append, "this-batch", lambda q: True)
+        batch._handle_leftovers(host, False, said.append, "this-batch", confirm=lambda q: True)
         assert not host.group_alive(pgid) and "stopped leftover process group" in said[0]
     finally:
         host.kill_group(pgid, 1)
@@ -43,8 +43,8 @@ def test_without_a_callback_the_library_refuses_and_never_reads_the_terminal(tmp
     monkeypatch.setattr(builtins, "input", lambda *a: pytest.fail("the library asked on the terminal"))
     try:
         with pytest.raises(HostError, match="Nothing was launched"):
-            batch._handle_leftovers(host, False, print, "this-batch", None)
-        batch._handle_leftovers(host, True, print, "this-batch", None)  # --stop-leftovers needs no question
+            batch._handle_leftovers(host, False, print, "this-batch", confirm=None)
+        batch._handle_leftovers(host, True, print, "this-batch", confirm=None)  # --stop-leftovers needs no question
         assert not host.group_alive(pgid)
     finally:
         host.kill_group(pgid, 1)

@@ -82,7 +82,7 @@ def test_a_vllm_search_predicts_in_gpu_memory_utilization_and_a_search_of_anothe
     planned = [{"run_id": r, "stratum": "s", "levels": {"gpu_memory_utilization": v}} for r, v, _ in probes]
     found = thresholds.table(bounds, ["s"], pd.DataFrame([{"run_id": r, "status": st, "gpu_memory_utilization": v}
                                                           for r, v, st in probes]), planned,
-                             "gpu_memory_utilization", per_run)
+                             factor="gpu_memory_utilization", budget=per_run)
     row = found.iloc[0]
     assert (row["state"], row["interval_low"], row["interval_high"]) == ("converged", 0.004, 0.006)
     # the mean of the two runs with a profile (g and e): (0.79 + 0.73) / 2 / 139.8
@@ -91,5 +91,5 @@ def test_a_vllm_search_predicts_in_gpu_memory_utilization_and_a_search_of_anothe
     other = thresholds.table(bounds, ["s"], pd.DataFrame([{"run_id": r, "status": st, "max_num_seqs": v}
                                                           for r, v, st in probes]),
                              [{**p, "levels": {"max_num_seqs": p["levels"]["gpu_memory_utilization"]}}
-                              for p in planned], "max_num_seqs", per_run)
+                              for p in planned], factor="max_num_seqs", budget=per_run)
     assert other.iloc[0]["predicted_break_even"] is None

@@ -27,8 +27,8 @@ STEADY = [("01", "off", "0.70", "failed"), ("02", "off", "0.80", "ready"), ("03"
 
 def test_converged_strata_have_their_interval_and_the_prediction_next_to_it():
     runs, planned = probes(STEADY)
-    found = thresholds.table(BOUNDS, ["off", "on"], runs, planned, "mem_fraction_static",
-                             budget([("01", 0.7483, 93.54), ("02", 0.7485, 93.54), ("03", 0.7533, 92.92)]))
+    found = thresholds.table(BOUNDS, ["off", "on"], runs, planned, factor="mem_fraction_static",
+                             budget=budget([("01", 0.7483, 93.54), ("02", 0.7485, 93.54), ("03", 0.7533, 92.92)]))
     off, on = found.to_dict("records")
     assert (off["state"], off["interval_low"], off["interval_high"], off["probes"]) == ("converged", 0.74, 0.75, 5)
     assert off["predicted_break_even"] == 0.7484 and off["predicted_in_interval"] is True
@@ -44,8 +44,8 @@ def test_converged_strata_have_their_interval_and_the_prediction_next_to_it():
 
 def test_a_prediction_outside_the_interval_is_said_so():
     runs, planned = probes(STEADY)
-    found = thresholds.table(BOUNDS, ["off", "on"], runs, planned, "mem_fraction_static",
-                             budget([("01", 0.70, 93.5)]))
+    found = thresholds.table(BOUNDS, ["off", "on"], runs, planned, factor="mem_fraction_static",
+                             budget=budget([("01", 0.70, 93.5)]))
     assert bool(found.loc[0, "predicted_in_interval"]) is False
     text = thresholds.markdown({"flag": "--mem-fraction-static", "low": "0.70", "high": "0.80", "resolution": "0.01",
                                 "strata": found.to_dict("records"), "differences": []})
@@ -56,7 +56,7 @@ def test_a_noisy_stratum_claims_no_interval_and_names_its_runs_in_escaped_markdo
     rows = [("01", "a*b", "0.70", "failed"), ("02", "a*b", "0.80", "ready"), ("03", "a*b", "0.75", "ready"),
             ("04", "a*b", "0.75", "failed")]
     runs, planned = probes(rows)
-    found = thresholds.table(BOUNDS, ["a*b"], runs, planned, "mem_fraction_static", pd.DataFrame())
+    found = thresholds.table(BOUNDS, ["a*b"], runs, planned, factor="mem_fraction_static", budget=pd.DataFrame())
     row = found.iloc[0]
     assert row["state"] == "noisy" and row["interval_low"] is None and row["interval_high"] is None
     assert "03" in row["note"] and "04" in row["note"]
@@ -69,7 +69,7 @@ def test_a_noisy_stratum_claims_no_interval_and_names_its_runs_in_escaped_markdo
 def test_kit_errors_are_not_observations():
     rows = [("01", "s", "0.70", "failed"), ("02", "s", "0.80", "error"), ("03", "s", "0.80", "error")]
     runs, planned = probes(rows)
-    found = thresholds.table(BOUNDS, ["s"], runs, planned, "mem_fraction_static", pd.DataFrame())
+    found = thresholds.table(BOUNDS, ["s"], runs, planned, factor="mem_fraction_static", budget=pd.DataFrame())
     assert found.iloc[0]["state"] == "no_observation" and "02, 03" in found.iloc[0]["note"]
 
 

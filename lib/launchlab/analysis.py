@@ -201,7 +201,7 @@ def _comparisons(per: dict[str, dict], compared: list[str], reference: str | Non
 
 
 def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | None = None,
-           drop: set[str] = frozenset()) -> dict:
+           *, drop: set[str] = frozenset()) -> dict:
     """Whether changing only `factor` changes the share of ready runs, stratum by stratum.
 
     status: `decides` (in every stratum), `decides_in_some` (in some, not in others where it was compared),
@@ -402,7 +402,7 @@ def _pooled_sd(groups: list[pd.Series]) -> float | None:
 
 
 def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
-                   planned: list[dict] | None = None, drop: dict[str, set[str]] | None = None) -> list[dict]:
+                   *, planned: list[dict] | None = None, drop: dict[str, set[str]] | None = None) -> list[dict]:
     """For each factor level other than the baseline's and each metric: the level's valid runs against the
     valid runs at the baseline level, within each stratum (the other factors held at one combination) where
     both sides have a value. Per-stratum differences are combined by their unweighted mean; `mean` and
@@ -423,7 +423,7 @@ def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str],
             if level == baseline[factor]:
                 continue
             for metric in EFFECT_METRICS:
-                effect = _matched(mine, factor, level, baseline[factor], others, metric)
+                effect = _matched(mine, factor, level, baseline[factor], others=others, metric=metric)
                 if effect is not None:
                     effects.append(effect)
     return effects
@@ -450,7 +450,7 @@ def _by_repetition(table: pd.DataFrame, values: pd.Series, base: pd.Series) -> l
     return [(mine[r], theirs[r]) for r in sorted(mine.keys() & theirs.keys())]
 
 
-def _matched(table: pd.DataFrame, factor: str, level: str, base: str, others: list[str], metric: str) -> dict | None:
+def _matched(table: pd.DataFrame, factor: str, level: str, base: str, *, others: list[str], metric: str) -> dict | None:
     groups = table.groupby(others, sort=False) if others else [((), table)]
     used = []
     for key, group in groups:

@@ -107,7 +107,7 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
 
 
 def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
-              say: Say = notebooks.stderr, stop_leftovers: bool = False, wait: bool = False, only: tuple[str, ...] = (),
+              say: Say = notebooks.stderr, *, stop_leftovers: bool = False, wait: bool = False, only: tuple[str, ...] = (),
               repetitions: int | None = None, confirm: Confirm | None = None, html: bool = True) -> Path:
     """Run every planned run of a params file; return the run directory (with its summary.html, unless html is
     False: then verdict.json and report.md only).
@@ -123,8 +123,8 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
         # the batch's kernels (runs, summary) are forked from one server, whose imports overlap the checks below
         server = kernels.fork_server(notebooks.notebooks_dir())
         try:
-            run_dir = _run_batch(exp, plan, params_path, out_root, resume, say, stop_leftovers, wait, only,
-                                 repetitions, confirm, server)
+            run_dir = _run_batch(exp, plan, params_path, out_root, resume=resume, say=say, stop_leftovers=stop_leftovers,
+                                 wait=wait, only=only, repetitions=repetitions, confirm=confirm, server=server)
             notebooks.summarize(run_dir, say, html, server)
         finally:
             server.close()
@@ -132,7 +132,7 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
 
 
 def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path, out_root: Path | None,
-               resume: Path | None, say: Say, stop_leftovers: bool, wait: bool, only: tuple[str, ...],
+               *, resume: Path | None, say: Say, stop_leftovers: bool, wait: bool, only: tuple[str, ...],
                repetitions: int | None, confirm: Confirm | None, server: kernels.ForkServer) -> Path:
     """The batch up to its summary: hosts, run directory, locks, leftovers, patches, the runs (run_batch)."""
     box = sim.new_box() if any(exp.hosts[h].simulated for h in exp.host_names) else None
@@ -144,18 +144,18 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
             _check_reachable(host, exp.sampler.kind)
             _check_slots(host, exp.hosts[name].gpu_slots)
         fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
-        run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume, box)
+        run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume=resume, box=box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
         rundir.RunDir(run_dir).update_manifest(batch=owner.batch, sim_box=str(box) if box else None)
         try:
-            held = _lock_hosts(exp, connected, owner, wait, say)
+            held = _lock_hosts(exp, connected, owner, wait, say=say)
         except BaseException:
             _discard(run_dir if resume is None else None, fresh)
             raise
         with locks.Heartbeat(held):
             try:
                 for host in connected.values():
-                    _handle_leftovers(host, stop_leftovers, say, owner.batch, confirm)
+                    _handle_leftovers(host, stop_leftovers, say, owner.batch, confirm=confirm)
                 _check_patches(exp, connected)
             except BaseException:
                 _discard(run_dir if resume is None else None, fresh)
@@ -176,9 +176,11 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
             try:
                 if exp.search is not None:
                     searchbatch.run_search(exp, run_dir, say, lambda runs, total: _run_all(
-                        exp, runs, run_dir, connected, total, say, Path(params_path).resolve(), server))
+                        exp, runs, run_dir, connected, total=total, say=say, params_file=Path(params_path).resolve(),
+                        server=server))
                 else:
-                    _run_all(exp, todo, run_dir, connected, total, say, Path(params_path).resolve(), server)
+                    _run_all(exp, todo, run_dir, connected, total=total, say=say, params_file=Path(params_path).resolve(),
+                             server=server)
             except KeyboardInterrupt as exc:
                 say(f"launchlab: {interrupts.describe(exc)}; every process the runs in flight started was stopped "
                     f"by the kit. Continue with "
@@ -234,7 +236,7 @@ def _check_slots(host, slots: list[list[int]] | None) -> None:
                                        "was launched. Name GPUs the host has in `gpu_slots:`")
 
 
-def _lock_hosts(exp: params.Experiment, connected: dict, owner: locks.Owner, wait: bool, say: Say) -> list:
+def _lock_hosts(exp: params.Experiment, connected: dict, owner: locks.Owner, wait: bool, *, say: Say) -> list:
     """The lock of every GPU the batch uses on each host (all of a host's GPUs, or its slots' GPUs)."""
     held: list[locks.HostLock] = []
     try:
@@ -250,7 +252,7 @@ def _lock_hosts(exp: params.Experiment, connected: dict, owner: locks.Owner, wai
     return held
 
 
-def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, total: int, say: Say,
+def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, *, total: int, say: Say,
              params_file: Path, server: kernels.ForkServer | None = None) -> None:
     """One worker thread per host, each running its host's runs in plan order: hosts proceed in parallel, and
     a slow or failing host does not hold the others up. Ctrl-C (which only the main thread sees) stops the
@@ -282,8 +284,8 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
                                     server=server) as pool:
                 while (run := next_run(name, slot)) is not None:
                     try:
-                        notebooks.run_notebook(exp, run, run_dir, connected, total, say, params_file, gpus, pool,
-                                               interrupted)
+                        notebooks.run_notebook(exp, run, run_dir, connected, total=total, say=say,
+                                               params_file=params_file, gpus=gpus, pool=pool, interrupted=interrupted)
                     except (LaunchlabError, OSError) as exc:
                         say(f"{notebooks.run_label(run, total)}  kit error: {exc}")
                         with lock:
@@ -317,8 +319,8 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
             stopped[run.run_id] = recovery.stop_recorded(exp, run, run_dir, connected)
         wait_all()  # the notebooks end quickly once their servers are gone
         for run in current.values():
-            record = recovery.recover(exp, run, run_dir, connected, f"{why}; the kit stopped the server",
-                                      stopped[run.run_id], reason=interrupts.REASON)
+            record = recovery.recover(exp, run, run_dir, connected, message=f"{why}; the kit stopped the server",
+                                      stopped=stopped[run.run_id], reason=interrupts.REASON)
             say(f"{notebooks.run_label(run, total)}  {liveprogress.outcome_line(record)}")  # error (interrupted), …
         raise
     if broken:
@@ -329,7 +331,7 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
 def new_run_dir(params_path: str | Path) -> Path:
     """A new run directory for the params file, as a batch opens it (a run notebook run on its own writes there)."""
     exp = params.load(params_path)
-    return _open_run_dir(exp, make_plan(exp), params_path, None, None)[0]
+    return _open_run_dir(exp, make_plan(exp), params_path, None, resume=None)[0]
 
 
 def _check_patches(exp: params.Experiment, connected: dict) -> None:
@@ -342,7 +344,7 @@ def _check_patches(exp: params.Experiment, connected: dict) -> None:
             patching.check(host, argv, variant.patches, f"{host.workdir}/.patch-check")
 
 
-def _handle_leftovers(host, stop: bool, say: Say, batch: str, confirm: Confirm | None) -> None:
+def _handle_leftovers(host, stop: bool, say: Say, batch: str, *, confirm: Confirm | None) -> None:
     """Processes an earlier run left on the host (its batch lost the host, or died) would skew this
     experiment's memory figures: stop them when told to (`stop`) or when `confirm` says yes, otherwise refuse
     to launch and say how. Only this user's processes of batches that no live lock accounts for are leftovers."""
@@ -362,7 +364,7 @@ def _handle_leftovers(host, stop: bool, say: Say, batch: str, confirm: Confirm |
         say(f"launchlab: stopped leftover process group {group['pgid']} of run {group['run']} ({signal})")
 
 
-def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root, resume,
+def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root, *, resume,
                   box: Path | None = None) -> tuple[Path, bool]:
     """The run directory (absolute) and whether this call created it."""
     if resume is not None:

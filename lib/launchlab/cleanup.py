@@ -28,7 +28,7 @@ class _Late(Exception):
 
 
 def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder, result: RunRecord,
-            collect: bool = True, collect_s: float | None = None) -> str | None:
+            *, collect: bool = True, collect_s: float | None = None) -> str | None:
     """Stop every server, wait for the GPUs to drain, stop the samplers, fetch the raw files. Every step runs
     even when an earlier one failed (a lost host); failures become notes on the run. Returns why the collection
     did not finish in time (collect_s), or None."""
@@ -78,7 +78,7 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
         collect_s = COLLECT_S if collect_s is None else collect_s
         deadline = time.monotonic() + collect_s
         for node in nodes:
-            late = _collect(node, folder, result, deadline, collect_s) or late
+            late = _collect(node, folder, result, deadline, collect_s=collect_s) or late
     return late
 
 
@@ -95,7 +95,7 @@ def _sweep(exp: params.Experiment, node: Node, result: RunRecord, spare: set[int
                             f"pids {', '.join(map(str, sweep.pids))}; stopped with {sweep.signal}")
 
 
-def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord, deadline: float, collect_s: float) -> str | None:
+def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord, deadline: float, *, collect_s: float) -> str | None:
     """Fetch the node's logs (their head and tail, masked) and samples (masked) into the run folder, then remove its
     folder on the host. When this machine cannot take them (a full disk), the host's copy is removed all the same:
     the run is repeated with --resume, and a GPU host's disk must not fill up with the leftovers of runs nobody can
@@ -107,7 +107,7 @@ def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord, deadline: 
         partial = folder.path / f".{name}.fetching"
         try:
             if name in logs:
-                node.kept[name] = copy_log(node.host, f"{node.dir}/{name}", partial, node.masker, deadline)
+                node.kept[name] = copy_log(node.host, f"{node.dir}/{name}", partial, node.masker, deadline=deadline)
             else:
                 node.host.fetch(f"{node.dir}/{name}", str(partial))
                 node.masker.mask_file(partial)
@@ -132,7 +132,7 @@ def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord, deadline: 
     return late
 
 
-def copy_log(host: Host, remote: str, local: Path, masker: masking.Masker, deadline: float) -> LogCut:
+def copy_log(host: Host, remote: str, local: Path, masker: masking.Masker, *, deadline: float) -> LogCut:
     """The kit's copy of a server log on a host (keptlog.py): all of it when it is no longer than its head and tail
     together, else its first HEAD_BYTES and its last TAIL_BYTES, the middle never read. Raises _Late when the
     deadline passes between two reads."""

@@ -231,7 +231,7 @@ def foreign_gpu_memory(ids: list[str], facts: dict[str, dict], tolerance_mib: fl
 
 
 def less_free_at_start(ids: list[str], facts: dict[str, dict], reference: list[str], tolerance_mib: float,
-                       skip: set[str] = frozenset()) -> list[dict]:
+                       *, skip: set[str] = frozenset()) -> list[dict]:
     """A run whose GPUs had less free memory at its start (the preflight; the least over its GPUs) than the
     reference runs' (the baseline's: the most of theirs, other than itself; a lone baseline run's: the other
     runs') by more than the drain tolerance: a confound on that run alone. skip: runs already named for their GPU
@@ -338,7 +338,7 @@ def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tole
     found += foreign_gpu_memory(ids, facts, tolerance_mib)
     baseline_ids = [r for r in runs.loc[runs["variant"] == baseline_variant, "run_id"] if r in facts] \
         if "variant" in runs else []
-    found += less_free_at_start(ids, facts, baseline_ids or ids, tolerance_mib, {r for c in busy for r in c["runs"]})
+    found += less_free_at_start(ids, facts, baseline_ids or ids, tolerance_mib, skip={r for c in busy for r in c["runs"]})
     found += unbalanced_hosts(runs)
     found += unreproducible_baseline(runs, baseline_variant)
     return found

@@ -136,7 +136,7 @@ def level_checks(exp: Experiment, runs: list[dict], parsed: dict[str, dict]) -> 
     by_levels = {tuple(sorted(v.levels.items())): v for v in variants.values()}
     rows: dict[tuple[str, str, str], dict] = {}
 
-    def note(factor: str, level: str, check: str, run_id: str, verdict: str, why: str = "") -> None:
+    def note(factor: str, level: str, check: str, run_id: str, *, verdict: str, why: str = "") -> None:
         row = rows.setdefault((factor, level, check), {
             "factor": factor, "level": level, "check": check,
             "runs_confirmed": [], "runs_contradicted": [], "runs_unknown": [], "_why": []})
@@ -157,22 +157,22 @@ def level_checks(exp: Experiment, runs: list[dict], parsed: dict[str, dict]) -> 
                 name = arg_name(flag, exp.server.kind)
                 check = f"{name}={want}"
                 if name not in args:
-                    note(factor, level, check, run["run_id"], UNKNOWN)
+                    note(factor, level, check, run["run_id"], verdict=UNKNOWN)
                 elif _same(want, str(args[name])):
-                    note(factor, level, check, run["run_id"], CONFIRMED)
+                    note(factor, level, check, run["run_id"], verdict=CONFIRMED)
                 else:
-                    note(factor, level, check, run["run_id"], CONTRADICTED,
-                         f"the server ran with {name}={args[name]}, not {want}")
+                    note(factor, level, check, run["run_id"], verdict=CONTRADICTED,
+                         why=f"the server ran with {name}={args[name]}, not {want}")
             intent = _custom_ar_intent(exp, factor, level, variant)
             if intent is not None:
                 seen, what = custom_ar_observed(log)
                 check = f"{CUSTOM_AR_CHECK} {intent}"
                 if seen is None:
-                    note(factor, level, check, run["run_id"], UNKNOWN)
+                    note(factor, level, check, run["run_id"], verdict=UNKNOWN)
                 elif seen == intent:
-                    note(factor, level, check, run["run_id"], CONFIRMED)
+                    note(factor, level, check, run["run_id"], verdict=CONFIRMED)
                 else:
-                    note(factor, level, check, run["run_id"], CONTRADICTED, f"custom all-reduce was {what}")
+                    note(factor, level, check, run["run_id"], verdict=CONTRADICTED, why=f"custom all-reduce was {what}")
     out = []
     for row in rows.values():
         why = row.pop("_why")

@@ -46,14 +46,14 @@ from launchlab.tags import BATCH_ENV, RUN_ID_ENV
 
 
 def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host],
-            gpus: list[int] | None = None) -> RunRecord:
+            *, gpus: list[int] | None = None) -> RunRecord:
     """Run one planned run on its host (a Host) or its nodes (a dict of the run's hosts by name), optionally
     on a slot of the host's GPUs only."""
     hosts = nodes.by_name(hosts)
     folder = rundir.RunDir(run_dir).run(run.run_id)
     folder.path.mkdir(parents=True, exist_ok=True)
     _refuse_a_second_attempt(folder)
-    run_nodes = nodes.make(exp, run, run_dir, hosts, gpus)
+    run_nodes = nodes.make(exp, run, run_dir, hosts, gpus=gpus)
     record = RunRecord(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
                        simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts), gpus=gpus,
                        warmup=run.warmup)
@@ -62,20 +62,20 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     looks: list | None = None  # the looks at the GPUs during the run (gpustate.py); None until the server starts
     try:
         progress("preflight")
-        launches = _prepare(exp, run, run_nodes, folder, run_dir)
+        launches = _prepare(exp, run, run_nodes, folder, run_dir=run_dir)
         if run.variant.patches:
             progress("patching")
             _patch(run, run_nodes, launches, folder)
         progress("starting")
         looks = []
-        t_launch = _start(exp, run_dir, run_nodes, launches, folder, record, progress)
+        t_launch = _start(exp, run_dir, run_nodes, launches, folder=folder, record=record, progress=progress)
         progress("watching")
         outcome = watch.watch(run_nodes, folder, exp.server.rules(), launches[0].health_url,
-                              t_launch + exp.server.ready.timeout_s, t_launch, record.notes)
+                              deadline=t_launch + exp.server.ready.timeout_s, t_launch=t_launch, notes=record.notes)
         _look_at_gpus(run_nodes, gpustate.WATCHED, looks, record)
         if outcome.status == "ready" and exp.server.smoke is not None:
             progress("smoke request")
-            outcome = watch.smoke(exp.server.smoke, run_nodes[0], launches[0].smoke_url, outcome, record)
+            outcome = watch.smoke(exp.server.smoke, run_nodes[0], launches[0].smoke_url, outcome, result=record)
     except KeyboardInterrupt as exc:
         outcome = Outcome("error", interrupts.REASON, f"{interrupts.describe(exc)}; the kit stopped the server")
         raise
@@ -86,12 +86,12 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
             if outcome is not None and outcome.status != "error":
                 _look_at_gpus(run_nodes, gpustate.END, looks, record)
             _record_gpu_state(folder, run_nodes, looks, record)
-        finish(exp, run_nodes, folder, record, outcome, progress)
+        finish(exp, run_nodes, folder, record, outcome=outcome, progress=progress)
     return record
 
 
 def finish(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFolder, record: RunRecord,
-           outcome: Outcome | None, progress=None, collect: bool = True) -> None:
+           *, outcome: Outcome | None, progress=None, collect: bool = True) -> None:
     """Stop and collect (cleanup.py), read what the run left, conclude, write the final status — with Ctrl-C
     held until it is done, so a second press cannot leave a server running."""
     with _sigint_deferred():
@@ -126,7 +126,7 @@ class _StatusWriter:
 # The steps
 
 
-def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: rundir.RunFolder, run_dir: Path) -> list:
+def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: rundir.RunFolder, *, run_dir: Path) -> list:
     """Each node's run folder and GPU state before the launch, the launches rendered (their secrets known to
     the masks from here on), and the provenance recorded. The preflight of a host whose commands may run at once
     runs next to the provenance's commands (both only read the host; one after the other they were most of a
@@ -184,7 +184,7 @@ def _patch(run: Run, run_nodes: list[Node], launches: list, folder: rundir.RunFo
     rundir.update_json(folder.provenance, {"patched": True, "patches": list(run.variant.patches)})
 
 
-def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launches: list, folder: rundir.RunFolder,
+def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launches: list, *, folder: rundir.RunFolder,
            record: RunRecord, progress=None) -> float:
     """The samplers, then the servers, detached, each recorded in processes.json as soon as it runs; returns
     when the servers were started (monotonic clock). The run id travels in the environment of everything the

@@ -72,7 +72,7 @@ def host_dir(host: Host, exp: params.Experiment, run_dir: Path, run_id: str) -> 
 
 
 def make(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, Host],
-         gpus: list[int] | None = None) -> list[Node]:
+         *, gpus: list[int] | None = None) -> list[Node]:
     """The run's nodes, in node-rank order, each with the experiment's secrets to mask."""
     masker = masking.for_run(exp)
     tag = run_tag(exp, run_dir, run.run_id)

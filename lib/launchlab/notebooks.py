@@ -54,7 +54,7 @@ class _StatePrinter(threading.Thread):
 
 
 def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None,
-            server: kernels.ForkServer | None = None) -> None:
+            *, server: kernels.ForkServer | None = None) -> None:
     """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
     silenced so the progress lines stay readable. Cell errors still land in the executed notebook. With a pool,
     the notebook runs in a kernel the pool started beforehand and stops afterwards (kernels.py); with a server, in
@@ -82,7 +82,7 @@ def run_label(run: Run, total: int) -> str:
     return f"[warm-up {run.repetition}] {run.run_id}" if run.warmup else f"[{run.seq}/{total}] {run.run_id}"
 
 
-def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, total: int, say: Say,
+def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, *, total: int, say: Say,
                   params_file: Path, gpus: list[int] | None = None, pool: kernels.RunKernels | None = None,
                   interrupted: threading.Event | None = None) -> None:
     """Execute one run's notebook, recover the run when the notebook did not finish it, and say how it ended.
@@ -112,7 +112,7 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, t
     if interrupted is not None and interrupted.is_set():
         return
     if not records.done(folder) or problem:
-        recovery.recover(exp, run, run_dir, hosts, problem or "the run notebook ended without a final status")
+        recovery.recover(exp, run, run_dir, hosts, message=problem or "the run notebook ended without a final status")
     record = records.read_status(folder).record
     # the outcome and when it was reached, then the run's whole time:
     # "ready at 6.3 s, stopped by the kit (done in 7.6 s)"

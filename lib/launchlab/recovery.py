@@ -27,7 +27,7 @@ def stop_recorded(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host |
 
 
 def recover(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host],
-            message: str, stopped: dict[tuple[int, int], str] | None = None, reason: str | None = None) -> RunRecord:
+            *, message: str, stopped: dict[tuple[int, int], str] | None = None, reason: str | None = None) -> RunRecord:
     """Finish a run whose kernel died or was killed: stop every process it recorded or that carries its run id,
     collect its files and write its status as `error` with the reason. Safe on a run that already finished.
     `stopped`: the groups the kit stopped already (stop_recorded), so the record says the kit stopped them rather
@@ -52,7 +52,7 @@ def recover(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         if servers and status.record.stopped_with in nodes.KIT_STOPS:
             run_nodes[0].stopped.setdefault(servers[-1].pgid, status.record.stopped_with)
     # a run whose notebook finished already collected its files (and removed them from the host)
-    lifecycle.finish(exp, run_nodes, folder, record, Outcome("error", reason, message),
+    lifecycle.finish(exp, run_nodes, folder, record, outcome=Outcome("error", reason, message),
                      collect=not (status is not None and status.done))
     return record
 

@@ -156,8 +156,10 @@ class Report:
     def computed_verdict(self) -> Verdict:
         rows = [{k: plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
         built = verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
-                              self.baseline_name, self.facts, rows, self.exp.drain.tolerance_mib,
-                              self.planned, self.level_checks, self.parsed, levelchecks.declared_args(self.exp))
+                              baseline_variant=self.baseline_name, facts=self.facts, budget_rows=rows,
+                              tolerance_mib=self.exp.drain.tolerance_mib, planned=self.planned,
+                              level_checks=self.level_checks, parsed=self.parsed,
+                              declared_args=levelchecks.declared_args(self.exp))
         if self.exp.search is not None:
             built.thresholds = self.threshold_verdict
         # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's
@@ -188,8 +190,8 @@ class Report:
         if spec is None:
             return pd.DataFrame(columns=thresholds.COLUMNS)
         strata = self.manifest.strata or [v.name for v in params.expand(self.exp)]
-        return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, spec.factor, self.budget,
-                                spec.repetitions, self.facts, self.exp.drain.tolerance_mib)
+        return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, factor=spec.factor, budget=self.budget,
+                                repetitions=spec.repetitions, facts=self.facts, tolerance_mib=self.exp.drain.tolerance_mib)
 
     @property
     def threshold_verdict(self) -> dict:
@@ -198,8 +200,8 @@ class Report:
         strata = [{k: plain(v) for k, v in row.items()} for row in self.thresholds.to_dict("records")]
         return {"flag": spec.flag, "low": spec.low, "high": spec.high, "resolution": spec.resolution,
                 "outcome": spec.outcome, "strata": strata,
-                "probes": thresholds.probes(self.frames.runs, self.planned, spec.factor, self.budget, self.facts,
-                                            self.exp.drain.tolerance_mib),
+                "probes": thresholds.probes(self.frames.runs, self.planned, spec.factor, self.budget, facts=self.facts,
+                                            tolerance_mib=self.exp.drain.tolerance_mib),
                 "differences": thresholds.differences(self.thresholds, self.manifest.baseline, spec.flag)}
 
     def threshold_search(self) -> None:

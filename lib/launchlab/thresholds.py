@@ -50,7 +50,7 @@ def _predicts(budget: pd.DataFrame, factor: str) -> budget_mod.BreakEven | None:
 
 
 def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.DataFrame,
-           facts: dict[str, dict] | None = None, tolerance_mib: float = 256) -> list[dict]:
+           *, facts: dict[str, dict] | None = None, tolerance_mib: float = 256) -> list[dict]:
     """One record per probed value of each stratum (PROBE_KEYS): its runs, its own predicted break-even (the mean of
     its runs' break-even in the server kind's argument: _predicts), the free memory at its runs' start
     (the least over their GPUs, gpustate.py),
@@ -108,7 +108,7 @@ def _flag(mine: list[dict], tolerance_mib: float) -> None:
                         + "; ".join(why) + f" (tolerance {tolerance_mib:.0f} MiB)")
 
 
-def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[dict], factor: str,
+def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[dict], *, factor: str,
           budget: pd.DataFrame, repetitions: int = 1, facts: dict[str, dict] | None = None,
           tolerance_mib: float = 256) -> pd.DataFrame:
     """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
@@ -120,7 +120,7 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
     tolerance_mib: the drain tolerance."""
     stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
     predicts = _predicts(budget, factor)
-    per_probe = probes(runs, planned, factor, budget, facts, tolerance_mib)
+    per_probe = probes(runs, planned, factor, budget, facts=facts, tolerance_mib=tolerance_mib)
     rows = []
     for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions):
         claimed = result.state == search.CONVERGED
@@ -180,7 +180,8 @@ def differences(frame: pd.DataFrame, baseline: str, flag: str) -> list[dict]:
                     "difference_high_gib": None if per_gib is None else high * per_gib,
                     "predicted_difference": predicted,
                     "predicted_difference_gib": None if predicted is None or per_gib is None else predicted * per_gib,
-                    "summary": _sentence(stratum, baseline, flag, base, other, low, high, per_gib, predicted)})
+                    "summary": _sentence(stratum, baseline, flag, base, other=other, low=low, high=high, per_gib=per_gib,
+                                         predicted=predicted)})
     return out
 
 
@@ -188,7 +189,7 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _sentence(stratum, baseline, flag, base, other, low, high, per_gib, predicted) -> str:
+def _sentence(stratum, baseline, flag, base, *, other, low, high, per_gib, predicted) -> str:
     """One line a reader can paste: the measured change as the range both intervals allow, then the prediction."""
     if low > 0:
         verb = "raises"

@@ -17,7 +17,7 @@ from launchlab.verdictrecord import Confound, Decision, Effect, ExcludedRun, Lev
 
 
 def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
-          baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
+          *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
           planned: list[dict] | None = None, level_checks: list[dict] | None = None,
           parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset()) -> Verdict:
     """verdict.json: see verdictrecord.Verdict and the README for every key."""
@@ -35,7 +35,7 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     compared = [*valid["run_id"], *left_out["run_id"]]
     derived = derivedargs.find(compared, parsed or {}, set(declared_args), derivedargs.levels_of(runs, factors))
     found += confounds.log_differences(compared, parsed or {}, {*declared_args, *(d["arg"] for d in derived)}, facts)
-    decisions = [analysis.decide(obs, f, factors, baseline.get(f), contradicted.get(f, set())) for f in factors]
+    decisions = [analysis.decide(obs, f, factors, baseline.get(f), drop=contradicted.get(f, set())) for f in factors]
     # a contradicted level confounds the other factors only where some of its runs took effect and some did not:
     # contradicted in every run, it is another level held the same across their strata
     partial = {r for c in checks if c["runs_contradicted"] and (c["runs_confirmed"] or c["runs_unknown"])
@@ -43,7 +43,7 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     touching = [c for c in found if c["kind"] != "level"] + [{**c, "runs": sorted(set(c["runs"]) & partial)}
                                                               for c in found if c["kind"] == "level"]
     decisions = [analysis.confounded(d, touching) for d in decisions]
-    effects = analysis.factor_effects(runs, events, factors, baseline, planned, contradicted)
+    effects = analysis.factor_effects(runs, events, factors, baseline, planned=planned, drop=contradicted)
     reasons = inconclusive_reasons(obs, decisions)
     warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
     warnings += analysis.effect_warnings(effects)

@@ -79,14 +79,14 @@ class LogMirror:
 
 
 def watch(nodes: list[Node], folder: rundir.RunFolder, rules: logparse.ReadyRules, health_url: str | None,
-                   deadline: float, t_launch: float, notes: list[str]) -> Outcome:
+                   *, deadline: float, t_launch: float, notes: list[str]) -> Outcome:
     """_watch, with the patterns under a time budget (a slow one is noted) and a lost host turned into an error:
     a host the kit cannot reach (its transport already retried) says nothing about the server, so the run is
     then an error, never a failure."""
     ready_rx = BudgetedPattern(rules.ready_pattern) if rules.ready_pattern else None
     fatal_rx = [BudgetedPattern(p) for p in rules.fatal_patterns]
     try:
-        return _poll(nodes, folder, ready_rx, fatal_rx, health_url, deadline, t_launch)
+        return _poll(nodes, folder, ready_rx, fatal_rx, health_url=health_url, deadline=deadline, t_launch=t_launch)
     except HostError as exc:
         return Outcome("error", None, f"lost the connection to host {exc.host!r} while watching: {exc}. What the "
                                        "server did is unknown, so the run is an error, not a failure; if it is still "
@@ -96,21 +96,22 @@ def watch(nodes: list[Node], folder: rundir.RunFolder, rules: logparse.ReadyRule
 
 
 def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern | None, fatal_rx: list[BudgetedPattern],
-           health_url: str | None, deadline: float, t_launch: float) -> Outcome:
+           *, health_url: str | None, deadline: float, t_launch: float) -> Outcome:
     """Poll until ready, failed (a fatal line or an exit on any node) or the deadline. Ready means: every node
     alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
     answering 200 (when one is given)."""
     logs = [LogMirror(n.host, f"{n.dir}/{n.log_name}", folder.log(n.rank), n.masker) for n in nodes]
     samples = [Mirror(n.host, f"{n.dir}/{n.csv_name}", folder.samples(n.rank), n.masker) for n in nodes]
     try:
-        return _poll_logs(nodes, logs, samples, ready_rx, fatal_rx, health_url, deadline, t_launch)
+        return _poll_logs(nodes, logs, samples, ready_rx, fatal_rx=fatal_rx, health_url=health_url, deadline=deadline,
+                          t_launch=t_launch)
     finally:
         for node, log in zip(nodes, logs, strict=True):
             node.kept[node.log_name] = log.close()
 
 
 def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], ready_rx: BudgetedPattern | None,
-               fatal_rx: list[BudgetedPattern], health_url: str | None, deadline: float, t_launch: float) -> Outcome:
+               *, fatal_rx: list[BudgetedPattern], health_url: str | None, deadline: float, t_launch: float) -> Outcome:
     ready_line = ready_rx is None
     fatal_line, fatal_at = None, None
     pauses, samples_at = backoff(FIRST_POLL_S, POLL_S), time.monotonic()
@@ -170,7 +171,7 @@ def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], 
         time.sleep(next(pauses))
 
 
-def smoke(spec: params.SmokeSpec, node: Node, url: str, ready: Outcome, result: RunRecord) -> Outcome:
+def smoke(spec: params.SmokeSpec, node: Node, url: str, ready: Outcome, *, result: RunRecord) -> Outcome:
     """One request to the ready server, from its own host; an unexpected answer makes the run `degraded`."""
     tic = time.monotonic()
     status, text = node.host.http_post(url, spec.body, spec.timeout_s)

@@ -90,7 +90,7 @@ def test_recovering_a_run_stops_the_processes_it_never_recorded(tmp_path, small_
     argv = ["python3", "-m", "launchlab.sim.sglang_server", "--tp", "2", "--port", str(host.free_port())]
     ref = host.start_detached("server", argv, cwd=str(work), log_name="server.log", env_file="server.env")
     wait_for(lambda: len(processes_using(tag)) >= 3, 30, "the server and its two scheduler processes")
-    result = recovery.recover(exp, run, run_dir, host, "the run notebook failed: DeadKernelError: Kernel died")
+    result = recovery.recover(exp, run, run_dir, host, message="the run notebook failed: DeadKernelError: Kernel died")
     assert processes_using(tag) == []
     assert not host.group_alive(ref.pgid)
     assert result.status == "error" and "DeadKernelError" in result.failure_message
