@@ -212,50 +212,11 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     weakest of its strata's p-values and the repetitions per side that would make such a split significant.
     drop: runs that are no observations of this factor (their log contradicts their level)."""
     if drop:
-        obs = obs.copy()
-        gone = obs["run_id"].isin(drop) & obs["valid"]
-        obs.loc[gone, "valid"] = False
-        obs.loc[gone, "invalid_kind"] = CONTRADICTED
-        obs.loc[gone, "invalid_detail"] = f"the server's log contradicts its {factor} level"
+        obs = _dropped(obs, drop, factor)
     levels = list(dict.fromkeys(obs[factor]))
-    detail = []
-    for held, group in strata(obs, factor, factors):
-        present = [lv for lv in levels if (group[factor] == lv).any()]
-        per = _level_outcomes(group, factor, present)
-        compared = [lv for lv in present if per[lv]["valid"]]
-        flaky = [lv for lv in compared if per[lv]["odd_runs"]]
-        rates = {lv: per[lv]["ready"] / per[lv]["valid"] for lv in compared}
-        changes = (len(set(rates.values())) > 1) if len(compared) >= 2 and not flaky else None
-        detail.append({"held": held, "levels": per, "compared": compared, "changes": changes, "flaky": flaky,
-                       "complete": len(compared) == len(present),
-                       "comparisons": _comparisons(per, compared, reference)})
+    detail = [_stratum(group, held, factor, levels, reference=reference) for held, group in strata(obs, factor, factors)]
     changed = [s for s in detail if s["changes"]]
-    same = [s for s in detail if s["changes"] is False]
-    flaky = [s for s in detail if s["flaky"]]
-    if flaky:
-        status = "flaky"
-    elif changed and len(changed) == len(detail):
-        status = "decides"
-    elif changed:
-        status = "decides_in_some"
-    elif detail and all(s["changes"] is False and s["complete"] for s in detail):
-        status = "neutral"
-    else:
-        status = "undetermined"
-    where = [_label(s["held"]) for s in changed]
-    if status == "flaky":
-        summary = f"{factor} is flaky: its repetitions disagree " + "; ".join(_flaky_why(factor, s) for s in flaky)
-    elif status == "decides_in_some":
-        summary = f"{factor} decides the launch only at {', '.join(where)}"
-        if same:
-            summary += f" (not at {', '.join(_label(s['held']) for s in same)})"
-    elif status == "decides":
-        others = [f for f in detail[0]["held"]] if detail else []
-        summary = f"{factor} decides the launch" + (f" at every level of {', '.join(others)}" if len(detail) > 1 else "")
-    elif status == "neutral":
-        summary = f"{factor} does not change the launch outcome"
-    else:
-        summary = f"{factor} is undetermined: " + _undetermined_why(factor, detail)
+    status = _status(detail, changed)
     deciding = [c for s in changed for c in s["comparisons"] if _rate(c) != _rate(c, "reference_")]
     if status == "neutral":  # the same share of ready runs in every stratum: each exact test gives p = 1
         deciding = [c for s in detail for c in s["comparisons"]]
@@ -265,8 +226,58 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
         needed = [settling_repetitions(_rate(c), _rate(c, "reference_")) for c in deciding]
         settle = None if None in needed else max(needed)
     runs = [r for s in detail for lv in s["compared"] for r in s["levels"][lv]["runs"]]
-    return {"factor": factor, "status": status, "summary": summary, "strata": detail, "runs": runs,
-            "p_value": p, "significant": None if p is None else p < SIGNIFICANCE, "repetitions_to_settle": settle}
+    return {"factor": factor, "status": status, "summary": _summary(factor, status, detail, changed),
+            "strata": detail, "runs": runs, "p_value": p, "significant": None if p is None else p < SIGNIFICANCE,
+            "repetitions_to_settle": settle}
+
+
+def _dropped(obs: pd.DataFrame, drop: set[str], factor: str) -> pd.DataFrame:
+    """The observations with `drop`'s runs made invalid for this factor: their log contradicts their level."""
+    obs = obs.copy()
+    gone = obs["run_id"].isin(drop) & obs["valid"]
+    obs.loc[gone, "valid"] = False
+    obs.loc[gone, "invalid_kind"] = CONTRADICTED
+    obs.loc[gone, "invalid_detail"] = f"the server's log contradicts its {factor} level"
+    return obs
+
+
+def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *, reference: str | None) -> dict:
+    """One stratum: each level's outcomes, which were compared, whether the share of ready runs changes (None:
+    cannot tell — fewer than two levels compared, or a flaky level), and the exact tests against `reference`."""
+    present = [lv for lv in levels if (group[factor] == lv).any()]
+    per = _level_outcomes(group, factor, present)
+    compared = [lv for lv in present if per[lv]["valid"]]
+    flaky = [lv for lv in compared if per[lv]["odd_runs"]]
+    rates = {lv: per[lv]["ready"] / per[lv]["valid"] for lv in compared}
+    changes = (len(set(rates.values())) > 1) if len(compared) >= 2 and not flaky else None
+    return {"held": held, "levels": per, "compared": compared, "changes": changes, "flaky": flaky,
+            "complete": len(compared) == len(present), "comparisons": _comparisons(per, compared, reference)}
+
+
+def _status(detail: list[dict], changed: list[dict]) -> str:
+    if any(s["flaky"] for s in detail):
+        return "flaky"
+    if changed:
+        return "decides" if len(changed) == len(detail) else "decides_in_some"
+    if detail and all(s["changes"] is False and s["complete"] for s in detail):
+        return "neutral"
+    return "undetermined"
+
+
+def _summary(factor: str, status: str, detail: list[dict], changed: list[dict]) -> str:
+    if status == "flaky":
+        return f"{factor} is flaky: its repetitions disagree " + "; ".join(
+            _flaky_why(factor, s) for s in detail if s["flaky"])
+    if status == "decides_in_some":
+        same = [s for s in detail if s["changes"] is False]
+        summary = f"{factor} decides the launch only at {', '.join(_label(s['held']) for s in changed)}"
+        return summary + (f" (not at {', '.join(_label(s['held']) for s in same)})" if same else "")
+    if status == "decides":
+        others = list(detail[0]["held"]) if detail else []
+        return f"{factor} decides the launch" + (f" at every level of {', '.join(others)}" if len(detail) > 1 else "")
+    if status == "neutral":
+        return f"{factor} does not change the launch outcome"
+    return f"{factor} is undetermined: " + _undetermined_why(factor, detail)
 
 
 def _rate(c: dict, side: str = "") -> float:

@@ -10,6 +10,7 @@ happens to the runs in flight when the user presses Ctrl-C or the batch gets SIG
 from __future__ import annotations
 
 import contextlib
+import functools
 import shlex
 import shutil
 import threading
@@ -147,46 +148,24 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
         run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume=resume, box=box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
         rundir.RunDir(run_dir).update_manifest(batch=owner.batch, sim_box=str(box) if box else None)
-        try:
+        with _discarded_on_failure(run_dir if resume is None else None, fresh):
             held = _lock_hosts(exp, connected, owner, wait, say=say)
-        except BaseException:
-            _discard(run_dir if resume is None else None, fresh)
-            raise
         with locks.Heartbeat(held):
-            try:
+            with _discarded_on_failure(run_dir if resume is None else None, fresh):
                 for host in connected.values():
                     _handle_leftovers(host, stop_leftovers, say, owner.batch, confirm=confirm)
                 _check_patches(exp, connected)
-            except BaseException:
-                _discard(run_dir if resume is None else None, fresh)
-                raise
-            size = params.plan_size(exp)
-            total = len(compared(plan))
-            say(f"launchlab: {exp.experiment}: "
-                + (f"threshold search over {exp.search.flag}, at most {size.runs} runs" if exp.search else
-                   f"{total} runs" + (f" after {len(plan) - total} warm-up run(s)" if len(plan) > total else ""))
-                + f" on host(s) {', '.join(repr(h) for h in connected)}{' (SIMULATED)' if exp.simulated else ''} "
-                  f"→ {run_dir}")
-            todo = []
-            for run in plan if exp.search is None else []:
-                if resume and records.finished(rundir.RunDir(run_dir).run(run.run_id)):
-                    say(f"{notebooks.run_label(run, total)}  already done, skipped")
-                else:
-                    todo.append(run)
+            total = _announce(exp, plan, connected, run_dir, say=say)
+            run_all = functools.partial(_run_all, run_dir=run_dir, connected=connected, say=say, server=server,
+                                        params_file=Path(params_path).resolve())
             try:
                 if exp.search is not None:
-                    searchbatch.run_search(exp, run_dir, say, lambda runs, total: _run_all(
-                        exp, runs, run_dir, connected, total=total, say=say, params_file=Path(params_path).resolve(),
-                        server=server))
+                    searchbatch.run_search(exp, run_dir, say, lambda runs, total: run_all(exp, runs, total=total))
                 else:
-                    _run_all(exp, todo, run_dir, connected, total=total, say=say, params_file=Path(params_path).resolve(),
-                             server=server)
+                    run_all(exp, _to_do(plan, run_dir, resume=resume, total=total, say=say), total=total)
             except KeyboardInterrupt as exc:
                 say(f"launchlab: {interrupts.describe(exc)}; every process the runs in flight started was stopped "
-                    f"by the kit. Continue with "
-                    f"`launchlab run {shlex.quote(str(params_path))} --resume {shlex.quote(str(run_dir))}`"
-                    + "".join(f" --only {shlex.quote(t)}" for t in only)
-                    + (f" --repetitions {repetitions}" if repetitions is not None else ""))
+                    f"by the kit. Continue with `{_resume_command(params_path, run_dir, only, repetitions)}`")
                 raise
     finally:
         opened.close()
@@ -195,6 +174,45 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
             with contextlib.suppress(OSError):
                 box.parent.rmdir()  # the boxes' folder, when no other batch has one there
     return run_dir
+
+
+def _announce(exp: params.Experiment, plan: list[Run], connected: dict, run_dir: Path, *, say: Say) -> int:
+    """Say what the batch runs where; the number of compared runs."""
+    size = params.plan_size(exp)
+    total = len(compared(plan))
+    say(f"launchlab: {exp.experiment}: "
+        + (f"threshold search over {exp.search.flag}, at most {size.runs} runs" if exp.search else
+           f"{total} runs" + (f" after {len(plan) - total} warm-up run(s)" if len(plan) > total else ""))
+        + f" on host(s) {', '.join(repr(h) for h in connected)}{' (SIMULATED)' if exp.simulated else ''} "
+          f"→ {run_dir}")
+    return total
+
+
+def _to_do(plan: list[Run], run_dir: Path, *, resume: Path | None, total: int, say: Say) -> list[Run]:
+    """The planned runs still to run: on --resume, those without a final status (the others are said skipped)."""
+    todo = []
+    for run in plan:
+        if resume and records.finished(rundir.RunDir(run_dir).run(run.run_id)):
+            say(f"{notebooks.run_label(run, total)}  already done, skipped")
+        else:
+            todo.append(run)
+    return todo
+
+
+def _resume_command(params_path: str | Path, run_dir: Path, only: tuple[str, ...], repetitions: int | None) -> str:
+    return (f"launchlab run {shlex.quote(str(params_path))} --resume {shlex.quote(str(run_dir))}"
+            + "".join(f" --only {shlex.quote(t)}" for t in only)
+            + (f" --repetitions {repetitions}" if repetitions is not None else ""))
+
+
+@contextlib.contextmanager
+def _discarded_on_failure(run_dir: Path | None, fresh: list[Path]):
+    """Nothing is launched yet: if this step fails (or is interrupted), the run directory made for it goes."""
+    try:
+        yield
+    except BaseException:
+        _discard(run_dir, fresh)
+        raise
 
 
 def _new_folders(exp: params.Experiment, out_root: Path | None) -> list[Path]:
@@ -257,75 +275,91 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
     """One worker thread per host, each running its host's runs in plan order: hosts proceed in parallel, and
     a slow or failing host does not hold the others up. Ctrl-C (which only the main thread sees) stops the
     servers of the runs in flight, lets their notebooks finish, and marks those runs interrupted."""
-    lock = threading.Lock()
-    in_flight: dict[tuple[str, int], Run] = {}
-    stop = threading.Event()
-    interrupted = threading.Event()  # the batch stops the runs in flight itself, and says how they ended
-    broken: list[str] = []  # kit errors that stop the batch (a full disk): no further run is started
-    # One worker per host, or per GPU slot of a host that has `gpu_slots`: the slots of a host take that
-    # host's runs in plan order, one each at a time. A multi-node run belongs to the worker of its node 0.
-    queues = {name: [r for r in runs if r.host == name] for name in dict.fromkeys(r.host for r in runs)}
-    slots = {name: exp.hosts[name].worker_slots() for name in queues}
-    finished = {(name, i): threading.Event() for name in queues for i in range(len(slots[name]))}
+    workers = _Workers(exp, runs, run_dir, connected, total=total, say=say, params_file=params_file, server=server)
+    workers.start()
+    try:
+        workers.wait_all()
+    except KeyboardInterrupt as exc:
+        workers.interrupt(interrupts.describe(exc))
+        raise
+    if workers.broken:
+        raise RunDirError("the batch stopped: " + "; ".join(workers.broken) + ". Every run that had started was "
+                          "stopped; once the cause is fixed, `launchlab run PARAMS --resume RUN_DIR` repeats what did "
+                          "not finish")
 
-    def next_run(name: str, slot: int) -> Run | None:
+
+class _Workers:
+    """The batch's worker threads and what they share. One worker per host, or per GPU slot of a host that has
+    `gpu_slots`: the slots of a host take that host's runs in plan order, one each at a time. A multi-node run
+    belongs to the worker of its node 0."""
+
+    def __init__(self, exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, *, total: int,
+                 say: Say, params_file: Path, server: kernels.ForkServer | None):
+        self.exp, self.run_dir, self.connected, self.total, self.say = exp, run_dir, connected, total, say
+        self.params_file, self.server = params_file, server
+        self.lock = threading.Lock()
+        self.in_flight: dict[tuple[str, int], Run] = {}
+        self.stop = threading.Event()
+        self.interrupted = threading.Event()  # the batch stops the runs in flight itself, and says how they ended
+        self.broken: list[str] = []  # kit errors that stop the batch (a full disk): no further run is started
+        self.queues = {name: [r for r in runs if r.host == name] for name in dict.fromkeys(r.host for r in runs)}
+        self.slots = {name: exp.hosts[name].worker_slots() for name in self.queues}
+        self.finished = {(name, i): threading.Event() for name in self.queues for i in range(len(self.slots[name]))}
+
+    def start(self) -> None:
+        for name, slot in self.finished:
+            threading.Thread(target=self.worker, args=(name, slot), name=f"host-{name}-{slot}", daemon=True).start()
+
+    def next_run(self, name: str, slot: int) -> Run | None:
         # taken and marked in flight at once: an interruption in between would leave a run nobody stops
-        with lock:
-            run = queues[name].pop(0) if queues[name] and not stop.is_set() else None
+        with self.lock:
+            run = self.queues[name].pop(0) if self.queues[name] and not self.stop.is_set() else None
             if run is not None:
-                in_flight[(name, slot)] = run
+                self.in_flight[(name, slot)] = run
             return run
 
-    def worker(name: str, slot: int) -> None:
-        gpus = slots[name][slot]
+    def worker(self, name: str, slot: int) -> None:
         try:
             # the next run's kernel starts meanwhile, while this host still has runs queued
-            with kernels.RunKernels(notebooks.notebooks_dir(), more=lambda: bool(queues[name]) and not stop.is_set(),
-                                    server=server) as pool:
-                while (run := next_run(name, slot)) is not None:
+            with kernels.RunKernels(notebooks.notebooks_dir(), server=self.server,
+                                    more=lambda: bool(self.queues[name]) and not self.stop.is_set()) as pool:
+                while (run := self.next_run(name, slot)) is not None:
                     try:
-                        notebooks.run_notebook(exp, run, run_dir, connected, total=total, say=say,
-                                               params_file=params_file, gpus=gpus, pool=pool, interrupted=interrupted)
+                        notebooks.run_notebook(self.exp, run, self.run_dir, self.connected, total=self.total,
+                                               say=self.say, params_file=self.params_file,
+                                               gpus=self.slots[name][slot], pool=pool, interrupted=self.interrupted)
                     except (LaunchlabError, OSError) as exc:
-                        say(f"{notebooks.run_label(run, total)}  kit error: {exc}")
-                        with lock:
-                            broken.append(f"{run.run_id}: {exc}")
-                        stop.set()
+                        self.say(f"{notebooks.run_label(run, self.total)}  kit error: {exc}")
+                        with self.lock:
+                            self.broken.append(f"{run.run_id}: {exc}")
+                        self.stop.set()
                     finally:
-                        with lock:
-                            in_flight.pop((name, slot), None)
+                        with self.lock:
+                            self.in_flight.pop((name, slot), None)
         finally:
-            finished[(name, slot)].set()
+            self.finished[(name, slot)].set()
 
-    def wait_all() -> None:
+    def wait_all(self) -> None:
         # Polling with sleep, not Thread.join: a join interrupted by Ctrl-C can make the next join return
         # while the thread still runs (CPython < 3.13), and the interrupted runs must be waited for.
-        while not all(e.is_set() for e in finished.values()):
+        while not all(e.is_set() for e in self.finished.values()):
             time.sleep(0.2)
 
-    for name, slot in finished:
-        threading.Thread(target=worker, args=(name, slot), name=f"host-{name}-{slot}", daemon=True).start()
-    try:
-        wait_all()
-    except KeyboardInterrupt as exc:
-        why = interrupts.describe(exc)
-        with lock:
-            stop.set()
-            interrupted.set()
-            current = dict(in_flight)
+    def interrupt(self, why: str) -> None:
+        """Stop what the runs in flight started, wait for their notebooks, and record each as interrupted."""
+        with self.lock:
+            self.stop.set()
+            self.interrupted.set()
+            current = dict(self.in_flight)
         stopped = {}
         for run in current.values():
-            say(f"{notebooks.run_label(run, total)}  {why}: stopping what the run started")
-            stopped[run.run_id] = recovery.stop_recorded(exp, run, run_dir, connected)
-        wait_all()  # the notebooks end quickly once their servers are gone
+            self.say(f"{notebooks.run_label(run, self.total)}  {why}: stopping what the run started")
+            stopped[run.run_id] = recovery.stop_recorded(self.exp, run, self.run_dir, self.connected)
+        self.wait_all()  # the notebooks end quickly once their servers are gone
         for run in current.values():
-            record = recovery.recover(exp, run, run_dir, connected, message=f"{why}; the kit stopped the server",
-                                      stopped=stopped[run.run_id], reason=interrupts.REASON)
-            say(f"{notebooks.run_label(run, total)}  {liveprogress.outcome_line(record)}")  # error (interrupted), …
-        raise
-    if broken:
-        raise RunDirError("the batch stopped: " + "; ".join(broken) + ". Every run that had started was stopped; "
-                          "once the cause is fixed, `launchlab run PARAMS --resume RUN_DIR` repeats what did not finish")
+            record = recovery.recover(self.exp, run, self.run_dir, self.connected, reason=interrupts.REASON,
+                                      message=f"{why}; the kit stopped the server", stopped=stopped[run.run_id])
+            self.say(f"{notebooks.run_label(run, self.total)}  {liveprogress.outcome_line(record)}")  # error (interrupted)
 
 
 def new_run_dir(params_path: str | Path) -> Path:

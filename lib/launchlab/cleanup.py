@@ -55,14 +55,7 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
         _sweep(exp, node, result, spare=samplers)
     for node in nodes:  # then the installed package back to how it was released
         if node.patches_applied:
-            try:
-                patching.revert(node.host, node.patch_root, node.patches_applied)
-                ok, facts = patching.pristine(node.host, node.argv)
-                result.notes.append(f"patches reverted on {node.label}; package pristine (RECORD check): {ok}")
-                if not ok:
-                    result.notes.append(f"NOT pristine after reverting on {node.label}: {facts}")
-            except LaunchlabError as exc:
-                result.notes.append(f"reverting the patches on {node.label} FAILED, the package is still modified: {exc}")
+            _revert(node, result)
     for node in nodes:
         _drain(exp, node, result, spare=samplers)
     for node in nodes:
@@ -73,13 +66,28 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
         _sweep(exp, node, result, spare=set())
     if any(n.refs for n in nodes):
         write_processes(folder, nodes, stopped)
+    return _collect_all(nodes, folder, result, COLLECT_S if collect_s is None else collect_s) if collect else None
+
+
+def _collect_all(nodes: list[Node], folder: rundir.RunFolder, result: RunRecord, collect_s: float) -> str | None:
+    """Every node's raw files, all within collect_s; why they were not all fetched in time, or None."""
     late = None
-    if collect:
-        collect_s = COLLECT_S if collect_s is None else collect_s
-        deadline = time.monotonic() + collect_s
-        for node in nodes:
-            late = _collect(node, folder, result, deadline, collect_s=collect_s) or late
+    deadline = time.monotonic() + collect_s
+    for node in nodes:
+        late = _collect(node, folder, result, deadline, collect_s=collect_s) or late
     return late
+
+
+def _revert(node: Node, result: RunRecord) -> None:
+    """The node's patched package back as released, checked against its RECORD; a failure is a note."""
+    try:
+        patching.revert(node.host, node.patch_root, node.patches_applied)
+        ok, facts = patching.pristine(node.host, node.argv)
+        result.notes.append(f"patches reverted on {node.label}; package pristine (RECORD check): {ok}")
+        if not ok:
+            result.notes.append(f"NOT pristine after reverting on {node.label}: {facts}")
+    except LaunchlabError as exc:
+        result.notes.append(f"reverting the patches on {node.label} FAILED, the package is still modified: {exc}")
 
 
 def _sweep(exp: params.Experiment, node: Node, result: RunRecord, spare: set[int]) -> None:

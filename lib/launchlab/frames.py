@@ -14,6 +14,7 @@ t_s is seconds since the server was started, on the host's clock (the clock of i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
@@ -55,20 +56,9 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         for node in range(max(1, len(record.nodes or []))):
             log, csv = folder.log(node), folder.samples(node)
             if log.exists():  # TP ranks are global across nodes, so events of every node share one frame
-                parsed = logparse.parse_file(log, exp.server.kind, rules)
-                data = parsed.to_json()
-                if node == 0:  # versions, model, sizes: what the run's own log states (confounds compare them)
-                    data["log_facts"] = logfacts.read(log, parsed)
+                data, events = _node_log(log, exp, rules, run_id=run_id, node=node, t0=t0)
                 summary = _merge_parsed(summary, data)
-                rows = [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
-                         "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events]
-                seen = {(e.rank, e.field) for e in parsed.events}
-                # a rank fact the parser derived rather than read off one line (vLLM's KV tokens as blocks ×
-                # block size) is a parsed fact too: in the frame, with no time
-                rows += [{"run_id": run_id, "t_s": None, "rank": rank, "field": name, "value": value}
-                         for rank, fields in parsed.ranks.items() for name, value in fields.items()
-                         if (rank, name) not in seen and isinstance(value, (int, float))]
-                event_frames.append(pd.DataFrame(rows, columns=EVENT_COLUMNS))
+                event_frames.append(events)
             if csv.exists():
                 samples = telemetry.tidy(telemetry.read_query_csv(csv), run_id, t0)
                 samples.insert(2, "node", node)
@@ -86,6 +76,25 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
     events["t_s"] = pd.to_numeric(events["t_s"])
     events["value"] = pd.to_numeric(events["value"])
     return Frames(runs, events, _concat(telemetry_frames, TELEMETRY_COLUMNS))
+
+
+def _node_log(log: Path, exp: params.Experiment, rules, *, run_id: str, node: int,
+              t0: datetime | None) -> tuple[dict, pd.DataFrame]:
+    """One node's log parsed: its parsed.json part (node 0's with the facts its log states: versions, model,
+    sizes, which the confounds compare) and its events, timed from the server's start."""
+    parsed = logparse.parse_file(log, exp.server.kind, rules)
+    data = parsed.to_json()
+    if node == 0:
+        data["log_facts"] = logfacts.read(log, parsed)
+    rows = [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
+             "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events]
+    seen = {(e.rank, e.field) for e in parsed.events}
+    # a rank fact the parser derived rather than read off one line (vLLM's KV tokens as blocks × block size) is a
+    # parsed fact too: in the frame, with no time
+    rows += [{"run_id": run_id, "t_s": None, "rank": rank, "field": name, "value": value}
+             for rank, fields in parsed.ranks.items() for name, value in fields.items()
+             if (rank, name) not in seen and isinstance(value, (int, float))]
+    return data, pd.DataFrame(rows, columns=EVENT_COLUMNS)
 
 
 def _merge_parsed(first: dict | None, more: dict) -> dict:

@@ -135,57 +135,60 @@ def level_checks(exp: Experiment, runs: list[dict], parsed: dict[str, dict]) -> 
     variants = {v.name: v for v in expand(exp)}
     by_levels = {tuple(sorted(v.levels.items())): v for v in variants.values()}
     rows: dict[tuple[str, str, str], dict] = {}
-
-    def note(factor: str, level: str, check: str, run_id: str, *, verdict: str, why: str = "") -> None:
-        row = rows.setdefault((factor, level, check), {
-            "factor": factor, "level": level, "check": check,
-            "runs_confirmed": [], "runs_contradicted": [], "runs_unknown": [], "_why": []})
-        row[f"runs_{verdict}"].append(run_id)
-        if verdict == CONTRADICTED:
-            row["_why"].append(f"{factor}={level}: {why} in run {run_id}")
-
     for run in runs:
         variant = by_levels.get(tuple(sorted(run["levels"].items())))
         if variant is None:
             continue
         log = parsed.get(run["run_id"]) or {}
-        args = log.get("args") or {}
         for factor, level in variant.levels.items():
-            touched = {f for lv in exp.factors[factor].values() for f in lv.flags}
-            boolean = {f for lv in exp.factors[factor].values() for f, v in lv.flags.items() if v is True}
-            for flag, want in _expected_flags(exp, variant, sorted(touched), boolean).items():
-                name = arg_name(flag, exp.server.kind)
-                check = f"{name}={want}"
-                if name not in args:
-                    note(factor, level, check, run["run_id"], verdict=UNKNOWN)
-                elif _same(want, str(args[name])):
-                    note(factor, level, check, run["run_id"], verdict=CONFIRMED)
-                else:
-                    note(factor, level, check, run["run_id"], verdict=CONTRADICTED,
-                         why=f"the server ran with {name}={args[name]}, not {want}")
-            intent = _custom_ar_intent(exp, factor, level, variant)
-            if intent is not None:
-                seen, what = custom_ar_observed(log)
-                check = f"{CUSTOM_AR_CHECK} {intent}"
-                if seen is None:
-                    note(factor, level, check, run["run_id"], verdict=UNKNOWN)
-                elif seen == intent:
-                    note(factor, level, check, run["run_id"], verdict=CONFIRMED)
-                else:
-                    note(factor, level, check, run["run_id"], verdict=CONTRADICTED, why=f"custom all-reduce was {what}")
-    out = []
-    for row in rows.values():
-        why = row.pop("_why")
-        n = sum(len(row[k]) for k in ("runs_confirmed", "runs_contradicted", "runs_unknown"))
-        if why:
-            row["detail"] = "; ".join(why)
-        elif row["runs_confirmed"]:
-            unknown = f"; not shown in {len(row['runs_unknown'])}" if row["runs_unknown"] else ""
-            row["detail"] = f"the server's log confirms it in {len(row['runs_confirmed'])} of {n} runs{unknown}"
+            for check, verdict, why in _checks(exp, variant, factor, level, log=log):
+                row = rows.setdefault((factor, level, check), {
+                    "factor": factor, "level": level, "check": check,
+                    "runs_confirmed": [], "runs_contradicted": [], "runs_unknown": [], "_why": []})
+                row[f"runs_{verdict}"].append(run["run_id"])
+                if verdict == CONTRADICTED:
+                    row["_why"].append(f"{factor}={level}: {why} in run {run['run_id']}")
+    return [_with_detail(row) for row in rows.values()]
+
+
+def _checks(exp: Experiment, variant, factor: str, level: str, *, log: dict):
+    """(check, confirmed | contradicted | unknown, why) for each thing one run's log can show of a level: every
+    flag the factor touches, and the custom all-reduce state where the level is about it."""
+    args = log.get("args") or {}
+    touched = {f for lv in exp.factors[factor].values() for f in lv.flags}
+    boolean = {f for lv in exp.factors[factor].values() for f, v in lv.flags.items() if v is True}
+    for flag, want in _expected_flags(exp, variant, sorted(touched), boolean).items():
+        name = arg_name(flag, exp.server.kind)
+        if name not in args:
+            yield f"{name}={want}", UNKNOWN, ""
+        elif _same(want, str(args[name])):
+            yield f"{name}={want}", CONFIRMED, ""
         else:
-            row["detail"] = f"the server's log does not show it in any of the {n} runs"
-        out.append(row)
-    return out
+            yield f"{name}={want}", CONTRADICTED, f"the server ran with {name}={args[name]}, not {want}"
+    intent = _custom_ar_intent(exp, factor, level, variant)
+    if intent is not None:
+        seen, what = custom_ar_observed(log)
+        check = f"{CUSTOM_AR_CHECK} {intent}"
+        if seen is None:
+            yield check, UNKNOWN, ""
+        elif seen == intent:
+            yield check, CONFIRMED, ""
+        else:
+            yield check, CONTRADICTED, f"custom all-reduce was {what}"
+
+
+def _with_detail(row: dict) -> dict:
+    """The row with what the logs say of it in words (`detail`)."""
+    why = row.pop("_why")
+    n = sum(len(row[k]) for k in ("runs_confirmed", "runs_contradicted", "runs_unknown"))
+    if why:
+        row["detail"] = "; ".join(why)
+    elif row["runs_confirmed"]:
+        unknown = f"; not shown in {len(row['runs_unknown'])}" if row["runs_unknown"] else ""
+        row["detail"] = f"the server's log confirms it in {len(row['runs_confirmed'])} of {n} runs{unknown}"
+    else:
+        row["detail"] = f"the server's log does not show it in any of the {n} runs"
+    return row
 
 
 def contradictions(checks: list[dict]) -> list[dict]:

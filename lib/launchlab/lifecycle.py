@@ -208,29 +208,37 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
                                                   env_file="server.env"))
         nodes.write_processes(folder, run_nodes)
     if not all(n.host.runs_here for n in run_nodes):  # jobs: they start when the scheduler runs them
-        queued = [n.host.wait_started(n.refs[-1], lambda reason: progress and progress("queued", reason))
-                  for n in run_nodes]
-        record.queue_s = max(queued)
-        placed = [n.host.placement(n.refs[-1]) for n in run_nodes]
-        record.scheduler = [p for p in placed if p]
-        # the job runs its node's provenance commands before its server starts: the ready clock starts after them
-        recorded = [n.host.node_facts(n.refs[-1]) for n in run_nodes]
-        for node, found in zip(run_nodes, recorded, strict=True):
-            if found is None:
-                record.notes.append(f"the provenance of the node that ran the job of {node.label} is missing: the "
-                                    "job ended (or took too long) before its facts were gathered")
-        record.server_started_at = run_nodes[0].host.clock()
-        t_launch = time.monotonic()
-        if progress:
-            progress("watching")
-        per_node = []
-        for node, launch, found in zip(run_nodes, launches, recorded, strict=True):
-            facts, node.masker = provenance.node_record(node.host, node.rank, launch, node.preflight, node.masker,
-                                                        exp.secrets, recorded=found or {})
-            per_node.append(facts)
-        rundir.update_json(folder.provenance, {**provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
-                                                                       nodes.masker_of(run_nodes)),
-                                               "scheduler": record.scheduler})
+        t_launch = _jobs_started(exp, run_nodes, launches, folder, record=record, progress=progress)
+    return t_launch
+
+
+def _jobs_started(exp: params.Experiment, run_nodes: list[Node], launches: list, folder: rundir.RunFolder, *,
+                  record: RunRecord, progress=None) -> float:
+    """A scheduler's jobs: wait while they are queued (`queue_s`), record where they run and the provenance their
+    nodes gathered, and return when they started (the ready clock starts after their provenance commands)."""
+    queued = [n.host.wait_started(n.refs[-1], lambda reason: progress and progress("queued", reason))
+              for n in run_nodes]
+    record.queue_s = max(queued)
+    placed = [n.host.placement(n.refs[-1]) for n in run_nodes]
+    record.scheduler = [p for p in placed if p]
+    # the job runs its node's provenance commands before its server starts: the ready clock starts after them
+    recorded = [n.host.node_facts(n.refs[-1]) for n in run_nodes]
+    for node, found in zip(run_nodes, recorded, strict=True):
+        if found is None:
+            record.notes.append(f"the provenance of the node that ran the job of {node.label} is missing: the "
+                                "job ended (or took too long) before its facts were gathered")
+    record.server_started_at = run_nodes[0].host.clock()
+    t_launch = time.monotonic()
+    if progress:
+        progress("watching")
+    per_node = []
+    for node, launch, found in zip(run_nodes, launches, recorded, strict=True):
+        facts, node.masker = provenance.node_record(node.host, node.rank, launch, node.preflight, node.masker,
+                                                    exp.secrets, recorded=found or {})
+        per_node.append(facts)
+    rundir.update_json(folder.provenance, {**provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
+                                                                   nodes.masker_of(run_nodes)),
+                                           "scheduler": record.scheduler})
     return t_launch
 
 

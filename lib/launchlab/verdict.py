@@ -26,33 +26,12 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     checks = list(level_checks or [])
     # a run whose log contradicts its level is no observation of that factor: it leaves the factor's comparisons
     contradicted = levelchecks.contradicted_runs(checks)
-    found = levelchecks.contradictions(checks)  # a level that did not take effect first: nothing else means much
-    # what the logs state is compared over the valid runs and the imported ones left out (misfiled, or of unknown
-    # outcome): they are no observations of a level, but what else differs in their install is what the user
-    # must see — it is stated by their logs whatever the outcome
-    left_out = obs[obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME])]
-    found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
-    compared = [*valid["run_id"], *left_out["run_id"]]
-    derived = derivedargs.find(compared, parsed or {}, set(declared_args), derivedargs.levels_of(runs, factors))
-    found += confounds.log_differences(compared, parsed or {}, {*declared_args, *(d["arg"] for d in derived)}, facts)
+    found, derived = _confounds(obs, runs, factors, checks, baseline_variant=baseline_variant, facts=facts,
+                                tolerance_mib=tolerance_mib, parsed=parsed or {}, declared_args=set(declared_args))
     decisions = [analysis.decide(obs, f, factors, baseline.get(f), drop=contradicted.get(f, set())) for f in factors]
-    # a contradicted level confounds the other factors only where some of its runs took effect and some did not:
-    # contradicted in every run, it is another level held the same across their strata
-    partial = {r for c in checks if c["runs_contradicted"] and (c["runs_confirmed"] or c["runs_unknown"])
-               for r in c["runs_contradicted"]}
-    touching = [c for c in found if c["kind"] != "level"] + [{**c, "runs": sorted(set(c["runs"]) & partial)}
-                                                              for c in found if c["kind"] == "level"]
-    decisions = [analysis.confounded(d, touching) for d in decisions]
+    decisions = [analysis.confounded(d, _touching(found, checks)) for d in decisions]
     effects = analysis.factor_effects(runs, events, factors, baseline, planned=planned, drop=contradicted)
     reasons = inconclusive_reasons(obs, decisions)
-    warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
-    warnings += analysis.effect_warnings(effects)
-    if len(valid) < len(obs) and len(valid):
-        left = obs[~obs["valid"]]
-        warnings.insert(0, f"{len(left)} of {len(obs)} planned runs are not observations of the server and were left "
-                           f"out of every comparison ({analysis._tally(left)}): {', '.join(left['run_id'])}")
-    if found:
-        warnings.insert(0, f"{len(found)} confound(s): the comparison is not controlled — see `confounds`")
 
     def named(*statuses: str) -> list[str]:
         return [d["factor"] for d in decisions if d["status"] in statuses]
@@ -74,8 +53,49 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
         level_checks=[LevelCheck(**c) for c in checks],
         excluded_runs=[ExcludedRun(**r) for r in analysis.excluded(obs)],
         budget=budget_rows,
-        warnings=warnings,
+        warnings=_warnings(obs, facts, effects, found),
     )
+
+
+def _confounds(obs: pd.DataFrame, runs: pd.DataFrame, factors: list[str], checks: list[dict], *,
+               baseline_variant: str, facts: dict[str, dict], tolerance_mib: float, parsed: dict[str, dict],
+               declared_args: set[str]) -> tuple[list[dict], list[dict]]:
+    """Every confound (a level that did not take effect first: nothing else means much), and the server
+    arguments that follow from the factors (derived_args: not confounds)."""
+    valid = obs[obs["valid"]]
+    found = levelchecks.contradictions(checks)
+    # what the logs state is compared over the valid runs and the imported ones left out (misfiled, or of unknown
+    # outcome): they are no observations of a level, but what else differs in their install is what the user
+    # must see — it is stated by their logs whatever the outcome
+    left_out = obs[obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME])]
+    found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
+    compared = [*valid["run_id"], *left_out["run_id"]]
+    derived = derivedargs.find(compared, parsed, declared_args, derivedargs.levels_of(runs, factors))
+    found += confounds.log_differences(compared, parsed, {*declared_args, *(d["arg"] for d in derived)}, facts)
+    return found, derived
+
+
+def _touching(found: list[dict], checks: list[dict]) -> list[dict]:
+    """The confounds as they touch the other factors' decisions: a contradicted level confounds them only where
+    some of its runs took effect and some did not — contradicted in every run, it is another level held the same
+    across their strata."""
+    partial = {r for c in checks if c["runs_contradicted"] and (c["runs_confirmed"] or c["runs_unknown"])
+               for r in c["runs_contradicted"]}
+    return [c for c in found if c["kind"] != "level"] + [{**c, "runs": sorted(set(c["runs"]) & partial)}
+                                                         for c in found if c["kind"] == "level"]
+
+
+def _warnings(obs: pd.DataFrame, facts: dict[str, dict], effects: list[dict], found: list[dict]) -> list[str]:
+    valid = obs[obs["valid"]]
+    warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
+    warnings += analysis.effect_warnings(effects)
+    if len(valid) < len(obs) and len(valid):
+        left = obs[~obs["valid"]]
+        warnings.insert(0, f"{len(left)} of {len(obs)} planned runs are not observations of the server and were left "
+                           f"out of every comparison ({analysis._tally(left)}): {', '.join(left['run_id'])}")
+    if found:
+        warnings.insert(0, f"{len(found)} confound(s): the comparison is not controlled — see `confounds`")
+    return warnings
 
 
 def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:
@@ -118,17 +138,19 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
                          ("Undetermined", v.undetermined_factors)):
         if names:
             lines.append(f"**{label}:** {', '.join(md_code(f) for f in names)} (see above).")
-    for e in v.effects:
-        if e.metric != "kv_tokens" or e.mean is None or not e.baseline_mean:
-            continue
-        name = md_code(f"{e.factor}={e.level}")
-        where = f" at {md('; '.join(e.strata))}" if e.strata != ["alone"] else ""
-        if e.signs_disagree:
-            lines.append(f"{name} changes the KV capacity in opposite directions depending on the other "
-                         f"factors{where}; see the effects table.")
-        else:
-            lines.append(f"{name} changes the KV capacity by {e.diff:+,.0f} tokens "
-                         f"({e.ratio:.3f}× of {e.baseline_mean:,.0f}; {e.interval_text(lambda x: f'{x:+,.0f}')}{where}).")
+    lines += [_kv_sentence(e) for e in v.effects if e.metric == "kv_tokens" and e.mean is not None
+              and e.baseline_mean]
     if said := budget.break_even_markdown(budget_summary):  # in the server kind's own argument
         lines.append(said)
     return "\n\n".join(lines)
+
+
+def _kv_sentence(e: Effect) -> str:
+    """What a level does to the KV capacity, with its interval (or its single values)."""
+    name = md_code(f"{e.factor}={e.level}")
+    where = f" at {md('; '.join(e.strata))}" if e.strata != ["alone"] else ""
+    if e.signs_disagree:
+        return (f"{name} changes the KV capacity in opposite directions depending on the other factors{where}; "
+                "see the effects table.")
+    return (f"{name} changes the KV capacity by {e.diff:+,.0f} tokens "
+            f"({e.ratio:.3f}× of {e.baseline_mean:,.0f}; {e.interval_text(lambda x: f'{x:+,.0f}')}{where}).")

@@ -112,54 +112,21 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
 
 def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], ready_rx: BudgetedPattern | None,
                *, fatal_rx: list[BudgetedPattern], health_url: str | None, deadline: float, t_launch: float) -> Outcome:
-    ready_line = ready_rx is None
-    fatal_line, fatal_at = None, None
+    scan = _Scan(len(nodes), ready_rx, fatal_rx)
     pauses, samples_at = backoff(FIRST_POLL_S, POLL_S), time.monotonic()
-    numbers = [0] * len(nodes)  # lines read per node: where a slow pattern is reported
-    tails = [b""] * len(nodes)  # each node's last lines: a server that exits says why in its last words
     while True:
-        grew = behind = False
-        for node, log in zip(nodes, logs, strict=True):
-            lines, more = log.read()
-            behind = behind or more
-            if not lines:
-                continue
-            grew = True
-            tails[node.rank] = (tails[node.rank] + lines)[-TAIL_BYTES:]
-            text = lines.decode("utf-8", errors="replace")
-            # a block of lines is searched line by line only where a pattern may match in it (patterns.py)
-            look_ready = node.rank == 0 and not ready_line and ready_rx is not None and ready_rx.may_match(text)
-            look_fatal = [rx for rx in fatal_rx if rx.may_match(text)] if fatal_line is None else []
-            if not look_ready and not look_fatal:
-                numbers[node.rank] += lines.count(b"\n") + lines.count(b"\r")  # bytes: str.count is 20x slower
-                continue
-            for line in re.split(r"[\r\n]", text)[:-1]:
-                numbers[node.rank] += 1
-                at = (numbers[node.rank], node.log_name)
-                if look_ready and not ready_line and ready_rx.search(line, *at):
-                    ready_line = True
-                if fatal_line is None and any(rx.search(line, *at) for rx in look_fatal):
-                    fatal_line = line.strip() if node.rank == 0 else f"{node.label}: {line.strip()}"
-                    fatal_at = time.monotonic()
+        grew, behind = scan.read(nodes, logs)
         if time.monotonic() - samples_at >= SAMPLES_EVERY_S:
             samples_at = time.monotonic()
             for mirror in samples:
                 mirror.new_lines()
         dead = [n for n in nodes if not n.host.group_alive(n.refs[-1].pgid)]
-        if fatal_line is not None and (dead or time.monotonic() - fatal_at > FATAL_GRACE_S):
-            return Outcome("failed", None, fatal_line)
+        if scan.fatal_line is not None and (dead or time.monotonic() - scan.fatal_at > FATAL_GRACE_S):
+            return Outcome("failed", None, scan.fatal_line)
         if dead:
-            # a scheduler that ended the job (time limit, node failure, preemption) names why
-            ended = next((why for n in dead if (why := n.host.ended_why(n.refs[-1].pgid)) is not None), None)
-            if ended is not None:
-                return Outcome("failed", ended[0], ended[1])
-            for node, log in zip(nodes, logs, strict=True):
-                tails[node.rank] = (tails[node.rank] + log.read()[0])[-TAIL_BYTES:]
-            where = "" if len(nodes) == 1 else f" on {', '.join(n.label for n in dead)}"
-            said = _last_line(tails[dead[0].rank])
-            return Outcome("failed", "process_exited", f"the server exited{where} before it was ready"
-                           + (f"; its last line: {said}" if said else ""))
-        if fatal_line is None and ready_line and (health_url is None or nodes[0].host.http_status(health_url) == 200):
+            return _exited(nodes, logs, dead, scan.tails)
+        if scan.fatal_line is None and scan.ready_line and (
+                health_url is None or nodes[0].host.http_status(health_url) == 200):
             return Outcome("ready", None, "", time.monotonic() - t_launch)
         if time.monotonic() > deadline:
             return Outcome("timeout", None, f"not ready after {deadline - t_launch:.0f} s")
@@ -169,6 +136,65 @@ def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], 
         if grew:
             pauses = backoff(FIRST_POLL_S, POLL_S)
         time.sleep(next(pauses))
+
+
+class _Scan:
+    """What the logs said so far: the ready line (node 0), the first fatal line (any node) and when it came, the
+    lines read per node (where a slow pattern is reported) and each node's last lines (a server that exits says
+    why in its last words)."""
+
+    def __init__(self, n_nodes: int, ready_rx: BudgetedPattern | None, fatal_rx: list[BudgetedPattern]):
+        self.ready_rx, self.fatal_rx = ready_rx, fatal_rx
+        self.ready_line = ready_rx is None
+        self.fatal_line: str | None = None
+        self.fatal_at: float | None = None
+        self.numbers = [0] * n_nodes
+        self.tails = [b""] * n_nodes
+
+    def read(self, nodes: list[Node], logs: list[LogMirror]) -> tuple[bool, bool]:
+        """Read what each log gained; (whether any grew, whether more waits than one look reads)."""
+        grew = behind = False
+        for node, log in zip(nodes, logs, strict=True):
+            lines, more = log.read()
+            behind = behind or more
+            if lines:
+                grew = True
+                self._lines(node, lines)
+        return grew, behind
+
+    def _lines(self, node: Node, lines: bytes) -> None:
+        rank = node.rank
+        self.tails[rank] = (self.tails[rank] + lines)[-TAIL_BYTES:]
+        text = lines.decode("utf-8", errors="replace")
+        # a block of lines is searched line by line only where a pattern may match in it (patterns.py)
+        ready_rx = self.ready_rx
+        look_ready = rank == 0 and not self.ready_line and ready_rx is not None and ready_rx.may_match(text)
+        look_fatal = [rx for rx in self.fatal_rx if rx.may_match(text)] if self.fatal_line is None else []
+        if not look_ready and not look_fatal:
+            self.numbers[rank] += lines.count(b"\n") + lines.count(b"\r")  # bytes: str.count is 20x slower
+            return
+        for line in re.split(r"[\r\n]", text)[:-1]:
+            self.numbers[rank] += 1
+            at = (self.numbers[rank], node.log_name)
+            if look_ready and not self.ready_line and ready_rx.search(line, *at):
+                self.ready_line = True
+            if self.fatal_line is None and any(rx.search(line, *at) for rx in look_fatal):
+                self.fatal_line = line.strip() if rank == 0 else f"{node.label}: {line.strip()}"
+                self.fatal_at = time.monotonic()
+
+
+def _exited(nodes: list[Node], logs: list[LogMirror], dead: list[Node], tails: list[bytes]) -> Outcome:
+    """A node's server exited before it was ready: why, as its scheduler or its last line says."""
+    # a scheduler that ended the job (time limit, node failure, preemption) names why
+    ended = next((why for n in dead if (why := n.host.ended_why(n.refs[-1].pgid)) is not None), None)
+    if ended is not None:
+        return Outcome("failed", ended[0], ended[1])
+    for node, log in zip(nodes, logs, strict=True):
+        tails[node.rank] = (tails[node.rank] + log.read()[0])[-TAIL_BYTES:]
+    where = "" if len(nodes) == 1 else f" on {', '.join(n.label for n in dead)}"
+    said = _last_line(tails[dead[0].rank])
+    return Outcome("failed", "process_exited", f"the server exited{where} before it was ready"
+                   + (f"; its last line: {said}" if said else ""))
 
 
 def smoke(spec: params.SmokeSpec, node: Node, url: str, ready: Outcome, *, result: RunRecord) -> Outcome:
