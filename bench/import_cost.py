@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 TARGET_NBFORMAT_S = 1.0
-MODULES = ("nbformat", "papermill", "launchlab.cli", "launchlab.batch")
+MODULES = ("nbformat", "papermill", "launchlab.cli", "launchlab.runner.batch")
 
 
 def cpu_seconds(code: str) -> float:

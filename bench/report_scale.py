@@ -28,9 +28,10 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from launchlab import batch, records, rundir
-from launchlab.records import RunRecord
+from launchlab.runner import batch
 from launchlab.sim import state
+from launchlab.store import records, rundir
+from launchlab.store.records import RunRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "params" / "demo.yaml"

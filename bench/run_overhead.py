@@ -33,8 +33,10 @@ from pathlib import Path
 
 import nbformat
 
-from launchlab import batch, hosts, kernels, notebooks, params, records, rundir
+from launchlab import hosts, params
 from launchlab.hosts import sim
+from launchlab.runner import batch, kernels, notebooks
+from launchlab.store import records, rundir
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "bench" / "ready_at_once.yaml"

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from launchlab import telemetry  # noqa: E402
+from launchlab.gpu import telemetry  # noqa: E402
 from launchlab.hosts import commands  # noqa: E402
 
 GIB = 1 << 30

@@ -84,11 +84,11 @@ def serve(path: str) -> None:
     import papermill  # noqa: F401
     import scipy.stats  # noqa: F401
 
-    import launchlab.batch  # noqa: F401
     import launchlab.cli
-    import launchlab.export  # noqa: F401
-    import launchlab.frames  # noqa: F401
-    import launchlab.reportmd  # noqa: F401
+    import launchlab.reporting.export  # noqa: F401
+    import launchlab.reporting.reportmd  # noqa: F401
+    import launchlab.runner.batch  # noqa: F401
+    import launchlab.verdicts.frames  # noqa: F401
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)

@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from launchlab import confounds
+from launchlab.verdicts import confounds
 
 
 @pytest.fixture

@@ -5,8 +5,9 @@ import dataclasses
 import shutil
 
 from conftest import ROOT
-from launchlab import answer, reportmd
-from launchlab.verdictrecord import Effect
+from launchlab.reporting import reportmd
+from launchlab.store.verdictrecord import Effect
+from launchlab.verdicts import answer
 
 H200 = ROOT / "examples" / "h200-transformers-kv" / "20261129-232709"
 

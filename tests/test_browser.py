@@ -142,7 +142,7 @@ def test_the_layout_probe_finds_tick_labels_that_overlap(chromium, tmp_path):
     import matplotlib.pyplot as plt
 
     from launchlab.escaping import inline_svg
-    from launchlab.reporttables import figure_svg
+    from launchlab.reporting.reporttables import figure_svg
 
     fig, ax = plt.subplots(figsize=(3, 2))
     ax.bar(range(4), [1, 2, 3, 4])

@@ -4,8 +4,9 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
-from launchlab import budget, logparse
+from launchlab import logparse
 from launchlab.logparse import sglang
+from launchlab.verdicts import budget
 
 
 def frames_of(parsed, status="failed"):

@@ -60,7 +60,7 @@ def test_custom_all_reduce_costs_kv_capacity_but_does_not_decide_the_launch(demo
     assert len(on) == len(off) == 2
     assert on.max() < off.min()
     assert on.min() > 0.9 * off.max()  # a little, not a lot
-    from launchlab import analysis
+    from launchlab.verdicts import analysis
 
     deciders = analysis.outcome_deciders(runs, ["custom_ar", "mem_fraction"]).set_index("factor")
     assert not deciders.loc["custom_ar", "changes_launch_outcome"]
@@ -94,7 +94,7 @@ def test_progress_lines_name_the_run_its_state_and_elapsed_time(demo_run):
 def test_summary_html_has_tables_and_embedded_plots_and_no_code_or_remote_fetches(demo_run):
     run_dir, _ = demo_run
     html = (run_dir / "summary.html").read_text()
-    from launchlab import export
+    from launchlab.reporting import export
 
     assert export.remote_references(html) == []
     assert "<table" in html and "kv_cache_no_memory" in html

@@ -10,7 +10,11 @@ from pathlib import Path
 import yaml
 
 from conftest import DATA
-from launchlab import frames, importer, params, reportmd, rundir
+from launchlab import params
+from launchlab.reporting import reportmd
+from launchlab.runner import importer
+from launchlab.store import rundir
+from launchlab.verdicts import frames
 
 LOGS = DATA / "vllm-0.26-h200"
 GRAPHS, EAGER, EAGER_LOW = ("vllm-0.26-util0.3-graphs.log", "vllm-0.26-util0.3-enforce-eager.log",

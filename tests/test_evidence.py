@@ -5,7 +5,7 @@ a 95 % interval from two runs per side and the single values below that, and eac
 import pandas as pd
 import pytest
 
-from launchlab import analysis
+from launchlab.verdicts import analysis
 
 
 def test_fisher_gives_the_issues_two_examples_and_four_runs_per_side_settle_an_all_or_nothing_split():
@@ -47,7 +47,7 @@ def test_a_deciding_factor_carries_its_weakest_p_and_the_repetitions_that_would_
 
 
 def test_a_neutral_factor_carries_its_counts_and_p_one_and_nothing_to_settle():
-    from launchlab.verdictrecord import Decision
+    from launchlab.store.verdictrecord import Decision
 
     decision = decided(demo_like(2), "custom_ar", "off")
     assert decision["status"] == "neutral" and decision["p_value"] == 1.0 and decision["significant"] is False

@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import LAUNCHLAB
-from launchlab import export
+from conftest import LAUNCHLAB, ROOT
+from launchlab.reporting import export
 
 EXAMPLE = next((Path(__file__).resolve().parents[1] / "examples" / "h200-transformers-kv").glob("2*"))
 GIB = 1024
@@ -83,3 +83,19 @@ def test_launchlab_report_rebuilds_the_committed_run_directory_an_older_kit_wrot
     assert export.remote_references(html) == []
     text = " ".join(re.sub(r"<[^>]+>", " ", html).split())  # the page's text: the peaks of the 0.9 and 0.5 runs
     assert "memory_percent=0.9 121.3 GiB vs memory_percent=0.5 68.4 GiB" in text
+
+
+def test_the_imports_of_the_notebooks_run_directories_keep_still_resolve():
+    """A run directory keeps its executed notebooks; those saved before the layers became packages import
+    `from launchlab import runview` (and report, batch, lifecycle), and must run again as they were saved."""
+    import json
+    import re
+
+    lines = set()
+    for path in ROOT.glob("examples/*/2*/**/*.ipynb"):
+        for cell in json.loads(path.read_text())["cells"]:
+            lines |= {m.group(0) for m in re.finditer(r"^from launchlab[\w.]* import [\w, ]+$", "".join(cell["source"]),
+                                                       re.M)}
+    assert "from launchlab import runview" in lines and "from launchlab import report" in lines
+    for line in sorted(lines):
+        exec(line, {})  # an ImportError names the line

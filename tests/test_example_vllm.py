@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from launchlab import export
+from launchlab.reporting import export
 
 ROOT = Path(__file__).resolve().parents[1] / "examples"
 KV = next((ROOT / "h200-vllm-kv").glob("2*"))

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB_EXEC, descendants, write_params
-from launchlab.keptlog import HEAD_BYTES, TAIL_BYTES
 from launchlab.logparse.common import LINE_BYTES
+from launchlab.store.keptlog import HEAD_BYTES, TAIL_BYTES
 
 FLOOD_BYTES = 400 * 2**20  # a few hundred MB proves the bound (the issue's server wrote 2.6 GB)
 FLOOD_S = 8.0  # or as much as it writes in this time on a slow disk
@@ -126,8 +126,11 @@ def test_a_flooding_server_ends_with_a_final_status_its_log_cut_to_head_and_tail
 
 def test_a_run_whose_collection_runs_past_its_deadline_ends_as_an_error_that_says_why(tmp_path, sim_root, monkeypatch):
     from conftest import connect
-    from launchlab import cleanup, lifecycle, params, rundir, runview
-    from launchlab.plan import make_plan
+    from launchlab import params
+    from launchlab.run import cleanup, lifecycle
+    from launchlab.runner import runview
+    from launchlab.runner.plan import make_plan
+    from launchlab.store import rundir
 
     path = write_params(tmp_path, f"""\
         experiment: slow-collect

@@ -214,11 +214,12 @@ def test_a_search_probe_disturbed_by_a_gpu_hog_is_flagged_and_the_prediction_sta
 def test_a_worker_that_renamed_itself_is_still_the_runs_by_its_session_and_a_stranger_is_not(tmp_path):
     """vLLM's EngineCore calls setproctitle, which writes over /proc/PID/environ: the run id is gone from it (seen
     on a real H200: the run's own engine reported as foreign). The session the kit started the server in stays."""
-    from launchlab import gpustate, params
+    from launchlab import params
     from launchlab.hosts import commands
     from launchlab.hosts.sim import SimHost
     from launchlab.sim import state
     from launchlab.tags import RUN_ID_ENV
+    from launchlab.verdicts import gpustate
 
     host = SimHost("box", params.SimSpec(transport="sim", gpus=2, pace=0.3), box=tmp_path / "sim")
     # a session leader (the server, as the kit starts it) whose worker has no run id in its environment

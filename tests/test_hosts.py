@@ -7,9 +7,10 @@ import os
 import pytest
 
 from conftest import write_params
-from launchlab import batch, cli, params
+from launchlab import cli, params
 from launchlab.errors import HostError
 from launchlab.hosts.sim import SimHost
+from launchlab.runner import batch
 
 
 def leftover(host: SimHost, tmp_path) -> int:
@@ -183,8 +184,8 @@ def test_a_local_host_reads_whether_a_group_is_alive_from_proc_as_the_shells_che
 
 def test_a_local_host_lists_the_kits_tagged_processes_from_proc_as_the_shells_listing_does(tmp_path, sim_root):
     # a run lists them three times (sweep, drain, last sweep); the shell's loop starts five processes per process
-    from launchlab import reaper, tags
-    from launchlab.hosts import commands
+    from launchlab import tags
+    from launchlab.hosts import commands, reaper
     from launchlab.hosts.shell import ShellHost
 
     host = SimHost("box", params.SimSpec(transport="sim", gpus=1), sim_root / "b")

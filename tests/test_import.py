@@ -15,8 +15,13 @@ import pytest
 import yaml
 
 from conftest import DATA, ROOT
-from launchlab import confounds, frames, importer, logfacts, logparse, params, records, reportmd, rundir
+from launchlab import logparse, params
 from launchlab.errors import ImportFailed, ParamsError
+from launchlab.logparse import logfacts
+from launchlab.reporting import reportmd
+from launchlab.runner import importer
+from launchlab.store import records, rundir
+from launchlab.verdicts import confounds, frames
 from test_real_logs import ENGINE, FIELDS, GRAPH_END, ORACLES, rank_key
 
 DEMO = ROOT / "params" / "demo-import.yaml"

@@ -5,11 +5,11 @@ import random
 
 import pytest
 
-from launchlab import cleanup
 from launchlab.hosts.local import LocalHost
-from launchlab.keptlog import HEAD_BYTES, TAIL_BYTES, KeptLog
 from launchlab.logparse.common import LINE_BYTES
 from launchlab.masking import Masker
+from launchlab.run import cleanup
+from launchlab.store.keptlog import HEAD_BYTES, TAIL_BYTES, KeptLog
 
 
 def lines(n: int, seed: int = 1) -> bytes:

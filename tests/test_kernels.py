@@ -9,14 +9,14 @@ import signal
 import nbformat
 import pytest
 
-from launchlab import kernels, notebooks
+from launchlab.runner import kernels, notebooks
 
 pytestmark = pytest.mark.slow  # real kernels
 
 PROBE = """\
 import os, sys
 print(json.dumps({"pid": os.getpid(), "cwd": os.getcwd(), "left": "left_by_earlier" in globals(),
-                  "preloaded": "launchlab.runview" in sys.modules}))
+                  "preloaded": "launchlab.runner.runview" in sys.modules}))
 left_by_earlier = True
 """
 

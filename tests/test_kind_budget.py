@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
-from launchlab import budget, logparse, search, thresholds
+from launchlab import logparse, search
 from launchlab.logparse.kinds import KINDS
+from launchlab.verdicts import budget, thresholds
 
 LOGS = DATA / "vllm-0.26-h200"
 RUNS = {"g": ("vllm-0.26-util0.3-graphs.log", "graphs"), "e": ("vllm-0.26-util0.3-enforce-eager.log", "eager"),

@@ -49,11 +49,10 @@ def test_the_check_finds_a_server_flag_in_a_module_outside_the_kinds(tmp_path):
 def test_what_a_log_states_of_its_software_is_read_as_its_kind_says_not_from_patterns_of_all_kinds(tmp_path):
     """logfacts.py reads versions, install paths and the launch's shape through ServerKind.log_facts (issue 26):
     its code names no server, and a vLLM-only fact (the engine generation) comes from that kind's parser."""
-    from launchlab import logfacts
-    from launchlab.logparse import KINDS, parse_file
+    from launchlab.logparse import KINDS, logfacts, parse_file
 
     servers = re.compile(r"vllm|sglang|transformers", re.I)
-    assert [s for s in code_strings(LIB / "logfacts.py") if servers.search(s)] == []
+    assert [s for s in code_strings(LIB / "logparse" / "logfacts.py") if servers.search(s)] == []
     assert logfacts.LABELS["engine"] == KINDS["vllm"].log_facts.labels["engine"]
     log = tmp_path / "server.log"
     log.write_text("(EngineCore pid=7) INFO 12-01 08:03:20 [core.py:94] Initializing a V1 LLM engine (v0.26.0) with "

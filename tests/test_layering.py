@@ -11,19 +11,14 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 # some of its submodules sit lower (the transport registry and specs, which params validates against, sit
 # below the transports that run commands).
 LAYERS = [
-    {"errors", "config", "escaping", "masking", "yamlfile", "smitext", "nbcheck", "sim", "fields", "polling", "kernelfork",
-     "kernels", "interrupts", "tags"},
+    {"errors", "config", "escaping", "masking", "nbcheck", "sim", "fields", "polling", "interrupts", "tags"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
-     "hosts.slurm_spec",
-     "params", "rundir", "workspace", "telemetry", "logparse", "budget", "plan", "records", "nvml_sampler", "search",
-     "logfacts", "keptlog", "verdictrecord", "gpustate"},
-    {"analysis", "answer", "confounds", "derivedargs", "levelchecks", "verdict", "plots", "conclude", "frames",
-     "thresholds", "ordereffects"},
+     "hosts.slurm_spec", "params", "store", "gpu", "logparse", "nvml_sampler", "search"},
+    {"verdicts"},
     {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh", "hosts.slurm",
-     "locks", "reaper", "provenance", "patching", "nodes"},
-    {"watch", "cleanup", "lifecycle", "recovery"},
-    {"reporttables", "report", "reportmd", "export", "liveprogress", "runview", "notebooks", "batch", "cli", "__main__",
-     "searchbatch", "importer"},
+     "hosts.locks", "hosts.reaper", "hosts.provenance", "hosts.patching", "hosts.nodes"},
+    {"run"},
+    {"reporting", "runner", "cli", "__main__"},
 ]
 SPLIT = {"hosts"}  # packages whose submodules are placed one by one
 

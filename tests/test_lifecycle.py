@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, connect, write_params
-from launchlab import lifecycle, notebooks, params, rundir, runview
-from launchlab.plan import make_plan
+from launchlab import params
+from launchlab.run import lifecycle
+from launchlab.runner import notebooks, runview
+from launchlab.runner.plan import make_plan
+from launchlab.store import rundir
 
 
 def run_first(path, index=0):
@@ -44,7 +47,7 @@ def test_a_ready_run_is_stopped_drained_and_collected(small_params):
 
 def test_a_second_run_on_a_host_takes_its_table_and_topology_over_and_other_gpus_or_a_new_boot_read_them_again(
         small_params):
-    from launchlab import provenance
+    from launchlab.hosts import provenance
 
     path = small_params(pace=0.01)
     exp = params.load(path)
@@ -103,7 +106,7 @@ def test_a_server_that_dies_without_a_known_error_is_failed_process_exited(tmp_p
 
 def test_ctrl_c_during_a_run_stops_the_server_and_records_the_interruption(small_params, tmp_path):
     path = small_params(pace=3.0, timeout=120)
-    code = (f"from launchlab import runview; rd = runview.ensure_run_dir({str(path)!r}); print(rd, flush=True); "
+    code = (f"from launchlab.runner import runview; rd = runview.ensure_run_dir({str(path)!r}); print(rd, flush=True); "
             f"runview.run_variant({str(path)!r}, '', rd)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=os.environ.copy())
@@ -197,8 +200,8 @@ def test_a_leftover_process_holding_gpu_memory_before_a_run_is_a_confound(small_
 
     import pandas as pd
 
-    from launchlab import confounds
     from launchlab.sim import state
+    from launchlab.verdicts import confounds
 
     path = small_params()
     exp = params.load(path)

@@ -13,8 +13,8 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import DATA, ROOT
-from launchlab import liveprogress
-from launchlab.records import RunRecord
+from launchlab.runner import liveprogress
+from launchlab.store.records import RunRecord
 
 H200 = DATA / "h200-transformers-serve"
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, ROOT, processes_using
-from launchlab import locks, recovery
 from launchlab.errors import HostError
+from launchlab.hosts import locks
 from launchlab.hosts.local import LocalHost
+from launchlab.run import recovery
 
 
 @pytest.fixture

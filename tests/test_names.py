@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from conftest import LAUNCHLAB, write_params
 from launchlab import params
 from launchlab.hosts import commands
-from launchlab.plan import make_plan
+from launchlab.runner.plan import make_plan
 
 NAMES = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                  suppress_health_check=[HealthCheck.too_slow])

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from conftest import LAUNCHLAB
 from launchlab import params
 from launchlab.errors import ParamsError
-from launchlab.plan import make_plan
+from launchlab.runner.plan import make_plan
 
 # Reproducible in CI: the same examples every run, nothing read from or written to a local example database.
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,

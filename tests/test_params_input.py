@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, ROOT
-from launchlab import params, yamlfile
+from launchlab import params
 from launchlab.errors import ParamsError
+from launchlab.params import yamlfile
 
 DEMO_TEXT = (ROOT / "params" / "demo.yaml").read_text()
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import LAUNCHLAB, ROOT
 from launchlab import params
 from launchlab.errors import ParamsError
-from launchlab.plan import make_plan
+from launchlab.runner.plan import make_plan
 
 DEMO = (ROOT / "params" / "demo-threshold.yaml").read_text()
 

@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, connect, write_params
-from launchlab import lifecycle, params, provenance, rundir, runview
+from launchlab import params
+from launchlab.hosts import provenance
 from launchlab.hosts.sim import SimHost
-from launchlab.plan import make_plan
+from launchlab.run import lifecycle
+from launchlab.runner import runview
+from launchlab.runner.plan import make_plan
+from launchlab.store import rundir
 
 pytestmark = pytest.mark.slow
 SERVER = textwrap.dedent("""\

@@ -1,6 +1,6 @@
 from conftest import ROOT
 from launchlab import params
-from launchlab.plan import find_run, make_plan
+from launchlab.runner.plan import find_run, make_plan
 
 
 def test_runs_are_interleaved_variant_by_variant_not_blocked():

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 
 import pandas as pd  # noqa: E402
 
-from launchlab import plots  # noqa: E402
+from launchlab.reporting import plots  # noqa: E402
 
 
 def boxes(fig, texts):

@@ -4,8 +4,10 @@ several nodes' logs merge, and the run notebook's rank table — each in rank or
 
 import pandas as pd
 
-from launchlab import analysis, frames, levelchecks, rundir, runview
 from launchlab.logparse import sglang
+from launchlab.runner import runview
+from launchlab.store import rundir
+from launchlab.verdicts import analysis, frames, levelchecks
 
 # pipeline parallelism: both stages have a TP rank 0 (the tags of sglang issue #17941)
 TWO_STAGES = [

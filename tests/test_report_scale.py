@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
-from launchlab import plots, telemetry
+from launchlab.gpu import telemetry
+from launchlab.reporting import plots
 
 CAPTURES = sorted({*glob.glob(str(DATA / "**/*.csv"), recursive=True),
                    *glob.glob(str(DATA / "nvsmi-samples" / "*.txt"))})
@@ -80,7 +81,9 @@ def test_runs_keep_their_own_envelopes_and_no_trace_is_no_envelope():
 
 
 def test_the_report_reads_only_the_telemetry_columns_it_uses_and_those_a_directory_has(tmp_path):
-    from launchlab import frames, report, rundir
+    from launchlab.reporting import report
+    from launchlab.store import rundir
+    from launchlab.verdicts import frames
 
     directory = rundir.RunDir(tmp_path)
     samples = telemetry.tidy(telemetry.read_query_csv(DATA / "h200-transformers-serve/trace-cb90.csv"), "r1", None)

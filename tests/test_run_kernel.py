@@ -7,15 +7,18 @@ import subprocess
 import sys
 
 from conftest import DATA
-from launchlab import polling, rundir, runview, telemetry
-from launchlab.records import RunRecord
+from launchlab import polling
+from launchlab.gpu import telemetry
+from launchlab.runner import runview
+from launchlab.store import rundir
+from launchlab.store.records import RunRecord
 
 HEAVY = ("papermill", "nbformat", "nbconvert", "pandas", "numpy", "pyarrow", "matplotlib", "jsonschema")
 
 
 def test_what_the_run_notebook_imports_loads_no_notebook_machinery_pandas_or_plotting():
     # the run notebook's setup cell; papermill (through jsonschema's grammars) alone cost each run seconds
-    code = ("import sys; from launchlab import batch, runview; "
+    code = ("import sys; from launchlab.runner import batch, runview; "
             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
@@ -63,7 +66,7 @@ def test_the_run_record_table_shows_what_was_recorded_and_leaves_out_empty_field
 def test_a_batch_run_notebook_names_the_summary_for_its_gpu_trace_and_loads_no_pandas_or_matplotlib(tmp_path):
     # `launchlab run` passes draw_trace=False: the summary draws every run's trace, and drawing it in each run
     # notebook first cost a batch about 1.5 s per run (bench/run_overhead.py)
-    code = ("import sys; from launchlab import runview; "
+    code = ("import sys; from launchlab.runner import runview; "
             f"assert runview.gpu_trace({str(tmp_path)!r}, 'r1', draw=False) is None; "
             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from conftest import DATA, connect
-from launchlab import params, telemetry
+from launchlab import params
+from launchlab.gpu import telemetry
 from launchlab.hosts import commands
 from launchlab.logparse import sglang
 
@@ -120,7 +121,7 @@ def test_the_simulated_nvidia_smi_starts_without_site_and_finds_the_kit_with_no_
 
 
 def test_the_servers_interpreter_is_asked_once_for_its_packages_and_installed_files_with_the_same_answers(box):
-    from launchlab import provenance
+    from launchlab.hosts import provenance
 
     _, host = box
     argv = ["python3", "-m", "launchlab.sim.sglang_server"]

@@ -52,7 +52,9 @@ def small(tmp_path: Path, *, gres: int = 2, time_limit: str = "00:05:00", max_jo
 
 
 def run_one_each(params_path: Path, run_dir: Path, box: Path, only: str | None = None):
-    from launchlab import hosts, lifecycle, params, plan
+    from launchlab import hosts, params
+    from launchlab.run import lifecycle
+    from launchlab.runner import plan
 
     exp = params.load(params_path)
     host = hosts.connect("cl", exp.hosts["cl"], sim_box=box)
@@ -172,7 +174,7 @@ def test_the_seed_demo_through_slurm_gives_the_verdict_of_the_simulated_host_two
     assert len(jobs) == 8  # one job per run
     assert launchlab_jobs(slurm) == []
     # the node a job ran on is a host fact: had one run landed elsewhere (pin_node: false), it is a confound
-    from launchlab import confounds
+    from launchlab.verdicts import confounds
     facts = {r: json.loads((run_dir / "runs" / r / "provenance.json").read_text()) for r in runs["run_id"]}
     assert confounds.find(runs, facts, verdict["baseline"]) == []
     target = runs["run_id"][2]
@@ -306,7 +308,7 @@ def test_a_job_preempted_by_a_higher_tier_partition_ends_the_run_as_a_preemption
 
 
 def test_what_slurm_sets_per_job_is_not_an_environment_confound_but_an_undeclared_variable_still_is():
-    from launchlab import confounds
+    from launchlab.verdicts import confounds
 
     def job(run: str, job_id: str, gpus: str, extra: dict | None = None) -> dict:
         env = {"PATH": "/usr/bin", "SLURM_JOB_ID": job_id, "SLURM_JOB_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus,

@@ -45,7 +45,9 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
 
 def test_a_two_node_job_runs_one_task_per_node_with_its_rank_the_node_count_and_the_first_node_as_master(
         slurm2, tmp_path, sim_root):
-    from launchlab import hosts, lifecycle, params, plan
+    from launchlab import hosts, params
+    from launchlab.run import lifecycle
+    from launchlab.runner import plan
 
     exp = params.load(write_params(tmp_path, TWO_NODES.format(workdir=tmp_path / "shared")))
     host = hosts.connect("cl", exp.hosts["cl"], sim_box=sim_root / "box")

@@ -1,7 +1,7 @@
 import math
 
 from conftest import DATA
-from launchlab import smitext
+from launchlab.gpu import smitext
 
 SAMPLES = DATA / "nvsmi-samples"
 

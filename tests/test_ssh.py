@@ -8,9 +8,12 @@ import time
 import pytest
 
 from conftest import LAUNCHLAB, connect, write_params
-from launchlab import lifecycle, params, recovery, rundir, runview
+from launchlab import params
 from launchlab.errors import HostError
-from launchlab.plan import make_plan
+from launchlab.run import lifecycle, recovery
+from launchlab.runner import runview
+from launchlab.runner.plan import make_plan
+from launchlab.store import rundir
 
 pytestmark = pytest.mark.ssh
 
@@ -154,7 +157,7 @@ def test_a_dropped_connection_keeps_what_was_seen_and_the_leftover_is_found_next
 
 
 def test_provenance_over_ssh_names_the_host_gpus_driver_topology_and_packages(tmp_path, sshd):
-    from launchlab import provenance
+    from launchlab.hosts import provenance
 
     exp = params.load(ssh_params(tmp_path, sshd, SIM_SERVER))
     host = connect(exp)

@@ -1,7 +1,7 @@
 import math
 
 from conftest import DATA
-from launchlab import telemetry
+from launchlab.gpu import telemetry
 from launchlab.hosts import commands
 
 

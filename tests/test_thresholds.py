@@ -3,7 +3,8 @@ what it claims, what it refuses to claim, and the difference between strata in f
 
 import pandas as pd
 
-from launchlab import search, thresholds
+from launchlab import search
+from launchlab.verdicts import thresholds
 
 BOUNDS = search.Bounds.parse("0.70", "0.80", "0.01")
 
@@ -80,7 +81,9 @@ def test_an_unfinished_search_says_so_with_its_probes_and_prediction_not_an_empt
     import shutil
 
     from conftest import ROOT
-    from launchlab import frames, params, reportmd
+    from launchlab import params
+    from launchlab.reporting import reportmd
+    from launchlab.verdicts import frames
 
     [example] = ROOT.glob("examples/h200-vllm-threshold/2*")
     run_dir = tmp_path / example.name

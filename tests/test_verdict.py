@@ -13,7 +13,9 @@ import pandas as pd
 import pytest
 
 from conftest import LAUNCHLAB, write_params
-from launchlab import frames, levelchecks, params, reportmd
+from launchlab import params
+from launchlab.reporting import reportmd
+from launchlab.verdicts import frames, levelchecks
 
 pytestmark = pytest.mark.slow
 NO_SMI = "the sampler could not start: nvidia-smi not found"

@@ -3,7 +3,7 @@
 import json
 
 from conftest import ROOT
-from launchlab.verdictrecord import Verdict
+from launchlab.store.verdictrecord import Verdict
 
 
 def test_a_verdict_json_of_an_older_kit_reads_into_the_record_with_its_headline():
@@ -32,7 +32,7 @@ def test_the_summary_reads_the_verdict_this_kit_wrote_after_the_frames_and_recom
     import os
     import shutil
 
-    from launchlab import report, reportmd
+    from launchlab.reporting import report, reportmd
 
     run_dir = tmp_path / "h200"
     shutil.copytree(next(iter(sorted(ROOT.glob("examples/*/*/verdict.json")))).parent, run_dir)

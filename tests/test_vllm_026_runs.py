@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from conftest import DATA
-from launchlab import logfacts, logparse
+from launchlab import logparse
+from launchlab.logparse import logfacts
 
 LOGS = DATA / "vllm-0.26-h200"
 

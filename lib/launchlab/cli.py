@@ -23,7 +23,7 @@ EXIT_INVALID_PARAMS = 2
 
 def _validate(args: argparse.Namespace) -> int:
     from launchlab import params
-    from launchlab.plan import make_plan
+    from launchlab.runner.plan import make_plan
 
     exp = params.load(args.params)
     if exp.search is not None:
@@ -43,7 +43,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from launchlab import batch, rundir
+    from launchlab.runner import batch
+    from launchlab.store import rundir
 
     only = tuple(args.only or ())
     if args.dry_run:
@@ -59,7 +60,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from launchlab import importer, rundir
+    from launchlab.runner import importer
+    from launchlab.store import rundir
 
     run_dir = importer.import_runs(args.imports, out_root=args.out)
     print(run_dir)
@@ -76,7 +78,7 @@ def _ask_on_terminal(question: str) -> bool:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from launchlab import workspace
+    from launchlab.store import workspace
 
     result = workspace.init(Path(args.dir))
     for path in result.written:
@@ -89,14 +91,14 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from launchlab import notebooks
+    from launchlab.runner import notebooks
 
     print(notebooks.summarize(Path(args.run_dir).resolve()))  # papermill runs the notebook from another folder
     return 0
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from launchlab import rundir
+    from launchlab.store import rundir
 
     root = Path(args.dir) if args.dir else rundir.default_root()
     rows = rundir.list_run_dirs(root)

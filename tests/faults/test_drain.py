@@ -8,7 +8,10 @@ import time
 from pathlib import Path
 
 from conftest import connect
-from launchlab import cleanup, lifecycle, nodes, params, records, tags
+from launchlab import params, tags
+from launchlab.hosts import nodes
+from launchlab.run import cleanup, lifecycle
+from launchlab.store import records
 
 
 def drain_with(small_params, tmp_path, process_s: float, drain_timeout_s: float):

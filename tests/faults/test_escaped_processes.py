@@ -7,9 +7,12 @@ import re
 import subprocess
 
 from conftest import connect, processes_using, write_params
-from launchlab import lifecycle, nodes, params, rundir, runview
-from launchlab.hosts import commands
-from launchlab.plan import make_plan
+from launchlab import params
+from launchlab.hosts import commands, nodes
+from launchlab.run import lifecycle
+from launchlab.runner import runview
+from launchlab.runner.plan import make_plan
+from launchlab.store import rundir
 
 # a server that starts a helper in a session of its own (it inherits the environment, and so the run id)
 ESCAPING_SERVER = ("import subprocess, time; "

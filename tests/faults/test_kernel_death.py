@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB_EXEC, connect, descendants, processes_using
-from launchlab import nodes, params, recovery, rundir, runview
-from launchlab.hosts import commands
-from launchlab.plan import make_plan
+from launchlab import params
+from launchlab.hosts import commands, nodes
+from launchlab.run import recovery
+from launchlab.runner import runview
+from launchlab.runner.plan import make_plan
+from launchlab.store import rundir
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,12 @@ import time
 import pytest
 
 from conftest import connect, write_params
-from launchlab import lifecycle, nodes, params, recovery, rundir, runview
-from launchlab.plan import make_plan
+from launchlab import params
+from launchlab.hosts import nodes
+from launchlab.run import lifecycle, recovery
+from launchlab.runner import runview
+from launchlab.runner.plan import make_plan
+from launchlab.store import rundir
 
 pytestmark = pytest.mark.ssh
 

@@ -9,9 +9,10 @@ import time
 import pytest
 
 from conftest import write_params
-from launchlab import params, rundir
+from launchlab import params
 from launchlab.logparse import generic, patterns
-from launchlab.plan import make_plan
+from launchlab.runner.plan import make_plan
+from launchlab.store import rundir
 
 # `re` needs minutes to hours on each of these lines (2^n ways to split the run of letters), holding the GIL
 LINES = "print('a' * 5000 + 'b', flush=True); print('x' * 5000, flush=True); print('still starting', flush=True)"
@@ -30,7 +31,7 @@ def test_a_catastrophic_ready_pattern_cannot_stall_the_watcher_and_the_run_times
           ready: {{timeout_s: 4, log_pattern: "(a+)+$", fatal_patterns: ["(x+x+)+y"]}}
           stop_grace_s: 2
         """)
-    code = ("import sys; from launchlab import runview; rd = runview.ensure_run_dir(sys.argv[1]); "
+    code = ("import sys; from launchlab.runner import runview; rd = runview.ensure_run_dir(sys.argv[1]); "
             "print(rd, flush=True); runview.run_variant(sys.argv[1], '', rd)")
     tic = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -61,7 +62,9 @@ def test_the_generic_parser_gives_up_on_a_pattern_after_a_few_slow_lines_and_sti
     lines = ["a" * 5000 + "b\n"] * 50 + ["serving on :8000\n", "RuntimeError: boom\n"]
     tic = time.monotonic()
     parsed = generic.parse(lines, ready_pattern=r"(a+)+$|serving", fatal_patterns=[r"boom"])
-    assert time.monotonic() - tic < 2 * patterns.MAX_SLOW_LINES * patterns.SEARCH_BUDGET_S + 1
+    # trying the pattern on all 50 slow lines would take at least 50 search budgets (2.5 s); giving up after 5
+    # takes a fifth of that plus the rest (1.6 s once on a machine loaded 3x; the structural check is given_up)
+    assert time.monotonic() - tic < 50 * patterns.SEARCH_BUDGET_S
     assert [(s.pattern, s.line, s.given_up) for s in parsed.slow_patterns] == [(r"(a+)+$|serving", 1, True)]
     assert "after 5 such lines it was no longer tried" in parsed.slow_patterns[0].note()
     assert parsed.failure.message == "RuntimeError: boom"

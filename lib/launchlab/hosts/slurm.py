@@ -30,13 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-from launchlab import provenance, rundir
 from launchlab.errors import HostError
-from launchlab.hosts import commands, sim_spec, slurm_spec
+from launchlab.hosts import commands, provenance, sim_spec, slurm_spec
 from launchlab.hosts.base import CommandResult, ProcessRef
 from launchlab.hosts.commands import slurm as cmd
 from launchlab.hosts.local import LocalHost
 from launchlab.hosts.shell import ShellHost
+from launchlab.store import rundir
 from launchlab.tags import BATCH_ENV
 
 POLL_S = 0.5

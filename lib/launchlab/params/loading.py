@@ -11,9 +11,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from launchlab import masking, yamlfile
+from launchlab import masking
 from launchlab.errors import ParamsError
 from launchlab.hosts import TRANSPORTS
+from launchlab.params import yamlfile
 from launchlab.params.design import DesignError, dotted
 from launchlab.params.schema import (
     DrainSpec,

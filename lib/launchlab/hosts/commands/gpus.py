@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 
 from launchlab.fields import ENV_NAME
-from launchlab.telemetry import APP_FIELDS, SAMPLER_FIELDS, SNAPSHOT_FIELDS
+from launchlab.gpu.telemetry import APP_FIELDS, SAMPLER_FIELDS, SNAPSHOT_FIELDS
 
 
 def _select(gpus: list[int] | None) -> list[str]:

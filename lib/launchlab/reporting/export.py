@@ -1,0 +1,41 @@
+"""summary.ipynb → summary.html without code cells, images embedded, nothing fetched from the internet."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+from nbconvert import HTMLExporter
+
+from launchlab.errors import RunDirError
+from launchlab.escaping import inline_svg
+from launchlab.store import rundir
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+# Anything that would make a browser reach out: a remote script/style/image/frame, or a module import.
+REMOTE = re.compile(r"""(?:<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*["']?(?:https?:)?//)"""
+                    r"""|(?:\bimport\s*\(\s*["'](?:https?:)?//)|(?:@import\s+(?:url\()?["']?(?:https?:)?//)""",
+                    re.IGNORECASE)
+
+
+def remote_references(html: str) -> list[str]:
+    return [m.group(0) for m in REMOTE.finditer(html)]
+
+
+def notebook_to_html(notebook: Path, html_path: Path, title: str | None = None) -> Path:
+    """The page, titled `title` (the experiment) rather than after the notebook's file name."""
+    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
+                            exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
+                            embed_images=True)
+    exporter.register_filter("inline_svg", inline_svg)
+    nb = nbformat.read(str(notebook), as_version=4)
+    if title:
+        nb.metadata["title"] = title  # the template escapes it
+    body, _ = exporter.from_notebook_node(nb, {"metadata": {"name": notebook.stem}})
+    remote = remote_references(body)
+    if remote:
+        raise RunDirError(f"{html_path}: the report would fetch from the internet ({remote[:3]}); "
+                          "the offline template needs updating for this nbconvert version")
+    rundir.write_text(html_path, body)
+    return html_path

@@ -1,0 +1,433 @@
+"""The comparison of a run directory as summary.ipynb shows it (and reportmd.py writes it), in the order a
+reader needs it — verdict, design, confounds, outcomes, effects, budget, timelines, per-run detail."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from urllib.parse import quote
+
+import pandas as pd
+from IPython.display import HTML, Markdown, display
+from pandas.io.formats.style import Styler
+
+from launchlab import __version__ as KIT_VERSION
+from launchlab import masking, params
+from launchlab.errors import RunDirError
+from launchlab.escaping import html_text, md, md_code
+from launchlab.logparse.kinds import KINDS
+from launchlab.reporting.reporttables import effects_in_gib, in_gib, log_tail, show, styled
+from launchlab.store import records, rundir
+from launchlab.store.verdictrecord import Verdict, plain
+from launchlab.verdicts import analysis, answer, budget, frames, levelchecks, ordereffects, thresholds, verdict
+
+IMPORTED_NOTE = ("IMPORTED runs: made by hand and brought in with `launchlab import`. The kit did not watch "
+                 "them — preflight GPU state, installed files and package versions, environment and startup time are "
+                 "not observed (imported); each outcome is read from its log alone (ready line, failure line, or "
+                 "unknown), and each level is checked against what the log shows.")
+NOT_GIVEN = "(not given: not observed (imported))"
+
+
+THRESHOLD_INTRO = ("## Threshold search\n\nFor a params file with `search:`: per stratum, the interval of the "
+                   "searched flag between the highest value that did not start and the lowest that did, next to the "
+                   "break-even the server's own memory numbers predict; strata whose outcome was noisy or not monotone "
+                   "in the flag are named with their runs.")
+
+
+def _plots():
+    """The plotting module, imported when a figure is drawn: matplotlib costs a process about a second, and
+    report.md (reportmd, `launchlab run --no-html`) draws none."""
+    from launchlab.reporting import plots
+
+    return plots
+
+
+def warmup_markdown(warmups: list[dict]) -> str:
+    """The warm-up runs as a paragraph (empty without any): what they were for, and how each ended."""
+    if not warmups:
+        return ""
+    lines = [f"- {md_code(w['run_id'])} on {md(w['host'])}: {md(w['status'] or 'not finished')}"
+             + (f", started in {w['startup_s']:.1f} s" if w["startup_s"] is not None else "") for w in warmups]
+    return (f"\n\n**{len(warmups)} warm-up run(s)** of the baseline (params `warmup:`) ran first on each host, to "
+            "fill cold caches; they are never compared:\n\n" + "\n".join(lines))
+
+
+@dataclass(frozen=True)
+class Report:
+    run_dir: Path
+    exp: params.Experiment
+    manifest: rundir.Manifest
+    frames: frames.Frames
+
+    @property
+    def factors(self) -> list[str]:
+        """The factors, and a threshold search's flag (a column of runs.parquet, one level per probed value)."""
+        return list(self.exp.factors) + ([self.exp.search.factor] if self.exp.search else [])
+
+    @property
+    def baseline_levels(self) -> dict[str, str]:
+        """The baseline's levels; in a search, its flag at the high end (probed in every stratum, ready there
+        when the search's assumption holds)."""
+        levels = params.baseline_variant(self.exp).levels
+        return {**levels, self.exp.search.factor: self.exp.search.high} if self.exp.search else levels
+
+    @property
+    def baseline_name(self) -> str:
+        return params.variant_name(self.baseline_levels) if self.exp.search else self.manifest.baseline
+
+    @property
+    def planned(self) -> list[dict]:
+        """The manifest's runs: every run the plan asked for, finished or not."""
+        return self.manifest.runs
+
+    def _per_run(self, name: str) -> dict[str, dict]:
+        out = {}
+        for run_id in self.frames.runs["run_id"]:
+            path = getattr(rundir.RunDir(self.run_dir).run(run_id), name)
+            if path.exists():
+                out[run_id] = rundir.read_json(path)
+        return out
+
+    @cached_property
+    def facts(self) -> dict[str, dict]:
+        """provenance.json of every finished run, by run id."""
+        return self._per_run("provenance")
+
+    @cached_property
+    def parsed(self) -> dict[str, dict]:
+        """parsed.json (what the server's log says) of every finished run, by run id."""
+        return self._per_run("parsed")
+
+    @cached_property
+    def observations(self) -> pd.DataFrame:
+        return analysis.observations(self.frames.runs, self.factors, self.planned)
+
+    @cached_property
+    def valid_runs(self) -> pd.DataFrame:
+        """The finished runs that are observations of the server (not kit errors or interrupted runs)."""
+        valid = set(self.observations.loc[self.observations["valid"], "run_id"])
+        return self.frames.runs[self.frames.runs["run_id"].isin(valid)]
+
+    @cached_property
+    def budget(self) -> pd.DataFrame:
+        return budget.recompute(self.exp.server.kind, self.frames.events, self.valid_runs, self.frames.telemetry)
+
+    @cached_property
+    def level_checks(self) -> list[dict]:
+        runs = [{"run_id": r, "levels": {f: self.frames.runs.loc[i, f] for f in self.factors}}
+                for i, r in self.frames.runs["run_id"].items()]
+        return levelchecks.level_checks(self.exp, runs, self.parsed)
+
+    @cached_property
+    def verdict(self) -> Verdict:
+        """The verdict record: the one `launchlab report` / `run` wrote to verdict.json just before the summary
+        ran, when this kit wrote it after the frames; else computed here (a run notebook's own folder, a run
+        directory whose frames are newer, a verdict.json of another kit version). Reading it back also spares
+        the summary's kernel the second computation (and scipy.stats' import, about a second)."""
+        written = self.written_verdict()
+        return written if written is not None else self.computed_verdict()
+
+    def written_verdict(self) -> Verdict | None:
+        path = rundir.RunDir(self.run_dir).verdict_file
+        frame_files = [rundir.RunDir(self.run_dir).frame(n) for n in ("runs", "events", "telemetry")]
+        try:
+            written = path.stat().st_mtime
+            if any(not f.exists() or f.stat().st_mtime > written for f in frame_files):
+                return None
+            data = rundir.read_json(path)
+        except (OSError, RunDirError):
+            return None
+        return Verdict.from_json(data) if data.get("kit_version") == KIT_VERSION else None
+
+    def computed_verdict(self) -> Verdict:
+        rows = [{k: plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
+        built = verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
+                              baseline_variant=self.baseline_name, facts=self.facts, budget_rows=rows,
+                              tolerance_mib=self.exp.drain.tolerance_mib, planned=self.planned,
+                              level_checks=self.level_checks, parsed=self.parsed,
+                              declared_args=levelchecks.declared_args(self.exp))
+        if self.exp.search is not None:
+            built.thresholds = self.threshold_verdict
+        # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's
+        # run_ids, which leave them out), so verdict.build never sees them; they are listed here
+        built.warnings += ordereffects.cold_first_runs(self.valid_runs)
+        built.warmup_runs = self.warmup_runs
+        built.kit_version = KIT_VERSION
+        return built
+
+    @cached_property
+    def warmup_runs(self) -> list[dict]:
+        """The warm-up runs (params `warmup:`) as the manifest lists them, with how each ended: never compared."""
+        found = []
+        for entry in self.manifest.warmup_runs:
+            status = records.read_status(rundir.RunDir(self.run_dir).run(entry["run_id"]))
+            record = status.record if status is not None and status.done else None
+            found.append({"run_id": entry["run_id"], "host": entry["host"], "status": record.status if record else None,
+                          "startup_s": plain(record.startup_s) if record else None,
+                          "failure_reason": record.failure_reason if record else None})
+        return found
+
+    # -- a threshold search -----------------------------------------------------------------------------
+
+    @cached_property
+    def thresholds(self) -> pd.DataFrame:
+        """The `thresholds` frame of a search (empty for a fixed plan)."""
+        spec = self.exp.search
+        if spec is None:
+            return pd.DataFrame(columns=thresholds.COLUMNS)
+        strata = self.manifest.strata or [v.name for v in params.expand(self.exp)]
+        return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, factor=spec.factor, budget=self.budget,
+                                repetitions=spec.repetitions, facts=self.facts, tolerance_mib=self.exp.drain.tolerance_mib)
+
+    @property
+    def threshold_verdict(self) -> dict:
+        spec = self.exp.search
+        assert spec is not None
+        strata = [{k: plain(v) for k, v in row.items()} for row in self.thresholds.to_dict("records")]
+        return {"flag": spec.flag, "low": spec.low, "high": spec.high, "resolution": spec.resolution,
+                "outcome": spec.outcome, "strata": strata,
+                "probes": thresholds.probes(self.frames.runs, self.planned, spec.factor, self.budget, facts=self.facts,
+                                            tolerance_mib=self.exp.drain.tolerance_mib),
+                "differences": thresholds.differences(self.thresholds, self.manifest.baseline, spec.flag)}
+
+    def threshold_search(self) -> None:
+        """The search's section: interval per stratum, the table and the probes' plot — and nothing at all for a
+        fixed plan (an empty section would read as a missing result)."""
+        spec = self.exp.search
+        if spec is None:
+            return
+        display(Markdown(THRESHOLD_INTRO + "\n\n" + thresholds.markdown(self.threshold_verdict)))
+        display(styled(self.thresholds, precision=4))
+        if self.frames.runs.empty:
+            return
+        stratum_of = {p["run_id"]: p.get("stratum") for p in self.planned}
+        fig = _plots().threshold_outcomes(self.frames.runs, stratum_of, spec.factor, spec.flag, self.thresholds,
+                                       self.exp.simulated)
+        show(fig, f"Dots: the outcome of every probe run against {spec.flag}, one row per stratum; shaded: the "
+                  "interval found; black tick: the break-even the log's numbers predict")
+
+    # -- sections ---------------------------------------------------------------------------------------
+
+    def title(self) -> Markdown:
+        runs = self.frames.runs
+        sim = ("\n\n> **SIMULATED host.** The GPUs, nvidia-smi and the SGLang server of this experiment are "
+               "simulated by launchlab (real processes, simulated memory). Use it to learn the kit, "
+               "not as evidence about a real server.") if self.exp.simulated else ""
+        finished = f"{len(runs)} of {len(self.manifest.run_ids)} planned runs finished"
+        if self.imported:
+            sim += f"\n\n> {md(IMPORTED_NOTE)}"
+            finished = f"{len(runs)} imported run(s)"
+        return Markdown(f"# {md(self.exp.experiment)}\n\n**Question:** {md(self.exp.question or '(none given)')}{sim}"
+                        f"\n\n{finished} · run directory {md_code(self.run_dir.name)}")
+
+    def verdict_text(self) -> Markdown:
+        return Markdown(self.verdict_markdown())
+
+    def verdict_markdown(self) -> str:
+        """The verdict's prose, then the answer to the experiment's question where the measurements give one."""
+        said = answer.markdown(self.exp.question, self.verdict.effects, self.baseline_levels)
+        return verdict.markdown(self.verdict, self.budget_summary()) + (f"\n\n{said}" if said else "")
+
+    def design(self) -> Markdown:
+        factors = "\n".join(f"- {md_code(f)}: {', '.join(md_code(lv) for lv in levels)}"
+                            for f, levels in self.manifest.factors.items()) or "- none"
+        order = " → ".join(self.manifest.run_ids[: len(self.manifest.run_ids) // max(1, self.exp.repetitions)])
+        hosts = self.manifest.hosts
+        if self.imported:
+            return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {md(self.manifest.baseline)} · "
+                            f"**runs:** {len(self.manifest.run_ids)} imported logs, filed by the user under the "
+                            "levels above (each checked against its log below)")
+        return Markdown(f"**Factors**\n\n{factors}\n\n**Baseline:** {md(self.manifest.baseline)} · "
+                        f"**repetitions:** {self.exp.repetitions}, interleaved (one round: {md(order)}) · "
+                        f"**host(s):** {md(', '.join(hosts))}")
+
+    def level_checks_table(self) -> Styler:
+        checks = self.verdict.level_checks
+        if not checks:
+            return styled(pd.DataFrame({"note": ["no level sets a flag the server's log records, and no factor is "
+                                                 "about custom all-reduce: nothing to check"]}))
+        frame = pd.DataFrame([{**c.counts(), "detail": c.detail} for c in checks])
+        return styled(frame)
+
+    @property
+    def imported(self) -> bool:
+        """The runs were made by hand and brought in with `launchlab import` (the kit did not watch them)."""
+        return self.manifest.imported
+
+    def imported_commands(self) -> list[tuple[str, str, str]]:
+        """(run id, variant, the command as given, masked) of each imported run."""
+        out = []
+        for run in self.planned:
+            argv = (self.facts.get(run["run_id"]) or {}).get("command")
+            out.append((run["run_id"], run["variant"], shlex.join(argv) if argv else NOT_GIVEN))
+        return out
+
+    def commands(self) -> HTML:
+        """Each variant's command, and its environment and patches where they differ from the baseline's."""
+        if self.imported:
+            return HTML("\n".join(f"<p><b>{html_text(r)}</b> ({html_text(v)})</p><pre>{html_text(c)}</pre>"
+                                   for r, v, c in self.imported_commands()))
+        base = params.baseline_variant(self.exp)
+        base_env = {**self.exp.server.env, **base.env}
+        masker, extra = masking.for_run(self.exp), self.exp.secrets
+        parts = []
+        for variant in params.expand(self.exp):
+            argv = masker.argv(params.apply_flags(list(self.exp.server.command), variant.flags), extra)
+            env = {**self.exp.server.env, **variant.env}
+            changed = {k: v for k, v in masker.env(env, extra).items() if base_env.get(k) != env[k]}
+            dropped = [k for k in base_env if k not in env]
+            extra = [f"env {k}={v}" for k, v in changed.items()] + [f"env {k} unset" for k in dropped]
+            extra += [f"patch {p}" for p in variant.patches]
+            tag = " (baseline)" if variant.name == base.name else ""
+            parts.append(f"<p><b>{html_text(variant.name)}</b>{tag}</p><pre>{html_text(shlex.join(argv))}</pre>"
+                         + (f"<p>{'<br>'.join(html_text(e) for e in extra)}</p>" if extra else ""))
+        return HTML("\n".join(parts))
+
+    def confounds(self) -> Markdown:
+        found = self.verdict.confounds
+        if not found:
+            if self.valid_runs.empty:
+                return Markdown("No valid run to compare: confounds cannot be looked for.")
+            return Markdown("No confound found: versions, installed files, environment, host, driver and the GPUs' "
+                            "state before each launch are the same in every valid run (besides the declared "
+                            "factors), and every level checked took effect.")
+        lines = [f"- **{md(c.kind)}** — {md(c.detail)} (runs: {md(', '.join(c.runs))})" for c in found]
+        return Markdown("**The comparison is not controlled.**\n\n" + "\n".join(lines))
+
+    def outcomes(self) -> Styler:
+        return styled(in_gib(analysis.outcomes(self.frames.runs, self.factors, self.planned)))
+
+    def outcome_grid(self) -> None:
+        fig = _plots().outcome_grid(self.observations, self.factors)
+        if fig is not None:
+            a, b = self.factors
+            show(fig, f"Heatmap: the share of ready runs for every combination of {a} and {b}")
+
+    def deciders(self) -> Styler:
+        """The verdict's decision per factor, with the strength of its evidence."""
+        rows = [{"factor": f, "status": d.status, "summary": d.summary, "evidence": d.counts(),
+                 "p_value (Fisher)": d.p_value, "repetitions_to_settle": d.repetitions_to_settle}
+                for f, d in self.verdict.factors.items()]
+        return styled(pd.DataFrame(rows), precision=3)
+
+    def effects(self) -> Styler:
+        effects = pd.DataFrame([dataclasses.asdict(e) for e in self.verdict.effects])
+        if effects.empty:
+            return styled(pd.DataFrame({"note": ["no metric was measured on both sides of any factor in one stratum"]}))
+        effects["strata"] = effects["strata"].map("; ".join)
+        effects = effects_in_gib(effects)
+        return styled(effects[["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
+                               "baseline_n", "baseline_mean", "diff", "ci_low", "ci_high", "ratio", "signs_disagree"]],
+                      precision=3)
+
+    def warnings(self) -> Markdown:
+        items = self.verdict.warnings
+        return Markdown("\n".join(f"- ⚠ {md(w)}" for w in items) if items else "No warnings.")
+
+    def excluded(self) -> Markdown:
+        rows = self.verdict.excluded_runs
+        warmups = warmup_markdown(self.verdict.warmup_runs)
+        if not rows:
+            return Markdown("Every planned run finished and is a valid observation." + warmups)
+        lines = [r.markdown() for r in rows]
+        return Markdown(f"**{len(rows)} run(s) are not observations of the server** and are left out of every "
+                        "comparison:\n\n" + "\n".join(lines) + warmups)
+
+    def budget_summary(self) -> pd.DataFrame:
+        return budget.summarize(self.budget)
+
+    def budget_intro(self) -> Markdown:
+        """How the server sizes its KV cache, for the kinds whose logs carry the numbers."""
+        if (intro := KINDS[self.exp.server.kind].report_intro) is not None:
+            return Markdown(intro)
+        return Markdown(f"The `{self.exp.server.kind}` server prints no memory budget in its log; the GPU memory it "
+                        "took is in the effects above (`peak_mem_used_gib`, from nvidia-smi) and the timelines below.")
+
+    def budget_table(self) -> Styler | Markdown:
+        summary = self.budget_summary()
+        if summary.empty:  # the intro above already says why; an empty table would only look broken
+            return Markdown("")
+        return styled(summary, precision=3)
+
+    def budget_gap(self) -> Markdown:
+        if self.budget.empty:
+            return Markdown("")
+        notes = sorted({n for n in self.budget.get("gap_note", pd.Series(dtype=str)) if n})
+        return Markdown("\n".join(f"- {n}" for n in notes) or "The formula's numbers match the card within 1 GiB.")
+
+    def rank_memory(self) -> Styler | Markdown:
+        """Per-variant means of the memory lines the server printed, when it printed any."""
+        memory = analysis.rank_memory(self.frames.events, self.frames.runs)
+        if memory.empty:
+            return Markdown("")
+        display(Markdown("Per-variant means of the memory lines the server printed (GiB as printed; SGLang's `GB` "
+                         "is GiB), with the ranks that disagree named."))
+        return styled(memory)
+
+    def budget_plot(self) -> None:
+        """The stacked budget per variant, when the server's log gave the numbers (nothing otherwise)."""
+        memory = analysis.rank_memory(self.frames.events, self.frames.runs)
+        if memory.empty or not memory.columns.isin([c for c, _, _ in _plots().BUDGET_PARTS]).any():
+            return
+        card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
+        show(_plots().memory_budget(memory, card), "Stacked bars: where each variant's GPU memory went, per the "
+                                                  "server's log (distributed init, weights, KV cache, CUDA graphs, free)")
+
+    def timeline(self) -> None:
+        if self.frames.telemetry.empty:
+            why = ("`sampler: {kind: none}`: the runs were not sampled" if self.exp.sampler.kind == "none"
+                   else "no nvidia-smi capture with timestamps was given with the imported runs" if self.imported
+                   else "no run left nvidia-smi samples")
+            display(Markdown(f"No GPU trace: {why}. Peak memory figures are missing (not 0)."))
+            return None
+        fig = _plots().memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated)
+        show(_plots().mark_phases(fig, self.frames.events, self.frames.runs),
+             "Line plots: GPU memory used over time, one panel per variant, one line per run coloured by outcome",
+             raster=True)
+
+    def failures(self) -> Styler:
+        return styled(analysis.failures(self.frames.runs))
+
+    def failure_logs(self, lines: int = 20) -> HTML:
+        """The last lines of the server log of every run that did not become ready."""
+        parts = []
+        for run in self.frames.runs[self.frames.runs["status"] != "ready"].itertuples():
+            path = rundir.RunDir(self.run_dir).run(run.run_id).log()
+            tail = log_tail(path, lines) if path.exists() else "(no server log was collected)"
+            parts.append(f"<details><summary>{html_text(run.run_id)} — {html_text(run.status)}</summary>"
+                         f"<pre>{html_text(tail)}</pre></details>")
+        return HTML("\n".join(parts) or "<p>Every run became ready.</p>")
+
+    def runs_table(self) -> Styler:
+        return styled(in_gib(self.frames.runs))
+
+    def run_links(self) -> HTML:
+        """Relative links to each run's raw files (they work where the run directory is opened whole)."""
+        items = []
+        for run_id in self.manifest.run_ids:
+            folder = rundir.RunDir(self.run_dir).run(run_id)
+            files = (folder.log(), folder.status, folder.notebook, folder.provenance)
+            links = [f'<a href="{html_text(quote(str(f.relative_to(self.run_dir))))}">{f.name}</a>'
+                     for f in files if f.exists()]
+            items.append(f"<li>{html_text(run_id)}: {' · '.join(links) or 'no files (the run never started)'}</li>")
+        return HTML(f"<ul>{''.join(items)}</ul>")
+
+
+# the telemetry columns the report reads: a 200-run directory has millions of samples, and their GPU UUIDs alone
+# took hundreds of MB and seconds to read (bench/report_scale.py); frames.load(run_dir) reads them all
+SUMMARY_TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "mem_used_mib", "mem_total_mib"]
+
+
+def load(run_dir: str | Path = "") -> Report:
+    """A run directory's report; an empty run_dir means the newest run directory under outputs/."""
+    directory = rundir.RunDir.check(run_dir) if run_dir else rundir.latest(rundir.default_root())
+    path = directory.path
+    exp = params.load(directory.experiment_file)
+    try:
+        tables = frames.load(path, telemetry_columns=SUMMARY_TELEMETRY_COLUMNS)
+    except RunDirError:  # a run notebook's own folder, or a batch still running: read what the runs left
+        tables = frames.build(path, exp)
+    return Report(path, exp, directory.manifest(), tables)

@@ -1,0 +1,431 @@
+"""A batch: the plan of a params file run on its hosts — one notebook per run (notebooks.py), hosts in
+parallel — then the summary.
+
+The batch validates everything, reaches every host, takes their locks and checks for leftovers and stale
+patches before anything is launched. After each run it checks the kit's own status.json (papermill's view can
+say "success" for a kernel that died) and recovers a run whose notebook did not finish, which is also what
+happens to the runs in flight when the user presses Ctrl-C or the batch gets SIGTERM or SIGHUP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import shlex
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from launchlab import __version__, hosts, interrupts, masking, params
+from launchlab.errors import HostError, LaunchlabError, ParamsError, RunDirError
+from launchlab.hosts import commands, locks, patching, sim
+from launchlab.run import recovery
+from launchlab.runner import kernels, liveprogress, notebooks, searchbatch
+from launchlab.runner import plan as plans
+from launchlab.runner.plan import make_plan
+from launchlab.store import records, rundir
+from launchlab.store.records import Run
+
+Say = notebooks.Say
+Confirm = Callable[[str], bool]  # asks the user a yes/no question (the CLI: on its terminal)
+
+
+def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None
+            ) -> tuple[params.Experiment, list[Run]]:
+    """The experiment and its plan, optionally with other repetitions and only some variants: `only` holds
+    levels (`0.85`), factor=level pairs (`mem_fraction=0.85`) or variant names; a run is kept when each of
+    its factors that `only` mentions is at one of the levels given."""
+    exp = params.load(params_path)
+    if exp.search is not None and (only or repetitions is not None):
+        raise ParamsError(str(params_path), ["--only and --repetitions do not apply to a threshold search (`search:`); "
+                                             "its repetitions are `search.repetitions`, its strata every combination "
+                                             "of the factors' levels"])
+    if repetitions is not None:
+        exp = exp.model_copy(update={"repetitions": repetitions})
+    plan = make_plan(exp)
+    if not only:
+        return exp, plan
+    wanted: dict[str, set[str]] = {}
+    for token in only:
+        factor, _, level = token.partition("=") if "=" in token else ("", "", token)
+        matches = [(f, lv) for f, levels in exp.factors.items() for lv in levels
+                   if lv == level and (not factor or f == factor)]
+        variants = [v for v in params.expand(exp) if token in (v.name, v.slug)]
+        for v in variants:
+            for f, lv in v.levels.items():
+                wanted.setdefault(f, set()).add(lv)
+        if not matches and not variants:
+            known = ", ".join(f"{f}={lv}" for f, levels in exp.factors.items() for lv in levels)
+            raise ParamsError(str(params_path), [f"--only {token}: no such level or variant (levels: {known})"])
+        for f, lv in matches:
+            wanted.setdefault(f, set()).add(lv)
+    # warm-ups stay: they warm the host for whatever runs follow, and are never compared
+    return exp, [r for r in plan if r.warmup or all(r.variant.levels.get(f) in lvs for f, lvs in wanted.items())]
+
+
+def compared(plan: list[Run]) -> list[Run]:
+    """The runs of a plan that are compared: all but the warm-ups."""
+    return [r for r in plan if not r.warmup]
+
+
+def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None) -> str:
+    """The plan as text: every run in order, and each variant's exact command and environment (secrets
+    masked). Nothing is connected to or launched."""
+    exp, plan = planned(params_path, only, repetitions)
+    masker = masking.for_run(exp)
+    extra = exp.secrets
+    what = (f"threshold search over {exp.search.flag}, its first round of {len(plan)} runs (both ends of every "
+            f"stratum; the next probes follow from their outcomes, at most {params.plan_size(exp).runs} runs in all)"
+            if exp.search else f"{len(compared(plan))} runs, interleaved")
+    warmups = [r for r in plan if r.warmup]
+    if warmups:
+        what += f", after {len(warmups)} warm-up run(s) of the baseline (never compared)"
+    lines = [f"{exp.experiment}: {what}, on host(s) {', '.join(exp.host_names)}"
+             f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
+    lines += [f"  [{'warm-up' if r.warmup else r.seq}] {r.run_id}  host {r.host}" for r in plan]
+    for variant in {r.variant.name: r.variant for r in plan}.values():
+        launch = params.render(exp, variant, port=0, run_id="RUN_ID", host=exp.host_name)
+        lines += ["", f"{variant.name}:", "  argv: " + shlex.join(masker.argv(launch.argv, extra))]
+        lines += [f"  env:  {k}={v}" for k, v in masker.env(launch.env, extra).items()]
+        lines += [f"  patch: {p}" for p in variant.patches]
+    lines += ["", "({port} is chosen per run; shown as 0)"]
+    return "\n".join(lines)
+
+
+def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
+              say: Say = notebooks.stderr, *, stop_leftovers: bool = False, wait: bool = False, only: tuple[str, ...] = (),
+              repetitions: int | None = None, confirm: Confirm | None = None, html: bool = True) -> Path:
+    """Run every planned run of a params file; return the run directory (with its summary.html, unless html is
+    False: then verdict.json and report.md only).
+
+    Before anything is launched: every host answers, the run directory exists, this batch holds the lock of
+    every GPU it will use on every host (waiting for another batch with `wait`, else refusing and naming it),
+    no process of a dead batch is left on them (one found is stopped with `stop_leftovers`, or when `confirm`
+    says yes; else the batch refuses), and every patch applies. A simulated host is a box of this batch's own,
+    removed at the end; every host the batch opened is closed at the end. SIGTERM and SIGHUP stop the batch as
+    Ctrl-C does (interrupts.py)."""
+    with interrupts.terminations_interrupt():
+        exp, plan = planned(params_path, only, repetitions)
+        # the batch's kernels (runs, summary) are forked from one server, whose imports overlap the checks below
+        server = kernels.fork_server(notebooks.notebooks_dir())
+        try:
+            run_dir = _run_batch(exp, plan, params_path, out_root, resume=resume, say=say, stop_leftovers=stop_leftovers,
+                                 wait=wait, only=only, repetitions=repetitions, confirm=confirm, server=server)
+            notebooks.summarize(run_dir, say, html, server)
+        finally:
+            server.close()
+        return run_dir
+
+
+def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path, out_root: Path | None,
+               *, resume: Path | None, say: Say, stop_leftovers: bool, wait: bool, only: tuple[str, ...],
+               repetitions: int | None, confirm: Confirm | None, server: kernels.ForkServer) -> Path:
+    """The batch up to its summary: hosts, run directory, locks, leftovers, patches, the runs (run_batch)."""
+    box = sim.new_box() if any(exp.hosts[h].simulated for h in exp.host_names) else None
+    opened = contextlib.ExitStack()  # closes every host opened below (an SSH connection) when the batch ends
+    try:
+        connected = {name: opened.enter_context(contextlib.closing(hosts.connect(name, exp.hosts[name], sim_box=box)))
+                     for name in exp.host_names}
+        for name, host in connected.items():
+            _check_reachable(host, exp.sampler.kind)
+            _check_slots(host, exp.hosts[name].gpu_slots)
+        fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
+        run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume=resume, box=box)
+        owner = locks.Owner.me(exp.experiment, str(run_dir))
+        rundir.RunDir(run_dir).update_manifest(batch=owner.batch, sim_box=str(box) if box else None)
+        with _discarded_on_failure(run_dir if resume is None else None, fresh):
+            held = _lock_hosts(exp, connected, owner, wait, say=say)
+        with locks.Heartbeat(held):
+            with _discarded_on_failure(run_dir if resume is None else None, fresh):
+                for host in connected.values():
+                    _handle_leftovers(host, stop_leftovers, say, owner.batch, confirm=confirm)
+                _check_patches(exp, connected)
+            total = _announce(exp, plan, connected, run_dir, say=say)
+            run_all = functools.partial(_run_all, run_dir=run_dir, connected=connected, say=say, server=server,
+                                        params_file=Path(params_path).resolve())
+            try:
+                if exp.search is not None:
+                    searchbatch.run_search(exp, run_dir, say, lambda runs, total: run_all(exp, runs, total=total))
+                else:
+                    run_all(exp, _to_do(plan, run_dir, resume=resume, total=total, say=say), total=total)
+            except KeyboardInterrupt as exc:
+                say(f"launchlab: {interrupts.describe(exc)}; every process the runs in flight started was stopped "
+                    f"by the kit. Continue with `{_resume_command(params_path, run_dir, only, repetitions)}`")
+                raise
+    finally:
+        opened.close()
+        if box is not None:
+            shutil.rmtree(box, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                box.parent.rmdir()  # the boxes' folder, when no other batch has one there
+    return run_dir
+
+
+def _announce(exp: params.Experiment, plan: list[Run], connected: dict, run_dir: Path, *, say: Say) -> int:
+    """Say what the batch runs where; the number of compared runs."""
+    size = params.plan_size(exp)
+    total = len(compared(plan))
+    say(f"launchlab: {exp.experiment}: "
+        + (f"threshold search over {exp.search.flag}, at most {size.runs} runs" if exp.search else
+           f"{total} runs" + (f" after {len(plan) - total} warm-up run(s)" if len(plan) > total else ""))
+        + f" on host(s) {', '.join(repr(h) for h in connected)}{' (SIMULATED)' if exp.simulated else ''} "
+          f"→ {run_dir}")
+    return total
+
+
+def _to_do(plan: list[Run], run_dir: Path, *, resume: Path | None, total: int, say: Say) -> list[Run]:
+    """The planned runs still to run: on --resume, those without a final status (the others are said skipped)."""
+    todo = []
+    for run in plan:
+        if resume and records.finished(rundir.RunDir(run_dir).run(run.run_id)):
+            say(f"{notebooks.run_label(run, total)}  already done, skipped")
+        else:
+            todo.append(run)
+    return todo
+
+
+def _resume_command(params_path: str | Path, run_dir: Path, only: tuple[str, ...], repetitions: int | None) -> str:
+    return (f"launchlab run {shlex.quote(str(params_path))} --resume {shlex.quote(str(run_dir))}"
+            + "".join(f" --only {shlex.quote(t)}" for t in only)
+            + (f" --repetitions {repetitions}" if repetitions is not None else ""))
+
+
+@contextlib.contextmanager
+def _discarded_on_failure(run_dir: Path | None, fresh: list[Path]):
+    """Nothing is launched yet: if this step fails (or is interrupted), the run directory made for it goes."""
+    try:
+        yield
+    except BaseException:
+        _discard(run_dir, fresh)
+        raise
+
+
+def _new_folders(exp: params.Experiment, out_root: Path | None) -> list[Path]:
+    """The folders a new run directory may create above itself: the outputs root and the experiment's."""
+    root = (Path(out_root) if out_root else rundir.default_root()).resolve()
+    return [root / exp.experiment, root]
+
+
+def _discard(run_dir: Path | None, fresh: list[Path]) -> None:
+    """Nothing was launched: remove the run directory made for it, and the folders made for that."""
+    if run_dir is None:
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for folder in fresh:  # deepest first; only if empty
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _check_reachable(host, sampler: str) -> None:
+    """The host answers, and has what the sampler needs (said before anything is launched)."""
+    try:
+        host.run(commands.answer(), timeout=30)
+    except HostError as exc:
+        raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
+    host.check_launchable(sampler)
+
+
+def _check_slots(host, slots: list[list[int]] | None) -> None:
+    """Every GPU the host's `gpu_slots` name is one its nvidia-smi lists (a host whose params give no `gpus:`
+    count, so validation could not tell): else the runs of that slot would start on GPUs that are not there and
+    fail one by one. A host whose GPUs cannot be listed (no nvidia-smi, `sampler: {kind: none}`) is not checked."""
+    listed = host.gpu_indices() if slots else None
+    if not listed:
+        return
+    for n, slot in enumerate(slots):
+        if missing := [g for g in slot if g not in listed]:
+            raise HostError(host.name, f"gpu_slots[{n}] {slot} names GPU(s) {', '.join(map(str, missing))}, but "
+                                       f"nvidia-smi there lists GPU(s) {', '.join(map(str, sorted(listed)))}; nothing "
+                                       "was launched. Name GPUs the host has in `gpu_slots:`")
+
+
+def _lock_hosts(exp: params.Experiment, connected: dict, owner: locks.Owner, wait: bool, *, say: Say) -> list:
+    """The lock of every GPU the batch uses on each host (all of a host's GPUs, or its slots' GPUs)."""
+    held: list[locks.HostLock] = []
+    try:
+        for name, host in connected.items():
+            lock = locks.HostLock(host, locks.gpu_lock_names(host, exp.hosts[name].gpu_slots), owner,
+                                  locks.lock_dir(host))
+            lock.acquire(wait, say)
+            held.append(lock)
+    except BaseException:
+        for lock in held:
+            lock.release()
+        raise
+    return held
+
+
+def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, *, total: int, say: Say,
+             params_file: Path, server: kernels.ForkServer | None = None) -> None:
+    """One worker thread per host, each running its host's runs in plan order: hosts proceed in parallel, and
+    a slow or failing host does not hold the others up. Ctrl-C (which only the main thread sees) stops the
+    servers of the runs in flight, lets their notebooks finish, and marks those runs interrupted."""
+    workers = _Workers(exp, runs, run_dir, connected, total=total, say=say, params_file=params_file, server=server)
+    workers.start()
+    try:
+        workers.wait_all()
+    except KeyboardInterrupt as exc:
+        workers.interrupt(interrupts.describe(exc))
+        raise
+    if workers.broken:
+        raise RunDirError("the batch stopped: " + "; ".join(workers.broken) + ". Every run that had started was "
+                          "stopped; once the cause is fixed, `launchlab run PARAMS --resume RUN_DIR` repeats what did "
+                          "not finish")
+
+
+class _Workers:
+    """The batch's worker threads and what they share. One worker per host, or per GPU slot of a host that has
+    `gpu_slots`: the slots of a host take that host's runs in plan order, one each at a time. A multi-node run
+    belongs to the worker of its node 0."""
+
+    def __init__(self, exp: params.Experiment, runs: list[Run], run_dir: Path, connected: dict, *, total: int,
+                 say: Say, params_file: Path, server: kernels.ForkServer | None):
+        self.exp, self.run_dir, self.connected, self.total, self.say = exp, run_dir, connected, total, say
+        self.params_file, self.server = params_file, server
+        self.lock = threading.Lock()
+        self.in_flight: dict[tuple[str, int], Run] = {}
+        self.stop = threading.Event()
+        self.interrupted = threading.Event()  # the batch stops the runs in flight itself, and says how they ended
+        self.broken: list[str] = []  # kit errors that stop the batch (a full disk): no further run is started
+        self.queues = {name: [r for r in runs if r.host == name] for name in dict.fromkeys(r.host for r in runs)}
+        self.slots = {name: exp.hosts[name].worker_slots() for name in self.queues}
+        self.finished = {(name, i): threading.Event() for name in self.queues for i in range(len(self.slots[name]))}
+
+    def start(self) -> None:
+        for name, slot in self.finished:
+            threading.Thread(target=self.worker, args=(name, slot), name=f"host-{name}-{slot}", daemon=True).start()
+
+    def next_run(self, name: str, slot: int) -> Run | None:
+        # taken and marked in flight at once: an interruption in between would leave a run nobody stops
+        with self.lock:
+            run = self.queues[name].pop(0) if self.queues[name] and not self.stop.is_set() else None
+            if run is not None:
+                self.in_flight[(name, slot)] = run
+            return run
+
+    def worker(self, name: str, slot: int) -> None:
+        try:
+            # the next run's kernel starts meanwhile, while this host still has runs queued
+            with kernels.RunKernels(notebooks.notebooks_dir(), server=self.server,
+                                    more=lambda: bool(self.queues[name]) and not self.stop.is_set()) as pool:
+                while (run := self.next_run(name, slot)) is not None:
+                    try:
+                        notebooks.run_notebook(self.exp, run, self.run_dir, self.connected, total=self.total,
+                                               say=self.say, params_file=self.params_file,
+                                               gpus=self.slots[name][slot], pool=pool, interrupted=self.interrupted)
+                    except (LaunchlabError, OSError) as exc:
+                        self.say(f"{notebooks.run_label(run, self.total)}  kit error: {exc}")
+                        with self.lock:
+                            self.broken.append(f"{run.run_id}: {exc}")
+                        self.stop.set()
+                    finally:
+                        with self.lock:
+                            self.in_flight.pop((name, slot), None)
+        finally:
+            self.finished[(name, slot)].set()
+
+    def wait_all(self) -> None:
+        # Polling with sleep, not Thread.join: a join interrupted by Ctrl-C can make the next join return
+        # while the thread still runs (CPython < 3.13), and the interrupted runs must be waited for.
+        while not all(e.is_set() for e in self.finished.values()):
+            time.sleep(0.2)
+
+    def interrupt(self, why: str) -> None:
+        """Stop what the runs in flight started, wait for their notebooks, and record each as interrupted."""
+        with self.lock:
+            self.stop.set()
+            self.interrupted.set()
+            current = dict(self.in_flight)
+        stopped = {}
+        for run in current.values():
+            self.say(f"{notebooks.run_label(run, self.total)}  {why}: stopping what the run started")
+            stopped[run.run_id] = recovery.stop_recorded(self.exp, run, self.run_dir, self.connected)
+        self.wait_all()  # the notebooks end quickly once their servers are gone
+        for run in current.values():
+            record = recovery.recover(self.exp, run, self.run_dir, self.connected, reason=interrupts.REASON,
+                                      message=f"{why}; the kit stopped the server", stopped=stopped[run.run_id])
+            self.say(f"{notebooks.run_label(run, self.total)}  {liveprogress.outcome_line(record)}")  # error (interrupted)
+
+
+def new_run_dir(params_path: str | Path) -> Path:
+    """A new run directory for the params file, as a batch opens it (a run notebook run on its own writes there)."""
+    exp = params.load(params_path)
+    return _open_run_dir(exp, make_plan(exp), params_path, None, resume=None)[0]
+
+
+def _check_patches(exp: params.Experiment, connected: dict) -> None:
+    """Every patch of every variant must apply on every host before anything is launched."""
+    for variant in params.expand(exp):
+        if not variant.patches:
+            continue
+        for host in connected.values():
+            argv = params.render(exp, variant, port=0, run_id="check", host=host.name).argv
+            patching.check(host, argv, variant.patches, f"{host.workdir}/.patch-check")
+
+
+def _handle_leftovers(host, stop: bool, say: Say, batch: str, *, confirm: Confirm | None) -> None:
+    """Processes an earlier run left on the host (its batch lost the host, or died) would skew this
+    experiment's memory figures: stop them when told to (`stop`) or when `confirm` says yes, otherwise refuse
+    to launch and say how. Only this user's processes of batches that no live lock accounts for are leftovers."""
+    left = recovery.leftovers(host, locks.live_batches(locks.holders(host)) | {batch})
+    if not left:
+        return
+    listing = "; ".join(f"pgid {g['pgid']} (pids {', '.join(map(str, g['pids']))}) from run {g['run']} of a batch "
+                        "that is no longer running" for g in left)
+    if not stop and confirm is not None:
+        stop = confirm(f"launchlab: host {host.name!r} still runs processes of earlier runs: {listing}. Stop them? [y/N] ")
+    if not stop:
+        raise HostError(host.name, f"processes of earlier launchlab runs are still running there: {listing}. "
+                                   "Nothing was launched. Stop them with `launchlab run PARAMS --stop-leftovers`, "
+                                   "or by hand with kill -TERM -- -PGID.")
+    for group in left:
+        signal = host.kill_group(group["pgid"], 10)
+        say(f"launchlab: stopped leftover process group {group['pgid']} of run {group['run']} ({signal})")
+
+
+def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root, *, resume,
+                  box: Path | None = None) -> tuple[Path, bool]:
+    """The run directory (absolute) and whether this call created it."""
+    if resume is not None:
+        directory = rundir.RunDir.check(resume)
+        run_dir, manifest = directory.path, directory.manifest()
+        searched = exp.search.model_dump() if exp.search else None
+        warmups = [r.run_id for r in plan if r.warmup]
+        if manifest.experiment != exp.experiment or manifest.search != searched or (
+                searched is None and (manifest.run_ids != [r.run_id for r in compared(plan)]
+                                      or [w["run_id"] for w in manifest.warmup_runs] != warmups)):
+            raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
+                              "resume it with the params it was run with")
+        return run_dir, False
+    directory = rundir.RunDir.create(Path(out_root) if out_root else rundir.default_root(), exp.experiment)
+    rundir.write_text(directory.experiment_file, params.dump_resolved(exp, masked=True))
+    directory.write_manifest(rundir.Manifest(
+        experiment=exp.experiment,
+        question=exp.question,
+        params_file=str(Path(params_path).resolve()),
+        params_sha256=params.digest(params_path),
+        created_at=datetime.now().isoformat(timespec="seconds"),
+        kit_version=__version__,
+        simulated=exp.simulated,
+        host=exp.host_name,
+        hosts=exp.host_names,
+        factors={f: list(levels) for f, levels in exp.factors.items()},
+        baseline=params.baseline_variant(exp).name,
+        order="search" if exp.search else "interleaved",
+        # a search's probes are added as it decides them (searchbatch.record_probes)
+        search=exp.search.model_dump() if exp.search else None,
+        strata=plans.strata(exp) if exp.search else None,
+        repetitions=None if exp.search else exp.repetitions,  # the file's, or --repetitions (plan.recorded_runs)
+        # the compared runs; warm-ups apart (`warmup:`): frames.build reads run_ids only, so a warm-up is never
+        # an observation, and the report lists them from warmup_runs
+        run_ids=[] if exp.search else [r.run_id for r in compared(plan)],
+        runs=[] if exp.search else [r.manifest_entry() for r in compared(plan)],
+        warmup_runs=[r.manifest_entry() for r in plan if r.warmup],
+        batch=None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)
+        sim_box=str(box) if box else None))
+    return directory.path, True
+
+

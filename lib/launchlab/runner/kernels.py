@@ -1,0 +1,146 @@
+"""The kernels of a batch's run notebooks: each run still gets a fresh kernel of its own, but the next one starts
+while the current run goes, and a finished run's kernel is stopped without a wait.
+
+Left to papermill, every run notebook first waits for its kernel to start and, once its last cell is done, for the
+kernel to shut down: together most of what an empty notebook costs (bench/run_overhead.py). A batch worker keeps
+one spare kernel instead — started in the notebooks' folder with the kernel options papermill would use, nothing
+run in it before its notebook arrives but the kit's own imports (PRELOAD), so nothing passes from one run to the
+next — and hands it to papermill already started. A finished notebook's kernel has nothing left to do or say
+(every cell's outputs were received before papermill returned), so it is killed rather than asked to shut down:
+the ask costs 0.2–0.3 s, and about one kernel in ten leaves it unanswered until jupyter_client kills it anyway
+2.5 s later.
+"""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
+
+from launchlab.runner.kernelfork import ForkedProvisioner, ForkServer
+
+KERNEL_NAME = "python3"
+# the kernel's own log says only that it talks TCP without encryption (on loopback), once per start
+KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
+# what every run notebook imports first, imported by a spare while it waits (the imports are a third of a short
+# run's notebook); the notebook's own import then finds the modules loaded
+PRELOADED = ["launchlab.runner.runview"]
+PRELOAD = [f"--IPKernelApp.exec_lines=import {', '.join(PRELOADED)}"]
+
+
+class RunKernel(AsyncKernelManager):
+    """A kernel manager that keeps the clients made for it: nbclient, not owning a kernel it was handed, leaves
+    its client's channels (and their heartbeat thread) open; `RunKernels.release` closes them."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.clients: list = []
+
+    def client(self, **kwargs):
+        made = super().client(**kwargs)
+        self.clients.append(made)
+        return made
+
+
+def start(server: ForkServer | None, cwd: Path, extra_arguments: list[str]) -> RunKernel:
+    """A kernel started in cwd, forked from the server when one is up (kernelfork.py), else started as
+    jupyter_client starts one."""
+    kernel = RunKernel(kernel_name=KERNEL_NAME)
+    if server is not None and server.alive():
+        kernel.kernel_id = str(uuid.uuid4())
+        kernel.provisioner = ForkedProvisioner(kernel_id=kernel.kernel_id, kernel_spec=kernel.kernel_spec,
+                                               parent=kernel)
+        kernel.provisioner.server = server
+    run_sync(kernel.start_kernel)(cwd=str(cwd), extra_arguments=extra_arguments)
+    return kernel
+
+
+def fork_server(cwd: Path) -> ForkServer:
+    """A batch's kernel server, with the run notebook's modules loaded; close it once its kernels are gone."""
+    return ForkServer(PRELOADED, cwd=str(cwd))
+
+
+class RunKernels:
+    """One batch worker's kernels: `take` gives a started kernel (the spare, when it is alive) and starts the next
+    spare in the background — only while `more()` says another run may follow, so the last run of a worker leaves
+    no kernel started for nothing; `release` stops a used one in the background; `close` stops the spare and waits
+    until every kernel is gone. Not shared between threads: each worker has its own. The kernels are forked from
+    `server` (the batch's, shared by its workers), or from a server of the pool's own when none is given."""
+
+    def __init__(self, cwd: Path, more: Callable[[], bool] = lambda: True, server: ForkServer | None = None):
+        self.cwd = cwd
+        self.more = more
+        self.starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spare-kernel")
+        self.stopper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="used-kernel")
+        self.spare: Future | None = None
+        self.server, self.owns_server = server, server is None  # its own: started with the first kernel
+
+    def __enter__(self) -> RunKernels:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> RunKernel:
+        if self.owns_server and (self.server is None or not self.server.alive()):
+            self.server = fork_server(self.cwd)
+        return start(self.server, self.cwd, [*KERNEL_ARGS, *PRELOAD])
+
+    def take(self) -> RunKernel:
+        """A started kernel for the next notebook. A spare that failed to start or died idle is replaced by one
+        started now, whose failure (if any) is raised here, for the run that needed it."""
+        kernel = None
+        if self.spare is not None:
+            try:
+                kernel = self.spare.result()
+            except Exception:  # noqa: BLE001 — started again below, where its error is raised to the run
+                kernel = None
+            if kernel is not None and not run_sync(kernel.is_alive)():
+                self.release(kernel)
+                kernel = None
+        kernel = kernel or self._start()
+        self.spare = self.starter.submit(self._start) if self.more() else None
+        return kernel
+
+    def release(self, kernel: RunKernel) -> None:
+        """Close the clients' channels now, and kill the kernel (its notebook is over) and remove its connection
+        file in the background: jupyter_client waits for the kill in 0.1 s polls."""
+        for made in kernel.clients:
+            made.stop_channels()
+        kernel.clients.clear()
+        self.stopper.submit(_kill, kernel)
+
+    def close(self) -> None:
+        """Stop the spare (waiting for it if it is still starting) and wait until every kernel is gone: no kernel
+        of the batch outlives it."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            try:
+                self.release(spare.result())
+            except Exception:  # noqa: BLE001 — a spare that never started holds nothing
+                pass
+        self.starter.shutdown(wait=True)
+        self.stopper.shutdown(wait=True)
+        if self.owns_server and self.server is not None:
+            self.server.close()
+
+
+def stop(kernel: RunKernel) -> None:
+    """A kernel whose notebook is over: its clients' channels closed, the kernel killed (see RunKernels.release)."""
+    for made in kernel.clients:
+        made.stop_channels()
+    kernel.clients.clear()
+    _kill(kernel)
+
+
+def _kill(kernel: RunKernel) -> None:
+    if kernel.has_kernel:
+        # SIGKILL first: shutdown_kernel interrupts the kernel before it kills it, and a spare still starting would
+        # print the interrupt's traceback into the batch's output
+        run_sync(kernel.signal_kernel)(signal.SIGKILL)
+        run_sync(kernel.shutdown_kernel)(now=True)

@@ -1,0 +1,174 @@
+"""The kit's notebooks executed with papermill: one run's (run_variant.ipynb, with a progress line per state
+change and recovery when its kernel dies) and the summary (summary.ipynb, then summary.html)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from launchlab import config, masking, params
+from launchlab.errors import NotebookFailed, RunDirError
+from launchlab.run import recovery
+from launchlab.runner import kernels, liveprogress
+from launchlab.store import keptlog, records, rundir, workspace
+from launchlab.store.records import Run
+
+Say = Callable[[str], None]
+
+
+def stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def notebooks_dir() -> Path:
+    """Where run_variant.ipynb and summary.ipynb are: $LAUNCHLAB_NOTEBOOKS, else the package's own templates
+    (package data, so an installed kit finds them wherever it is run from)."""
+    if (configured := config.notebooks_dir()) is not None:
+        return configured
+    return workspace.notebook_templates()
+
+
+class _StatePrinter(threading.Thread):
+    """Prints a line whenever the run's state changes (from the status.json the lifecycle keeps current)."""
+
+    def __init__(self, label: str, folder: rundir.RunFolder, say: Say):
+        super().__init__(daemon=True)
+        self.label, self.folder, self.say = label, folder, say
+        self.stop_event = threading.Event()
+        self.t0 = time.monotonic()
+
+    def run(self) -> None:
+        last = None
+        while not self.stop_event.wait(0.5):
+            try:
+                status = records.read_status(self.folder)
+            except RunDirError:
+                status = None
+            state = status.state if status is not None else "kernel starting"
+            if status is not None and status.detail:  # e.g. `queued (Priority)`: the scheduler's reason
+                state = f"{state} ({status.detail})"
+            if state != last and not state.startswith("done"):
+                self.say(f"{self.label}  {state}  {time.monotonic() - self.t0:.1f} s")
+                last = state
+
+
+def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None,
+            *, server: kernels.ForkServer | None = None) -> None:
+    """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
+    silenced so the progress lines stay readable. Cell errors still land in the executed notebook. With a pool,
+    the notebook runs in a kernel the pool started beforehand and stops afterwards (kernels.py); with a server, in
+    a kernel forked from it; with neither, papermill starts and shuts down one of its own."""
+    import papermill  # here, not at the top: the run kernel imports this module, and papermill costs it seconds
+
+    if pool is None and server is None:
+        papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
+                                   kernel_name=kernels.KERNEL_NAME, progress_bar=False, cwd=str(notebooks_dir()),
+                                   extra_arguments=kernels.KERNEL_ARGS)
+        return
+    kernel = pool.take() if pool is not None else kernels.start(server, notebooks_dir(), kernels.KERNEL_ARGS)
+    try:
+        papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
+                                   kernel_name=kernels.KERNEL_NAME, progress_bar=False, km=kernel)
+    finally:
+        if pool is not None:
+            pool.release(kernel)
+        else:
+            kernels.stop(kernel)
+
+
+def run_label(run: Run, total: int) -> str:
+    """How progress lines name a run: `[3/8] 03_…`, a warm-up `[warm-up 1] warmup1_…` (it has no place in the plan)."""
+    return f"[warm-up {run.repetition}] {run.run_id}" if run.warmup else f"[{run.seq}/{total}] {run.run_id}"
+
+
+def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, *, total: int, say: Say,
+                  params_file: Path, gpus: list[int] | None = None, pool: kernels.RunKernels | None = None,
+                  interrupted: threading.Event | None = None) -> None:
+    """Execute one run's notebook, recover the run when the notebook did not finish it, and say how it ended.
+    `interrupted`, once set, means the batch stopped the run itself (Ctrl-C, SIGTERM): the batch then records
+    and says how it ended, not this (its notebook saw only a server that went away)."""
+    folder = rundir.RunDir(run_dir).run(run.run_id)
+    folder.path.mkdir(parents=True, exist_ok=True)
+    folder.archive_attempt()  # a repeated run (--resume) keeps the earlier attempt's raw files
+    label = run_label(run, total) + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
+    progress = _StatePrinter(label, folder, say)
+    progress.start()
+    problem = None
+    try:
+        execute("run_variant.ipynb", folder.notebook,
+                 # the user's params file, not the run directory's experiment.yaml: that record has its secrets
+                 # masked, and the server needs the real values (the digest proves the file is unchanged)
+                 {"experiment": str(params_file), "run_id": run.run_id, "run_dir": str(run_dir),
+                  "gpus": ",".join(str(g) for g in gpus) if gpus else "",
+                  "params_sha256": params.digest(params_file),
+                  "draw_trace": False},  # the summary draws every run's GPU trace (runview.gpu_trace)
+                pool)
+    except Exception as exc:  # any notebook failure becomes this run's error, the batch goes on
+        problem = f"the run notebook failed: {notebook_error(exc)}"
+    finally:
+        progress.stop_event.set()
+    _mask_notebook(exp, folder.notebook)
+    if interrupted is not None and interrupted.is_set():
+        return
+    if not records.done(folder) or problem:
+        recovery.recover(exp, run, run_dir, hosts, message=problem or "the run notebook ended without a final status")
+    record = records.read_status(folder).record
+    # the outcome and when it was reached, then the run's whole time:
+    # "ready at 6.3 s, stopped by the kit (done in 7.6 s)"
+    say(f"{label}  {liveprogress.outcome_line(record)} (done in {time.monotonic() - progress.t0:.1f} s)")
+    for kept in map(keptlog.LogCut.from_json, record.logs):
+        if kept.cut:  # a log longer than the kit keeps: how much of it the run folder holds
+            say(f"{label}  {kept.note()}")
+
+
+def _mask_notebook(exp: params.Experiment, notebook: Path) -> None:
+    """An executed notebook with every secret the kit knows masked: its outputs quote logs, errors and whatever a
+    cell printed (the logs it shows are masked already; a traceback need not be). A disk too full to write the
+    masked copy leaves the notebook as papermill wrote it: the run's record says why the batch stopped."""
+    with contextlib.suppress(OSError):
+        if notebook.exists():
+            masking.for_run(exp).mask_file(notebook)
+
+
+def notebook_error(exc: Exception) -> str:
+    """What went wrong in a notebook, the exception first: papermill's message is the whole traceback, whose
+    last line (the exception) is what a reader needs."""
+    import papermill  # loaded already by `execute` (see there)
+
+    if isinstance(exc, papermill.PapermillExecutionError):
+        return f"{exc.ename}: {exc.evalue}"[:2000]
+    return f"{type(exc).__name__}: {str(exc).strip()}"[:2000]
+
+
+def summarize(run_dir: Path, say: Say = stderr, html: bool = True, server: kernels.ForkServer | None = None) -> Path:
+    """Rebuild the frames from the raw files, write verdict.json and report.md, execute summary.ipynb and
+    export summary.html (what `launchlab report` does); return the HTML's path. html=False stops after report.md
+    (`launchlab run --no-html`) and returns its path: no summary kernel, no export."""
+    import papermill  # here: the run kernel imports this module, and these (pandas, matplotlib, nbconvert) cost it seconds
+
+    from launchlab.reporting import reportmd
+    from launchlab.verdicts import frames
+
+    directory = rundir.RunDir.check(run_dir)
+    exp = params.load(directory.experiment_file)
+    frames.write(directory.path, frames.build(directory.path, exp))
+    verdict = reportmd.write_verdict(directory.path)
+    if not html:
+        say(f"launchlab: frames, verdict.json and report.md written ({verdict.headline()}); summary.html not rendered "
+            f"(--no-html): `launchlab report {directory.path}` renders it")
+        return directory.report_md
+    say(f"launchlab: frames, verdict.json and report.md written ({verdict.headline()}); rendering the summary")
+    nb = directory.summary_notebook
+    try:
+        execute("summary.ipynb", nb, {"run_dir": str(directory.path)}, server=server)
+    except papermill.PapermillExecutionError as exc:
+        _mask_notebook(exp, nb)
+        raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
+    _mask_notebook(exp, nb)
+    from launchlab.reporting import export  # nbconvert: only for the HTML
+
+    return export.notebook_to_html(nb, directory.summary_html, title=f"{exp.experiment} — launchlab report")

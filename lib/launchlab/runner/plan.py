@@ -1,0 +1,101 @@
+"""The run plan: variants × repetitions in interleaved order (A B A B …) with stable run ids; for a threshold
+search, a plan that grows: the probes search.py asks for, appended round by round and recorded in the manifest."""
+
+from __future__ import annotations
+
+from launchlab import search
+from launchlab.errors import ParamsError, RunDirError
+from launchlab.params import MAX_RUNS, Experiment, Variant, baseline_variant, expand, plan_size, variant_name
+from launchlab.store.records import Run
+from launchlab.store.rundir import Manifest
+
+
+def make_plan(exp: Experiment) -> list[Run]:
+    """Every repetition round runs every variant once, so drift over time (thermal state, caches, other users
+    of the box) spreads over all variants instead of landing on one. With several hosts, each repetition
+    round runs on one host, so no variant sees one host more than another."""
+    if exp.search is not None:  # the first round of the search; the rest follows from its outcomes
+        return probe_runs(exp, [p for r in search.step(exp.search.bounds, strata(exp), []) for p in r.next], 1)
+    size = plan_size(exp)
+    if size.runs > MAX_RUNS:  # validation refuses these; an Experiment changed after it (model_copy) is not
+        raise ParamsError(exp.experiment, [f"the plan has {size.variants:,} variant(s) × {size.repetitions:,} "
+                                           f"repetition(s) = {size.runs:,} runs, more than the limit of {MAX_RUNS:,}"])
+    variants = expand(exp)
+    hosts = exp.host_names
+    nodes = tuple(exp.nodes or ())
+    runs = []
+    for rep in range(1, exp.repetitions + 1):
+        host = hosts[0] if nodes else hosts[(rep - 1) % len(hosts)]  # a whole replicate per host: balanced
+        for variant in variants:
+            seq = len(runs) + 1
+            runs.append(Run(f"{seq:02d}_{variant.slug}_rep{rep}", seq, variant, rep, host, nodes))
+    return warmup_runs(exp) + runs
+
+
+def warmup_runs(exp: Experiment) -> list[Run]:
+    """`warmup: N`: the baseline launched N times on each host the plan uses, before any run of the plan (each
+    host's runs go in plan order, so they are that host's first). They take no place in the plan's numbering
+    (seq 0; repetition: which warm-up), so the compared runs keep the run ids they have without them."""
+    baseline = baseline_variant(exp)
+    nodes = tuple(exp.nodes or ())
+    hosts = exp.host_names[:1] if nodes else exp.host_names
+    return [Run(warmup_id(n, host, baseline.slug, len(hosts) > 1), 0, baseline, n, host, nodes, warmup=True)
+            for host in hosts for n in range(1, exp.warmup + 1)]
+
+
+def warmup_id(n: int, host: str, slug: str, several_hosts: bool) -> str:
+    """A warm-up's run id: `warmup1_<baseline>`, with the host where the plan uses several (`warmup1-a_…`)."""
+    return f"warmup{n}{f'-{host}' if several_hosts else ''}_{slug}"
+
+
+def find_run(plan: list[Run], run_id: str) -> Run:
+    for run in plan:
+        if run.run_id == run_id:
+            return run
+    known = ", ".join(r.run_id for r in plan)
+    raise RunDirError(f"run id {run_id!r} is not in the plan of this params file (runs: {known}); pass one of "
+                      "those, or an empty run_id for the first")
+
+
+def strata(exp: Experiment) -> list[str]:
+    """The strata of a threshold search: every combination of the factors' levels, by variant name."""
+    return [v.name for v in expand(exp)]
+
+
+def probe_variant(exp: Experiment, stratum: str, value: str) -> Variant:
+    """A stratum's variant with the searched flag set to value; the flag's value is a level of its own
+    (`mem_fraction_static=0.744`), so it is a column of runs.parquet and part of the run id."""
+    assert exp.search is not None
+    base = next(v for v in expand(exp) if v.name == stratum)
+    levels = {**base.levels, exp.search.factor: value}
+    return Variant(variant_name(levels), levels, {**base.flags, exp.search.flag: value}, dict(base.env), base.patches)
+
+
+def probe_runs(exp: Experiment, probes: list[search.Probe], first_seq: int) -> list[Run]:
+    """The runs of one round of probes: every probe once per repetition, repetition by repetition, so the
+    strata take turns (drift of the host affects them alike); repetition r runs on host r mod n."""
+    assert exp.search is not None
+    hosts = exp.host_names
+    nodes = tuple(exp.nodes or ())
+    runs: list[Run] = []
+    for rep in range(1, exp.search.repetitions + 1):
+        host = hosts[0] if nodes else hosts[(rep - 1) % len(hosts)]
+        for probe in probes:
+            variant = probe_variant(exp, probe.stratum, probe.value)
+            seq = first_seq + len(runs)
+            runs.append(Run(f"{seq:02d}_{variant.slug}_rep{rep}", seq, variant, rep, host, nodes, probe))
+    return runs
+
+
+def recorded_runs(exp: Experiment, manifest: Manifest) -> list[Run]:
+    """The runs a run directory's manifest lists: the plan of a fixed experiment (with the repetitions the batch
+    ran it with: `launchlab run --repetitions` overrides the file's), the probes so far of a search."""
+    if exp.search is None:
+        repetitions = manifest.repetitions or exp.repetitions
+        return make_plan(exp if repetitions == exp.repetitions else exp.model_copy(update={"repetitions": repetitions}))
+    runs = []
+    for entry in manifest.runs:
+        probe = search.Probe(entry["stratum"], entry["levels"][exp.search.factor], entry["why"])
+        runs.append(Run(entry["run_id"], entry["seq"], probe_variant(exp, probe.stratum, probe.value),
+                        entry["repetition"], entry["host"], tuple(exp.nodes or ()), probe))
+    return runs

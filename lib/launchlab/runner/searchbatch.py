@@ -1,0 +1,69 @@
+"""A threshold search run as a batch: round after round, the probes search.py asks for, each recorded in the
+manifest before it is launched, until every stratum is decided.
+
+The search's state is the finished runs of its run directory alone, so `--resume` first repeats the probes
+that did not finish (an interruption, a kit error), then asks search.py again: no decided probe is repeated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+from launchlab import params, search
+from launchlab.runner import notebooks
+from launchlab.runner import plan as plans
+from launchlab.store import records, rundir
+from launchlab.store.records import Run
+
+RunAll = Callable[[list[Run], int], None]  # runs the given runs (of a plan of at most n runs) on the batch's hosts
+
+
+def run_search(exp: params.Experiment, run_dir: Path, say: notebooks.Say, run_all: RunAll) -> list[search.StratumResult]:
+    """Run the search to its end; return each stratum's result."""
+    assert exp.search is not None
+    directory = rundir.RunDir(run_dir)
+    total = params.plan_size(exp).runs
+    known = plans.recorded_runs(exp, directory.manifest())
+    redo = [r for r in known if not records.finished(directory.run(r.run_id))]
+    for run in known:
+        if run not in redo:
+            say(f"[{run.seq}/{total}] {run.run_id}  already done, skipped")
+    run_all(redo, total)
+    while True:
+        results = search.step(exp.search.bounds, plans.strata(exp), observations(directory, known),
+                              exp.search.repetitions)
+        probes = [p for r in results for p in r.next]
+        if not probes:
+            for r in results:
+                say(f"launchlab: {r.stratum}: {r.state}" + (f" in ({r.low}, {r.high}]" if r.state == search.CONVERGED
+                                                            else f" — {r.note}" if r.note else ""))
+            return results
+        new = plans.probe_runs(exp, probes, len(known) + 1)
+        record_probes(directory, new)
+        for probe in probes:
+            say(f"launchlab: {probe.stratum}: probe {exp.search.flag} {probe.value} ({probe.why})")
+        run_all(new, total)
+        known += new
+
+
+def observations(directory: rundir.RunDir, runs: list[Run]) -> list[search.Observation]:
+    """The finished probes as the search sees them: ready or not, and None for a run that is no observation of
+    the server (a kit error, an interruption)."""
+    found = []
+    for run in runs:
+        status = records.read_status(directory.run(run.run_id))
+        if status is None or not status.done or run.probe is None:
+            continue
+        outcome = status.record.status
+        found.append(search.Observation(run.probe.stratum, Decimal(run.probe.value), run.run_id,
+                                        None if outcome == "error" else outcome == "ready"))
+    return found
+
+
+def record_probes(directory: rundir.RunDir, runs: list[Run]) -> None:
+    """The manifest lists every probe before it is launched: its run, stratum, value and why it was chosen."""
+    manifest = directory.manifest()
+    directory.update_manifest(run_ids=manifest.run_ids + [r.run_id for r in runs],
+                              runs=manifest.runs + [r.manifest_entry() for r in runs])

@@ -1,0 +1,342 @@
+"""The run directory: every path of a run directory and of a run folder, its manifest (Manifest), atomic writes,
+finding run directories.
+
+    <root>/<experiment>/<YYYYmmdd-HHMMSS>/              RunDir
+        experiment.yaml  (imports.yaml)  manifest.json  runs.parquet  events.parquet  telemetry.parquet
+        summary.ipynb  summary.html  verdict.json  report.md
+        runs/<run_id>/                                  RunFolder
+            run_variant.ipynb  status.json  processes.json  provenance.json  parsed.json
+            server.log  nvidia-smi.csv  (server.node1.log  nvidia-smi.node1.csv … for multi-node servers)
+            nvidia-smi.txt  (an imported run's capture in nvidia-smi's default table format)
+            attempts/<n>/   an earlier attempt of the run, kept whole
+
+Raw files (server logs, nvidia-smi CSVs) are written once and never edited; every other file can be rebuilt
+from them with `launchlab report RUN_DIR`. Every write goes to a temporary file first and is renamed into
+place, so a crash never leaves a half-written file behind. No other module joins file names of a run
+directory: they ask a RunDir or a RunFolder.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from launchlab import config
+from launchlab.errors import RunDirError
+from launchlab.store.verdictrecord import Verdict
+
+if TYPE_CHECKING:  # pandas costs the run kernel half a second; only the report writes frames
+    import pandas as pd
+
+FRAMES = ("runs", "events", "telemetry")
+
+
+@dataclass
+class Manifest:
+    """manifest.json: what a batch (or `launchlab import`) set out to do — the experiment, its factors and
+    baseline, the compared runs in plan order, and who runs it now. Written when the run directory is made;
+    a search appends its probes (`run_ids`, `runs`) and a batch names itself (`batch`, `sim_box`)."""
+
+    experiment: str
+    baseline: str  # the baseline variant's name
+    factors: dict[str, list[str]]
+    host: str
+    run_ids: list[str]  # the compared runs, in plan order; warm-ups apart (never an observation)
+    hosts: list[str] = field(default_factory=list)
+    question: str | None = None
+    created_at: str | None = None
+    kit_version: str | None = None
+    simulated: bool = False
+    order: str = "interleaved"  # interleaved | search | imported (as listed)
+    search: dict | None = None  # the params' `search:` of a threshold search
+    strata: list[str] | None = None  # a search's strata (variant names of the other factors)
+    repetitions: int | None = None  # a fixed plan's, as the batch ran it (--repetitions overrides the file's)
+    runs: list[dict] = field(default_factory=list)  # each compared run (Run.manifest_entry; a probe's why)
+    warmup_runs: list[dict] = field(default_factory=list)
+    imported: bool = False  # made by `launchlab import` from logs run by hand
+    params_file: str | None = None
+    params_sha256: str | None = None
+    imports_file: str | None = None
+    imports_sha256: str | None = None
+    batch: str | None = None  # the batch running it now (its lock owner id)
+    sim_box: str | None = None  # the simulated machine of that batch
+
+    @classmethod
+    def from_json(cls, data: dict, path: Path | str = "manifest.json") -> Manifest:
+        """A manifest read back; keys a newer kit added are ignored, a missing required one is a RunDirError."""
+        known = {f.name for f in fields(cls)}
+        try:
+            manifest = cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError as exc:
+            raise RunDirError(f"{path} is not a launchlab manifest ({exc})") from None
+        manifest.hosts = manifest.hosts or [manifest.host]
+        manifest.runs, manifest.warmup_runs = manifest.runs or [], manifest.warmup_runs or []
+        return manifest
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class RunFolder:
+    """One run's folder: its raw files, the kit's records of it, and earlier attempts."""
+
+    ATTEMPTS = "attempts"
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    status = property(lambda self: self.path / "status.json")
+    processes = property(lambda self: self.path / "processes.json")
+    provenance = property(lambda self: self.path / "provenance.json")
+    parsed = property(lambda self: self.path / "parsed.json")
+    notebook = property(lambda self: self.path / "run_variant.ipynb")
+    samples_table = property(lambda self: self.path / "nvidia-smi.txt")
+
+    @staticmethod
+    def log_name(node: int = 0) -> str:
+        """The server log of a node (also its name in the run's folder on the host)."""
+        return "server.log" if node == 0 else f"server.node{node}.log"
+
+    @staticmethod
+    def samples_name(node: int = 0) -> str:
+        return "nvidia-smi.csv" if node == 0 else f"nvidia-smi.node{node}.csv"
+
+    def log(self, node: int = 0) -> Path:
+        return self.path / self.log_name(node)
+
+    def samples(self, node: int = 0) -> Path:
+        return self.path / self.samples_name(node)
+
+    def archive_attempt(self) -> Path | None:
+        """Move what an earlier attempt left here to attempts/<n>/ (raw files are never overwritten); return
+        where, or None when the folder held nothing."""
+        old = [p for p in self.path.iterdir() if p.name != self.ATTEMPTS] if self.path.is_dir() else []
+        if not old:
+            return None
+        n = 1
+        while (self.path / self.ATTEMPTS / str(n)).exists():
+            n += 1
+        target = self.path / self.ATTEMPTS / str(n)
+        target.mkdir(parents=True)
+        for path in old:
+            path.rename(target / path.name)
+        return target
+
+
+class RunDir:
+    """A run directory: its files, its manifest, its run folders."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    experiment_file = property(lambda self: self.path / "experiment.yaml")
+    imports_file = property(lambda self: self.path / "imports.yaml")  # `launchlab import`: the file, masked
+    manifest_file = property(lambda self: self.path / "manifest.json")
+    summary_notebook = property(lambda self: self.path / "summary.ipynb")
+    summary_html = property(lambda self: self.path / "summary.html")
+    verdict_file = property(lambda self: self.path / "verdict.json")
+    report_md = property(lambda self: self.path / "report.md")
+    thresholds_frame = property(lambda self: self.path / "thresholds.parquet")  # a threshold search's result
+
+    def frame(self, name: str) -> Path:
+        """runs.parquet, events.parquet or telemetry.parquet."""
+        if name not in FRAMES:
+            raise ValueError(name)
+        return self.path / f"{name}.parquet"
+
+    def run(self, run_id: str) -> RunFolder:
+        return RunFolder(self.path / "runs" / run_id)
+
+    def run_folders(self) -> list[RunFolder]:
+        """Every run folder there is now, in no particular order."""
+        runs = self.path / "runs"
+        return [RunFolder(p) for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
+
+    def manifest(self) -> Manifest:
+        return Manifest.from_json(read_json(self.manifest_file), self.manifest_file)
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        write_json(self.manifest_file, manifest.to_json())
+
+    def update_manifest(self, **changes) -> Manifest:
+        """The manifest with some fields changed, written back (a field that is not one is a TypeError)."""
+        manifest = self.manifest()
+        for name, value in changes.items():
+            if not hasattr(manifest, name):
+                raise TypeError(f"Manifest has no field {name!r}")
+            setattr(manifest, name, value)
+        self.write_manifest(manifest)
+        return manifest
+
+    @classmethod
+    def check(cls, path: str | Path) -> RunDir:
+        """An existing run directory (absolute), or RunDirError saying what to pass instead."""
+        run_dir = cls(Path(path).resolve())
+        if not run_dir.manifest_file.is_file():
+            raise RunDirError(f"{path} is not a launchlab run directory (it has no manifest.json); "
+                              "pass the folder `launchlab run` printed")
+        return run_dir
+
+    @classmethod
+    def create(cls, root: Path, experiment: str) -> RunDir:
+        """A new, empty run directory <root>/<experiment>/<timestamp> (a suffix when the second is taken)."""
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        base = Path(root) / experiment
+        base.mkdir(parents=True, exist_ok=True)
+        path, n = base / stamp, 2
+        while True:
+            try:
+                path.mkdir()
+                return cls(path.resolve())
+            except FileExistsError:
+                path, n = base / f"{stamp}-{n}", n + 1
+
+
+def project_root(start: Path | None = None) -> Path | None:
+    """The launchlab workspace or checkout (a folder holding params/ and notebooks/) containing `start`
+    (default: the working directory), if any."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "params").is_dir() and (folder / "notebooks").is_dir():
+            return folder
+    return None
+
+
+def default_root() -> Path:
+    """Where run directories go: $LAUNCHLAB_OUTPUTS, else the checkout's outputs/, else ./outputs."""
+    if (root := config.outputs_root()) is not None:
+        return root
+    checkout = project_root()
+    return (checkout / "outputs") if checkout else Path("outputs")
+
+
+def latest(root: Path) -> RunDir:
+    """The newest run directory (one holding a manifest) under root."""
+    candidates = sorted(Path(root).glob("*/*/manifest.json"), key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise RunDirError(f"no run directory under {root}: run `make demo` or `launchlab run PARAMS` first")
+    return RunDir(candidates[-1].parent.resolve())
+
+
+def list_run_dirs(root: Path) -> list[dict]:
+    """Every run directory under root, oldest first: experiment, date, runs done/planned, verdict headline."""
+    rows = []
+    for manifest_path in sorted(Path(root).glob("*/*/manifest.json"), key=lambda p: p.stat().st_mtime):
+        run_dir = RunDir(manifest_path.parent)
+        try:
+            manifest = run_dir.manifest()
+        except RunDirError:
+            continue
+        planned = manifest.run_ids
+        done = 0
+        for run_id in planned:
+            try:
+                done += read_json(run_dir.run(run_id).status).get("state") == "done"
+            except RunDirError:
+                pass
+        rows.append({"path": str(run_dir.path), "experiment": manifest.experiment,
+                     "created_at": manifest.created_at or "?", "done": done, "planned": len(planned),
+                     "headline": _headline(run_dir)})
+    return rows
+
+
+def _headline(run_dir: RunDir) -> str:
+    try:
+        v = read_json(run_dir.verdict_file)
+    except RunDirError:
+        return "no verdict yet (`launchlab report RUN_DIR`)"
+    return Verdict.from_json(v).headline(width=160)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Atomic writes
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a file atomically (temporary file, then rename). On a full disk, a small record that exists
+    already (status.json) is rewritten in place instead — it fits in the block it holds — so a run can still
+    be marked; anything else raises RunDirError saying what to do."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise _disk_error(path, exc) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; run directories are meant to be shared
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.errno in _FULL and path.is_file() and len(text.encode()) <= _IN_PLACE_MAX:
+            try:
+                with open(path, "r+", encoding="utf-8") as fh:
+                    fh.write(text)
+                    fh.truncate()
+                return
+            except OSError:
+                pass
+        raise _disk_error(path, exc) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_IN_PLACE_MAX = 4096  # one block: rewriting it in place needs no new space
+
+
+def _disk_error(path: Path, exc: OSError) -> RunDirError:
+    what = "the disk is full" if exc.errno in _FULL else exc.strerror or str(exc)
+    return RunDirError(f"cannot write {path}: {what} ([Errno {exc.errno}]). Free space (or fix the folder's "
+                       "permissions), then continue with `launchlab run PARAMS --resume RUN_DIR`")
+
+
+def write_json(path: Path, obj: object) -> None:
+    write_text(path, json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def update_json(path: Path, changes: dict) -> None:
+    """Rewrite a JSON record with some keys changed (atomically, like every write)."""
+    write_json(path, {**read_json(path), **changes})
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RunDirError(f"{path} is missing") from None
+    except ValueError as exc:
+        raise RunDirError(f"{path} is not valid JSON ({exc}); rebuild it with `launchlab report`") from None
+
+
+def write_frame(path: Path, frame: pd.DataFrame) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _disk_error(path, exc) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

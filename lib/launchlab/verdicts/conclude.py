@@ -1,0 +1,56 @@
+"""A run's conclusion: its outcome, its parsed logs and its samples → the status, failure and figures of its
+record. Pure: no I/O (the lifecycle reads the files and writes the record)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launchlab.logparse import ParsedLog
+from launchlab.store.records import Outcome, RunRecord
+
+
+@dataclass(frozen=True)
+class NodeLog:
+    """A node's parsed server log; `where` prefixes its failure message ("" for node 0)."""
+
+    rank: int
+    where: str
+    parsed: ParsedLog
+
+
+def conclude(record: RunRecord, outcome: Outcome | None, logs: list[NodeLog], peaks_mib: list[float]) -> None:
+    """Fill the record's status, failure, phase and figures. The server's own failure (a parsed log) is
+    preferred over what the kit saw from outside (an exit, a fatal line); node 0's log decides the phase."""
+    first = next((log for log in logs if log.rank == 0), None)
+    if first is not None:
+        record.phase_reached = first.parsed.phase_reached
+    record.peak_mem_used_mib = max(peaks_mib) if peaks_mib else None  # no sample is no peak, never 0
+    if outcome is None:
+        record.status, record.failure_message = "error", "the run stopped before the server was watched"
+        return
+    record.status = outcome.status
+    failing = next((log for log in logs if log.parsed.failure is not None), None)
+    if outcome.status in ("ready", "degraded"):
+        record.startup_s = round(outcome.ready_after_s, 2)
+    if outcome.status == "degraded":
+        # the server's own reason when its log has one (e.g. the KV cache could not be sized at the first request)
+        if failing is not None:
+            record.failure_reason, record.failure_phase = failing.parsed.failure.reason, failing.parsed.failure.phase
+        else:
+            record.failure_reason, record.failure_phase = outcome.reason, record.phase_reached
+        record.failure_message = outcome.message
+    elif outcome.status == "failed":
+        if failing is not None:
+            record.failure_reason = failing.parsed.failure.reason
+            record.failure_phase = failing.parsed.failure.phase
+            record.failure_message = failing.where + failing.parsed.failure.message
+        else:
+            record.failure_reason = outcome.reason or "exception"
+            record.failure_phase = record.phase_reached
+            record.failure_message = outcome.message
+    elif outcome.status != "ready":
+        record.failure_message = outcome.message
+        if outcome.status == "error":  # a kit error says none; a run the kit stopped for an interrupt says so
+            record.failure_reason = outcome.reason
+        if outcome.status == "timeout":
+            record.failure_phase = record.phase_reached

@@ -1,0 +1,362 @@
+"""Confounds: what differs between runs besides the declared factors, from each run's provenance and from
+what each run's own server log states.
+
+Each check is a small function of (runs, facts) that returns what it found as `{kind, detail, runs}`;
+`find` runs them all. `facts` is provenance.json of each run, by run id; `parsed` is parsed.json (the server's
+log: its arguments and `log_facts`, see logfacts.py). A fact a run does not state is not a difference: only runs
+that state it are compared (a by-hand log without a version line is not "another version").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+
+import pandas as pd
+
+from launchlab import config
+from launchlab.logparse.logfacts import LABELS
+from launchlab.sim.state import STATE_ENV
+from launchlab.store.records import VALID_STATUSES
+from launchlab.verdicts import gpustate
+
+VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHLVL", "_", "LAUNCHLAB_RUN_ID",
+                "JPY_PARENT_PID", "PYDEVD_USE_FRAME_EVAL", "TERM", "COLUMNS", "LINES"}
+# what a scheduler sets in each job's environment: the job itself (SLURM_JOB_ID, …) and the GPUs of the node it
+# got (its node is compared as a host fact, node_differences); the location of a job's simulated box
+SCHEDULER_ENV_PREFIXES = ("SLURM_",)
+SCHEDULER_ENV = {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
+                 "LAUNCHLAB_SIM_STATE"}
+HOST_FACTS = (("driver", "driver version"), ("cuda", "CUDA version"), ("os", "operating system"), ("kernel", "kernel"))
+# server arguments that differ between any two launches without changing what is compared
+VOLATILE_ARGS = {"port", "host", "random_seed", "seed", "nccl_port", "dist_init_addr", "log_requests", "api_key",
+                 "served_model_name", "tokenizer_path", "model_path", "model", "tp_size", "tensor_parallel_size",
+                 "dp_size", "data_parallel_size", "file_storage_path", "download_dir", "log_level"}
+
+
+VALUE_CHARS = 80  # a value in a confound's text: the whole value stays in the run's files (parsed.json, provenance.json)
+
+
+def shown(values: list[str]) -> list[str]:
+    """Each value as a confound's text shows it: whole up to about VALUE_CHARS characters; a longer one (a config
+    dump of several KB) cut to VALUE_CHARS characters around where the values first differ, with its full length,
+    so that two long values that differ deep inside still read apart."""
+    if all(len(v) <= VALUE_CHARS for v in values):
+        return values
+    start = max(0, len(os.path.commonprefix(values)) - VALUE_CHARS // 4) if len(values) > 1 else 0
+    out = []
+    for value in values:
+        if len(value) <= VALUE_CHARS:
+            out.append(value)
+            continue
+        begin = min(start, max(0, len(value) - VALUE_CHARS))
+        piece = value[begin:begin + VALUE_CHARS]
+        more = begin + VALUE_CHARS < len(value)
+        out.append(f"{'…' if begin else ''}{piece}{'…' if more else ''} ({len(value):,} characters)")
+    return out
+
+
+def _key(value: object) -> object:
+    """A hashable stand-in for a fact's value (lists and dicts as sorted JSON)."""
+    return value if isinstance(value, (str, int, float, type(None))) else json.dumps(value, sort_keys=True)
+
+
+def _groups(values: dict[str, object]) -> dict[object, list[str]] | None:
+    """Run ids grouped by value; None when every run has the same value."""
+    groups: dict[object, list[str]] = {}
+    for run_id, value in values.items():
+        groups.setdefault(_key(value), []).append(run_id)
+    return groups if len(groups) > 1 else None
+
+
+def _differs(kind: str, label: str, values: dict[str, object]) -> list[dict]:
+    """One confound when the runs disagree on a fact: every value with its runs; the runs of all but the
+    first value are the ones touched."""
+    groups = _groups(values)
+    if groups is None:
+        return []
+    texts = shown([str(v) for v in groups])
+    detail = f"{label} differs: " + "; ".join(f"{t}: {', '.join(rs)}" for t, rs in zip(texts, groups.values(),
+                                                                                        strict=True))
+    return [{"kind": kind, "detail": detail, "runs": sorted(r for rs in list(groups.values())[1:] for r in rs)}]
+
+
+def _of(facts: dict, *path: str) -> object:
+    for key in path:
+        facts = (facts or {}).get(key)
+    return facts
+
+
+def host_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    return [c for key, label in HOST_FACTS for c in _differs("host", label, {r: _of(facts[r], "host_facts", key)
+                                                                          for r in ids})]
+
+
+def node_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """The compute node a scheduler's job ran on (Slurm's node list): with `pin_node: false` runs can land on
+    different machines, and that difference is compared like any other host fact."""
+    return _differs("host", "node the job ran on", {
+        r: ",".join(p.get("NodeList") or "?" for p in facts[r].get("scheduler") or []) or None for r in ids})
+
+
+def version_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    found = _differs("versions", "Python", {r: _of(facts[r], "interpreter", "python") for r in ids})
+    packages = sorted({p for r in ids for p in (_of(facts[r], "interpreter", "packages") or {})})
+    for package in packages:
+        found += _differs("versions", f"package {package}",
+                          {r: (_of(facts[r], "interpreter", "packages") or {}).get(package) for r in ids})
+    found += _differs("versions", "git commit of the server", {r: _of(facts[r], "integrity", "git_commit") for r in ids})
+    return found
+
+
+def _changed_files(facts: dict) -> list[str]:
+    """Installed files that differ from the release; notebooks left out where the record has their code
+    (notebook_code: compared by notebook_differences, so a notebook JupyterLab re-saved is not a modified file)."""
+    integrity = facts.get("integrity") or {}
+    files = (integrity.get("modified") or []) + (integrity.get("added") or [])
+    if "notebook_code" in integrity:
+        files = [f for f in files if not f.removesuffix(" (missing)").endswith(".ipynb")]
+    return sorted(files)
+
+
+def notebook_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """The server package's notebooks (the kit's own templates, when the server is the simulated one) compared by
+    their code — each cell's type and source, and which takes the parameters — never by their bytes: a save from
+    JupyterLab rewrites the JSON without changing what a notebook runs. Runs without the record are not compared."""
+    unpatched = [r for r in ids if not facts[r].get("patched") and "notebook_code" in (_of(facts[r], "integrity") or {})]
+    names = sorted({n for r in unpatched for n in _of(facts[r], "integrity", "notebook_code")})
+    found = []
+    for name in names:
+        digests = {r: (_of(facts[r], "integrity", "notebook_code").get(name) or "missing")[:12] for r in unpatched}
+        found += _differs("modified files", f"the code of notebook {name} (cell sources, parameters)", digests)
+    return found
+
+
+def file_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """Installed files that differ from the release in some runs only (patches declared as a factor level
+    change files on purpose: those runs are compared by the factor), and a git checkout dirty in some."""
+    found = []
+    unpatched = [r for r in ids if not facts[r].get("patched")]
+    for rs in (_groups({r: _changed_files(facts[r]) for r in unpatched}) or {}).values():
+        files = _changed_files(facts[rs[0]])
+        if files:
+            found.append({"kind": "modified files", "runs": sorted(rs),
+                          "detail": f"installed files differ from the release in runs {', '.join(rs)} only: "
+                                    f"{', '.join(files[:5])}{' …' if len(files) > 5 else ''}"})
+    dirty = _groups({r: _of(facts[r], "integrity", "git_dirty") for r in ids})
+    if dirty:
+        found.append({"kind": "modified files", "runs": sorted(r for rs in list(dirty.values())[1:] for r in rs),
+                      "detail": "the server's git checkout had uncommitted changes in some runs only: "
+                                + "; ".join(f"dirty={v}: {', '.join(rs)}" for v, rs in dirty.items())})
+    return found
+
+
+def inherited_env(node: dict) -> dict[str, str]:
+    """The environment a run's server inherited, without what the kit itself put there (provenance's `kit_env`:
+    a simulated box's state folder, the stand-in nvidia-smi's folder and the kit's Python in front of PATH). Those
+    name folders of the batch's own box, made anew by every batch and every --resume, and the kit's
+    configuration (config.VARIABLES) is read by the kit alone: none of it is the server's setting, so comparing
+    it would call every resumed batch uncontrolled. A value the kit set whole is left out; a list the kit put
+    entries in front of (PATH) is compared without them. A run recorded before `kit_env` existed: a simulated
+    box's state folder is taken as the kit's, and so is every PATH entry inside it."""
+    env = dict(node.get("host_env") or {})
+    own = node.get("kit_env")
+    if own is None and node.get("simulated") and env.get(STATE_ENV):
+        box = env[STATE_ENV].rstrip("/") + "/"
+        own = {STATE_ENV: env[STATE_ENV]}
+        if "PATH" in env:
+            env["PATH"] = os.pathsep.join(e for e in env["PATH"].split(os.pathsep) if not e.startswith(box))
+    for name, value in (own or {}).items():
+        if env.get(name) == value:
+            del env[name]
+        elif name in env and env[name].startswith(value + os.pathsep):
+            env[name] = env[name][len(value) + len(os.pathsep):]
+    return {k: v for k, v in env.items() if k not in config.VARIABLES}
+
+
+def env_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    inherited = {r: inherited_env(facts[r]) for r in ids}
+    names = sorted({k for r in ids for k in inherited[r]} - VOLATILE_ENV)
+    if any(facts[r].get("scheduler") for r in ids):  # jobs: what the scheduler set for each is where it ran
+        names = [n for n in names if n not in SCHEDULER_ENV and not n.startswith(SCHEDULER_ENV_PREFIXES)]
+    found = []
+    for name in names:
+        groups = _groups({r: inherited[r].get(name) for r in ids})
+        if groups:
+            texts = shown([repr(v) for v in groups])
+            found.append({"kind": "environment", "runs": sorted(r for rs in list(groups.values())[1:] for r in rs),
+                          "detail": f"undeclared environment variable {name} differs between runs: "
+                                    + "; ".join(f"{t}: {', '.join(rs)}" for t, rs in zip(texts, groups.values(),
+                                                                                         strict=True))})
+    return found
+
+
+def busy_gpus(ids: list[str], facts: dict[str, dict], tolerance_mib: float) -> list[dict]:
+    found = []
+    for r in ids:
+        pre = facts[r].get("preflight") or {}
+        busy = [g for g in pre.get("gpus", []) if (g.get("mem_used_mib") or 0) > tolerance_mib]
+        apps = pre.get("compute_apps") or []
+        if busy or apps:
+            what = ", ".join(f"GPU {g['index']} {g['mem_used_mib']:.0f} MiB" for g in busy)
+            procs = ", ".join(f"pid {a['pid']} ({a['process_name']})" for a in apps)
+            found.append({"kind": "gpu state", "runs": [r],
+                          "detail": f"before run {r} the GPUs were not idle: {what}{'; ' if what and procs else ''}{procs}"})
+    return found
+
+
+def _cut(text: str, width: int = 80) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def foreign_gpu_memory(ids: list[str], facts: dict[str, dict], tolerance_mib: float) -> list[dict]:
+    """A run during which processes outside it held more of its GPUs' memory than the drain tolerance, seen by the
+    kit's looks during the run (gpustate.py): a confound on that run alone, naming the processes. A run the kit
+    did not look at (an old or imported run) is not compared."""
+    found = []
+    for r in ids:
+        seen = gpustate.of_run(facts[r])
+        if seen is None or seen.foreign_peak_mib <= tolerance_mib:
+            continue
+        names = gpustate.gpu_names(facts[r])
+        hosts = {p.host for p in seen.foreign}
+        procs = ", ".join(f"pid {p.pid} ({_cut(p.process_name)}) {p.used_mib:.0f} MiB on "
+                          f"{names.get(p.gpu_uuid, p.gpu_uuid)}{f' of {p.host}' if len(hosts) > 1 else ''}"
+                          for p in sorted(seen.foreign, key=lambda p: -p.used_mib)[:5])
+        more = f" and {len(seen.foreign) - 5} more" if len(seen.foreign) > 5 else ""
+        found.append({"kind": "gpu state", "runs": [r],
+                      "detail": f"during run {r} processes outside it held up to {seen.foreign_peak_mib:.0f} MiB of "
+                                f"its GPUs (drain tolerance {tolerance_mib:.0f} MiB): {procs}{more}"})
+    return found
+
+
+def less_free_at_start(ids: list[str], facts: dict[str, dict], reference: list[str], tolerance_mib: float,
+                       *, skip: set[str] = frozenset()) -> list[dict]:
+    """A run whose GPUs had less free memory at its start (the preflight; the least over its GPUs) than the
+    reference runs' (the baseline's: the most of theirs, other than itself; a lone baseline run's: the other
+    runs') by more than the drain tolerance: a confound on that run alone. skip: runs already named for their GPU
+    state at the start (busy_gpus)."""
+    free = {r: min(v.values()) for r in ids if (v := gpustate.free_at_start(facts[r]))}
+    found = []
+    for r, mine in free.items():
+        others = [free[b] for b in reference if b in free and b != r] or \
+            [free[b] for b in free if b != r]  # a lone baseline run is compared with the others
+        if r in skip or not others or max(others) - mine <= tolerance_mib:
+            continue
+        found.append({"kind": "gpu state", "runs": [r],
+                      "detail": f"run {r} started with {mine:.0f} MiB free on its fullest GPU, {max(others) - mine:.0f} "
+                                f"MiB less than the baseline runs ({max(others):.0f} MiB; drain tolerance "
+                                f"{tolerance_mib:.0f} MiB)"})
+    return found
+
+
+def unbalanced_hosts(runs: pd.DataFrame) -> list[dict]:
+    if "host" not in runs or runs["host"].nunique() <= 1:
+        return []
+    per_variant = runs.groupby("variant")["host"].apply(lambda h: tuple(sorted(h.value_counts().items())))
+    if per_variant.nunique() <= 1:
+        return []
+    return [{"kind": "host", "runs": sorted(runs["run_id"]), "detail": "the hosts are not balanced over the variants: "
+             + "; ".join(f"{v}: {', '.join(f'{h}×{n}' for h, n in c)}" for v, c in per_variant.items())}]
+
+
+def unreproducible_baseline(runs: pd.DataFrame, baseline_variant: str) -> list[dict]:
+    """Valid baseline runs that disagree on the outcome (a kit error says nothing about the server)."""
+    base = runs[(runs["variant"] == baseline_variant) & runs["status"].isin(VALID_STATUSES)]
+    if base["status"].nunique() <= 1:
+        return []
+    return [{"kind": "baseline", "runs": sorted(base["run_id"]),
+             "detail": f"the baseline ({baseline_variant}) is not reproducible: "
+                       + ", ".join(f"{r}: {s}" for r, s in zip(base["run_id"], base["status"], strict=True))}]
+
+
+def log_differences(ids: list[str], parsed: dict[str, dict], declared: set[str],
+                    facts: dict[str, dict] | None = None) -> list[dict]:
+    """What the server logs state differently between runs: version, engine, NCCL, model, TP/DP size, and
+    every other argument of `server_args` / `non-default args` that no factor declares (declared: the
+    argument names the factors' flags set). The server version of an imported run whose log does not print it
+    is the one its imports file declares (facts: provenance, `declared`), named as such."""
+    logged = [r for r in ids if r in parsed]
+    found = []
+    for key, label in LABELS.items():
+        values = {r: (parsed[r].get("log_facts") or {}).get(key) for r in logged}
+        values = {r: v for r, v in values.items() if v is not None}
+        if key == "server_version":
+            found += _declared_versions(ids, values, facts or {})
+            continue
+        found += _differs("log", f"{label} (from the server log)", values)
+    names = sorted({a for r in logged for a in (parsed[r].get("args") or {})} - declared - VOLATILE_ARGS)
+    for name in names:
+        values = {r: str(parsed[r]["args"][name]).strip("'\"") for r in logged if name in (parsed[r].get("args") or {})}
+        found += _differs("server argument", f"undeclared server argument {name}", values)
+    return found
+
+
+def _declared_versions(ids: list[str], stated: dict[str, str], facts: dict[str, dict]) -> list[dict]:
+    """The server version per run: what its log states, else what the imports file declares. A declaration the
+    log contradicts is a confound of its own (the user's notes and the run disagree)."""
+    declared = {r: v for r in ids if (v := _of(facts.get(r), "declared", "server_version"))}
+    found = [{"kind": "declared", "runs": [r],
+              "detail": f"run {r}: the imports file declares server version {declared[r]}, but its log states "
+                        f"{stated[r]} (the log's is used)"}
+             for r in ids if r in declared and r in stated and str(declared[r]) != str(stated[r])]
+    values = {r: stated.get(r, declared.get(r)) for r in ids if r in stated or r in declared}  # in run order
+    only_declared = sorted(r for r in values if r not in stated)
+    label = "server version (from the server log" + (f"; declared in the imports file for {', '.join(only_declared)}"
+                                                      if only_declared else "") + ")"
+    return found + _differs("log", label, values)
+
+
+def gpu_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """GPU models and memory totals: from the kit's preflight of launched runs, or the nvidia-smi capture given
+    with an imported run. Runs without either are not compared."""
+    found = []
+    for key, label in (("name", "GPU model"), ("mem_total_mib", "GPU memory total (MiB)")):
+        values = {}
+        for r in ids:
+            gpus = _of(facts[r], "preflight", "gpus") or facts[r].get("gpus") or []
+            seen = sorted({str(g.get(key)) for g in gpus if g.get(key) is not None})
+            if seen:
+                values[r] = ", ".join(seen)
+        found += _differs("gpu", label, values)
+    return found
+
+
+Check = Callable[[list[str], dict[str, dict]], list[dict]]
+
+
+def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tolerance_mib: float = 256) -> list[dict]:
+    """Every difference in provenance and outcome between runs that the design did not declare, with the runs it
+    touches (what the server logs state: log_differences)."""
+    ids = [r for r in runs["run_id"] if r in facts]
+    found: list[dict] = []
+    for check in (host_differences, node_differences, version_differences, file_differences, notebook_differences,
+                  env_differences, gpu_differences):
+        found += check(ids, facts)
+    busy = busy_gpus(ids, facts, tolerance_mib)
+    found += busy
+    found += foreign_gpu_memory(ids, facts, tolerance_mib)
+    baseline_ids = [r for r in runs.loc[runs["variant"] == baseline_variant, "run_id"] if r in facts] \
+        if "variant" in runs else []
+    found += less_free_at_start(ids, facts, baseline_ids or ids, tolerance_mib, skip={r for c in busy for r in c["runs"]})
+    found += unbalanced_hosts(runs)
+    found += unreproducible_baseline(runs, baseline_variant)
+    return found
+
+
+def provenance_notes(facts: dict[str, dict]) -> list[str]:
+    """What is the same in every run but worth saying: all runs ran modified or uncommitted code."""
+    ids = list(facts)
+    if not ids:
+        return []
+    notes = []
+    first = facts[ids[0]].get("integrity") or {}
+    files = _changed_files(facts[ids[0]])
+    if files and all(not facts[r].get("patched") for r in ids):
+        notes.append(f"every run ran a modified {first.get('package')} ({', '.join(files[:5])}): the results describe "
+                     "that code, not the release")
+    if all(_of(facts[r], "integrity", "git_dirty") for r in ids):
+        notes.append(f"every run ran {first.get('package')} from a git checkout with uncommitted changes "
+                     f"({(first.get('git_commit') or '')[:12]}): commit them to make the experiment repeatable")
+    return notes

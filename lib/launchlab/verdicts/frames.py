@@ -1,0 +1,140 @@
+"""Tidy frames of a run directory, rebuilt from the raw files of each run.
+
+    runs.parquet       one row per run: run_id, variant, repetition, host, status, failure_reason,
+                       failure_phase, failure_message, startup_s, peak_mem_used_mib, phase_reached,
+                       simulated, smoke_status, queue_s and job_node (a scheduler's host: the job's wait in
+                       the queue and the node it ran on; empty elsewhere), then one column per factor
+    events.parquet     run_id, t_s, rank, field, value: every metric parsed from the server log
+    telemetry.parquet  run_id, t_s, node, gpu_index, gpu_uuid, mem_used_mib, mem_total_mib, mem_free_mib,
+                       util_gpu_pct: the nvidia-smi samples (node: 0 unless the server spans several hosts)
+
+t_s is seconds since the server was started, on the host's clock (the clock of its log and nvidia-smi).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from launchlab import logparse, params
+from launchlab.errors import RunDirError
+from launchlab.gpu import telemetry
+from launchlab.logparse import logfacts
+from launchlab.logparse.common import rank_order
+from launchlab.store import records, rundir
+
+RUN_COLUMNS = list(records.RunRecord.ROW)
+EVENT_COLUMNS = ["run_id", "t_s", "rank", "field", "value"]
+TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "mem_free_mib",
+                     "util_gpu_pct"]
+
+
+@dataclass(frozen=True)
+class Frames:
+    runs: pd.DataFrame
+    events: pd.DataFrame
+    telemetry: pd.DataFrame
+
+
+def build(run_dir: Path, exp: params.Experiment) -> Frames:
+    """Frames from every run folder that finished (status.json with state "done"), in plan order."""
+    directory = rundir.RunDir(run_dir)
+    run_rows, event_frames, telemetry_frames = [], [], []
+    rules = exp.server.rules()
+    factors = list(exp.factors) + ([exp.search.factor] if exp.search else [])  # a search's flag: a column too
+    for run_id in directory.manifest().run_ids:
+        folder = directory.run(run_id)
+        status = records.read_status(folder)
+        if status is None or not status.done:
+            continue
+        record = status.record
+        row = {**record.row(), **{f: record.levels.get(f) for f in factors}}
+        run_rows.append(row)
+        t0 = record.started
+        summary: dict | None = None
+        peaks: list[float] = []
+        for node in range(max(1, len(record.nodes or []))):
+            log, csv = folder.log(node), folder.samples(node)
+            if log.exists():  # TP ranks are global across nodes, so events of every node share one frame
+                data, events = _node_log(log, exp, rules, run_id=run_id, node=node, t0=t0)
+                summary = _merge_parsed(summary, data)
+                event_frames.append(events)
+            if csv.exists():
+                samples = telemetry.tidy(telemetry.read_query_csv(csv), run_id, t0)
+                samples.insert(2, "node", node)
+                telemetry_frames.append(samples)
+                if samples["mem_used_mib"].notna().any():
+                    peaks.append(float(samples["mem_used_mib"].max()))
+        # from the samples, like every derived figure: no sample is no peak (NaN), never 0
+        row["peak_mem_used_mib"] = max(peaks) if peaks else None
+        if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
+            rundir.write_json(folder.parsed, summary)
+    runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + factors)
+    for col in ("startup_s", "peak_mem_used_mib", "queue_s"):
+        runs[col] = pd.to_numeric(runs[col])
+    events = _concat(event_frames, EVENT_COLUMNS)
+    events["t_s"] = pd.to_numeric(events["t_s"])
+    events["value"] = pd.to_numeric(events["value"])
+    return Frames(runs, events, _concat(telemetry_frames, TELEMETRY_COLUMNS))
+
+
+def _node_log(log: Path, exp: params.Experiment, rules, *, run_id: str, node: int,
+              t0: datetime | None) -> tuple[dict, pd.DataFrame]:
+    """One node's log parsed: its parsed.json part (node 0's with the facts its log states: versions, model,
+    sizes, which the confounds compare) and its events, timed from the server's start."""
+    parsed = logparse.parse_file(log, exp.server.kind, rules)
+    data = parsed.to_json()
+    if node == 0:
+        data["log_facts"] = logfacts.read(log, parsed)
+    rows = [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
+             "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events]
+    seen = {(e.rank, e.field) for e in parsed.events}
+    # a rank fact the parser derived rather than read off one line (vLLM's KV tokens as blocks × block size) is a
+    # parsed fact too: in the frame, with no time
+    rows += [{"run_id": run_id, "t_s": None, "rank": rank, "field": name, "value": value}
+             for rank, fields in parsed.ranks.items() for name, value in fields.items()
+             if (rank, name) not in seen and isinstance(value, (int, float))]
+    return data, pd.DataFrame(rows, columns=EVENT_COLUMNS)
+
+
+def _merge_parsed(first: dict | None, more: dict) -> dict:
+    """parsed.json of a run: node 0's log, with the per-rank facts of the other nodes' logs added (TP ranks are
+    global across nodes)."""
+    if first is None:
+        return more
+    for key in ("ranks", "custom_ar"):
+        merged = {**(more.get(key) or {}), **first.get(key, {})}  # node 0's value wins where both name a rank
+        first[key] = {rank: merged[rank] for rank in sorted(merged, key=rank_order)}  # runview shows them in order
+    return first
+
+
+def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def write(run_dir: Path, frames: Frames) -> None:
+    directory = rundir.RunDir(run_dir)
+    for name in rundir.FRAMES:
+        rundir.write_frame(directory.frame(name), getattr(frames, name))
+
+
+def load(run_dir: Path, telemetry_columns: list[str] | None = None) -> Frames:
+    """The frames of a run directory; telemetry_columns: only those columns of telemetry.parquet (those of them
+    it has: an older run directory may lack one)."""
+    directory = rundir.RunDir.check(run_dir)
+    missing = [n for n in rundir.FRAMES if not directory.frame(n).is_file()]
+    if missing:
+        raise RunDirError(f"{run_dir} has no {', '.join(f'{n}.parquet' for n in missing)} yet; "
+                          f"`launchlab report {run_dir}` builds them from the runs' raw files")
+    tables = {name: pd.read_parquet(directory.frame(name)) for name in rundir.FRAMES if name != "telemetry"}
+    columns = None
+    if telemetry_columns is not None:
+        import pyarrow.parquet as pq
+
+        present = set(pq.read_schema(directory.frame("telemetry")).names)
+        columns = [c for c in telemetry_columns if c in present]
+    return Frames(**tables, telemetry=pd.read_parquet(directory.frame("telemetry"), columns=columns))

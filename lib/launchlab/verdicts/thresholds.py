@@ -1,0 +1,247 @@
+"""The result of a threshold search, from the frames of its run directory: per stratum the interval between the
+highest failing and the lowest ready value of the searched flag, next to the break-even the server's own
+memory numbers predict (budget.py), and the difference between strata in flag units and GiB per GPU.
+
+The intervals are search.py's own reading of the finished runs (the same function that chose the probes), so
+the report and the search cannot disagree about what the runs show. Nothing is claimed for a stratum that is
+noisy, non-monotone or not bracketed: its interval columns are empty and its note says why.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+import pandas as pd
+
+from launchlab import search
+from launchlab.escaping import md, md_code
+from launchlab.verdicts import budget as budget_mod
+from launchlab.verdicts import gpustate
+
+COLUMNS = ["stratum", "state", "interval_low", "interval_high", "width", "probes", "runs", "note",
+           "predicted_break_even", "predicted_in_interval", "pre_load_free_gib",
+           "predicted_n", "predicted_min", "predicted_max", "flagged_probes"]
+PROBE_KEYS = ("stratum", "value", "runs", "predicted_break_even", "pre_load_free_gib", "free_at_start_mib", "flagged",
+              "why")
+
+
+def observations(runs: pd.DataFrame, planned: list[dict], factor: str) -> list[search.Observation]:
+    """The finished probe runs (runs.parquet rows) as search.py sees them; planned: the manifest's runs."""
+    strata = {p["run_id"]: p.get("stratum") for p in planned}
+    found = []
+    for _, row in runs.iterrows():
+        stratum, value = strata.get(row["run_id"]), row.get(factor)
+        if stratum is None or value is None:
+            continue
+        found.append(search.Observation(stratum, Decimal(str(value)), row["run_id"],
+                                        None if row["status"] == "error" else row["status"] == "ready"))
+    return found
+
+
+def _float(value: Decimal | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _predicts(budget: pd.DataFrame, factor: str) -> budget_mod.BreakEven | None:
+    """The server kind's break-even where the searched flag is its argument (factor: the flag's name in
+    runs.parquet): a break-even in another argument's units says nothing of this flag's threshold."""
+    found = budget_mod.break_even_of(budget) if not budget.empty else None
+    return found if found is not None and found.arg == factor else None
+
+
+def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.DataFrame,
+           *, facts: dict[str, dict] | None = None, tolerance_mib: float = 256) -> list[dict]:
+    """One record per probed value of each stratum (PROBE_KEYS): its runs, its own predicted break-even (the mean of
+    its runs' break-even in the server kind's argument: _predicts), the free memory at its runs' start
+    (the least over their GPUs, gpustate.py),
+    and whether it disagrees with the stratum's other probes — its prediction off their median by more than the
+    drain tolerance in memory (the difference × the pre-load free memory), or its free memory at the start below
+    theirs by more than it: a disturbed probe (another process on the GPU) must not move the prediction unseen."""
+    stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    predicts = _predicts(budget, factor)
+    predicted = budget.set_index("run_id") if predicts is not None else None
+    found: dict[tuple[str, str], dict] = {}
+    for _, row in runs.iterrows():
+        stratum, value = stratum_of.get(row["run_id"]), row.get(factor)
+        if stratum is None or value is None:
+            continue
+        probe = found.setdefault((stratum, str(value)), {"stratum": stratum, "value": str(value), "runs": [],
+                                                         "break_even": [], "total_gib": [], "free": []})
+        probe["runs"].append(row["run_id"])
+        if predicted is not None and row["run_id"] in predicted.index:
+            if not math.isnan(be := float(predicted.loc[row["run_id"], predicts.column])):
+                probe["break_even"].append(be)
+                probe["total_gib"].append(float(predicted.loc[row["run_id"], "total_gib"]))
+        if (free := gpustate.free_at_start((facts or {}).get(row["run_id"]) or {})) is not None:
+            probe["free"].append(min(free.values()))
+    out = [{"stratum": p["stratum"], "value": p["value"], "runs": p["runs"],
+            "predicted_break_even": _mean(p["break_even"]), "pre_load_free_gib": _mean(p["total_gib"]),
+            "free_at_start_mib": min(p["free"]) if p["free"] else None, "flagged": False, "why": ""}
+           for p in found.values()]
+    for stratum in dict.fromkeys(p["stratum"] for p in out):
+        _flag([p for p in out if p["stratum"] == stratum], tolerance_mib)
+    return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _flag(mine: list[dict], tolerance_mib: float) -> None:
+    """Flag the probes of one stratum that disagree with the others (see probes)."""
+    predicted = sorted(p["predicted_break_even"] for p in mine if p["predicted_break_even"] is not None)
+    middle = (predicted[(len(predicted) - 1) // 2] + predicted[len(predicted) // 2]) / 2 if len(predicted) > 1 else None
+    for p in mine:
+        why = []
+        if middle is not None and p["predicted_break_even"] is not None and p["pre_load_free_gib"] is not None:
+            off_mib = abs(p["predicted_break_even"] - middle) * p["pre_load_free_gib"] * 1024
+            if off_mib > tolerance_mib:
+                why.append(f"its predicted break-even {p['predicted_break_even']:.4f} is {off_mib:.0f} MiB off the "
+                           f"median of the stratum's probes ({middle:.4f})")
+        others = [q["free_at_start_mib"] for q in mine if q is not p and q["free_at_start_mib"] is not None]
+        if p["free_at_start_mib"] is not None and others and max(others) - p["free_at_start_mib"] > tolerance_mib:
+            why.append(f"its runs started with {max(others) - p['free_at_start_mib']:.0f} MiB less free GPU memory "
+                       "than the other probes'")
+        if why:
+            p["flagged"] = True
+            p["why"] = (f"probe {p['value']} (runs {', '.join(p['runs'])}) disagrees with the stratum's other probes: "
+                        + "; ".join(why) + f" (tolerance {tolerance_mib:.0f} MiB)")
+
+
+def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[dict], *, factor: str,
+          budget: pd.DataFrame, repetitions: int = 1, facts: dict[str, dict] | None = None,
+          tolerance_mib: float = 256) -> pd.DataFrame:
+    """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
+    (run_id, its break-even column, total_gib), empty when its log gives no numbers. The prediction is the kind's
+    break-even (SGLang's `mem_fraction_static`, vLLM's `gpu_memory_utilization`), given only where the searched
+    flag is that argument (_predicts). It rests on the runs of the probes that agree
+    (probes(); all of them when none does): predicted_n runs, from predicted_min to predicted_max; flagged_probes
+    says which disagree and why. facts: provenance.json by run id (free memory at each run's start);
+    tolerance_mib: the drain tolerance."""
+    stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    predicts = _predicts(budget, factor)
+    per_probe = probes(runs, planned, factor, budget, facts=facts, tolerance_mib=tolerance_mib)
+    rows = []
+    for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions):
+        claimed = result.state == search.CONVERGED
+        row = {"stratum": result.stratum, "state": result.state,
+               "interval_low": _float(result.low) if claimed else None,
+               "interval_high": _float(result.high) if claimed else None,
+               "width": _float(result.width) if claimed else None, "probes": result.probes,
+               "runs": ", ".join(result.runs), "note": result.note,
+               "predicted_break_even": None, "predicted_in_interval": None, "pre_load_free_gib": None,
+               "predicted_n": 0, "predicted_min": None, "predicted_max": None, "flagged_probes": ""}
+        mine_probes = [p for p in per_probe if p["stratum"] == result.stratum]
+        flagged = [p for p in mine_probes if p["flagged"]]
+        row["flagged_probes"] = "; ".join(p["why"] for p in flagged)
+        if predicts is not None:
+            agreeing = {r for p in mine_probes if not p["flagged"] for r in p["runs"]}
+            mine = budget[budget["run_id"].map(stratum_of) == result.stratum].dropna(subset=[predicts.column])
+            if agreeing & set(mine["run_id"]):
+                mine = mine[mine["run_id"].isin(agreeing)]
+            if len(mine):
+                predicted = float(mine[predicts.column].mean())
+                row["predicted_break_even"] = predicted
+                row["pre_load_free_gib"] = float(mine["total_gib"].mean())
+                row["predicted_n"] = len(mine)
+                row["predicted_min"] = float(mine[predicts.column].min())
+                row["predicted_max"] = float(mine[predicts.column].max())
+                if claimed:
+                    row["predicted_in_interval"] = bool(row["interval_low"] < predicted <= row["interval_high"])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def differences(frame: pd.DataFrame, baseline: str, flag: str) -> list[dict]:
+    """Each stratum against the baseline stratum, where both have an interval: the measured difference of the
+    minimum value that starts, as the range the two intervals allow, in flag units and GiB per GPU (a fraction
+    of the free memory before the weights), with the difference the budget predicts next to it."""
+    rows = frame.set_index("stratum")
+    if baseline not in rows.index or rows.loc[baseline, "state"] != search.CONVERGED:
+        return []
+    base = rows.loc[baseline]
+    out = []
+    for stratum, other in rows.iterrows():
+        if stratum == baseline or other["state"] != search.CONVERGED:
+            continue
+        low = other["interval_low"] - base["interval_high"]
+        high = other["interval_high"] - base["interval_low"]
+        gib = [v for v in (base["pre_load_free_gib"], other["pre_load_free_gib"]) if v is not None and not
+               (isinstance(v, float) and math.isnan(v))]
+        per_gib = sum(gib) / len(gib) if gib else None
+        predicted = None
+        if not _missing(base["predicted_break_even"]) and not _missing(other["predicted_break_even"]):
+            predicted = other["predicted_break_even"] - base["predicted_break_even"]
+        out.append({"stratum": stratum, "baseline": baseline, "flag": flag,
+                    "baseline_interval": [base["interval_low"], base["interval_high"]],
+                    "interval": [other["interval_low"], other["interval_high"]],
+                    "difference_low": low, "difference_high": high,
+                    "difference_low_gib": None if per_gib is None else low * per_gib,
+                    "difference_high_gib": None if per_gib is None else high * per_gib,
+                    "predicted_difference": predicted,
+                    "predicted_difference_gib": None if predicted is None or per_gib is None else predicted * per_gib,
+                    "summary": _sentence(stratum, baseline, flag, base, other=other, low=low, high=high, per_gib=per_gib,
+                                         predicted=predicted)})
+    return out
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _sentence(stratum, baseline, flag, base, *, other, low, high, per_gib, predicted) -> str:
+    """One line a reader can paste: the measured change as the range both intervals allow, then the prediction."""
+    if low > 0:
+        verb = "raises"
+    elif high < 0:
+        verb = "lowers"
+    elif low == 0:
+        verb = "does not lower"
+    else:
+        verb = "may not change"
+    gib = "" if per_gib is None else f" (≈ {low * per_gib:+.2f} to {high * per_gib:+.2f} GiB per GPU)"
+    text = (f"{stratum} {verb} the minimum {flag} that starts, from ({base['interval_low']:g}, "
+            f"{base['interval_high']:g}] at {baseline} to ({other['interval_low']:g}, {other['interval_high']:g}]: "
+            f"by {low:+.4g} to {high:+.4g}{gib}")
+    if predicted is not None:
+        text += (f"; the server's own numbers predict {predicted:+.4f}"
+                 + ("" if per_gib is None else f" ≈ {predicted * per_gib:+.2f} GiB per GPU"))
+    return text
+
+
+def _spread(row: dict) -> str:
+    """How many runs the predicted break-even rests on and their spread: `, from n=4 runs (0.7420 … 0.7425)`."""
+    n = row.get("predicted_n")
+    if not n or _missing(n):
+        return ""
+    if n == 1:
+        return ", from n=1 run"
+    return f", from n={n:.0f} runs ({row['predicted_min']:.4f} … {row['predicted_max']:.4f})"
+
+
+def markdown(found: dict) -> str:
+    """The threshold section of report.md and the summary: per stratum its interval and the predicted
+    break-even next to it, then each stratum against the baseline's."""
+    lines = [f"## Threshold of {md_code(found['flag'])} (searched from {md(found['low'])} to {md(found['high'])}, "
+             f"resolution {md(found['resolution'])})", ""]
+    for row in found["strata"]:
+        if row["state"] == "converged":
+            predicted = row["predicted_break_even"]
+            side = ("" if predicted is None else f"; the server's own numbers predict the break-even at "
+                    f"{predicted:.4f} ({'inside' if row['predicted_in_interval'] else 'OUTSIDE'} the interval)"
+                    f"{_spread(row)}")
+            lines.append(f"- **{md(row['stratum'])}**: ready from a value in ({row['interval_low']:g}, "
+                         f"{row['interval_high']:g}] ({row['probes']} probed values){side}")
+        else:
+            note = row["note"] or (f"not converged after {row['probes']} probed value(s): the batch stopped before the "
+                                   "search ended; --resume continues it" if row["state"] == "searching" else "")
+            predicted = row.get("predicted_break_even")
+            if predicted is not None and not _missing(predicted):
+                note += f"; the server's own numbers predict the break-even at {predicted:.4f}{_spread(row)}"
+            lines.append(f"- **{md(row['stratum'])}**: {md(row['state'])}" + (f" — {md(note)}" if note else ""))
+        if row.get("flagged_probes"):
+            lines.append(f"  - **A probe disagrees**, left out of the prediction: {md(row['flagged_probes'])}")
+    if found["differences"]:
+        lines += [""] + [f"- {md(d['summary'])}" for d in found["differences"]]
+    return "\n".join(lines)

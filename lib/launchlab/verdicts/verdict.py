@@ -1,0 +1,156 @@
+"""The machine-readable conclusion of an experiment (verdict.json, a verdictrecord.Verdict), and the same as prose.
+
+A verdict never says more than the valid observations show: whether it is conclusive (and why not) comes
+first; a factor is deciding or neutral only from matched comparisons in which its levels have valid runs whose
+repetitions agree (else flaky or undetermined) and that no confound touches (else confounded); a level that did
+not take effect is a confound, and its runs leave that factor's comparisons. Every decision carries its counts,
+Fisher's exact p-value and the repetitions that would settle it; every effect its interval or its single values.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from launchlab.escaping import md, md_code
+from launchlab.store.verdictrecord import Confound, Decision, Effect, ExcludedRun, LevelCheck, Verdict
+from launchlab.verdicts import analysis, budget, confounds, derivedargs, levelchecks
+
+
+def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
+          *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
+          planned: list[dict] | None = None, level_checks: list[dict] | None = None,
+          parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset()) -> Verdict:
+    """verdict.json: see verdictrecord.Verdict and the README for every key."""
+    obs = analysis.observations(runs, factors, planned)
+    valid = obs[obs["valid"]]
+    checks = list(level_checks or [])
+    # a run whose log contradicts its level is no observation of that factor: it leaves the factor's comparisons
+    contradicted = levelchecks.contradicted_runs(checks)
+    found, derived = _confounds(obs, runs, factors, checks, baseline_variant=baseline_variant, facts=facts,
+                                tolerance_mib=tolerance_mib, parsed=parsed or {}, declared_args=set(declared_args))
+    decisions = [analysis.decide(obs, f, factors, baseline.get(f), drop=contradicted.get(f, set())) for f in factors]
+    decisions = [analysis.confounded(d, _touching(found, checks)) for d in decisions]
+    effects = analysis.factor_effects(runs, events, factors, baseline, planned=planned, drop=contradicted)
+    reasons = inconclusive_reasons(obs, decisions)
+
+    def named(*statuses: str) -> list[str]:
+        return [d["factor"] for d in decisions if d["status"] in statuses]
+
+    return Verdict(
+        controlled=bool(len(valid)) and not found,
+        conclusive=not reasons,
+        inconclusive_reasons=reasons,
+        baseline=baseline_variant,
+        outcome_factors=named("decides", "decides_in_some"),
+        neutral_factors=named("neutral"),
+        undetermined_factors=named("undetermined"),
+        flaky_factors=named("flaky"),
+        confounded_factors=named("confounded"),
+        factors={d["factor"]: Decision.from_json(d) for d in decisions},
+        confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found],
+        derived_args=derived,
+        effects=[Effect.from_analysis(e) for e in effects],
+        level_checks=[LevelCheck(**c) for c in checks],
+        excluded_runs=[ExcludedRun(**r) for r in analysis.excluded(obs)],
+        budget=budget_rows,
+        warnings=_warnings(obs, facts, effects, found),
+    )
+
+
+def _confounds(obs: pd.DataFrame, runs: pd.DataFrame, factors: list[str], checks: list[dict], *,
+               baseline_variant: str, facts: dict[str, dict], tolerance_mib: float, parsed: dict[str, dict],
+               declared_args: set[str]) -> tuple[list[dict], list[dict]]:
+    """Every confound (a level that did not take effect first: nothing else means much), and the server
+    arguments that follow from the factors (derived_args: not confounds)."""
+    valid = obs[obs["valid"]]
+    found = levelchecks.contradictions(checks)
+    # what the logs state is compared over the valid runs and the imported ones left out (misfiled, or of unknown
+    # outcome): they are no observations of a level, but what else differs in their install is what the user
+    # must see — it is stated by their logs whatever the outcome
+    left_out = obs[obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME])]
+    found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
+    compared = [*valid["run_id"], *left_out["run_id"]]
+    derived = derivedargs.find(compared, parsed, declared_args, derivedargs.levels_of(runs, factors))
+    found += confounds.log_differences(compared, parsed, {*declared_args, *(d["arg"] for d in derived)}, facts)
+    return found, derived
+
+
+def _touching(found: list[dict], checks: list[dict]) -> list[dict]:
+    """The confounds as they touch the other factors' decisions: a contradicted level confounds them only where
+    some of its runs took effect and some did not — contradicted in every run, it is another level held the same
+    across their strata."""
+    partial = {r for c in checks if c["runs_contradicted"] and (c["runs_confirmed"] or c["runs_unknown"])
+               for r in c["runs_contradicted"]}
+    return [c for c in found if c["kind"] != "level"] + [{**c, "runs": sorted(set(c["runs"]) & partial)}
+                                                         for c in found if c["kind"] == "level"]
+
+
+def _warnings(obs: pd.DataFrame, facts: dict[str, dict], effects: list[dict], found: list[dict]) -> list[str]:
+    valid = obs[obs["valid"]]
+    warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
+    warnings += analysis.effect_warnings(effects)
+    if len(valid) < len(obs) and len(valid):
+        left = obs[~obs["valid"]]
+        warnings.insert(0, f"{len(left)} of {len(obs)} planned runs are not observations of the server and were left "
+                           f"out of every comparison ({analysis._tally(left)}): {', '.join(left['run_id'])}")
+    if found:
+        warnings.insert(0, f"{len(found)} confound(s): the comparison is not controlled — see `confounds`")
+    return warnings
+
+
+def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:
+    """Why the data cannot decide, one sentence each, naming runs and levels; empty when it can."""
+    if not obs["valid"].any():
+        return [f"nothing can be concluded: none of the {len(obs)} planned runs is a valid observation of the server "
+                f"({analysis._tally(obs)})"]
+    return [d["summary"] for d in decisions if d["status"] in ("undetermined", "flaky", "confounded")]
+
+
+def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
+    """The verdict as prose, conclusive or not first: what decided the launch (with its counts, exact p-value and
+    the repetitions that would settle it), what did not, what is unknown. Every string that came from a log, a
+    host or the params is escaped (the prose is rendered as Markdown)."""
+    lines = []
+    if not v.conclusive:
+        lines.append("**Inconclusive** — " + " ".join(md(f"{r[0].upper()}{r[1:]}.") for r in v.inconclusive_reasons))
+    if v.confounds:
+        lines.append(f"**Not a controlled comparison** — {len(v.confounds)} confound(s), see below.")
+    elif v.controlled:
+        lines.append("**Controlled comparison.**")
+    if said := derivedargs.markdown(v.derived_args):
+        lines.append(said)
+    contradicted = [c for c in v.level_checks if c.runs_contradicted]
+    if contradicted:
+        lines.append("**A level did not take effect:** " + md("; ".join(c.detail for c in contradicted))
+                     + ". Its runs were left out of that factor's comparisons.")
+    if not v.conclusive and not (v.outcome_factors or v.neutral_factors):
+        return "\n\n".join(lines)
+    for factor in v.outcome_factors:
+        decision = v.factors[factor]
+        evidence = decision.evidence()
+        lines.append(f"**Decides the launch:** {md(decision.summary.replace(' decides the launch', ''))}"
+                     + (f" ({md(evidence)})" if evidence else "") + ".")
+    for factor in v.neutral_factors:  # with its counts: how many runs "no change" rests on
+        evidence = v.factors[factor].evidence() if factor in v.factors else ""
+        lines.append(f"**Does not change the launch outcome:** {md_code(factor)}" + (f" ({md(evidence)})" if evidence
+                                                                                      else "") + ".")
+    for label, names in (("Flaky", v.flaky_factors), ("Confounded", v.confounded_factors),
+                         ("Undetermined", v.undetermined_factors)):
+        if names:
+            lines.append(f"**{label}:** {', '.join(md_code(f) for f in names)} (see above).")
+    lines += [_kv_sentence(e) for e in v.effects if e.metric == "kv_tokens" and e.mean is not None
+              and e.baseline_mean]
+    if said := budget.break_even_markdown(budget_summary):  # in the server kind's own argument
+        lines.append(said)
+    return "\n\n".join(lines)
+
+
+def _kv_sentence(e: Effect) -> str:
+    """What a level does to the KV capacity, with its interval (or its single values)."""
+    name = md_code(f"{e.factor}={e.level}")
+    where = f" at {md('; '.join(e.strata))}" if e.strata != ["alone"] else ""
+    if e.signs_disagree:
+        return (f"{name} changes the KV capacity in opposite directions depending on the other factors{where}; "
+                "see the effects table.")
+    return (f"{name} changes the KV capacity by {e.diff:+,.0f} tokens "
+            f"({e.ratio:.3f}× of {e.baseline_mean:,.0f}; {e.interval_text(lambda x: f'{x:+,.0f}')}{where}).")
