@@ -22,7 +22,7 @@ from launchlab.logparse.kinds import KINDS
 from launchlab.reporting.reporttables import effects_in_gib, in_gib, log_tail, show, styled
 from launchlab.store import records, rundir
 from launchlab.store.verdictrecord import Verdict, plain
-from launchlab.verdicts import analysis, answer, budget, frames, levelchecks, ordereffects, thresholds, verdict
+from launchlab.verdicts import analysis, budget, frames, levelchecks, ordereffects, question, thresholds, verdict
 
 IMPORTED_NOTE = ("IMPORTED runs: made by hand and brought in with `launchlab import`. The kit did not watch "
                  "them — preflight GPU state, installed files and package versions, environment and startup time are "
@@ -228,7 +228,7 @@ class Report:
 
     def verdict_markdown(self) -> str:
         """The verdict's prose, then the answer to the experiment's question where the measurements give one."""
-        said = answer.markdown(self.exp.question, self.verdict.effects, self.baseline_levels)
+        said = question.markdown(self.exp.question, self.verdict.effects, self.baseline_levels)
         return verdict.markdown(self.verdict, self.budget_summary()) + (f"\n\n{said}" if said else "")
 
     def design(self) -> Markdown:

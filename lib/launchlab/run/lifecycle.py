@@ -1,5 +1,5 @@
 """One run, start to finish, as named steps: prepare → patch → start → watch → smoke; then, whatever happened,
-finish: clean up (cleanup.py), read what the run left, conclude (conclude.py), write the record.
+finish: clean up (cleanup.py), read what the run left, conclude (verdicts/runstatus.py), write the record.
 
 A run has one node (one host) or, for a multi-node server, several (nodes.py): every node gets its own
 sampler and server, they are watched together, and when one fails they are all stopped. Whatever happens (a
@@ -31,7 +31,7 @@ from launchlab.run import cleanup, watch
 from launchlab.store import records, rundir
 from launchlab.store.records import Outcome, Run, RunRecord
 from launchlab.tags import BATCH_ENV, RUN_ID_ENV
-from launchlab.verdicts import conclude, gpustate
+from launchlab.verdicts import gpustate, runstatus
 
 
 def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[str, Host],
@@ -94,7 +94,7 @@ def finish(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFold
             progress("collecting")
         _record_kept(run_nodes, record)
         logs, peaks = _read_results(exp, run_nodes, folder, record)
-        conclude.conclude(record, outcome, logs, peaks)
+        runstatus.conclude(record, outcome, logs, peaks)
         _write_final(folder, record, run_nodes)
 
 
@@ -287,7 +287,7 @@ def _record_gpu_state(folder: rundir.RunFolder, run_nodes: list[Node], looks: li
 
 
 def _read_results(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFolder,
-                  record: RunRecord) -> tuple[list[conclude.NodeLog], list[float]]:
+                  record: RunRecord) -> tuple[list[runstatus.NodeLog], list[float]]:
     """Every node's collected log, parsed (node 0's also as parsed.json), and the peak of its samples."""
     logs, peaks = [], []
     for node in run_nodes:
@@ -297,7 +297,7 @@ def _read_results(exp: params.Experiment, run_nodes: list[Node], folder: rundir.
             except LaunchlabError as exc:
                 record.notes.append(f"parsing {node.log_name} failed: {exc}")
             else:
-                logs.append(conclude.NodeLog(node.rank, "" if node.rank == 0 else f"{node.label}: ", parsed))
+                logs.append(runstatus.NodeLog(node.rank, "" if node.rank == 0 else f"{node.label}: ", parsed))
                 record.notes.extend(dataclasses.replace(slow, source=node.log_name).note()
                                     for slow in parsed.slow_patterns if not patterns.noted(record.notes, slow.pattern))
                 if node.rank == 0:

@@ -7,7 +7,7 @@ import shutil
 from conftest import ROOT
 from launchlab.reporting import reportmd
 from launchlab.store.verdictrecord import Effect
-from launchlab.verdicts import answer
+from launchlab.verdicts import question
 
 H200 = ROOT / "examples" / "h200-transformers-kv" / "20261129-232709"
 
@@ -29,12 +29,12 @@ def test_the_h200_verdict_answers_how_much_memory_each_memory_percent_took(tmp_p
 def test_a_question_about_nothing_measured_gets_no_answer_section():
     effects = [Effect(factor="a", level="2", metric="peak_mem_used_mib", mean=2048.0, baseline_mean=1024.0, sd=0.0,
                       diff=1024.0, ratio=2.0, n=3, baseline_n=3, strata=["alone"], signs_disagree=False)]
-    assert answer.markdown("Which flag makes the launch fail?", effects, {"a": "1"}) == ""
-    assert answer.markdown("", effects, {"a": "1"}) == ""
-    said = answer.markdown("How much memory does a=2 take?", effects, {"a": "1"})
+    assert question.markdown("Which flag makes the launch fail?", effects, {"a": "1"}) == ""
+    assert question.markdown("", effects, {"a": "1"}) == ""
+    said = question.markdown("How much memory does a=2 take?", effects, {"a": "1"})
     assert "`a=2` 2.0 GiB vs `a=1` 1.0 GiB (+1.0 GiB, 2.00×; n=3 vs 3)" in said
     disagreeing = [dataclasses.replace(effects[0], signs_disagree=True)]
-    assert answer.markdown("How much memory does a=2 take?", disagreeing, {"a": "1"}) == "", \
+    assert question.markdown("How much memory does a=2 take?", disagreeing, {"a": "1"}) == "", \
         "an effect whose sign differs between strata is not summed up in one line"
 
 
@@ -45,7 +45,7 @@ def test_an_effect_over_several_strata_gives_each_strata_means_not_a_mean_no_run
               {"stratum": "u=0.3", "n": 3, "baseline_n": 3, "mean": 44134.0, "baseline_mean": 44237.0, "diff": -103.0}]
     effect = Effect(factor="graphs", level="eager", metric="peak_mem_used_mib", mean=22787.0, baseline_mean=22886.5,
                     diff=-99.5, ratio=0.996, n=6, baseline_n=6, strata=["u=0.004", "u=0.3"], stratum_diffs=strata)
-    said = answer.markdown("How much GPU memory does graphs take?", [effect], {"graphs": "cuda"})
+    said = question.markdown("How much GPU memory does graphs take?", [effect], {"graphs": "cuda"})
     assert "`graphs=eager` vs `graphs=cuda`: 1.4 GiB vs 1.5 GiB at u=0.004; 43.1 GiB vs 43.2 GiB at u=0.3 " \
            "(-0.1 GiB on average; n=6 vs 6" in said
     assert "22." not in said and "×" not in said
