@@ -40,3 +40,26 @@ def test_the_budget_chart_legend_does_not_cover_its_axis_label():
         [label] = boxes(fig, [ax.xaxis.label])
         legend = ax.get_legend().get_window_extent(fig.canvas.get_renderer())
         assert not legend.overlaps(label), f"{len(rows)} variants: the legend covers the x label"
+
+
+def test_the_threshold_plots_legend_covers_no_probe():
+    """The real vLLM search (examples/h200-vllm-threshold): its low end, 0.005, is a failed probe at the left edge
+    of the top stratum — where a legend at the axes' upper left sat over it."""
+    from conftest import ROOT
+    from launchlab.reporting import report
+
+    [run_dir] = ROOT.glob("examples/h200-vllm-threshold/2*")
+    rep = report.load(run_dir)
+    spec = rep.exp.search
+    stratum_of = {p["run_id"]: p.get("stratum") for p in rep.planned}
+    fig = plots.threshold_outcomes(rep.frames.runs, stratum_of, spec.factor, spec.flag, rep.thresholds)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    [ax] = fig.axes
+    legend = ax.get_legend().get_window_extent(renderer)
+    dots = [p for c in ax.collections for p in c.get_offsets()]
+    assert len(dots) == 6
+    pixels = [ax.transData.transform(p) for p in dots]
+    assert [p for p in pixels if legend.contains(*p)] == []
+    assert legend.x0 >= ax.get_window_extent(renderer).x1  # beside the axes, not over the data
+    assert fig.get_tightbbox(renderer).x1 <= fig.bbox.x1 + 1  # and not cut off at the figure's edge

@@ -181,7 +181,8 @@ def threshold_outcomes(runs: pd.DataFrame, stratum_of: dict[str, str], factor: s
     ax.grid(alpha=0.3, axis="x")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=False))
-    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left")
+    # right of the axes: inside, at the upper left, it covered the low end's probe of the top stratum
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     title = "Outcome of every probe (shaded: the interval found; black tick: the break-even the log's numbers predict)"
     fig.suptitle(title + (" — SIMULATED host" if simulated else ""), fontsize=10)
     fig.tight_layout()
