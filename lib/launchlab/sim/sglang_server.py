@@ -375,15 +375,22 @@ class _Forked:
         return cls(pid)
 
     def poll(self) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+        return self._reap(os.WNOHANG)
 
     def wait(self) -> int:
+        return self._reap(0)
+
+    def _reap(self, options: int) -> int | None:
         if self.returncode is None:
-            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            try:
+                pid, status = os.waitpid(self.pid, options)
+            except ChildProcessError:
+                # the shutdown handler can run between a waitpid that reaped the child and the assignment after it
+                # (Slurm's time limit signals the server and its ranks at once): the child is gone, its status lost
+                self.returncode = -signal.SIGTERM
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def terminate(self) -> None:
