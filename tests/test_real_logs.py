@@ -25,6 +25,8 @@ from launchlab.logparse.cuda_oom import gib
 
 LOGS = DATA / "real-logs"
 MORE = DATA / "real-logs-more"  # issue 12's excerpts, not from ../shared/data (SOURCES.md there names each thread)
+ROUND3 = DATA / "real-logs-round3"  # issue 27's: three more server kinds and the classes round 3 found
+PINNED = (MORE, ROUND3)  # folders with their own SHA256SUMS and SOURCES.md
 # INDEX.md names → the field names of ARCHITECTURE.md section 4.3
 FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail": "weights_end_avail_gib",
           "weights_usage": "weights_mem_gib", "dist_init_usage": "dist_init_mem_gib", "kv_tokens": "kv_tokens",
@@ -58,13 +60,45 @@ OOM = {"tried_to_allocate": "oom_request_gib", "gpu_index": "oom_gpu_index", "to
        "free": "oom_free_gib", "process_in_use_gib": "oom_process_used_gib",
        "allocated_by_pytorch_gib": "oom_torch_allocated_gib", "private_pools_cuda_graphs": "oom_private_pools_gib",
        "reserved_unallocated": "oom_reserved_unallocated_gib"}
-PHASES = {"startup": "startup", "dist_init": "dist_init", "weights": "weights", "kv_pool": "kv_cache", "profile_run": "kv_cache",
+PHASES = {"startup": "startup", "dist_init": "dist_init", "weights": "weights", "kv_cache": "kv_cache",
+          "kv_pool": "kv_cache", "profile_run": "kv_cache",
           "kv_sizing": "kv_cache", "profile_run_sampler": "kv_cache", "cuda_graph": "cuda_graph",
           "scheduler_summary": "cuda_graph", "engine_init_done": "warmup", "warmup": "warmup", "http": "http", "ready": "ready"}
 REASONS = {"scheduler_exception_unknown": "exception", "no_available_memory_for_cache_blocks": "kv_cache_no_memory",
            "kv_cache_size_invalid": "kv_cache_no_memory", "max_model_len_exceeds_kv_capacity": "max_len_exceeds_kv",
            "custom_allreduce_cuda_error": "custom_allreduce_failed", "cuda_oom": "cuda_oom",
-           "cuda_graph_capture_failed": "cuda_graph_failed"}
+           "cuda_graph_capture_failed": "cuda_graph_failed", "prefill_no_memory": "cuda_oom",
+           "model_load_failed": "exception", "kv_cache_no_memory": "kv_cache_no_memory", "exception": "exception",
+           "nccl_error": "nccl_error"}
+# round 3's `figures`: the index's name → (the parsed field, the factor to its unit)
+MIB = 1 / 1024
+FIGURES = {
+    "tgi": {"kv_blocks": ("kv_blocks", 1), "kv_block_size": ("kv_block_tokens", 1),
+            "max_batch_total_tokens": ("kv_tokens", 1), "max_input_tokens": ("max_input_tokens", 1),
+            "max_total_tokens": ("max_total_tokens", 1), "prefill_tokens": ("prefill_tokens", 1),
+            "shard_ready_s": ("weights_s", 1), "oom_tried_to_allocate_mib": ("oom_request_gib", MIB),
+            "oom_gpu_total_capacity_gib": ("oom_total_gib", 1)},
+    "trtllm": {"kv_cache_gib": ("kv_gib", 1), "kv_cache_bytes": ("kv_gib", 2**-30),
+               "max_tokens_in_paged_kv_cache": ("kv_tokens", 1), "kv_blocks": ("kv_blocks", 1),
+               "kv_secondary_blocks": ("kv_cpu_blocks", 1), "tokens_per_block": ("kv_block_tokens", 1),
+               "max_kv_blocks_per_sequence": ("kv_blocks_per_seq", 1), "max_blocks_per_seq": ("kv_blocks_per_seq", 1),
+               "max_kv_pages_per_sequence": ("kv_blocks_per_seq", 1), "max_seq_len": ("max_model_len", 1),
+               "gpu_mem_mib_after_context": ("gpu_in_use_gib", MIB), "gpu_total_gib": ("total_gpu_gib", 1),
+               "gpu_available_gib": ("kv_sizing_free_gib", 1), "gpu_free_before_kv_cache_gib": ("kv_sizing_free_gib", 1),
+               "engine_size_mib": ("engine_gib", MIB), "requested_gpu_bytes": ("oom_request_gib", 2**-30)},
+    "llamacpp": {"n_cuda_devices": ("cuda_devices", 1), "device_total_mib": ("device_total_gib", MIB),
+                 "device_free_mib": ("device_free_gib", MIB), "failed_alloc_mib": ("oom_request_gib", MIB),
+                 "offloaded_layers": ("gpu_layers", 1), "total_layers": ("model_layers", 1),
+                 "model_buffer_mib": ("weights_mem_gib", MIB), "kv_buffer_mib": ("kv_gib", MIB),
+                 "kv_self_mib": ("kv_self_gib", MIB), "compute_buffer_mib": ("compute_buffer_gib", MIB),
+                 "n_ctx": ("n_ctx", 1), "n_ctx_seq": ("n_ctx_seq", 1), "n_ctx_slot": ("n_ctx_slot", 1)},
+}
+# SGLang's two CUDA-graph captures, kept apart (round 3): the index's name → the field of each
+GRAPHS = {"sglang_graph": {"begin_avail_gib": "graph_begin_avail_gib", "end_avail_gib": "graph_end_avail_gib",
+                           "usage_gib": "graph_mem_gib", "elapsed_s": "graph_s"},
+          "sglang_piecewise_graph": {"begin_avail_gib": "piecewise_graph_begin_avail_gib",
+                                     "end_avail_gib": "piecewise_graph_end_avail_gib",
+                                     "usage_gib": "piecewise_graph_mem_gib", "elapsed_s": "piecewise_graph_s"}}
 
 
 def oracles(folder: Path) -> dict[str, dict]:
@@ -75,8 +109,8 @@ def oracles(folder: Path) -> dict[str, dict]:
     return entries
 
 
-ORACLES = {**oracles(LOGS), **oracles(MORE)}
-FOLDER = {p.name: folder for folder in (LOGS, MORE) for p in folder.glob("*.log")}
+ORACLES = {**oracles(LOGS), **oracles(MORE), **oracles(ROUND3)}
+FOLDER = {p.name: folder for folder in (LOGS, MORE, ROUND3) for p in folder.glob("*.log")}
 
 
 @dataclass(frozen=True)
@@ -296,7 +330,40 @@ def check_failure(case: Case, want: dict | None) -> None:
             no_check(f"failure.{key}")(case, value)
 
 
+def check_figures(case: Case, want: dict) -> None:
+    for key, value in want.items():
+        if key not in FIGURES.get(case.data["server"], {}):
+            no_check(f"figures.{key}")(case, value)
+        name, factor = FIGURES[case.data["server"]][key]
+        assert_on_some_rank(case, name, value * factor, f"figures.{key}")
+
+
+def check_graphs(kind: str) -> Callable[[Case, Any], None]:
+    def check(case: Case, want: dict) -> None:
+        got = case.data["ranks"].get("0", {})
+        for key, value in want.items():
+            assert got.get(GRAPHS[kind][key]) == pytest.approx(value), f"{kind}.{key}: {got}"
+    return check
+
+
+def check_version(case: Case, want: str) -> None:
+    from launchlab.logparse import logfacts
+
+    assert logfacts.read(FOLDER[case.name] / case.name, case.parsed).get("server_version") == want
+
+
+def check_args(case: Case, want: dict) -> None:
+    for key, value in want.items():
+        assert case.parsed.args.get(key) == value, f"args.{key}: {case.parsed.args}"
+
+
 CHECKS: dict[str, Callable[[Case, Any], None]] = {
+    "server": lambda case, want: assert_equal(case.data["server"], want),
+    "version": check_version,
+    "figures": check_figures,
+    "args": check_args,
+    "sglang_graph": check_graphs("sglang_graph"),
+    "sglang_piecewise_graph": check_graphs("sglang_piecewise_graph"),
     "ready": lambda case, want: assert_equal(case.data["ready"], want),
     "failure": check_failure,
     "phase_reached": lambda case, want: assert_equal(case.data["phase_reached"], PHASES[want]),
@@ -338,15 +405,17 @@ def test_every_log_in_the_folder_has_an_oracle():
     assert set(FOLDER) <= set(ORACLES)
 
 
-def test_the_issue_12_excerpts_are_pinned_and_each_names_its_thread():
-    """real-logs-more is not a copy of ../shared: its own SHA256SUMS pins the excerpts, SOURCES.md gives each URL."""
+@pytest.mark.parametrize("folder", PINNED, ids=lambda folder: folder.name)
+def test_the_excerpts_found_by_the_kit_are_pinned_and_each_names_its_thread(folder):
+    """real-logs-more and -round3 are not copies of ../shared: their own SHA256SUMS pins the excerpts, SOURCES.md
+    gives each URL."""
     import hashlib
 
-    sums = [line.split(maxsplit=1) for line in (MORE / "SHA256SUMS").read_text().splitlines() if line.strip()]
-    assert {name for _, name in sums} == {p.name for p in MORE.glob("*.log")}
+    sums = [line.split(maxsplit=1) for line in (folder / "SHA256SUMS").read_text().splitlines() if line.strip()]
+    assert {name for _, name in sums} == {p.name for p in folder.glob("*.log")}
     for digest, name in sums:
-        assert hashlib.sha256((MORE / name).read_bytes()).hexdigest() == digest, name
-    sources = (MORE / "SOURCES.md").read_text()
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
+    sources = (folder / "SOURCES.md").read_text()
     for _, name in sums:
         assert re.search(rf"^\| {re.escape(name)} \| https://github\.com/\S+ \|$", sources, re.M), name
 
@@ -372,8 +441,24 @@ def test_real_log_parses_to_its_index_values(name):
     oracle = ORACLES[name]
     parsed = logparse.parse_file(FOLDER[name] / name)
     case = Case(name, oracle, parsed, parsed.to_json())
-    assert case.data["server"] == ("sglang" if name.startswith("sglang") else "vllm")
+    assert case.data["server"] == oracle.get("server", "sglang" if name.startswith("sglang") else "vllm")
     for key in ("ready", "failure"):
         assert key in oracle, f"{name}: INDEX entry without {key!r}"
     for key, want in oracle.items():
         CHECKS.get(key, no_check(key))(case, want)
+
+
+@pytest.mark.parametrize("kind", ["tgi", "trtllm", "llamacpp"])
+def test_launchlab_parse_auto_names_each_new_kind_and_its_failure(kind):
+    """The command users run: `launchlab parse --server auto --json` on an excerpt of each kind round 3 added."""
+    import json
+    import subprocess
+    import sys
+
+    failed = sorted(n for n, o in ORACLES.items() if o.get("server") == kind and o.get("failure"))[0]
+    proc = subprocess.run([sys.executable, "-m", "launchlab.cli", "parse", "--server", "auto", "--json",
+                           str(ROUND3 / failed)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    parsed = json.loads(proc.stdout)
+    assert parsed["server"] == kind
+    assert parsed["failure"]["reason"] == REASONS[ORACLES[failed]["failure"]["reason"]]

@@ -127,7 +127,7 @@ def test_a_dummy_kind_and_a_dummy_transport_added_by_the_recipes_pass_the_projec
     kinds = lib / "logparse" / "kinds.py"
     imports = re.search(r"^from launchlab\.logparse import (.+)$", kinds.read_text(), re.M)
     edit(kinds, imports.group(0), f"from launchlab.logparse import dummy, {imports.group(1)}")
-    edit(kinds, "for m in (sglang, vllm, transformers, generic)}", "for m in (sglang, vllm, transformers, dummy, generic)}")
+    edit(kinds, ", generic)}", ", dummy, generic)}")  # the fallback kind stays last
     # a transport: its two modules, its line in TRANSPORTS (and the spec's import), its places in LAYERS
     (lib / "hosts" / "dummy_spec.py").write_text(SPEC_MODULE)
     (lib / "hosts" / "dummy.py").write_text(HOST_MODULE)

@@ -40,7 +40,8 @@ _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<u
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
 _TRACEBACK_HEADER = re.compile(r"\s*Traceback \(most recent call last\):?")
 _RANK_KEY = re.compile(r"(?:pp(\d+)\.)?(\d+)")  # "3", "pp1.2"
-_NCCL_VERSION = re.compile(r"\busing nccl==(?P<pip>[\w.]+)|\bNCCL version (?P<lib>\d+\.\d+\.\d+)")
+_NCCL_VERSION = re.compile(r"\busing nccl==(?P<pip>[\w.]+)|\bNCCL version (?P<lib>\d+\.\d+\.\d+)"
+                           r"|\blibnccl\.so\.(?P<file>\d+\.\d+\.\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -385,11 +386,12 @@ def debug_records(text: str) -> list[dict] | None:
 
 
 def nccl_version(text: str) -> str | None:
-    """The NCCL version a line names: SGLang/vLLM `… is using nccl==2.27.3`, NCCL's own `NCCL version 2.21.5+cuda12.4`."""
+    """The NCCL version a line names: SGLang/vLLM `… is using nccl==2.27.3`, NCCL's own `NCCL version 2.21.5+cuda12.4`,
+    or the library's file name (`Loading nccl from library …/libnccl.so.2.18.1`)."""
     m = _NCCL_VERSION.search(text)
     if m is None:
         return None
-    return m["pip"] or m["lib"]
+    return m["pip"] or m["lib"] or m["file"]
 
 
 def exception_line(text: str) -> tuple[str, str] | None:

@@ -21,7 +21,9 @@ USER_FLAG = "disable_custom_all_reduce"
 
 _DISABLED = re.compile(r"Custom ?[Aa]ll ?[Rr]educe(?:V2)? is disabled (?:because|due to) ")
 _SETUP_FAILED = re.compile(r"Setup Custom allreduce failed with ")
-_KERNEL_ERROR = re.compile(r"custom_all_reduce\.cuh:\d+ '[^']+'")
+# `Failed: Cuda error …/custom_all_reduce.cuh:164 'invalid argument'`, and the newer (jit) kernel's
+# `Runtime check failed at …/custom_all_reduce.cuh:37: CUDA error: invalid argument`
+_KERNEL_ERROR = re.compile(r"custom_all_reduce\.cuh:\d+(?: '[^']+'|: CUDA error)")
 _PEER_ACCESS = re.compile(r"CUDART error: peer access is not supported|cudaErrorPeerAccessUnsupported")
 _REGISTERING = re.compile(r"Registering \d+ cuda graph addresses")
 _REASONS = (

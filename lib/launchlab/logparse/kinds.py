@@ -7,8 +7,8 @@ two lines below; nothing else in the kit lists kinds.
 
 from __future__ import annotations
 
-from launchlab.logparse import generic, sglang, transformers, vllm
+from launchlab.logparse import generic, llamacpp, sglang, tgi, transformers, trtllm, vllm
 from launchlab.logparse.serverkind import ServerKind
 
 # In this order: detection breaks a tie for the kind named first, and params and the CLI list them so.
-KINDS: dict[str, ServerKind] = {m.KIND.name: m.KIND for m in (sglang, vllm, transformers, generic)}
+KINDS: dict[str, ServerKind] = {m.KIND.name: m.KIND for m in (sglang, vllm, transformers, tgi, trtllm, llamacpp, generic)}

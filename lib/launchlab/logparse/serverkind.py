@@ -1,9 +1,10 @@
 """What a server kind is: the one record each server's module exports, and the ready rules it gives a run.
 
-A kind's module (sglang.py, vllm.py, transformers.py, generic.py) ends with `KIND = ServerKind(…)`; kinds.py
-registers it. Everything the kit does differently per server reads this record: detection and parsing of a log,
-the lifecycle's ready and fatal lines, params validation of `server.kind`, `launchlab parse --server` and the
-report's memory budget.
+A kind's module (sglang.py, vllm.py, transformers.py, tgi.py, trtllm.py, llamacpp.py, generic.py) ends with
+`KIND = ServerKind(…)`; kinds.py registers it. A kind whose statements are one line each declares tables for
+tableparser.py instead of writing a parser class (tgi, trtllm, llamacpp). Everything the kit does differently per
+server reads this record: detection and parsing of a log, the lifecycle's ready and fatal lines, params validation
+of `server.kind`, `launchlab parse --server` and the report's memory budget.
 """
 
 from __future__ import annotations

@@ -62,9 +62,16 @@ _STATEMENTS = [
     (re.compile(rf"Load weight end\..*?avail mem={_N} GB(?:, mem usage={_N} GB)?"), "weights",
      [(1, "weights_end_avail_gib"), (2, "weights_mem_gib")]),  # weights done: what fails next is the KV pool
     (re.compile(rf"The available memory for KV cache is {_N} GB"), "kv_cache", [(1, "kv_avail_gib")]),
+    (re.compile(r"Using KV cache dtype: "), "kv_cache", []),  # the pool's first line (≥ 0.4)
     (_KV_ALLOCATED, "kv_cache",
      [(1, "kv_tokens"), (2, "kv_k_gib"), (3, "kv_v_gib"), (4, "kv_gib")]),
     (re.compile(rf"Memory pool end\. avail mem={_N} GB"), "kv_cache", [(1, "pool_end_avail_gib")]),
+    # the piecewise capture (0.5.x) after the first one: its figures kept apart, never in the first one's
+    (re.compile(rf"Capture piecewise (?:cuda|CUDA) graph begin\.(?:.*?avail mem={_N} GB)?"), "cuda_graph",
+     [(1, "piecewise_graph_begin_avail_gib")]),
+    (re.compile(rf"Capture piecewise (?:cuda|CUDA) graph end\.(?: Time elapsed: {_N} s\.)?(?: mem usage={_N} GB\.)?"
+                rf"(?: avail mem={_N} GB\.)?"), "cuda_graph",
+     [(1, "piecewise_graph_s"), (2, "piecewise_graph_mem_gib"), (3, "piecewise_graph_end_avail_gib")]),
     (re.compile(rf"Capture (?:[\w ]+? )?(?:cuda|CUDA|cpu|CPU|npu|NPU) graph begin\.(?:.*?avail mem={_N} GB)?"), "cuda_graph",
      [(1, "graph_begin_avail_gib")]),
     (re.compile(rf"Capture (?:[\w ]+? )?(?:cuda|CUDA|cpu|CPU|npu|NPU) graph end\.(?: Time elapsed: {_N} s\.| bs=\[[^\]]*\],"
@@ -73,7 +80,7 @@ _STATEMENTS = [
      [(1, "graph_s"), (2, "graph_s"), (3, "graph_s"), (4, "graph_end_avail_gib"), (5, "graph_mem_gib"),
       (6, "graph_end_avail_gib")]),
     (re.compile(r"max_total_num_tokens=(\d+)"), "kv_cache", []),  # the scheduler summary: see _SUMMARY_PAIR
-    (re.compile(r"Uvicorn running on|Application startup complete\."), "http", []),
+    (re.compile(r"Uvicorn running on|Application startup complete\.|Started server process \["), "http", []),
 ]
 # A statement that ends a phase: a failure right after it belongs to the next phase.
 _NEXT = {"Load weight end": "kv_cache", "Memory pool end": "cuda_graph"}
@@ -118,10 +125,16 @@ class SGLangParser:
 
     def __init__(self) -> None:
         self.log = ParsedLog(server="sglang")
-        self.wants_every_line = False  # inside a traceback that continues without the SGLang prefix
+        self.in_traceback = False  # inside a traceback that continues without the SGLang prefix
         self.current: str | None = None  # the phase in progress: after "Load weight end" it is the KV pool
         self.traceback_rank = "0"  # the rank whose "Scheduler hit an exception" the unprefixed lines continue
         self.frames = Attribution()  # the phase the traceback's frames name
+
+    @property
+    def wants_every_line(self) -> bool:
+        """Inside a traceback, and between the HTTP server's start and ready: the warm-up request's first line
+        ("Prefill batch") is read there only — later, one per request, it would make every chunk of a long log read."""
+        return self.in_traceback or (self.log.phase_reached == "http" and not self.log.ready)
 
     def feed(self, number: int, text: str) -> None:
         log = self.log
@@ -130,18 +143,20 @@ class SGLangParser:
         if m is None:
             self._unprefixed(number, text)
             return
-        if self.wants_every_line:  # the traceback ended without its exception line (cut, or another rank's line)
+        if self.in_traceback:  # the traceback ended without its exception line (cut, or another rank's line)
             self.frames.conclude(log)
-        self.wants_every_line = False
+        self.in_traceback = False
         msg = m["msg"]
         if (dp := _DP.search(m["tags"])) is not None:
             log.dp_ranks.add(dp.group(1))
+        if log.phase_reached == "http" and not log.ready and msg.startswith("Prefill batch"):
+            log.reach("warmup")  # the warm-up request, after the HTTP server started (warmup's line, not its place)
         if not self.anchors.contains(msg):  # a decode or access line in a chunk fed for another line: nothing to read
             return
         self._message(number, msg, _timestamp(m["ts"]), _rank(m["tags"]))
 
     def _unprefixed(self, number: int, text: str) -> None:
-        if self.wants_every_line:
+        if self.in_traceback:
             if (found := custom_ar.recognise(text)) is not None:  # e.g. the kernel's error inside the traceback
                 self.log.note_custom_ar(self.traceback_rank, found)
             self.frames.see(text)
@@ -151,7 +166,7 @@ class SGLangParser:
                 reason = classify(text)
                 self.log.refine(reason, text.strip(), "kv_cache" if reason == "kv_cache_no_memory" else None)
                 self.frames.conclude(self.log)
-                self.wants_every_line = False
+                self.in_traceback = False
             return
         # a bare message (pasted without its prefix) or a line of another program
         if self.anchors.contains(text):
@@ -173,6 +188,9 @@ class SGLangParser:
             log.note_custom_ar(rank, found)
             if found.state == "active":
                 log.reach("cuda_graph")  # addresses are registered as graphs are captured
+            elif found.reason == "cuda_error":  # the kernel's CUDA error ends the process, with or without a wrapper
+                log.fail("custom_allreduce_failed", "cuda_graph" if "Capture cuda graph failed" in msg else self.current,
+                         msg)
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         self._facts(number, msg, t, rank)
@@ -207,7 +225,7 @@ class SGLangParser:
     def _traceback(self, msg: str, rank: str) -> None:
         """A failure line whose traceback follows without the SGLang prefix: read every line until its exception."""
         if msg.rstrip().endswith("Traceback (most recent call last):") or "Scheduler hit an exception" in msg:
-            self.wants_every_line = True
+            self.in_traceback = True
             self.traceback_rank = rank
             self.frames.see(msg)  # the header: a new traceback
 
@@ -250,7 +268,7 @@ class SGLangParser:
             log.pids.setdefault("http_server", int(pid.group(1)))
 
     def result(self) -> ParsedLog:
-        if self.wants_every_line:  # the log ends inside a traceback
+        if self.in_traceback:  # the log ends inside a traceback
             self.frames.conclude(self.log)
         custom_ar.disabled_by_user(self.log, self.log.args.get("tp_size"), "server_args")
         return self.log

@@ -34,7 +34,7 @@ from launchlab.logparse.common import (
 )
 from launchlab.logparse.cuda_oom import oom_fields
 from launchlab.logparse.serverkind import BreakEven, LogFacts, ServerKind
-from launchlab.logparse.tracebacks import Attribution, method_phase
+from launchlab.logparse.tracebacks import FRAME, Attribution, method_phase
 
 BLOCK_SIZE = 16  # vLLM's default tokens per KV block
 ANCHORS = ("Loading model weights", "Model loading took", "Starting to load model", "KV cache", "KV Cache",
@@ -43,7 +43,7 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
            "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
            "max seq len", "world_size", "NCCL", "nccl", "num_gpu_blocks", "profile run", "dummy",
            "args", "config", "Route:", "Started server process", "checkpoint shards", "warmup run",
-           "VLLM_CPU_KVCACHE_SPACE", *custom_ar.ANCHORS)
+           "VLLM_CPU_KVCACHE_SPACE", "bus error", "Segmentation", 'File "', *custom_ar.ANCHORS)
 
 # `(VllmWorker rank=3 pid=N)`, Ray's `(RayWorkerWrapper pid=N, ip=10.0.0.2)`; a paste may lose the opening parenthesis
 _TAG = re.compile(r"(?:\(|^)(?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s?")
@@ -108,11 +108,12 @@ _FAILURES = [
     (re.compile(r"is larger than the maximum number of tokens that can be stored in KV cache"
                 r"|To serve at least one request with the models's max seq len"), "max_len_exceeds_kv", "kv_cache"),
     (re.compile(r"Free memory on device \([\d./ ]+GiB\) on startup is less than desired"), "kv_cache_no_memory", "startup"),
-    (re.compile(r"custom_all_reduce\.cuh:\d+ '[^']+'"), "custom_allreduce_failed", None),
+    (re.compile(r"custom_all_reduce\.cuh:\d+(?: '[^']+'|: CUDA error)"), "custom_allreduce_failed", None),
     (re.compile(r"CUDA out of memory"), "cuda_oom", None),
     (re.compile(r"NCCL error|ncclInternalError|ncclSystemError"), "nccl_error", None),
+    (re.compile(r"\bbus error\b|Segmentation fault"), "exception", None),  # the shell's word for a crashed process
 ]
-_WRAPPERS = re.compile(r"EngineCore failed to start|EngineCore hit an exception|Error executing method"
+_WRAPPERS = re.compile(r"EngineCore failed to start|EngineCore hit an exception|Error executing method|Exception ignored in"
                        r"|WorkerProc hit an exception|Worker proc \S+ died unexpectedly|Worker VllmWorkerProcess pid \d+ died"
                        r"|Engine core initialization failed|Traceback \(most recent call last\)")
 _DUMMY = re.compile(r"\b_?dummy_")  # vLLM's memory profiling runs the model on dummy inputs
@@ -149,6 +150,7 @@ class VLLMParser:
         self.dummy = False  # a traceback line ran the model on dummy inputs: vLLM's memory profiling
         self.worker_ranks: dict[str, str] = {}
         self.flag_source = "args"  # the line that last set disable_custom_all_reduce
+        self.headerless = False  # inside a traceback whose header the log does not hold
 
     def _rank(self, tag: re.Match | None) -> str:
         """A worker's rank key: its TP rank, as the stable interface keys ranks (`Worker_DP1_TP1_EP3` → "1")."""
@@ -284,6 +286,12 @@ class VLLMParser:
         for name, value in oom_fields(msg).items():
             log.record(t, rank, name, value, number)
         self.frames.see(msg)
+        if not self.in_traceback and "File " in msg and FRAME.search(msg):
+            # a frame outside any traceback: an excerpt that starts inside one (its header is not in the log)
+            log.fail("exception", None, msg)
+            self.in_traceback = self.headerless = True
+        if self.headerless and (phase := self.frames.phase) is not None:
+            log.phase_lines.setdefault(phase, number)  # no progress line names it: the frame is its first sign
         self.dummy = self.dummy or _DUMMY.search(msg) is not None
         if (too_long := _MAX_LEN.search(msg)) is not None:
             log.record(None, "0", "max_model_len", float(too_long.group(1)), 0)
@@ -314,7 +322,7 @@ class VLLMParser:
                 log.refine(reason, msg, phase)  # the wrapper's traceback ends here: its last line says what went wrong
             else:
                 log.fail(reason, phase, msg)
-            self.in_traceback = False
+            self.in_traceback = self.headerless = False
 
     def _frame_phase(self) -> str | None:
         return self.frames.phase or ("kv_cache" if self.dummy else None)
@@ -382,7 +390,8 @@ KIND = ServerKind(
     name="vllm",
     evidence=re.compile(r"(?:DEBUG|INFO|WARNING|ERROR) \d{2}-\d{2} \d{2}:\d{2}:\d{2} \[?[\w./-]+:\d+\]|vllm|vLLM"
                         r"|Available KV cache memory|GPU KV cache size|# (?:GPU|cuda) blocks"
-                        r"|\((?:VllmWorker|Worker_\w+) (?:rank=\d+ )?pid=\d+\)|CUDA graph pool memory: .* \(actual\)"),
+                        r"|\((?:VllmWorker|Worker_\w+) (?:rank=\d+ )?pid=\d+\)|CUDA graph pool memory: .* \(actual\)"
+                        r"|/csrc/custom_all_reduce\.cuh"),  # vLLM's own kernel (SGLang's is under sgl-kernel)
     ready_pattern=r"Application startup complete\.",
     fatal_patterns=(
         r"EngineCore failed to start", r"EngineCore hit an exception", r"Engine core initialization failed",
@@ -398,7 +407,8 @@ KIND = ServerKind(
     custom_ar_off="--disable-custom-all-reduce",
     arg_aliases={"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"},
     # "vLLM API server version 0.7.3", "Initializing a V1 LLM engine (v0.8.5) with config", "vLLM version 0.9"
-    log_facts=LogFacts(version=re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+-]*)"
+    # and the ASCII banner of ≥ 0.2x: "… █ ▀▄▀ █  version 0.23.0"
+    log_facts=LogFacts(version=re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+-]*)|[█▀▄] +version v?(\d+\.\d+[\w.+-]*)"
                                           r"|Initializing an? (?:V1 )?LLM engine \(v(\d+\.\d+[\w.+-]*)\)"
                                           r"|\bvLLM version:? v?(\d+\.\d+[\w.+-]*)|\bvllm==(\d+\.\d+[\w.+-]*)"),
                        package="vllm", model="model", tp_size="tensor_parallel_size", dp_size="data_parallel_size",

@@ -1,0 +1,92 @@
+"""The llama.cpp kind (`llama-server`, the older `server`): its lines → phases, the layers offloaded to the GPU,
+the model's, KV cache's and compute buffers per device, readiness and launch failures.
+
+llama.cpp logs are ggml's: `function: message` lines (`load_tensors: offloaded 33/33 layers to GPU`, `llama_context:
+CUDA0 KV buffer size = 512.00 MiB`), behind a docker or elapsed-time prefix at times, searched anywhere in the line.
+A device's figures key its rank (`CUDA1` → "1"). Newer builds bind the HTTP port before they load the model: that
+line marks where HTTP started without counting as having got past the weights. Ready: "server is listening on
+http…" or "all slots are idle". Failures: a cudaMalloc that fails for the weights, the KV cache or the compute
+buffers, then the generic "failed to load model" — the first names the cause; a compute buffer the server retries
+without pipeline parallelism is not a failure. Formats: the excerpts in tests/fixtures/real-logs-round3 (builds
+of 2024 – 2026). `KIND`, at the end, is the kind's record.
+"""
+
+from __future__ import annotations
+
+import re
+
+from launchlab.logparse.serverkind import LogFacts, ServerKind
+from launchlab.logparse.tableparser import FailureLine, Statement, TableParser, Tables
+
+_MIB = 1 / 1024
+_READY = re.compile(r"server is listening on http|all slots are idle")
+
+TABLES = Tables(
+    server="llamacpp",
+    anchors=("ggml_cuda_init", "CUDA", "Device", "loading model", "llama_model_loader", "print_info", "llm_load",
+             "load_tensors", "......", "offload", "llama_new_context_with_model", "llama_context", "llama_init_from",
+             "llama_kv_cache", "KV buffer", "KV self", "compute buffer", "n_ctx", "warming up", "HTTP server",
+             "without SSL", "server is listening", "all slots are idle", "cudaMalloc", "failed", "unable to allocate",
+             "error loading", "retrying without"),
+    ready=_READY,
+    statements=(
+        Statement(re.compile(r"found (\d+) CUDA devices"), None, ((1, "cuda_devices", 1),)),
+        Statement(re.compile(r"Device \d+: .*VRAM: (\d+) MiB \((\d+) MiB free\)|- CUDA\d+\s*: .*\((\d+) MiB, (\d+) "
+                             r"MiB free\)"), None,
+                  ((1, "device_total_gib", _MIB), (2, "device_free_gib", _MIB), (3, "device_total_gib", _MIB),
+                   (4, "device_free_gib", _MIB))),
+        Statement(re.compile(r"HTTP server is listening|HTTP server listening|running without SSL|threads for HTTP "
+                             r"server"), "http", advances=False),  # before the model loads: see the module's doc
+        Statement(re.compile(r"\bloading model\b|llama_model_loader: |print_info: |llm_load_print_meta: "
+                             r"|load_tensors: |llm_load_tensors: |llama_model_load_from_file_impl: |^\.{20,}$"),
+                  "weights"),
+        Statement(re.compile(r"using device CUDA\d+ \(.*\) - (\d+) MiB free"), "weights",
+                  ((1, "device_free_gib", _MIB),)),
+        Statement(re.compile(r"offloaded (\d+)/(\d+) layers to GPU"), "weights",
+                  ((1, "gpu_layers", 1), (2, "model_layers", 1))),
+        Statement(re.compile(r"CUDA\d+ (?:model )?buffer size =\s*([\d.]+) MiB"), "weights",
+                  ((1, "weights_mem_gib", _MIB),)),
+        Statement(re.compile(r"llama_new_context_with_model: |llama_context: |llama_init_from_model: "
+                             r"|llama_kv_cache\w*: |KV buffer size"), "kv_cache"),
+        Statement(re.compile(r"CUDA\d+ KV buffer size =\s*([\d.]+) MiB"), "kv_cache", ((1, "kv_gib", _MIB),),
+                  adds=True),  # an SWA model has two caches per device
+        Statement(re.compile(r"KV self size\s*=\s*([\d.]+) MiB"), "kv_cache", ((1, "kv_self_gib", _MIB),)),
+        Statement(re.compile(r"CUDA\d+ compute buffer size =\s*([\d.]+) MiB"), "kv_cache",
+                  ((1, "compute_buffer_gib", _MIB),)),
+        Statement(re.compile(r"\bn_ctx\s+=\s+(\d+)"), None, ((1, "n_ctx", 1),)),
+        Statement(re.compile(r"\bn_ctx_seq \((\d+)\)"), None, ((1, "n_ctx_seq", 1),)),
+        Statement(re.compile(r"\bn_ctx_slot = (\d+)"), None, ((1, "n_ctx_slot", 1),)),
+        Statement(re.compile(r"allocating ([\d.]+) MiB on device \d+: cudaMalloc failed"), None,
+                  ((1, "oom_request_gib", _MIB),)),
+        Statement(re.compile(r"warming up the model"), "warmup"),
+        Statement(_READY, "ready"),
+    ),
+    failures=(
+        FailureLine(re.compile(r"cudaMalloc failed: out of memory"), "cuda_oom"),
+        FailureLine(re.compile(r"failed to allocate buffer for kv cache|llama_kv_cache_init\(\) failed"),
+                    "kv_cache_no_memory", "kv_cache", amends=True),
+        FailureLine(re.compile(r"failed to allocate compute (?:pp )?buffers|compute buffer allocation failed"),
+                    "cuda_oom", "kv_cache", amends=True),
+        FailureLine(re.compile(r"(?:failed|unable) to allocate CUDA\d+ buffer"), "cuda_oom", amends=True),
+        FailureLine(re.compile(r"error loading model|failed to load model|failed to initialize the context"
+                               r"|failed to create context|exiting due to model loading error"), "exception",
+                    amends=True),
+    ),
+    rank=re.compile(r"(?:CUDA|[Dd]evice )(\d+)"),
+    http_url=re.compile(r"server is listening on (http\S+)"),
+    recovered=re.compile(r"retrying without pipeline parallelism"),
+)
+
+KIND = ServerKind(
+    name="llamacpp",
+    evidence=re.compile(r"ggml_cuda_init:|llama_model_loader:|llm_load_tensors:|load_tensors:|llm_load_print_meta:"
+                        r"|llama_new_context_with_model:|llama_context:|llama_kv_cache|ggml_backend_|llama-server"
+                        r"|common_init_from_params:|\bbuild: \d+ \((?:[0-9a-f]+|unknown)\) with |update_slots: "
+                        r"|all slots are idle|main: server is listening on http"),
+    ready_pattern=_READY.pattern,
+    fatal_patterns=(r"error loading model", r"failed to load model", r"exiting due to model loading error",
+                    r"failed to initialize the context"),
+    parser=lambda rules: TableParser(TABLES),
+    # "build: 4524 (6171c9d2) with cc … for x86_64-linux-gnu"; `--version`: "version: 5172 (eb1776b1)"
+    log_facts=LogFacts(version=re.compile(r"\b(?:build|version): (\d+ \((?:[0-9a-f]+|unknown)\))")),
+)  # no budget: the buffers it allocates are printed, not the free memory it sized them against

@@ -1,0 +1,174 @@
+"""A line parser read from tables, for servers whose launch statements are one line each: TGI, TensorRT-LLM and
+llama.cpp. A kind's module gives its `Tables`; `TableParser` reads a log with them.
+
+A statement moves the launch to its phase and records the numbers it prints (each scaled to the unit of its field:
+MiB and bytes become GiB); a failure line fails the launch with the kind's reason; the ready line makes it ready.
+The first specific failure is kept (a later, more generic line — llama.cpp's "failed to load model" after the
+cudaMalloc that caused it — does not replace it). A Python traceback (TGI's shards, trtllm-serve) is read to its
+exception line, which the kind's failure table classifies first and the shared vocabulary (common.classify) after;
+its frames place the failure as SGLang's and vLLM's do (tracebacks.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from launchlab.logparse.common import Failure, ParsedLog, anchors, classify, debug_records, exception_line, nccl_version
+from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.tracebacks import FRAME, Attribution
+
+_TRACEBACK = "Traceback (most recent call last)"
+_COMMON_ANCHORS = ("Traceback", "File \"", "Error", "DEBUG", "NCCL", "nccl", "out of memory", "OutOfMemory")
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A line that states a phase and its numbers: `fields` are (regex group, field name, factor to the field's
+    unit: 1/1024 for MiB → GiB, 2**-30 for bytes → GiB)."""
+
+    rx: re.Pattern[str]
+    phase: str | None
+    fields: tuple[tuple[int, str, float], ...] = ()
+    advances: bool = True  # False: its line is kept as the phase's first, but the launch has not got that far
+    adds: bool = False  # True: its value adds to the rank's field (llama.cpp prints one KV buffer per cache)
+
+
+@dataclass(frozen=True)
+class FailureLine:
+    """A line after which the launch will not become ready: its reason (common.REASONS) and its phase (None: the
+    phase the log had reached). A line that `amends` says where (and what) the failure already noted was — TGI's
+    "Shard 0 failed to start" after the shard's own error, TRT-LLM's "could not be created: KV cache" after its
+    "Executor creation failed": it gives that failure its phase, and its reason where the failure's is generic,
+    and keeps its line; with no failure noted it is the failure."""
+
+    rx: re.Pattern[str]
+    reason: str
+    phase: str | None = None
+    amends: bool = False
+
+
+# what any Python server prints when CUDA runs out of memory outside a traceback (a shard's stderr, a pasted line)
+CUDA_OOM = FailureLine(re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory"),
+                       "cuda_oom")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """What a kind's log says and where. `anchors`: words, one of which every statement and failure line contains
+    literally (a chunk without any is skipped unread, common.scan_file); `rank`: group 1 is the rank a line names
+    (TRT-LLM's `[RANK 1]`, llama.cpp's `CUDA1`), else rank "0"; `http_url`: group 1 is the URL it serves on."""
+
+    server: str
+    anchors: tuple[str, ...]
+    ready: re.Pattern[str]
+    statements: tuple[Statement, ...]
+    failures: tuple[FailureLine, ...]
+    rank: re.Pattern[str] | None = None
+    http_url: re.Pattern[str] | None = None
+    recovered: re.Pattern[str] | None = None  # a line after which the failure noted before was recovered from
+
+
+class TableParser:
+    """The line parser of one log of a table-driven kind (common.LineParser)."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.tables = tables
+        self.anchors = anchors((*_COMMON_ANCHORS, *tables.anchors))
+        self.log = ParsedLog(server=tables.server)
+        self.in_traceback = False
+        self.frames = Attribution()
+
+    @property
+    def wants_every_line(self) -> bool:
+        """Inside a traceback every line counts: its frames place the failure, its last line names the error."""
+        return self.in_traceback
+
+    def feed(self, number: int, text: str) -> None:
+        log = self.log
+        log.line = number
+        msg = text.strip()
+        ended = self.in_traceback and self._traceback(msg)  # the exception line that ends a traceback: its failure
+        if not self.anchors.contains(msg):
+            return
+        if (records := debug_records(msg)) is not None:
+            log.add_debug(records, None, "0", number)
+            return
+        rank = self._rank(msg)
+        if self.tables.ready.search(msg):
+            log.ready = True
+            log.reach("ready")
+        if (version := nccl_version(msg)) is not None:
+            log.nccl_version = version
+        if self.tables.http_url is not None and (url := self.tables.http_url.search(msg)) is not None:
+            log.http_url = url.group(1)
+        self._statements(number, msg, rank)
+        if not ended:
+            self._failures(number, msg, rank)
+
+    def _rank(self, msg: str) -> str:
+        if self.tables.rank is not None and (m := self.tables.rank.search(msg)) is not None:
+            return m.group(1)
+        return "0"
+
+    def _statements(self, number: int, msg: str, rank: str) -> None:
+        log = self.log
+        for statement in self.tables.statements:
+            if (m := statement.rx.search(msg)) is None:
+                continue
+            if statement.phase is not None and statement.advances:
+                log.reach(statement.phase)
+            elif statement.phase is not None:
+                log.phase_lines.setdefault(statement.phase, number)
+            for group, name, factor in statement.fields:
+                if m.group(group) is not None:
+                    value = float(m.group(group).replace(",", "")) * factor
+                    if statement.adds:
+                        value += log.ranks.get(rank, {}).get(name, 0.0)
+                    log.record(None, rank, name, value, number)
+
+    def _failures(self, number: int, msg: str, rank: str) -> None:
+        log = self.log
+        for name, value in oom_fields(msg).items():
+            log.record(None, rank, name, value, number)
+        if self.tables.recovered is not None and self.tables.recovered.search(msg) and (old := log.failure) is not None:
+            # not a launch failure after all: the phase it was read in stays reached, from its line on
+            log.failure = None
+            log.phase_lines.setdefault(old.phase, old.line or number)
+            log.reach(old.phase)
+            return
+        for line in self.tables.failures:
+            if not line.rx.search(msg):
+                continue
+            if line.amends and (old := log.failure) is not None:
+                log.failure = Failure(line.reason if old.reason == "exception" else old.reason,
+                                      line.phase or old.phase, old.message, old.line)
+            else:
+                log.fail(line.reason, line.phase, msg)
+            return
+        if _TRACEBACK in msg or FRAME.search(msg):  # a traceback, or its frames pasted without their header
+            self.in_traceback = True
+            self.frames = Attribution()
+            self.frames.see(msg)
+
+    def _traceback(self, msg: str) -> bool:
+        """A line inside a Python traceback: a frame (False: read on), or the exception line that ends it (True)."""
+        self.frames.see(msg)
+        if (found := exception_line(msg)) is None or msg[:1].isspace():
+            return False
+        self.in_traceback = False
+        for name, value in oom_fields(msg).items():
+            self.log.record(None, self._rank(msg), name, value, self.log.line)
+        line = next((line for line in self.tables.failures if line.rx.search(msg)), None)
+        if line is not None:
+            self.log.refine(line.reason, msg, line.phase)
+        else:
+            self.log.refine(classify(msg) if found[0] != "KeyboardInterrupt" else "exception", msg)
+        if line is None or line.phase is None:  # the frames say where it failed
+            self.frames.conclude(self.log)
+        return True
+
+    def result(self) -> ParsedLog:
+        if self.in_traceback:  # the log ends inside a traceback
+            self.frames.conclude(self.log)
+        return self.log
