@@ -5,8 +5,9 @@
 Issue 23: one line of 500 MB took `launchlab parse` past 400 s and 1 GB; a 2.1 GB log of short lines parsed at
 ~11 × `grep -E`. This builds, one at a time in a temporary folder: a real SGLang startup, then one line of 500 MB
 of decode progress without a newline; 2 GB of SGLang decode-progress and access lines of 8 TP ranks; 2 GB of a
-flooding server's short lines that no kind's evidence matches (parsed as `generic`). Each ends with a traceback
-the parser must find. It times the whole `launchlab parse --json` command (interpreter start included) and
+flooding server's short lines that no kind's evidence matches (parsed as `generic`); 2 GB each of a llama-server's
+and a TGI router's request lines after a real startup that reaches ready (issue 27). Each ends with a CUDA
+out-of-memory the parser must find. It times the whole `launchlab parse --json` command (interpreter start included) and
 `grep -E -c` with the anchor words of the parser `parse` picks (logparse.detect) as one alternation over the same
 file, and prints both, their ratio and the parse's peak memory. Target: ratio ≤ 2 for every log. Exit status 1
 when it is missed, or when the disk has no room for the files (checked first with shutil.disk_usage). The files
@@ -84,6 +85,41 @@ def build_flood(path: Path, mb: int) -> None:
                  b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
 
 
+ROUND3 = ROOT / "tests" / "fixtures" / "real-logs-round3"
+# a served request's lines in each kind's format (llama-server's slots, TGI's router): the launch words they repeat
+# ("all slots are idle", `text_generation_router`) are looked for only until the server is ready
+SERVED = {
+    "llamacpp": (ROUND3 / "llamacpp-issue11476-docker-ready-listening.log",
+                 "slot launch_slot_: id  0 | task {i} | processing task\n"
+                 "slot update_slots: id  0 | task {i} | new prompt, n_ctx_slot = 32768, n_keep = 0, n_prompt_tokens = 72\n"
+                 "slot update_slots: id  0 | task {i} | prompt processing progress, n_past = 64, n_tokens = 64, "
+                 "progress = 0.500000\n"
+                 "slot      release: id  0 | task {i} | stop processing: n_past = 584, truncated = 0\n"
+                 "srv  update_slots: all slots are idle\n"
+                 "srv  log_server_r: request: POST /completion 127.0.0.1 200\n",
+                 "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 100.00 MiB on device 0: cudaMalloc failed: "
+                 "out of memory\n"),
+    "tgi": (ROUND3 / "tgi-issue2534-ready-connected-then-shard-unreachable.log",
+            '2024-09-23T12:11:41.{i:06d}Z  INFO compat_generate{{default_return_full_text=true}}:generate{{'
+            'total_time="1.2s" validation_time="1ms" queue_time="1ms" inference_time="1.2s" time_per_token="20ms"}}: '
+            "text_generation_router::server: router/src/server.rs:322: Success\n",
+            "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"),
+}
+
+
+def build_served(path: Path, mb: int, kind: str) -> None:
+    """A real startup of the kind that reaches ready, then its request lines, then a CUDA out-of-memory."""
+    head, request, end = SERVED[kind]
+    block = "".join(request.format(i=i) for i in range(5000)).encode()
+    with open(path, "wb") as fh:
+        fh.write(head.read_bytes())
+        written = 0
+        while written < mb * 2**20:
+            fh.write(block)
+            written += len(block)
+        fh.write(end.encode())
+
+
 def measure(log: Path, repeat: int) -> dict:
     pattern = alternation(logparse.parser_for(logparse.detect(log)).anchors.words)
     subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # same page-cache state for both
@@ -148,6 +184,12 @@ def main() -> int:
         ok &= report(f"{args.short_mb} MB of short lines of a flooding server no kind knows (generic)",
                      measure(log, args.repeat), args.repeat)
         log.unlink()
+        for kind in SERVED:
+            log = Path(tmp) / f"served-{kind}.log"
+            build_served(log, args.short_mb, kind)
+            ok &= report(f"{args.short_mb} MB of a {kind} server's request lines after its ready startup",
+                         measure(log, args.repeat), args.repeat)
+            log.unlink()
     print(f"load average at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

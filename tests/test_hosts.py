@@ -12,12 +12,15 @@ from launchlab.errors import HostError
 from launchlab.hosts.sim import SimHost
 from launchlab.runner import batch
 
+# per worker: the local tests share this machine's process table, and another worker's leftover must not count
+OLD_RUN = f"old-run-{os.getpid()}"
+
 
 def leftover(host: SimHost, tmp_path) -> int:
     """A process group tagged as a run of a batch that is gone, on the host's simulated box."""
     work = tmp_path / "left"
     host.make_dir(str(work))
-    host.write_text(str(work / "tag.env"), "LAUNCHLAB_RUN_ID=old-run\nLAUNCHLAB_BATCH=gone-batch\n")
+    host.write_text(str(work / "tag.env"), f"LAUNCHLAB_RUN_ID={OLD_RUN}\nLAUNCHLAB_BATCH=gone-batch\n")
     return host.start_detached("server", ["sleep", "60"], cwd=str(work), log_name="log", env_file="tag.env").pgid
 
 
@@ -28,7 +31,7 @@ def test_a_leftover_is_stopped_only_when_the_confirm_callback_says_yes(tmp_path,
         asked: list[str] = []
         with pytest.raises(HostError, match="--stop-leftovers"):
             batch._handle_leftovers(host, False, print, "this-batch", confirm=lambda q: asked.append(q) or False)
-        assert len(asked) == 1 and "old-run" in asked[0] and asked[0].endswith("Stop them? [y/N] ")
+        assert len(asked) == 1 and OLD_RUN in asked[0] and asked[0].endswith("Stop them? [y/N] ")
         assert host.group_alive(pgid)
         said: list[str] = []
         batch._handle_leftovers(host, False, said.append, "this-batch", confirm=lambda q: True)
@@ -192,14 +195,14 @@ def test_a_local_host_lists_the_kits_tagged_processes_from_proc_as_the_shells_li
     pgid = leftover(host, tmp_path)
     try:
         ours, shells = host.tagged_listing(tags.RUN_ID_ENV), ShellHost.tagged_listing(host, tags.RUN_ID_ENV)
-        assert f"{pgid} {pgid} old-run\n" in ours
+        assert f"{pgid} {pgid} {OLD_RUN}\n" in ours
         # (this shared machine's other tagged processes may come and go between the two listings)
-        assert [line for line in shells.splitlines() if line.startswith(f"{pgid} ")] == [f"{pgid} {pgid} old-run"]
+        assert [line for line in shells.splitlines() if line.startswith(f"{pgid} ")] == [f"{pgid} {pgid} {OLD_RUN}"]
         assert ours.splitlines()[-1] == shells.splitlines()[-1] == commands.TAGGED_END
-        assert [p.pid for p in reaper.of_run(host, "old-run")] == [pgid]
+        assert [p.pid for p in reaper.of_run(host, OLD_RUN)] == [pgid]
     finally:
         host.kill_group(pgid, 1)
-    assert reaper.of_run(host, "old-run") == []
+    assert reaper.of_run(host, OLD_RUN) == []
 
 
 @pytest.mark.slow

@@ -23,11 +23,12 @@ _READY = re.compile(r"server is listening on http|all slots are idle")
 
 TABLES = Tables(
     server="llamacpp",
-    anchors=("ggml_cuda_init", "CUDA", "Device", "loading model", "llama_model_loader", "print_info", "llm_load",
-             "load_tensors", "......", "offload", "llama_new_context_with_model", "llama_context", "llama_init_from",
-             "llama_kv_cache", "KV buffer", "KV self", "compute buffer", "n_ctx", "warming up", "HTTP server",
-             "without SSL", "server is listening", "all slots are idle", "cudaMalloc", "failed", "unable to allocate",
-             "error loading", "retrying without"),
+    anchors=("cudaMalloc", "failed", "unable to allocate", "error loading", "retrying without"),
+    startup_anchors=("ggml_cuda_init", "CUDA", "Device", "loading model", "llama_model_loader", "print_info",
+                     "llm_load", "load_tensors", "......", "offload", "llama_new_context_with_model", "llama_context",
+                     "llama_init_from", "llama_kv_cache", "KV buffer", "KV self", "compute buffer", "n_ctx ",
+                     "n_ctx_seq", "new slot", "initializing, n_slots", "warming up", "HTTP server", "without SSL",
+                     "server is listening", "all slots are idle"),
     ready=_READY,
     statements=(
         Statement(re.compile(r"found (\d+) CUDA devices"), None, ((1, "cuda_devices", 1),)),

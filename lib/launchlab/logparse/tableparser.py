@@ -55,12 +55,16 @@ CUDA_OOM = FailureLine(re.compile(r"torch\.(?:cuda\.)?OutOfMemoryError|CUDA out 
 
 @dataclass(frozen=True)
 class Tables:
-    """What a kind's log says and where. `anchors`: words, one of which every statement and failure line contains
-    literally (a chunk without any is skipped unread, common.scan_file); `rank`: group 1 is the rank a line names
-    (TRT-LLM's `[RANK 1]`, llama.cpp's `CUDA1`), else rank "0"; `http_url`: group 1 is the URL it serves on."""
+    """What a kind's log says and where. `anchors`: words, one of which every failure line contains literally, and
+    `startup_anchors` the words of its launch statements (a chunk without any is skipped unread, common.scan_file):
+    once the server is ready only the first are looked for, since a server that runs for days repeats some launch
+    words in every request's line (llama.cpp's "all slots are idle", TGI's `text_generation_router`), and reading
+    each of those lines ran at ~25 MB/s. `rank`: group 1 is the rank a line names (TRT-LLM's `[RANK 1]`, llama.cpp's
+    `CUDA1`), else rank "0"; `http_url`: group 1 is the URL it serves on."""
 
     server: str
     anchors: tuple[str, ...]
+    startup_anchors: tuple[str, ...]
     ready: re.Pattern[str]
     statements: tuple[Statement, ...]
     failures: tuple[FailureLine, ...]
@@ -74,7 +78,8 @@ class TableParser:
 
     def __init__(self, tables: Tables) -> None:
         self.tables = tables
-        self.anchors = anchors((*_COMMON_ANCHORS, *tables.anchors))
+        self.anchors = anchors((*_COMMON_ANCHORS, *tables.anchors, *tables.startup_anchors))
+        self._ready_anchors = anchors((*_COMMON_ANCHORS, *tables.anchors))
         self.log = ParsedLog(server=tables.server)
         self.in_traceback = False
         self.frames = Attribution()
@@ -98,6 +103,7 @@ class TableParser:
         if self.tables.ready.search(msg):
             log.ready = True
             log.reach("ready")
+            self.anchors = self._ready_anchors
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         if self.tables.http_url is not None and (url := self.tables.http_url.search(msg)) is not None:

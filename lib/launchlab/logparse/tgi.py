@@ -23,9 +23,10 @@ _READY = re.compile(rf"{_ROUTER_LINE}Connected\s*$")
 
 TABLES = Tables(
     server="tgi",
-    anchors=("text_generation", "Args {", "Runtime environment", "download", "shard", "Shard", "KV-cache blocks",
-             "max batch total tokens", "defaulted to", "Warming up", "warmup", "Warmup", "Webserver", "Connected",
-             "Not enough memory", "Server error", "signal"),
+    anchors=("Not enough memory", "Server error", "signal", "failed to start", "ShardCannotStart", "WebserverFailed"),
+    startup_anchors=("text_generation", "Args {", "Runtime environment", "download", "shard", "Shard",
+                     "KV-cache blocks", "max batch total tokens", "defaulted to", "Warming up", "warmup", "Warmup",
+                     "Webserver", "Connected"),
     ready=_READY,
     statements=(
         Statement(re.compile(r"Starting download process|Successfully downloaded weights|Files are already present "

@@ -23,10 +23,11 @@ _READY = re.compile(r"Uvicorn running on http")
 
 TABLES = Tables(
     server="trtllm",
-    anchors=("TensorRT", "TRT-LLM", "MemUsageChange", "engine", "checkpoint", "KV cache", "kv cache", "k/v cache",
-             "tokens per block", "maxTokensInPagedKvCache", "Executor creation failed", "could not be created",
-             "Cuda Runtime", "CUDA runtime error", "Requested amount", "Started server process", "Uvicorn running",
-             "Failed to create instance", "GPU memory (GiB)", "component creation"),
+    anchors=("maxTokensInPagedKvCache", "Executor creation failed", "could not be created", "Cuda Runtime",
+             "CUDA runtime error", "Requested amount", "Failed to create instance", "GPU memory (GiB)",
+             "component creation", "[E]"),
+    startup_anchors=("TensorRT", "TRT-LLM", "MemUsageChange", "engine", "checkpoint", "KV cache", "kv cache",
+                     "k/v cache", "tokens per block", "Started server process", "Uvicorn running"),
     ready=_READY,
     statements=(
         Statement(re.compile(r"\[TensorRT-LLM\] TensorRT[- ]LLM version: "), "startup"),
