@@ -410,6 +410,8 @@ def classify(message: str) -> str:
                  r"|No available memory for the cache blocks|raise_if_cache_size_invalid|No positive solution"
                  r"|Free memory on device", message):
         return "kv_cache_no_memory"
+    if re.search(r"custom_all_reduce\.cuh:\d+", message):  # the kernel's error, also inside "Capture cuda graph failed"
+        return "custom_allreduce_failed"
     if re.search(r"Capture (?:cuda|CUDA) graph failed|CUDA_GRAPH_CAPTURE_FAILED", message):
         return "cuda_graph_failed"
     if re.search(r"(?:CUDA|HIP|XPU) out of memory|OutOfMemoryError|CUDA error: out of memory", message):

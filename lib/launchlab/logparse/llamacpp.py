@@ -23,7 +23,7 @@ _READY = re.compile(r"server is listening on http|all slots are idle")
 
 TABLES = Tables(
     server="llamacpp",
-    anchors=("cudaMalloc", "failed", "unable to allocate", "error loading", "retrying without"),
+    anchors=("cudaMalloc", "failed", "unable to allocate", "error loading", "retrying without", "exiting due to"),
     startup_anchors=("ggml_cuda_init", "CUDA", "Device", "loading model", "llama_model_loader", "print_info",
                      "llm_load", "load_tensors", "......", "offload", "llama_new_context_with_model", "llama_context",
                      "llama_init_from", "llama_kv_cache", "KV buffer", "KV self", "compute buffer", "n_ctx ",

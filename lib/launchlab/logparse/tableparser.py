@@ -93,17 +93,20 @@ class TableParser:
         log = self.log
         log.line = number
         msg = text.strip()
-        ended = self.in_traceback and self._traceback(msg)  # the exception line that ends a traceback: its failure
+        ended = self.in_traceback and self._traceback(text, msg)  # the exception line ending a traceback: its failure
         if not self.anchors.contains(msg):
             return
         if (records := debug_records(msg)) is not None:
             log.add_debug(records, None, "0", number)
             return
         rank = self._rank(msg)
-        if self.tables.ready.search(msg):
+        if self.tables.ready.search(msg) and not log.ready:
             log.ready = True
             log.reach("ready")
             self.anchors = self._ready_anchors
+            if log.failure is not None:  # the server got over it (TGI's "Decode cuda graph warmup failed"): not fatal
+                log.phase_lines.setdefault(log.failure.phase, log.failure.line or number)
+                log.failure = None
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         if self.tables.http_url is not None and (url := self.tables.http_url.search(msg)) is not None:
@@ -137,11 +140,12 @@ class TableParser:
         log = self.log
         for name, value in oom_fields(msg).items():
             log.record(None, rank, name, value, number)
-        if self.tables.recovered is not None and self.tables.recovered.search(msg) and (old := log.failure) is not None:
-            # not a launch failure after all: the phase it was read in stays reached, from its line on
-            log.failure = None
-            log.phase_lines.setdefault(old.phase, old.line or number)
-            log.reach(old.phase)
+        if self.tables.recovered is not None and self.tables.recovered.search(msg):
+            if (old := log.failure) is not None:
+                # not a launch failure after all: the phase it was read in stays reached, from its line on
+                log.failure = None
+                log.phase_lines.setdefault(old.phase, old.line or number)
+                log.reach(old.phase)
             return
         for line in self.tables.failures:
             if not line.rx.search(msg):
@@ -152,15 +156,22 @@ class TableParser:
             else:
                 log.fail(line.reason, line.phase, msg)
             return
-        if _TRACEBACK in msg or FRAME.search(msg):  # a traceback, or its frames pasted without their header
+        # a traceback, or before ready its frames pasted without their header (after ready a frame alone is a
+        # warning's stack: reading every line after it for an exception line that never comes ran at ~2 MB/s)
+        if not self.in_traceback and (_TRACEBACK in msg or (not log.ready and FRAME.search(msg))):
             self.in_traceback = True
             self.frames = Attribution()
             self.frames.see(msg)
 
-    def _traceback(self, msg: str) -> bool:
-        """A line inside a Python traceback: a frame (False: read on), or the exception line that ends it (True)."""
+    def _traceback(self, text: str, msg: str) -> bool:
+        """A line inside a Python traceback: a frame or its code (False: read on), the exception line that ends it
+        (True), or a statement of the kind's, which ends a traceback cut before its exception line (False)."""
         self.frames.see(msg)
-        if (found := exception_line(msg)) is None or msg[:1].isspace():
+        if (found := exception_line(msg)) is None or text[:1].isspace():
+            if not FRAME.search(msg) and (self.tables.ready.search(msg)
+                                          or any(s.rx.search(msg) for s in self.tables.statements)):
+                self.in_traceback = False
+                self.frames.conclude(self.log)
             return False
         self.in_traceback = False
         for name, value in oom_fields(msg).items():

@@ -23,7 +23,8 @@ _READY = re.compile(rf"{_ROUTER_LINE}Connected\s*$")
 
 TABLES = Tables(
     server="tgi",
-    anchors=("Not enough memory", "Server error", "signal", "failed to start", "ShardCannotStart", "WebserverFailed"),
+    anchors=("Not enough memory", "Server error", "signal", "failed to start", "ShardCannotStart", "WebserverFailed",
+             "crashed", "ShardFailed"),
     startup_anchors=("text_generation", "Args {", "Runtime environment", "download", "shard", "Shard",
                      "KV-cache blocks", "max batch total tokens", "defaulted to", "Warming up", "warmup", "Warmup",
                      "Webserver", "Connected"),
@@ -54,6 +55,7 @@ TABLES = Tables(
         FailureLine(re.compile(r"Shard process was signaled to shutdown with signal \d+"), "exception"),
         FailureLine(re.compile(r"Shard \d+ failed to start|Error: ShardCannotStart"), "exception", "weights",
                     amends=True),
+        FailureLine(re.compile(r"Shard \d+ crashed|Error: ShardFailed"), "exception"),  # a shard that died later
         FailureLine(re.compile(rf"{_ROUTER_LINE}Server error: |^Error: (?:WebserverFailed|Warmup)"), "exception"),
     ),
     rank=re.compile(r"\brank=(\d+)"),
@@ -62,7 +64,10 @@ TABLES = Tables(
 _ARGS = "Args {"
 # `num_shard: Some(4)`, `model_id: "…"`, `max_input_length: 4096`: the scalar fields of Rust's Debug output
 _ARG = re.compile(r'(\w+): (?:Some\(\s*)?("(?:[^"\\]|\\.)*"|[^\s,(){}\[\]]+)')
-_SECRET = re.compile(r"(?:\w*_)?(?:key|token|secret|password)", re.I)  # never kept: `api_key: Some("…")` is in the Args
+# never kept: `api_key`, `hf_token`, `ngrok_authtoken`, `ngrok_edge` are in the Args, and a URL may carry a password
+_SECRET = re.compile(r"(?:key|token|secret|password|edge)$", re.I)
+_CREDENTIALS = re.compile(r"://[^/\s@]*@")
+_TGI_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z")  # where TGI's own line starts, after any prefix
 
 
 class TGIParser(TableParser):
@@ -71,6 +76,7 @@ class TGIParser(TableParser):
     def __init__(self) -> None:
         super().__init__(TABLES)
         self.args_lines: list[str] | None = None  # inside a pretty-printed Args block
+        self.outer = 0  # the length of the prefix a collector put before each line (docker's `tgi-1  | `)
 
     @property
     def wants_every_line(self) -> bool:
@@ -78,10 +84,11 @@ class TGIParser(TableParser):
 
     def feed(self, number: int, text: str) -> None:
         if self.args_lines is not None:
-            if text.startswith("}") or _ARGS in text or "text_generation_" in text:  # its end, or a new record
+            line = text[self.outer:]
+            if line.startswith("}") or _ARGS in text or "text_generation_" in text:  # its end, or a new record
                 self._arguments(" ".join(self.args_lines))
             else:
-                self.args_lines.append(text)
+                self.args_lines.append(line)
                 return
         if (start := text.find(_ARGS)) >= 0:
             rest = text[start + len(_ARGS):]
@@ -89,12 +96,14 @@ class TGIParser(TableParser):
                 self._arguments(rest)
             else:
                 self.args_lines = []
+                own = _TGI_TIME.search(text, 0, start)
+                self.outer = own.start() if own is not None else 0
         super().feed(number, text)
 
     def _arguments(self, text: str) -> None:
         self.args_lines = None
         for key, value in _ARG.findall(text):
-            if not _SECRET.fullmatch(key):
+            if not _SECRET.search(key) and not _CREDENTIALS.search(value):
                 self.log.args.setdefault(key, value.strip('"'))
 
     def result(self) -> ParsedLog:

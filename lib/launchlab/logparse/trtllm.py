@@ -19,15 +19,16 @@ from launchlab.logparse.serverkind import LogFacts, ServerKind
 from launchlab.logparse.tableparser import CUDA_OOM, FailureLine, Statement, TableParser, Tables
 
 _GIB, _MIB, _BYTES = 1, 1 / 1024, 2**-30
-_READY = re.compile(r"Uvicorn running on http")
+_READY = re.compile(r"Uvicorn running on http|Started HTTPService at ")  # trtllm-serve's uvicorn, or Triton
 
 TABLES = Tables(
     server="trtllm",
     anchors=("maxTokensInPagedKvCache", "Executor creation failed", "could not be created", "Cuda Runtime",
              "CUDA runtime error", "Requested amount", "Failed to create instance", "GPU memory (GiB)",
-             "component creation", "[E]"),
+             "component creation", "[E]", "[ERROR]"),
     startup_anchors=("TensorRT", "TRT-LLM", "MemUsageChange", "engine", "checkpoint", "KV cache", "kv cache",
-                     "k/v cache", "tokens per block", "Started server process", "Uvicorn running"),
+                     "k/v cache", "tokens per block", "Started server process", "Uvicorn running",
+                     "Started HTTPService"),
     ready=_READY,
     statements=(
         Statement(re.compile(r"\[TensorRT-LLM\] TensorRT[- ]LLM version: "), "startup"),
@@ -69,6 +70,7 @@ TABLES = Tables(
                     "kv_cache", amends=True),
         FailureLine(re.compile(r"The following component could not be created: "), "cuda_oom", amends=True),
         FailureLine(re.compile(r"Cuda Runtime \(out of memory\)|OutOfMemory \(Requested size"), "cuda_oom"),
+        FailureLine(re.compile(r"CUDA runtime error in .*: out of memory"), "cuda_oom"),
         FailureLine(re.compile(r"CUDA runtime error in "), "exception"),
         FailureLine(re.compile(r"^\S*\): out of memory \("), "cuda_oom", amends=True),  # the line above, wrapped
         CUDA_OOM,

@@ -43,7 +43,7 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
            "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
            "max seq len", "world_size", "NCCL", "nccl", "num_gpu_blocks", "profile run", "dummy",
            "args", "config", "Route:", "Started server process", "checkpoint shards", "warmup run",
-           "VLLM_CPU_KVCACHE_SPACE", "bus error", "Segmentation", 'File "', *custom_ar.ANCHORS)
+           "VLLM_CPU_KVCACHE_SPACE", "us error", "Segmentation", 'File "', *custom_ar.ANCHORS)
 
 # `(VllmWorker rank=3 pid=N)`, Ray's `(RayWorkerWrapper pid=N, ip=10.0.0.2)`; a paste may lose the opening parenthesis
 _TAG = re.compile(r"(?:\(|^)(?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s?")
@@ -111,7 +111,7 @@ _FAILURES = [
     (re.compile(r"custom_all_reduce\.cuh:\d+(?: '[^']+'|: CUDA error)"), "custom_allreduce_failed", None),
     (re.compile(r"CUDA out of memory"), "cuda_oom", None),
     (re.compile(r"NCCL error|ncclInternalError|ncclSystemError"), "nccl_error", None),
-    (re.compile(r"\bbus error\b|Segmentation fault"), "exception", None),  # the shell's word for a crashed process
+    (re.compile(r"\b[Bb]us error\b|Segmentation fault"), "exception", None),  # the shell's word for a crashed process
 ]
 _WRAPPERS = re.compile(r"EngineCore failed to start|EngineCore hit an exception|Error executing method|Exception ignored in"
                        r"|WorkerProc hit an exception|Worker proc \S+ died unexpectedly|Worker VllmWorkerProcess pid \d+ died"
@@ -151,6 +151,7 @@ class VLLMParser:
         self.worker_ranks: dict[str, str] = {}
         self.flag_source = "args"  # the line that last set disable_custom_all_reduce
         self.headerless = False  # inside a traceback whose header the log does not hold
+        self.level: str | None = None  # the level of the line being read (DEBUG … CRITICAL; None: unprefixed)
 
     def _rank(self, tag: re.Match | None) -> str:
         """A worker's rank key: its TP rank, as the stable interface keys ranks (`Worker_DP1_TP1_EP3` → "1")."""
@@ -233,6 +234,9 @@ class VLLMParser:
 
     def _message(self, number: int, msg: str, t: datetime | None, rank: str, level: str | None) -> None:
         log = self.log
+        self.level = level
+        if self.headerless and level not in (None, "ERROR"):  # a record of another level: those frames are over
+            self.in_traceback = self.headerless = False
         if (records := debug_records(msg)) is not None:
             log.add_debug(records, t, rank, number)
             return
@@ -286,7 +290,7 @@ class VLLMParser:
         for name, value in oom_fields(msg).items():
             log.record(t, rank, name, value, number)
         self.frames.see(msg)
-        if not self.in_traceback and "File " in msg and FRAME.search(msg):
+        if not self.in_traceback and self.level == "ERROR" and "File " in msg and FRAME.search(msg):
             # a frame outside any traceback: an excerpt that starts inside one (its header is not in the log)
             log.fail("exception", None, msg)
             self.in_traceback = self.headerless = True
