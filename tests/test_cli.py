@@ -63,6 +63,18 @@ def test_parse_says_on_which_line_the_failure_and_each_phase_are():
     assert "phases: kv_cache from line 1" in res.stdout
 
 
+def test_parse_without_json_says_each_ranks_custom_all_reduce_state_and_the_nccl_version():
+    """Issue 28: a log whose only news is that custom all-reduce could not start (no peer access) says so."""
+    log = DATA / "real-logs/sglang-issue12496-docker-tp2-custom-ar-peer-access-failed.log"
+    data = json.loads(cli("parse", str(log), "--json").stdout)
+    res = cli("parse", str(log))
+    assert res.returncode == 0
+    for rank, state in data["custom_ar"].items():
+        assert f"custom all-reduce, rank {rank}: {state['state']} ({state['reason']}): " in res.stdout
+    assert "peer access is not supported" in res.stdout
+    assert f"NCCL version: {data['nccl_version']}" in res.stdout
+
+
 def test_parse_prints_the_ranks_of_two_stages_in_order_under_one_rank_column():
     log = DATA / "real-logs-more/sglang-pr10741-dp0-pp0-dp1-pp1-load-end-capture-begin.log"
     res = cli("parse", str(log))
@@ -83,3 +95,32 @@ def test_the_real_seed_experiment_validates():
     res = cli("validate", str(ROOT / "params/sglang-custom-ar.yaml"))
     assert res.returncode == 0, res.stderr
     assert "8 runs on host 'box'" in res.stdout and "simulated" not in res.stdout
+
+
+def test_help_cites_only_sections_that_arch_md_has():
+    import re
+
+    res = cli("--help")
+    assert res.returncode == 0
+    cited = re.findall(r'section "([^"]+)"', " ".join(res.stdout.split()))
+    assert cited, res.stdout
+    headings = {line[3:].strip() for line in (ROOT / "ARCHITECTURE.md").read_text().splitlines() if line.startswith("## ")}
+    assert set(cited) <= headings, (cited, headings)
+
+
+def test_the_readme_command_list_names_every_command_and_every_option_of_run():
+    import argparse
+
+    from launchlab import cli as launchlab_cli
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("## Commands"):]
+    block = block[block.index("```sh"):block.index("```", block.index("```sh") + 5)]
+    parser = launchlab_cli.build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, command in sub.choices.items():
+        assert f"launchlab {name}" in block, name
+        if name == "run":
+            for action in command._actions:
+                for flag in action.option_strings:
+                    assert flag in ("-h", "--help") or flag in block, flag

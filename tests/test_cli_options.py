@@ -73,6 +73,8 @@ def test_more_repetitions_than_the_params_file_has_runs_every_one_of_them(tmp_pa
     run_dir = Path(proc.stdout.strip())
     records = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("runs/*/status.json")}
     assert sorted(records) == [f"0{seq}_custom_ar-off.mem_fraction-0.55_rep{rep}" for seq, rep in ((1, 1), (5, 2), (9, 3))]
+    # the progress counts the selection: [3/3] for the run the full plan places ninth, never [9/3]
+    assert "[3/3] 09_custom_ar-off.mem_fraction-0.55_rep3" in proc.stderr and "[9/3]" not in proc.stderr, proc.stderr
     # each ran its server (the same outcome three times), none is the kit's error
     assert {r["status"] for r in records.values()} == {records["01_custom_ar-off.mem_fraction-0.55_rep1"]["status"]}
     assert all(r["status"] != "error" and r["phase_reached"] for r in records.values()), records

@@ -183,3 +183,10 @@ def test_the_resolved_dump_reads_back_exactly_even_with_characters_yaml_reads_as
 def test_a_control_character_yaml_refuses_is_named_with_its_line(tmp_path):
     [problem] = problems_of(tmp_path, DEMO_TEXT.replace("question: >-", "question: bell\x07\nx: >-"))
     assert problem == "line 5: character 0x0007 is not allowed in YAML; remove it"
+
+
+def test_an_unquoted_flag_value_is_one_problem_named_once(tmp_path):
+    # issue 28: it was listed twice, once per branch of the flag value's type
+    demo = (ROOT / "params/demo.yaml").read_text()
+    found = problems_of(tmp_path, demo.replace('--mem-fraction-static: "0.55"', "--mem-fraction-static: 0.55"))
+    assert len(found) == 1 and "--mem-fraction-static: must be a quoted string, got the number 0.55" in found[0]

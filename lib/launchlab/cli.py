@@ -138,6 +138,14 @@ def _parse(args: argparse.Namespace) -> int:
         print(f"failure: {f['reason']} in {f['phase']}{where}: {f['message']}")
     if data.get("phase_lines"):  # where each phase begins, so the log can be opened there
         print("phases: " + ", ".join(f"{phase} from line {line}" for phase, line in data["phase_lines"].items()))
+    # what else --json knows, one line each: a custom all-reduce failure can be all a log says (a rank's peer access)
+    for rank, state in data["custom_ar"].items():
+        why = f" ({state['reason']})" if state["reason"] else ""
+        print(f"custom all-reduce, rank {rank}: {state['state']}{why}: {state['message'][:200]}")
+    if data["nccl_version"]:
+        print(f"NCCL version: {data['nccl_version']}")
+    if data["args"]:
+        print(f"server arguments: {len(data['args'])} read (`--json` lists them)")
     fields = sorted({k for r in data["ranks"].values() for k in r})
     if fields:
         width = max(4, *map(len, data["ranks"]))  # a stage's key: "pp10.3"
@@ -150,7 +158,11 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="launchlab", description=__doc__)
+    p = argparse.ArgumentParser(prog="launchlab", description=(
+        "Controlled experiments on inference-server launches: run the variants of a params file on its hosts, "
+        "collect their logs and GPU traces, and report which factor decides the launch. `launchlab COMMAND -h` "
+        "tells more of each; README.md shows them in use, and the section \"The stable interfaces, in short\" of "
+        "ARCHITECTURE.md gives what scripts may rely on."))
     p.add_argument("--version", action="version", version=f"launchlab {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the kit does")
     sub = p.add_subparsers(dest="command", required=True)

@@ -23,7 +23,8 @@ class ParamsError(LaunchlabError):
 
     def __init__(self, path: str, problems: list[str]):
         self.path = path
-        self.problems = list(problems)
+        # once each: a value that fails every branch of a union is reported by each branch in the same words
+        self.problems = list(dict.fromkeys(problems))
         lines = "\n".join(f"  {p}" for p in self.problems)
         super().__init__(f"{path}: {len(self.problems)} problem(s):\n{lines}")
 

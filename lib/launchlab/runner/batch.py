@@ -10,6 +10,7 @@ happens to the runs in flight when the user presses Ctrl-C or the batch gets SIG
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import shlex
 import shutil
@@ -63,7 +64,10 @@ def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
         for f, lv in matches:
             wanted.setdefault(f, set()).add(lv)
     # warm-ups stay: they warm the host for whatever runs follow, and are never compared
-    return exp, [r for r in plan if r.warmup or all(r.variant.levels.get(f) in lvs for f, lvs in wanted.items())]
+    kept = [r for r in plan if r.warmup or all(r.variant.levels.get(f) in lvs for f, lvs in wanted.items())]
+    # numbered in the selection, so its progress reads [1/2], [2/2] (the run ids keep their places in the full plan)
+    seqs = iter(range(1, len(kept) + 1))
+    return exp, [r if r.warmup else dataclasses.replace(r, seq=next(seqs)) for r in kept]
 
 
 def compared(plan: list[Run]) -> list[Run]:
