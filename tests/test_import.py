@@ -61,6 +61,10 @@ def test_the_demo_import_shows_the_old_baseline_ran_at_another_fraction_first(de
     assert check["runs_contradicted"] == [OLD] and len(check["runs_confirmed"]) == 2
     # a misfiled log is no observation of the level it was filed under
     assert [(r["run_id"], r["why"]) for r in verdict["excluded_runs"]] == [(OLD, "misfiled")]
+    # and its row says so beside the status counts that include it (issue 28: "ready 1" beside "0/1 ready")
+    rows = [line for line in (run_dir / "report.md").read_text().splitlines()
+            if line.startswith("| custom\\_ar=off, mem\\_fraction=0.55 |") and " ready" in line]
+    assert any("| 0/1 ready (left out: 1 misfiled imported log) |" in row for row in rows), rows
 
 
 def test_the_demo_import_names_the_old_install_as_confounds_with_the_runs_they_touch(demo_import):

@@ -6,6 +6,7 @@ import os
 import subprocess
 
 import nbformat
+import pytest
 from jupyter_server.services.contents.filemanager import FileContentsManager
 from traitlets.config.loader import PyFileConfigLoader
 
@@ -21,6 +22,7 @@ def executed(source: str) -> dict:
     return json.loads(nbformat.writes(nb))
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # `make lab` printed "Overriding existing pre_save_hook" (issue 28)
 def test_a_template_saved_from_lab_loses_its_outputs_and_a_copy_in_a_subfolder_keeps_them(tmp_path):
     config = PyFileConfigLoader("jupyter_server_config.py", path=str(ROOT / "jupyter")).load_config()
     manager = FileContentsManager(root_dir=str(tmp_path), config=config)

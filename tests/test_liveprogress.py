@@ -118,5 +118,7 @@ def test_the_papermill_commands_of_the_readme_run_as_written(demo_env, tmp_path)
     printed = "".join("".join(o.get("text", "")) for c in run["cells"] for o in c.get("outputs", []))
     [run_dir] = re.findall(r"run directory: (\S+)", printed)
     assert Path(run_dir).parent.parent == outputs
+    # and on the terminal papermill ran in, where the user is (issue 28): papermill shows no cell output there
+    assert f"launchlab: run directory {run_dir}" in done[1].stderr, done[1].stderr[-2000:]
     summary = json.dumps(json.loads((tmp_path / "summary.ipynb").read_text())["cells"])
     assert "1 of 8 planned runs finished" in summary and Path(run_dir).name in summary

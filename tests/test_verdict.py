@@ -259,3 +259,14 @@ def test_a_level_that_claims_custom_ar_off_but_does_not_disable_it_is_a_contradi
     assert "01_custom_ar-off_rep1" in v["factors"]["custom_ar"]["summary"]
     report = (run_dir / "report.md").read_text()
     assert "A level did not take effect" in report and "left out of that factor's comparisons" in report
+
+
+def test_an_inconclusive_reason_that_starts_with_a_factor_keeps_its_name_as_written():
+    # issue 28: the summary said "Custom_ar is undetermined"
+    from launchlab.verdicts.verdict import _sentence
+
+    assert _sentence("custom_ar is undetermined: only custom_ar=off was planned", {"custom_ar": None}) \
+        == "custom_ar is undetermined: only custom_ar=off was planned."
+    assert _sentence("graphs is undetermined", {"graphs": None}) == "graphs is undetermined."
+    assert _sentence("no run finished", {"graphs": None}) == "No run finished."
+    assert _sentence("--enforce-eager was never applied", {}) == "--enforce-eager was never applied."

@@ -30,7 +30,11 @@ def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
         return rundir.RunDir.check(run_dir).path
     from launchlab.runner import batch  # only here: a batch's run kernels, which always name their directory, need none of it
 
-    return batch.new_run_dir(params_path)
+    path = batch.new_run_dir(params_path)
+    # papermill shows what a notebook prints only in the notebook it writes; the kernel's own stderr is papermill's,
+    # the terminal it was started from (in JupyterLab, the server's log)
+    print(f"launchlab: run directory {path}", file=sys.__stderr__, flush=True)
+    return path
 
 
 def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: str = "",

@@ -71,15 +71,20 @@ def excluded(obs: pd.DataFrame) -> list[dict]:
             for r in rows.itertuples()]
 
 
+_NOUNS = {KIT_ERROR: "kit error", INTERRUPTED: "interrupted run", MISSING: "missing run",
+          UNKNOWN_OUTCOME: "imported log of unknown outcome", MISFILED: "misfiled imported log",
+          CONTRADICTED: "run of another level"}
+
+
+def _counted(kind: str, n: int) -> str:
+    return f"{n} {_NOUNS[kind]}{'s' if n != 1 else ''}"
+
+
 def _tally(rows: pd.DataFrame) -> str:
     """'4 kit errors — the sampler could not start: …; 2 missing' for invalid runs."""
     parts = []
     for kind, group in rows.groupby("invalid_kind", sort=False):
-        n = len(group)
-        noun = {KIT_ERROR: "kit error", INTERRUPTED: "interrupted run", MISSING: "missing run",
-                UNKNOWN_OUTCOME: "imported log of unknown outcome", MISFILED: "misfiled imported log",
-                CONTRADICTED: "run of another level"}[kind]
-        text = f"{n} {noun}{'s' if n != 1 else ''}"
+        text = _counted(kind, len(group))
         if kind == CONTRADICTED:
             text += f" — the server's log shows another level than the run's: {', '.join(group['run_id'])}"
         elif kind in (KIT_ERROR, UNKNOWN_OUTCOME, MISFILED):
@@ -125,12 +130,21 @@ def outcomes(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None 
         row.update({s: int(counts.get(s, 0)) for s in statuses})
         row["missing"] = int((group["invalid_kind"] == MISSING).sum())
         row["outcome"] = (f"{int((valid['status'] == 'ready').sum())}/{len(valid)} ready" if len(valid)
-                          else "no valid run")
+                          else "no valid run") + _left_out(group)
         row["failure_reasons"] = ", ".join(reasons)
         row["startup_s_mean"] = valid["startup_s"].mean() if len(valid) else math.nan
         row["peak_mem_used_mib_max"] = valid["peak_mem_used_mib"].max() if len(valid) else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _left_out(group: pd.DataFrame) -> str:
+    """What the status counts beside `outcome` hold that it does not: the runs left out, other than missing ones
+    (their own column) — a misfiled imported log counted `ready` beside "0/1 ready" (issue 28)."""
+    left = group[~group["valid"] & (group["invalid_kind"] != MISSING)]
+    if left.empty:
+        return ""
+    return " (left out: " + ", ".join(_counted(k, len(g)) for k, g in left.groupby("invalid_kind", sort=False)) + ")"
 
 
 def _level_outcomes(group: pd.DataFrame, factor: str, levels: list[str]) -> dict[str, dict]:

@@ -106,13 +106,22 @@ def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:
     return [d["summary"] for d in decisions if d["status"] in ("undetermined", "flaky", "confounded")]
 
 
+def _sentence(reason: str, names) -> str:
+    """A reason as a sentence: capitalised, unless it starts with a name that reads only as written (a factor,
+    a flag, a run id: "custom_ar is undetermined", never "Custom_ar")."""
+    first = reason.split(" ", 1)[0].rstrip(":,;")
+    if first in names or not (first.isalpha() and first.islower()):
+        return f"{reason}."
+    return f"{reason[0].upper()}{reason[1:]}."
+
+
 def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
     """The verdict as prose, conclusive or not first: what decided the launch (with its counts, exact p-value and
     the repetitions that would settle it), what did not, what is unknown. Every string that came from a log, a
     host or the params is escaped (the prose is rendered as Markdown)."""
     lines = []
     if not v.conclusive:
-        lines.append("**Inconclusive** — " + " ".join(md(f"{r[0].upper()}{r[1:]}.") for r in v.inconclusive_reasons))
+        lines.append("**Inconclusive** — " + " ".join(md(_sentence(r, v.factors)) for r in v.inconclusive_reasons))
     if v.confounds:
         lines.append(f"**Not a controlled comparison** — {len(v.confounds)} confound(s), see below.")
     elif v.controlled:
