@@ -82,6 +82,13 @@ LAYOUT_PROBE = """<script>window.addEventListener('load', () => {
       if ((o === 'auto' || o === 'scroll') && p.clientWidth <= page) return true; } return false; };
   const cut = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().width > page && !scrolls(t));
   const wide = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().width > page);
+  // a table that scrolls shows its key column (the first) without scrolling
+  const keyHidden = wide.map(t => t.querySelector('th, td')).filter(c => c && c.getBoundingClientRect().right > page)
+    .map(c => c.textContent.trim().slice(0, 40));
+  // a command breaks only between its arguments: an argument's span laid out over two lines has two boxes
+  const brokenArgs = [...document.querySelectorAll('pre > span')].filter(s => s.getClientRects().length > 1)
+    .map(s => s.textContent);
+  const commands = document.querySelectorAll('pre > span').length;
   const alts = [...document.images].map(i => i.getAttribute('alt') || '')
     .concat([...document.querySelectorAll('[role=img]')].map(f => f.getAttribute('aria-label') || ''));
   const box = (els) => els.map(e => ({text: e.textContent.trim(), r: e.getBoundingClientRect()}))
@@ -94,44 +101,52 @@ LAYOUT_PROBE = """<script>window.addEventListener('load', () => {
     const svg = axes.ownerSVGElement;
     const ticks = (axis) => box([...axes.querySelectorAll(`g[id^=${axis}tick_] text`)]);
     const named = box([...axes.querySelectorAll('g[id$=label] text')]);
+    // the chart's own texts: its title, a timeline's phase labels (ax.text), directly in the axes' group
+    const notes = box([...axes.querySelectorAll(':scope > g[id^=text_] text')]);
     const legend = [...svg.querySelectorAll('g[id^=legend_]')].map(g => ({text: 'legend', r: g.getBoundingClientRect()}));
-    const groups = [ticks('x'), ticks('y'), [...ticks('x'), ...ticks('y'), ...named, ...legend]];
+    const groups = [ticks('x'), ticks('y'), [...ticks('x'), ...ticks('y'), ...named, ...notes, ...legend]];
     labels += groups[2].length;
     groups.forEach((group, g) => group.forEach((a, i) => group.slice(i + 1).forEach((b) => {
       if (hit(a, b) && !(g === 2 && a.text === b.text)) overlaps.push(a.text + ' / ' + b.text); })));
   });
   document.body.setAttribute('data-layout', JSON.stringify({title: document.title, page, wide: wide.length,
-    cut: cut.map(t => t.innerText.slice(0, 80)), alts, labels, overlaps: [...new Set(overlaps)]}));
+    cut: cut.map(t => t.innerText.slice(0, 80)), alts, labels, overlaps: [...new Set(overlaps)], keyHidden, brokenArgs,
+    commands}));
 });</script></body>"""
 
 
-def layout(chromium, html_text: str, tmp_path: Path) -> dict:
-    """What LAYOUT_PROBE measured on the page laid out at 1400 px by headless Chromium."""
+def layout(chromium, html_text: str, tmp_path: Path, width: int = 1400) -> dict:
+    """What LAYOUT_PROBE measured on the page laid out `width` px wide by headless Chromium."""
     import html
     import json
 
     page = tmp_path / "page.html"
     page.write_text(html_text.replace("</body>", LAYOUT_PROBE))
-    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2400",
+    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},2400",
                           "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
                          capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     return json.loads(html.unescape(re.search(r'data-layout="([^"]*)"', dom.stdout).group(1)))
 
 
+@pytest.mark.parametrize("width", [800, 1400])
 def test_the_report_is_titled_after_the_experiment_its_figures_say_what_they_show_labels_never_overlap_and_wide_tables_scroll(
-        chromium, demo_run, tmp_path):
+        chromium, demo_run, tmp_path, width):
     run_dir, _ = demo_run
-    found = layout(chromium, (run_dir / "summary.html").read_text(), tmp_path)
+    found = layout(chromium, (run_dir / "summary.html").read_text(), tmp_path, width)
     assert found["title"] == "demo-custom-ar-vs-mem-fraction — launchlab report"
     assert len(found["alts"]) >= 3
     assert all(alt and "No description" not in alt for alt in found["alts"]), found["alts"]
-    assert found["page"] <= 1400
-    assert found["wide"] >= 1, "the effects table is wider than 1400 px: the check below has something to check"
+    assert found["page"] <= width
+    assert found["wide"] >= 1, f"the effects table is wider than {width} px: the check below has something to check"
     assert found["cut"] == [], f"tables wider than the page without a scroll container: {found['cut']}"
-    # the outcome grid and the budget chart: their tick labels, axis labels and legend, as Chromium laid them out
+    assert found["keyHidden"] == [], f"tables whose first column is off the page: {found['keyHidden']}"
+    # the outcome grid, the budget chart and the timelines: their tick labels, axis labels, phase labels and legend,
+    # as Chromium laid them out
     assert found["labels"] >= 10, "the charts' labels were not found as text: the overlap check would be empty"
     assert found["overlaps"] == [], f"labels that overlap on the page: {found['overlaps']}"
+    assert found["commands"] >= 8, "the commands' arguments were not found: the check below would be empty"
+    assert found["brokenArgs"] == [], f"arguments broken over two lines: {found['brokenArgs']}"
 
 
 def test_the_layout_probe_finds_tick_labels_that_overlap(chromium, tmp_path):

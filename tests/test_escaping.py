@@ -5,7 +5,7 @@ import html
 import pytest
 from nbconvert.filters.markdown_mistune import markdown2html_mistune as render
 
-from launchlab.escaping import html_text, inline_svg, md, md_block, md_code
+from launchlab.escaping import html_text, inline_svg, md, md_block, md_code, md_spans
 
 HOSTILE = [
     "<img src=x onerror=alert(1)>",
@@ -60,3 +60,17 @@ def test_an_inline_chart_keeps_its_drawing_and_text_and_loses_scripts_handlers_l
 def test_what_is_not_an_svg_document_is_refused():
     with pytest.raises(ValueError):
         inline_svg("<html xmlns='http://www.w3.org/1999/xhtml'><body/></html>")
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_text_with_code_spans_is_still_only_text_and_code(text):
+    out = render(md_spans(text))
+    assert "<img" not in out and "<script" not in out and "<b>" not in out and "<a " not in out
+    assert "<em>" not in out and "<strong>" not in out and "<h1" not in out and "<del>" not in out
+
+
+def test_a_warnings_code_spans_render_as_code_not_as_backticks():
+    # issue 28: "raise `repetitions:` to 3" showed its backticks
+    out = render(md_spans("a=1 vs 2: few runs per side; raise `repetitions:` to 3 or more — see `confounds`"))
+    assert "<code>repetitions:</code>" in out and "<code>confounds</code>" in out and "`" not in out
+    assert render(md_spans("an odd ` backtick")).count("`") == 1  # no pair: shown as it is

@@ -4,6 +4,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from launchlab.reporting import plots  # noqa: E402
@@ -63,3 +64,49 @@ def test_the_threshold_plots_legend_covers_no_probe():
     assert [p for p in pixels if legend.contains(*p)] == []
     assert legend.x0 >= ax.get_window_extent(renderer).x1  # beside the axes, not over the data
     assert fig.get_tightbbox(renderer).x1 <= fig.bbox.x1 + 1  # and not cut off at the figure's edge
+
+
+def _contrast(a, b) -> float:
+    """WCAG 2's contrast ratio, computed here on its own (not with the module's helper)."""
+    def lum(rgb):
+        c = [x / 12.92 if x <= 0.04045 else ((x + 0.055) / 1.055) ** 2.4 for x in rgb[:3]]
+        return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_every_outcome_grid_cell_text_meets_wcag_aa_contrast_on_its_colour():
+    from matplotlib.colors import to_rgba
+
+    # shares 0, 1/4, 1/2, 3/4 and 1 (the colour map's dark red, orange, yellow, light and dark green), and no run
+    runs = pd.DataFrame([{"a": str(k), "b": "x", "status": "ready" if i < k else "failed", "valid": True}
+                         for k in range(5) for i in range(4)]
+                        + [{"a": "none", "b": "x", "status": "error", "valid": False}])
+    fig = plots.outcome_grid(runs, ["a", "b"])
+    ax = fig.axes[0]
+    [image] = ax.get_images()
+    texts = [t for t in ax.texts if "ready" in t.get_text() or "valid" in t.get_text()]
+    assert len(texts) == 6
+    for text in texts:
+        _, row = text.get_position()
+        value = image.get_array()[int(row)][0]
+        blank = value is None or value is np.ma.masked or value != value  # NaN: imshow leaves the cell white
+        cell = (1.0, 1.0, 1.0) if blank else image.cmap(image.norm(value))
+        assert _contrast(to_rgba(text.get_color()), cell) >= 4.5, (text.get_text(), text.get_color(), cell)
+
+
+def test_the_timelines_phase_labels_overlap_none_and_sit_above_every_trace():
+    # a fast start: dist init, weights and the KV pool end within 0.4 s of each other
+    telemetry = pd.DataFrame([{"run_id": "r1", "t_s": t / 10, "gpu": 0, "mem_used_mib": 1024 * min(90, t),
+                               "mem_total_mib": 97_887} for t in range(0, 400)])
+    runs = pd.DataFrame([{"run_id": "r1", "variant": "v=1", "status": "ready", "repetition": 1}])
+    events = pd.DataFrame([{"run_id": "r1", "field": f, "t_s": t} for f, t in
+                           (("dist_init_mem_gib", 3.0), ("weights_mem_gib", 3.2), ("kv_gib", 3.4),
+                            ("graph_mem_gib", 30.0))])
+    fig = plots.mark_phases(plots.memory_timeline(telemetry, runs), events, runs)
+    ax = fig.axes[0]
+    labels = [t for t in ax.texts if t.get_text().strip() in plots.PHASE_ENDS.values()]
+    assert sorted(t.get_text().strip() for t in labels) == sorted(plots.PHASE_ENDS.values())
+    assert overlapping(boxes(fig, labels)) == []
+    top = max(line.get_ydata().max() for line in ax.get_lines() if len(line.get_ydata()) > 2)
+    assert all(t.get_position()[1] > top and t.get_position()[1] < ax.get_ylim()[1] for t in labels)

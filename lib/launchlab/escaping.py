@@ -71,6 +71,15 @@ def md_code(text: object) -> str:
     return f"{fence}{pad}{flat}{pad}{fence}"
 
 
+def md_spans(text: object) -> str:
+    """Inline Markdown text in which the kit's own `code` spans stay code (a warning's `repetitions:`): the text
+    between pairs of backticks is a code span (md_code), the rest md(); either way nothing in it is markup."""
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an odd number of backticks: no pairs to trust
+        return md(text)
+    return "".join(md_code(part) if i % 2 else md(part) for i, part in enumerate(parts) if part or not i % 2)
+
+
 def md_block(text: str, info: str = "text") -> str:
     """A fenced code block whose fence is longer than any run of backticks or tildes in the text; control
     characters but tab and newline shown (`\\x1b`)."""

@@ -89,16 +89,34 @@ BUDGET_PARTS = (("dist_init_mem_gib", "distributed init + all-reduce buffers", "
 
 
 def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
-    """Dotted lines where the server's log says each startup phase ended (median over a variant's runs)."""
+    """Dotted lines where the server's log says each startup phase ended (median over a variant's runs), labelled
+    in a band above the traces (inside the plot the trace crossed "CUDA graphs"), each label on the first row
+    where it overlaps no other (side by side, "weights" and "KV pool" of a fast start overlapped)."""
     variants = list(runs["variant"].drop_duplicates())
+    if not fig.axes:
+        return fig
+    low, high = fig.axes[0].get_ylim()
+    band = (high - low) * 0.45
+    for ax in fig.axes:  # shared y: one headroom for all panels
+        ax.set_ylim(low, high + band)
+    renderer = fig.canvas.get_renderer()
     for ax, variant in zip(fig.axes, variants, strict=False):
         ids = runs[runs["variant"] == variant]["run_id"]
         sel = events[events["run_id"].isin(ids) & events["field"].isin(PHASE_ENDS)]
-        for field, label in PHASE_ENDS.items():
-            t = sel[sel["field"] == field]["t_s"].median()
-            if pd.notna(t):
-                ax.axvline(t, color="gray", linestyle=":", linewidth=0.8)
-                ax.text(t, ax.get_ylim()[1] * 0.98, f" {label}", rotation=90, va="top", fontsize=7, color="dimgray")
+        marks = sorted((t, label) for field, label in PHASE_ENDS.items()
+                       if pd.notna(t := sel[sel["field"] == field]["t_s"].median()))
+        placed = []
+        middle = sum(ax.get_xlim()) / 2
+        for t, label in marks:
+            ax.axvline(t, color="gray", linestyle=":", linewidth=0.8)
+            for row in range(len(PHASE_ENDS)):  # as many rows as labels: the last one is always free
+                text = ax.text(t, high + band * (0.14 + 0.24 * row), f" {label} ", va="center",
+                               ha="left" if t <= middle else "right", fontsize=7, color="dimgray")
+                box = text.get_window_extent(renderer)
+                if not any(box.overlaps(other) for other in placed) or row == len(PHASE_ENDS) - 1:
+                    break
+                text.remove()
+            placed.append(box)
     return fig
 
 
@@ -127,6 +145,24 @@ def memory_budget(rank_memory: pd.DataFrame, card_gib: float | None) -> plt.Figu
     return fig
 
 
+GRID_CMAP = plt.get_cmap("RdYlGn")
+
+
+def relative_luminance(rgb) -> float:
+    """WCAG 2's relative luminance of an sRGB colour (components 0–1)."""
+    def linear(c: float) -> float:
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (linear(c) for c in rgb[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def readable_on(background) -> str:
+    """Black or white, whichever contrasts more with the background: one of them always meets WCAG AA's 4.5:1
+    (black text on the grid's dark red and dark green did not)."""
+    lum = relative_luminance(background)
+    return "black" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "white"
+
+
 def outcome_grid(runs: pd.DataFrame, factors: list[str]) -> plt.Figure | None:
     """Ready runs out of the valid ones, for every combination of two factors (None unless the design has two).
     runs: every planned run; a `valid` column (analysis.observations) marks the observations, and a cell
@@ -146,8 +182,10 @@ def outcome_grid(runs: pd.DataFrame, factors: list[str]) -> plt.Figure | None:
             share[i][j] = k / n if n else float("nan")
             left = len(cell) - n
             label = f"{k}/{n} ready" if n else "no valid run"
-            ax.text(j, i, label + (f"\n({left} excluded)" if left else ""), ha="center", va="center", fontsize=9)
-    ax.imshow(share, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")  # cells as wide as their labels
+            background = GRID_CMAP(share[i][j]) if n else (1.0, 1.0, 1.0, 1.0)  # imshow leaves a NaN cell blank
+            ax.text(j, i, label + (f"\n({left} excluded)" if left else ""), ha="center", va="center", fontsize=9,
+                    color=readable_on(background))
+    ax.imshow(share, cmap=GRID_CMAP, vmin=0, vmax=1, aspect="auto")  # cells as wide as their labels
     # the factor names once, as axis labels; the levels alone as tick labels
     ax.set_xticks(range(len(cols)), [str(c) for c in cols])
     ax.set_yticks(range(len(rows)), [str(r) for r in rows])

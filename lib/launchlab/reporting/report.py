@@ -17,7 +17,7 @@ from pandas.io.formats.style import Styler
 from launchlab import __version__ as KIT_VERSION
 from launchlab import masking, params
 from launchlab.errors import RunDirError
-from launchlab.escaping import html_text, md, md_code
+from launchlab.escaping import html_text, md, md_code, md_spans
 from launchlab.logparse.kinds import KINDS
 from launchlab.reporting.reporttables import effects_in_gib, in_gib, log_tail, show, styled
 from launchlab.store import records, rundir
@@ -53,6 +53,12 @@ def warmup_markdown(warmups: list[dict]) -> str:
              + (f", started in {w['startup_s']:.1f} s" if w["startup_s"] is not None else "") for w in warmups]
     return (f"\n\n**{len(warmups)} warm-up run(s)** of the baseline (params `warmup:`) ran first on each host, to "
             "fill cold caches; they are never compared:\n\n" + "\n".join(lines))
+
+
+def _command_html(argv: list[str]) -> str:
+    """A command whose lines break only between its arguments: each is one unbreakable span (the page broke
+    `--disable-custom-all-reduce` after its first dash), joined by the spaces a line may break at."""
+    return " ".join(f'<span style="white-space: nowrap">{html_text(shlex.quote(a))}</span>' for a in argv)
 
 
 @dataclass(frozen=True)
@@ -228,7 +234,10 @@ class Report:
 
     def verdict_markdown(self) -> str:
         """The verdict's prose, then the answer to the experiment's question where the measurements give one."""
-        said = question.markdown(self.exp.question, self.verdict.effects, self.baseline_levels)
+        effects = self.verdict.effects
+        if self.exp.search is not None:  # each probed value against the high end answers nothing the thresholds
+            effects = [e for e in effects if e.factor != self.exp.search.factor]  # above do not (8 bullets, issue 28)
+        said = question.markdown(self.exp.question, effects, self.baseline_levels)
         return verdict.markdown(self.verdict, self.budget_summary()) + (f"\n\n{said}" if said else "")
 
     def design(self) -> Markdown:
@@ -282,7 +291,7 @@ class Report:
             extra = [f"env {k}={v}" for k, v in changed.items()] + [f"env {k} unset" for k in dropped]
             extra += [f"patch {p}" for p in variant.patches]
             tag = " (baseline)" if variant.name == base.name else ""
-            parts.append(f"<p><b>{html_text(variant.name)}</b>{tag}</p><pre>{html_text(shlex.join(argv))}</pre>"
+            parts.append(f"<p><b>{html_text(variant.name)}</b>{tag}</p><pre>{_command_html(argv)}</pre>"
                          + (f"<p>{'<br>'.join(html_text(e) for e in extra)}</p>" if extra else ""))
         return HTML("\n".join(parts))
 
@@ -325,7 +334,7 @@ class Report:
 
     def warnings(self) -> Markdown:
         items = self.verdict.warnings
-        return Markdown("\n".join(f"- ⚠ {md(w)}" for w in items) if items else "No warnings.")
+        return Markdown("\n".join(f"- ⚠ {md_spans(w)}" for w in items) if items else "No warnings.")
 
     def excluded(self) -> Markdown:
         rows = self.verdict.excluded_runs

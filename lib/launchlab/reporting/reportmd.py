@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from launchlab import masking, params
-from launchlab.escaping import md, md_block, visible
+from launchlab.escaping import md, md_block, md_spans, visible
 from launchlab.reporting import report
 from launchlab.reporting.report import IMPORTED_NOTE
 from launchlab.reporting.reporttables import in_gib, markdown
@@ -47,7 +47,7 @@ def write_verdict(run_dir: Path) -> Verdict:
     if v.confounds:
         text += ["## Confounds", ""] + [f"- {md(c.kind)}: {md(c.detail)}" for c in v.confounds] + [""]
     if v.warnings:
-        text += ["## Warnings", ""] + [f"- {md(w)}" for w in v.warnings] + [""]
+        text += ["## Warnings", ""] + [f"- {md_spans(w)}" for w in v.warnings] + [""]
     summary = rep.budget_summary()
     if not summary.empty:
         text += ["## Memory budget (from the server's log)", "", markdown(summary), ""]
