@@ -75,16 +75,27 @@ def test_the_report_renders_offline_with_its_tables_and_plots(chromium, demo_run
 # Measured by the page itself once laid out at 1400 px: its title, the figures' alternative text, every table wider
 # than the page that is not inside a container scrolling sideways, and in every chart (inline SVG whose text the
 # browser lays out) the tick labels, axis labels and legend that overlap one another.
-LAYOUT_PROBE = """<script>window.addEventListener('load', () => {
+LAYOUT_PROBE = """<script>window.addEventListener('load', async () => {
   const page = document.documentElement.clientWidth;
   const scrolls = (el) => { for (let p = el.parentElement; p; p = p.parentElement) {
       const o = getComputedStyle(p).overflowX;
       if ((o === 'auto' || o === 'scroll') && p.clientWidth <= page) return true; } return false; };
   const cut = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().width > page && !scrolls(t));
   const wide = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().width > page);
-  // a table that scrolls shows its key column (the first) without scrolling
-  const keyHidden = wide.map(t => t.querySelector('th, td')).filter(c => c && c.getBoundingClientRect().right > page)
-    .map(c => c.textContent.trim().slice(0, 40));
+  // a table that scrolls keeps its key column (the first) in view, before and after it is scrolled to its end
+  const scroller = (el) => { for (let p = el.parentElement; p; p = p.parentElement) {
+      if (['auto', 'scroll'].includes(getComputedStyle(p).overflowX)) return p; } return null; };
+  const keyHidden = [];
+  for (const t of wide) {
+    const cell = t.querySelector('tr > :first-child'), box = scroller(t);
+    if (!cell || !box) continue;
+    for (const left of [0, box.scrollWidth]) {
+      box.scrollLeft = left;
+      const c = cell.getBoundingClientRect(), b = box.getBoundingClientRect();
+      if (c.left < b.left - 1 || c.right > Math.min(b.right, page) + 1) keyHidden.push(cell.textContent.trim().slice(0, 40));
+    }
+    box.scrollLeft = 0;
+  }
   // a command breaks only between its arguments: an argument's span laid out over two lines has two boxes
   const brokenArgs = [...document.querySelectorAll('pre > span')].filter(s => s.getClientRects().length > 1)
     .map(s => s.textContent);
@@ -109,7 +120,32 @@ LAYOUT_PROBE = """<script>window.addEventListener('load', () => {
     groups.forEach((group, g) => group.forEach((a, i) => group.slice(i + 1).forEach((b) => {
       if (hit(a, b) && !(g === 2 && a.text === b.text)) overlaps.push(a.text + ' / ' + b.text); })));
   });
-  document.body.setAttribute('data-layout', JSON.stringify({title: document.title, page, wide: wide.length,
+  // the text drawn on a chart's image (the outcome grid's cells): its colour against the image's pixel under it
+  const lum = (c) => { const [r, g, b] = c.map(x => x / 255).map(x => x <= 0.04045 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4);
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const contrast = [];
+  for (const image of document.querySelectorAll('[role=img] svg image')) {
+    const img = new Image();
+    img.src = image.getAttribute('xlink:href') || image.getAttribute('href');
+    await img.decode();
+    const canvas = document.createElement('canvas');
+    canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+    const ctx = canvas.getContext('2d');
+    ctx.drawImage(img, 0, 0);
+    const at = image.getBoundingClientRect();
+    for (const t of image.closest('g[id^=axes_]').querySelectorAll(':scope > g[id^=text_] text')) {
+      const r = t.getBoundingClientRect();
+      const x = (r.left + r.width / 2 - at.left) / at.width, y = (r.top + r.height / 2 - at.top) / at.height;
+      if (x < 0 || x > 1 || y < 0 || y > 1) continue;  // the title, outside the cells
+      const px = Math.floor(x * (img.naturalWidth - 1)), py = Math.floor(y * (img.naturalHeight - 1));
+      const [pr, pg, pb, pa] = ctx.getImageData(px, py, 1, 1).data;
+      const under = pa === 0 ? [255, 255, 255] : [pr, pg, pb];  // a blank cell shows the white page
+      const fill = getComputedStyle(t).fill.match(/[0-9]+([.][0-9]+)?/g).slice(0, 3).map(Number);
+      const [hi, lo] = [lum(fill), lum(under)].sort((a, b) => b - a);
+      contrast.push({text: t.textContent.trim(), ratio: (hi + 0.05) / (lo + 0.05)});
+    }
+  }
+  document.body.setAttribute('data-layout', JSON.stringify({title: document.title, page, wide: wide.length, contrast,
     cut: cut.map(t => t.innerText.slice(0, 80)), alts, labels, overlaps: [...new Set(overlaps)], keyHidden, brokenArgs,
     commands}));
 });</script></body>"""
@@ -147,6 +183,9 @@ def test_the_report_is_titled_after_the_experiment_its_figures_say_what_they_sho
     assert found["overlaps"] == [], f"labels that overlap on the page: {found['overlaps']}"
     assert found["commands"] >= 8, "the commands' arguments were not found: the check below would be empty"
     assert found["brokenArgs"] == [], f"arguments broken over two lines: {found['brokenArgs']}"
+    # the outcome grid's cell texts against their cells, as the page shows them: WCAG AA (4.5:1)
+    assert len(found["contrast"]) >= 4, f"the grid's cell texts were not found: {found['contrast']}"
+    assert [c for c in found["contrast"] if c["ratio"] < 4.5] == [], found["contrast"]
 
 
 def test_the_layout_probe_finds_tick_labels_that_overlap(chromium, tmp_path):
