@@ -314,7 +314,12 @@ def _main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
     for rank in range(args.tp):
-        children.append(_Forked.start(_args([*argv, "--sim-worker-rank", str(rank), "--sim-sync-dir", str(sync)])))
+        # TERM and INT are held from before the fork until the rank is in `children`: a stop that reaches the group
+        # while a rank is being forked would otherwise miss it (the signal delivered before the child existed, the
+        # handler run before the append) and leave that rank running on, alone in the group (seen as a KILL after
+        # the kit's grace under load)
+        with _held(signal.SIGTERM, signal.SIGINT):
+            children.append(_Forked.start(_args([*argv, "--sim-worker-rank", str(rank), "--sim-sync-dir", str(sync)])))
     pause = 0.005  # back-off, not a fixed 50 ms: a rank that is ready at once is served at once
     while len(list(sync.glob("ready.*"))) < args.tp:
         if any(c.poll() not in (None, 0) for c in children):
@@ -351,6 +356,16 @@ def _main(argv: list[str]) -> int:
         time.sleep(3600)
 
 
+@contextlib.contextmanager
+def _held(*signums: int):
+    """Signals blocked while the block runs, delivered (to the handlers then installed) when it ends."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(signums))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 class _Forked:
     """A scheduler process forked from the main one (SGLang spawns a fresh interpreter per rank; the simulation
     forks, so that a TP-8 start does not pay for eight interpreters' start-up). What subprocess.Popen offers the
@@ -368,6 +383,7 @@ class _Forked:
             try:
                 for number in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(number, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})  # held by the parent
                 code = _scheduler(args)
             finally:
                 sys.stdout.flush()
