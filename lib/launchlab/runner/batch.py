@@ -343,10 +343,11 @@ class _Workers:
             self.stop.set()
             self.interrupted.set()
             current = dict(self.in_flight)
-        stopped = {}
+        # stopping first, saying after: a line to a terminal that closed (SIGHUP) must not come before the stop
+        stopped = {run.run_id: recovery.stop_recorded(self.exp, run, self.run_dir, self.connected)
+                   for run in current.values()}
         for run in current.values():
-            self.say(f"{notebooks.run_label(run, self.total)}  {why}: stopping what the run started")
-            stopped[run.run_id] = recovery.stop_recorded(self.exp, run, self.run_dir, self.connected)
+            self.say(f"{notebooks.run_label(run, self.total)}  {why}: the kit stopped what the run started")
         self.wait_all()  # the notebooks end quickly once their servers are gone
         for run in current.values():
             record = recovery.recover(self.exp, run, self.run_dir, self.connected, reason=interrupts.REASON,

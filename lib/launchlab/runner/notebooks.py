@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launchlab import config, masking, params
+from launchlab import config, interrupts, masking, params
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.run import recovery
 from launchlab.runner import kernels, liveprogress
@@ -21,7 +21,9 @@ Say = Callable[[str], None]
 
 
 def stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """A progress line to stderr; dropped when the terminal is gone (interrupts.unless_gone)."""
+    with interrupts.unless_gone(sys.stderr):
+        print(line, file=sys.stderr, flush=True)
 
 
 def notebooks_dir() -> Path:
