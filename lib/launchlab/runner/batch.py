@@ -275,9 +275,12 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         workers.interrupt(interrupts.describe(exc))
         raise
     if workers.broken:
-        raise RunDirError("the batch stopped: " + "; ".join(workers.broken) + ". Every run that had started was "
-                          "stopped; once the cause is fixed, `launchlab run PARAMS --resume RUN_DIR` repeats what did "
-                          "not finish")
+        then = ("once the cause is fixed, `launchlab run PARAMS --resume RUN_DIR` repeats what did not finish"
+                if rundir.RunDir(run_dir).manifest_file.is_file() else
+                f"the run directory is gone, so nothing can be resumed: start the batch again with "
+                f"`launchlab run {shlex.quote(str(params_file))}`")
+        raise RunDirError("the batch stopped: " + "; ".join(workers.broken) + f". Every run that had started was "
+                          f"stopped; {then}")
 
 
 class _Workers:
