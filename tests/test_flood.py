@@ -20,14 +20,17 @@ from launchlab.store.keptlog import HEAD_BYTES, TAIL_BYTES
 FLOOD_BYTES = 400 * 2**20  # a few hundred MB proves the bound (the issue's server wrote 2.6 GB)
 FLOOD_S = 8.0  # or as much as it writes in this time on a slow disk
 PEAK_RSS_MB = 600  # the kit's processes; before issue 23 a run kernel held the flood in memory (well over this)
-FLOOD = f"""\
+# what a flood may add to a kit process's peak over the same run without it, as a share of what the server wrote:
+# the kit reads a log a few MiB at a time, so a process that held the raw log once would add all of it
+FLOOD_SHARE = 0.25
+FLOOD = """\
 import sys, time
 out = sys.stdout.buffer
 out.write(b"flood server (simulated): starting\\n")
 out.write(b"L" * 5_000_000 + b"\\n")  # one line of 5 MB
 line = b"[flood] decode batch, #running-req: 12, #token: 1234, token usage: 0.12, gen throughput (token/s): 98.7\\n"
 block, written, t0 = line * 10_000, 0, time.monotonic()
-while written < {FLOOD_BYTES} and time.monotonic() - t0 < {FLOOD_S}:
+while written < {flood_bytes} and time.monotonic() - t0 < {flood_s}:
     out.write(block)
     written += len(block)
 out.flush()
@@ -61,12 +64,25 @@ class PeakMemory(threading.Thread):
     def highest(self) -> tuple[float, str]:
         return max(self.peaks.values(), default=(0.0, ""))
 
+    def by_role(self) -> dict[str, float]:
+        """The highest peak of each kind of kit process: the `launchlab run` process, its kernels (the kernel-fork
+        server and the kernels forked from it), the rest (the simulated host's commands)."""
+        roles: dict[str, float] = {}
+        for mb, name in self.peaks.values():
+            role = next((r for r, m in ROLES.items() if m in name), "other")
+            roles[role] = max(roles.get(role, 0.0), mb)
+        return roles
 
-@pytest.mark.slow
-def test_a_flooding_server_ends_with_a_final_status_its_log_cut_to_head_and_tail_and_the_kit_stays_small(
-        tmp_path, sim_root):
+
+ROLES = {"launchlab run": "launchlab.cli", "kernels": "launchlab.runner.kernelfork"}
+
+
+def run_batch(tmp_path: Path, flood_bytes: int) -> tuple[subprocess.CompletedProcess, PeakMemory]:
+    """`launchlab run` of one run whose server writes flood_bytes of short lines (and one line of 5 MB) and dies
+    with a traceback, with the peak memory of the kit's processes while it runs."""
+    tmp_path.mkdir()
     script = tmp_path / "flood.py"
-    script.write_text(FLOOD)
+    script.write_text(FLOOD.format(flood_bytes=flood_bytes, flood_s=FLOOD_S))
     path = write_params(tmp_path, f"""\
         experiment: flood
         hosts:
@@ -92,6 +108,16 @@ def test_a_flooding_server_ends_with_a_final_status_its_log_cut_to_head_and_tail
     finally:
         memory.done.set()
         memory.join()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), memory
+
+
+@pytest.mark.slow
+def test_a_flooding_server_ends_with_a_final_status_its_log_cut_to_head_and_tail_and_the_kit_stays_small(
+        tmp_path, sim_root):
+    quiet, quiet_memory = run_batch(tmp_path / "quiet", flood_bytes=0)  # the same run, its server writing little
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    proc, memory = run_batch(tmp_path / "flood", flood_bytes=FLOOD_BYTES)
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 0, err[-3000:]
     run_dir = Path(out.strip().splitlines()[-1])
     folder = next((run_dir / "runs").iterdir())
@@ -122,6 +148,13 @@ def test_a_flooding_server_ends_with_a_final_status_its_log_cut_to_head_and_tail
     print("peak memory of the kit's processes:", *(f"{mb:.0f} MB {name[:70]}" for mb, name in
                                                      sorted(memory.peaks.values(), reverse=True)[:3]), sep="\n  ")
     assert 0 < peak_mb < PEAK_RSS_MB, f"the kit's processes peaked at {peak_mb:.0f} MB ({which})"
+    # and what the flood added to each kind of kit process is a small share of what the server wrote
+    written_mb, quiet_peaks = record["written_bytes"] / 2**20, quiet_memory.by_role()
+    added = {role: mb - quiet_peaks.get(role, 0.0) for role, mb in memory.by_role().items()}
+    print(f"added by {written_mb:.0f} MB of log:", {role: f"{mb:+.0f} MB" for role, mb in added.items()})
+    assert set(ROLES) <= set(added), added  # both kinds were measured, in both runs
+    assert set(ROLES) <= set(quiet_peaks), quiet_peaks
+    assert all(mb < FLOOD_SHARE * written_mb for mb in added.values()), (added, f"{written_mb:.0f} MB written")
 
 
 def test_a_run_whose_collection_runs_past_its_deadline_ends_as_an_error_that_says_why(tmp_path, sim_root, monkeypatch):

@@ -3,10 +3,13 @@ runs in flight stopped and recorded as interrupted, nothing of the simulated box
 command printed — and every line says what happened: interrupted, stopped by the kit, never "had exited by
 itself"."""
 
+import fcntl
 import json
 import os
+import select
 import signal
 import subprocess
+import termios
 import time
 from pathlib import Path
 
@@ -96,3 +99,73 @@ def test_only_the_first_termination_interrupts_and_each_signal_is_named_with_its
                 caught.append(exc.signum)
     assert caught == [signal.SIGTERM]  # the second one is ignored while the batch stops
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # and the handlers are put back
+
+
+def drain(master: int) -> None:
+    """Read what the batch printed to its terminal so far (a full pty buffer would block its writes)."""
+    while select.select([master], [], [], 0)[0]:
+        try:
+            if not os.read(master, 65536):
+                return
+        except OSError:
+            return
+
+
+def take_terminal() -> None:
+    """In the child, after start_new_session's setsid: the pty on its stdin becomes its controlling terminal, so
+    that closing the terminal hangs up the session leader as a real one does."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@pytest.mark.parametrize("leader", [True, False], ids=["the batch leads the terminal's session", "a shell's job"])
+def test_a_closed_terminal_stops_the_runs_in_flight_though_nothing_can_be_printed_any_more(
+        small_params, tmp_path, sim_root, leader):
+    """A terminal closed under `launchlab run`: the tty is hung up, so every write to it fails (EIO), and SIGHUP
+    comes — from the kernel to the session leader (`leader`), or from the shell to its job's process group. The
+    runs in flight are still stopped and recorded as interrupted, and nothing of the simulated box is left."""
+    path = small_params(pace=3.0, timeout=120)
+    path.write_text(path.read_text().replace("stop_grace_s: 5", "stop_grace_s: 20"))
+    out = tmp_path / "out"
+    master, slave = os.openpty()
+    try:
+        proc = subprocess.Popen([*LAUNCHLAB_EXEC, "run", "--no-html", str(path), "--out", str(out)],
+                                stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                                preexec_fn=take_terminal if leader else None)
+    finally:
+        os.close(slave)
+    try:
+        deadline = time.monotonic() + 120
+        watching = None
+        while watching is None and time.monotonic() < deadline and proc.poll() is None:
+            drain(master)
+            watching = next((p for p in out.glob("*/*/runs/*/status.json")
+                             if '"state": "watching"' in p.read_text(errors="replace")), None)
+            time.sleep(0.1)
+        assert watching is not None, "no run reached its watch"
+        drain(master)
+    finally:
+        os.close(master)  # the terminal is gone: the tty hangs up (the session leader gets SIGHUP from the kernel)
+    sent = time.monotonic()
+    if not leader:
+        os.killpg(proc.pid, signal.SIGHUP)  # as bash does for its jobs when its terminal hangs up
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    took = time.monotonic() - sent
+    assert proc.returncode == 128 + signal.SIGHUP
+    assert took < 30, f"{took:.1f} s from the hang-up to the exit"
+    run_dir, run_id = watching.parent.parent.parent, watching.parent.name
+    statuses = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("runs/*/status.json")}
+    assert statuses and all(s["state"] == "done" for s in statuses.values()), statuses  # none left watching
+    interrupted = statuses[run_id]
+    assert interrupted["status"] == "error" and interrupted["failure_reason"] == "interrupted"
+    assert interrupted["failure_message"].startswith("interrupted by SIGHUP")
+    processes = json.loads((watching.parent / "processes.json").read_text())
+    assert {p["role"] for p in processes} == {"server", "sampler"}
+    assert all(p["stopped_with"] in ("TERM", "KILL") for p in processes), processes
+    deadline = time.monotonic() + 5
+    while processes_using(str(sim_root)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_using(str(sim_root)) == []  # server, sampler and kernels all gone

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from launchlab import __version__
+from launchlab import __version__, interrupts
 from launchlab.errors import LaunchlabError, ParamsError
 from launchlab.escaping import visible
 from launchlab.logparse.kinds import KINDS
@@ -221,11 +221,13 @@ class _VisibleText(io.TextIOBase):
         self.stream = stream
 
     def write(self, text: str) -> int:
-        self.stream.write(visible(text))
+        with interrupts.unless_gone(self.stream):  # a closed terminal must not stop the batch halfway (SIGHUP)
+            self.stream.write(visible(text))
         return len(text)
 
     def flush(self) -> None:
-        self.stream.flush()
+        with interrupts.unless_gone(self.stream):
+            self.stream.flush()
 
     def isatty(self) -> bool:
         return self.stream.isatty()
@@ -265,8 +267,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"launchlab: {exc}", file=sys.stderr)
             return EXIT_KIT_ERROR
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a batch (interrupts.py)
-            from launchlab import interrupts
-
             print(f"launchlab: {interrupts.describe(exc)}.", file=sys.stderr)  # the batch said how to continue
             return interrupts.exit_code(exc)
 

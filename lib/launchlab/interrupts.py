@@ -6,16 +6,23 @@ Python turns only SIGINT into KeyboardInterrupt; left alone, SIGTERM ends the pr
 run's status left at `watching`, its sampler orphaned) and SIGHUP likewise. `terminations_interrupt` raises an
 `Interrupted` (a KeyboardInterrupt that knows its signal) for the first of them; later ones are ignored while the
 batch stops what it started, as a second Ctrl-C is held during a run's cleanup (lifecycle.finish).
+
+A closed terminal is also hung up: every write to it fails (EIO), as one to a pipe whose reader left does (EPIPE).
+`unless_gone` drops such writes, so a progress line can never keep the batch from stopping its servers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import signal
 import threading
 from collections.abc import Iterator
+from typing import TextIO
 
 TERMINATIONS = (signal.SIGTERM, signal.SIGHUP)
+GONE = (errno.EIO, errno.EPIPE)  # a write to a hung-up terminal, to a pipe nobody reads any more
 
 
 class Interrupted(KeyboardInterrupt):
@@ -61,3 +68,22 @@ def terminations_interrupt() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def unless_gone(stream: TextIO) -> Iterator[None]:
+    """Write to stream in the block; when nobody can read it any more (a hung-up terminal, a closed pipe), the
+    write is dropped instead of raising, and the stream's descriptor is pointed at /dev/null: its later writes, and
+    the interpreter's own flush at exit, go nowhere too."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in GONE:
+            raise
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, stream.fileno())
+            finally:
+                os.close(devnull)
+            stream.flush()  # what the stream still holds goes to /dev/null, not to the next write

@@ -67,7 +67,10 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
     for node in nodes:  # the last of the run: e.g. a sampler the kernel died before recording
         _sweep(exp, node, result, spare=set())
     if any(n.refs for n in nodes):
-        write_processes(folder, nodes, stopped)
+        try:  # a record of what was stopped: failing to write it must not keep the run from being collected
+            write_processes(folder, nodes, stopped)
+        except LaunchlabError as exc:
+            result.notes.append(f"how the run's processes were stopped is not recorded in processes.json: {exc}")
     return _collect_all(nodes, folder, result, COLLECT_S if collect_s is None else collect_s) if collect else None
 
 

@@ -275,9 +275,12 @@ def _run_all(exp: params.Experiment, runs: list[Run], run_dir: Path, connected: 
         workers.interrupt(interrupts.describe(exc))
         raise
     if workers.broken:
-        raise RunDirError("the batch stopped: " + "; ".join(workers.broken) + ". Every run that had started was "
-                          "stopped; once the cause is fixed, `launchlab run PARAMS --resume RUN_DIR` repeats what did "
-                          "not finish")
+        then = ("once the cause is fixed, `launchlab run PARAMS --resume RUN_DIR` repeats what did not finish"
+                if rundir.RunDir(run_dir).manifest_file.is_file() else
+                f"the run directory is gone, so nothing can be resumed: start the batch again with "
+                f"`launchlab run {shlex.quote(str(params_file))}`")
+        raise RunDirError("the batch stopped: " + "; ".join(workers.broken) + f". Every run that had started was "
+                          f"stopped; {then}")
 
 
 class _Workers:
@@ -343,10 +346,11 @@ class _Workers:
             self.stop.set()
             self.interrupted.set()
             current = dict(self.in_flight)
-        stopped = {}
+        # stopping first, saying after: a line to a terminal that closed (SIGHUP) must not come before the stop
+        stopped = {run.run_id: recovery.stop_recorded(self.exp, run, self.run_dir, self.connected)
+                   for run in current.values()}
         for run in current.values():
-            self.say(f"{notebooks.run_label(run, self.total)}  {why}: stopping what the run started")
-            stopped[run.run_id] = recovery.stop_recorded(self.exp, run, self.run_dir, self.connected)
+            self.say(f"{notebooks.run_label(run, self.total)}  {why}: the kit stopped what the run started")
         self.wait_all()  # the notebooks end quickly once their servers are gone
         for run in current.values():
             record = recovery.recover(self.exp, run, self.run_dir, self.connected, reason=interrupts.REASON,

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launchlab import config, masking, params
+from launchlab import config, interrupts, masking, params
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.run import recovery
 from launchlab.runner import kernels, liveprogress
@@ -21,7 +21,9 @@ Say = Callable[[str], None]
 
 
 def stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """A progress line to stderr; dropped when the terminal is gone (interrupts.unless_gone)."""
+    with interrupts.unless_gone(sys.stderr):
+        print(line, file=sys.stderr, flush=True)
 
 
 def notebooks_dir() -> Path:
@@ -116,6 +118,8 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, *
         return
     if not records.done(folder) or problem:
         recovery.recover(exp, run, run_dir, hosts, message=problem or "the run notebook ended without a final status")
+    if (gone := _run_dir_gone(run_dir, folder)) is not None:
+        raise gone
     record = records.read_status(folder).record
     # the outcome and when it was reached, then the run's whole time:
     # "ready at 6.3 s, stopped by the kit (done in 7.6 s)"
@@ -123,6 +127,20 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, *
     for kept in map(keptlog.LogCut.from_json, record.logs):
         if kept.cut:  # a log longer than the kit keeps: how much of it the run folder holds
             say(f"{label}  {kept.note()}")
+
+
+def _run_dir_gone(run_dir: Path, folder: rundir.RunFolder) -> RunDirError | None:
+    """A run directory deleted while a run went (its manifest.json is gone): the kit error that stops the batch,
+    saying how the run ended (its processes were stopped all the same: lifecycle.finish, recovery.recover); None
+    while the run directory is there."""
+    if rundir.RunDir(run_dir).manifest_file.is_file():
+        return None
+    status = None
+    with contextlib.suppress(RunDirError, OSError):
+        status = records.read_status(folder)  # written again by the run's cleanup, after the deletion
+    ended = f"; the run ended as {liveprogress.outcome_line(status.record)}" if status is not None and status.done else ""
+    return RunDirError(f"the run directory {run_dir} was deleted while the run went (its manifest.json is gone)"
+                       f"{ended}, and no further run is started")
 
 
 def _mask_notebook(exp: params.Experiment, notebook: Path) -> None:
