@@ -6,6 +6,7 @@ parser was run on these files."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -102,3 +103,47 @@ def test_a_real_vllm_026_kv_sizing_failure_is_told_by_the_engine_cores_exception
     # "RuntimeError: Engine core initialization failed. See root cause above." points to
     assert failure["message"].startswith("ValueError: No available memory for the cache blocks")
     assert "ValueError: No available memory for the cache blocks" in lines[failure["line"] - 1]
+
+
+# "(APIServer pid=…) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+# the last line of each failed log: the API server's traceback (run_server → … → wait_for_engine_startup), ending
+# after the EngineCore's own traceback ("ValueError: No available memory for the cache blocks …") has been written
+ENGINE_CORE_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+
+
+def _numbered(name: str) -> list[str]:
+    return (LOGS / name).read_bytes().decode().split("\n")  # numbered as `grep -n` does
+
+
+@pytest.mark.parametrize("name", sorted(FAILED))
+def test_the_api_servers_engine_core_initialization_failed_line_ends_the_watch_but_never_hides_the_root_cause(name):
+    lines = _numbered(name)
+    [api] = [n for n, line in enumerate(lines, 1) if "Engine core initialization failed" in line]
+    assert lines[api - 1].startswith("(APIServer pid=") and lines[api - 1].endswith(ENGINE_CORE_FAILED)
+    # the watch stops on it (a fatal line of the kind): the server will not become ready
+    assert [p for p in logparse.kinds.KINDS["vllm"].fatal_patterns if re.search(p, lines[api - 1])]
+    # and the failure stays the EngineCore's ValueError, written above it ("See root cause above")
+    failure = parse_json(name)["failure"]
+    assert failure["line"] < api and lines[failure["line"] - 1].startswith("(EngineCore pid=")
+    assert "Engine core initialization failed" not in failure["message"]
+
+
+@pytest.mark.parametrize("name", sorted(FAILED))
+def test_an_engine_core_that_dies_without_its_traceback_fails_on_the_api_servers_line(tmp_path, name):
+    """The same log without the EngineCore's error lines (its "EngineCore failed to start." and both of its
+    tracebacks), as when the engine core is killed before it can write them: the API server's line is then all the
+    log says about the failure — an exception with that message, on that line, where the log had got to
+    ("Available KV cache memory", the KV-cache phase)."""
+    lines = _numbered(name)
+    start = next(n for n, line in enumerate(lines) if "EngineCore failed to start." in line)
+    cut = [line for n, line in enumerate(lines) if n < start or not line.startswith("(EngineCore pid=")]
+    assert not [line for line in cut[start:] if "ValueError" in line]  # no root cause left
+    log = tmp_path / name
+    log.write_bytes("\n".join(cut).encode())
+    out = subprocess.run([sys.executable, "-m", "launchlab.cli", "parse", "--json", str(log)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    parsed = json.loads(out.stdout)
+    [api] = [n for n, line in enumerate(cut, 1) if "Engine core initialization failed" in line]
+    assert parsed["ready"] is False
+    assert parsed["failure"] == {"reason": "exception", "phase": "kv_cache", "message": ENGINE_CORE_FAILED,
+                                 "line": api}

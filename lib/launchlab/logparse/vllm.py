@@ -314,15 +314,18 @@ class VLLMParser:
         if self.in_traceback and _FRAME_EVIDENCE.search(msg):
             log.fail("kv_cache_no_memory", "kv_cache", msg)
             return
-        if _WRAPPERS.search(msg):
+        found = exception_line(msg)
+        unended = log.failure is not None and log.failure.reason == "exception" and not exception_line(log.failure.message)
+        # a wrapper's own exception line ("RuntimeError: Engine core initialization failed. See root cause above.")
+        # ends the traceback noted first: below, as any exception line does
+        if _WRAPPERS.search(msg) and not (found is not None and unended):
             log.fail("exception", method_phase(msg), msg)  # "Error executing method load_model": the method is the phase
             self.in_traceback = True
             return
-        found = exception_line(msg)
         if found is not None:
             reason = classify(msg)
             phase = self._frame_phase() or ("kv_cache" if reason in ("kv_cache_no_memory", "max_len_exceeds_kv") else None)
-            if log.failure is not None and log.failure.reason == "exception" and not exception_line(log.failure.message):
+            if unended:
                 log.refine(reason, msg, phase)  # the wrapper's traceback ends here: its last line says what went wrong
             else:
                 log.fail(reason, phase, msg)
