@@ -11,58 +11,80 @@
 # Every call does what it can with what has arrived:
 #   1. copies the carried parts to /tmp/vch;
 #   2. once every part SHA256SUMS names is there and checks: installs the wheels into /tmp/site and makes the
-#      model (scripts/make_model.py --small → /tmp/launchlab-vllm-model);
+#      model (scripts/make_model.py --small → /tmp/launchlab-vllm-model); a part that does not match SHA256SUMS
+#      (it is removed: carry it again) or a wheel pip cannot install stops the call with a message and exit 1;
 #   3. with PARAMS, once installed: runs `launchlab run PARAMS`, or continues with --resume the batch an earlier
 #      call stopped, and stops it (SIGINT: the runs in flight are recorded as interrupted) so that the whole
 #      call ends within SECONDS (default 560; a device call runs at most 600 s);
 #   4. whatever happens (a trap), packs the run directory into OUT_DIR/<params stem>.tar.gz, with this call's
 #      log beside it, so a batch that ends early still brings back its evidence.
-# VLLM_PARTS names another folder of parts (default .vllm/parts).
+# VLLM_PARTS names another folder of parts (default .vllm/parts); VLLM_EXAMPLE_TMP another folder than /tmp for
+# vch/, site/, vllm-example/ and launchlab-outputs/ (tests/test_vllm_example_script.py).
 set -euo pipefail
 out=${1:?usage: scripts/vllm-example.sh OUT_DIR [PARAMS [SECONDS]]}
 params=${2:-}
 budget_s=${3:-560}
 parts=${VLLM_PARTS:-.vllm/parts}
+tmp=${VLLM_EXAMPLE_TMP:-/tmp}
+vch=$tmp/vch site=$tmp/site state=$tmp/vllm-example
 root=$(pwd)
 started=$(date +%s)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-export PYTHONPATH=/tmp/site:$root/lib
-export JUPYTER_PATH=/tmp/site/share/jupyter   # nbconvert's templates and the kernel spec, installed with --target
-mkdir -p /tmp/vch /tmp/vllm-example
-log=/tmp/vllm-example/call-$started.log
+export PYTHONPATH=$site:$root/lib
+export JUPYTER_PATH=$site/share/jupyter   # nbconvert's templates and the kernel spec, installed with --target
+mkdir -p "$vch" "$state"
+log=$state/call-$started.log
+WAITING=3   # install's status while parts are still to come: not a failure
 
 receive() {
   [ -d "$parts" ] || return 0
-  cp "$parts"/* /tmp/vch/ 2>/dev/null || true
+  cp "$parts"/* "$vch"/ 2>/dev/null || true
   local want have
-  want=$(wc -l < /tmp/vch/SHA256SUMS 2>/dev/null || echo "?")
-  have=$(ls /tmp/vch | grep -c '^part-' || true)
+  want=$(wc -l < "$vch"/SHA256SUMS 2>/dev/null || echo "?")
+  have=$(ls "$vch" | grep -c '^part-' || true)
   echo "parts on the machine: $have of $want"
 }
 
+fail() { echo "vllm-example: $*" >&2; return 1; }
+
+# Called as `install || rc=$?`, so bash ignores `set -e` inside it: every step is checked on its own line.
 install() {
-  if [ -f /tmp/site/vllm/__init__.py ]; then echo "vLLM installed in /tmp/site"; return 0; fi
-  [ -f /tmp/vch/SHA256SUMS ] || { echo "no SHA256SUMS yet: carry the parts"; return 1; }
-  local missing
-  missing=$(cd /tmp/vch && awk '{print $2}' SHA256SUMS | while read -r p; do [ -f "$p" ] || echo "$p"; done)
-  [ -z "$missing" ] || { echo "still to carry:" $missing; return 1; }
-  (cd /tmp/vch && sha256sum --quiet -c SHA256SUMS)
-  rm -rf /tmp/vw && mkdir -p /tmp/vw
-  cat /tmp/vch/part-* | tar x -C /tmp/vw
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    /tmp/vw/wheels/*.whl 2>&1 | grep -v 'already exists' || true
-  rm -rf /tmp/vw
-  [ -f /tmp/site/vllm/__init__.py ] && echo "installed $(ls /tmp/site | grep -c dist-info) packages into /tmp/site"
+  if [ -f "$state/installed" ]; then echo "vLLM installed in $site"; return 0; fi
+  [ -f "$vch"/SHA256SUMS ] || { echo "no SHA256SUMS yet: carry the parts"; return $WAITING; }
+  local missing bad
+  missing=$(cd "$vch" && awk '{print $2}' SHA256SUMS | while read -r p; do [ -f "$p" ] || echo "$p"; done)
+  [ -z "$missing" ] || { echo "still to carry:" $missing; return $WAITING; }
+  bad=$(cd "$vch" && sha256sum -c SHA256SUMS 2>/dev/null | awk -F': ' '$NF != "OK" {print $1}')
+  if [ -n "$bad" ]; then
+    (cd "$vch" && rm -f $bad)
+    fail "carried parts that do not match SHA256SUMS: $(echo $bad) (removed from $vch: carry them again); nothing" \
+      "installed"
+    return
+  fi
+  rm -rf "$tmp/vw" && mkdir -p "$tmp/vw" || { fail "cannot make $tmp/vw"; return; }
+  cat "$vch"/part-* | tar x -C "$tmp/vw" || { fail "the parts do not untar (see above); nothing installed"; return; }
+  if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+      "$tmp"/vw/wheels/*.whl > "$state/pip.log" 2>&1; then
+    grep -v 'already exists' "$state/pip.log" | tail -n 30
+    rm -rf "$tmp/vw"
+    fail "pip could not install the wheels (its last lines above, all in $state/pip.log); vLLM is not installed"
+    return
+  fi
+  grep -v 'already exists' "$state/pip.log" || true
+  rm -rf "$tmp/vw"
+  [ -f "$site"/vllm/__init__.py ] || { fail "pip installed no vllm package into $site"; return; }
+  touch "$state/installed"
+  echo "installed $(ls "$site" | grep -c dist-info) packages into $site"
 }
 
 experiment() {
   local run_dir rc limit
   stem=$(basename "$params" .yaml)
-  outs=/tmp/launchlab-outputs/$stem
+  outs=$tmp/launchlab-outputs/$stem
   # stem and outs are global: the EXIT trap runs after this function has returned
   pack() { tar czf "$out/$stem.tar.gz" -C "$outs" . 2>/dev/null || true; }
   trap pack EXIT
-  if [ -f "/tmp/vllm-example/$stem.done" ]; then echo "$params: finished in an earlier call"; return 0; fi
+  if [ -f "$state/$stem.done" ]; then echo "$params: finished in an earlier call"; return 0; fi
   [ -d /tmp/launchlab-vllm-model ] || python3 scripts/make_model.py --small /tmp/launchlab-vllm-model
   python3 -m launchlab.cli validate "$params"
   run_dir=$(ls -d "$outs"/*/*/ 2>/dev/null | head -1 || true)
@@ -75,14 +97,17 @@ experiment() {
   rc=$?
   set -e
   echo "launchlab run exited $rc"
-  [ "$rc" != 0 ] || touch "/tmp/vllm-example/$stem.done"
+  [ "$rc" != 0 ] || touch "$state/$stem.done"
 }
 
 {
   date -u +%FT%TZ
   receive
-  if install && [ -n "$params" ]; then experiment; fi
+  rc=0
+  install || rc=$?
+  if [ "$rc" = 0 ] && [ -n "$params" ]; then experiment; fi
   date -u +%FT%TZ
+  [ "$rc" = 0 ] || [ "$rc" = "$WAITING" ] || exit 1   # the install failed: this call ends with the log copied
 } 2>&1 | tee "$log" || status=$?
 cp "$log" "$out/"
 exit "${status:-0}"

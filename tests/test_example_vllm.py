@@ -18,6 +18,19 @@ def verdict(run_dir: Path) -> dict:
     return json.loads((run_dir / "verdict.json").read_text())
 
 
+def rebuilt(run_dir: Path):
+    """The report of a committed run directory with its frames read again from its raw files by this kit, as
+    `launchlab report` does (frames.build; nothing is written)."""
+    from launchlab import params
+    from launchlab.reporting import report
+    from launchlab.store import rundir
+    from launchlab.verdicts import frames
+
+    directory = rundir.RunDir.check(run_dir)
+    exp = params.load(directory.experiment_file)
+    return report.Report(directory.path, exp, directory.manifest(), frames.build(directory.path, exp))
+
+
 def test_every_run_is_real_vllm_026_on_an_h200():
     for run_dir in (KV, SEARCH):
         for folder in (run_dir / "runs").iterdir():
@@ -55,8 +68,11 @@ def test_the_kv_budget_is_recomputed_from_the_log_and_agrees_and_graphs_configs_
     v = verdict(KV)
     assert {b["variant"]: (b["kv_gib"], b["logged_kv_gib"], b["logged_agrees"]) for b in v["budget"]} == {
         "utilization=0.3, graphs=cuda": (pytest.approx(41.21), 41.21, True),
-        "utilization=0.3, graphs=eager": (pytest.approx(41.21), 41.21, True)}
-    assert [b["break_even_utilization"] for b in v["budget"]] == pytest.approx([0.73 / 139.8] * 2)
+        "utilization=0.3, graphs=eager": (pytest.approx(41.21), 41.21, True),
+        # the failed launches too, their profile from the ready runs ("Available KV cache memory: -0.17 GiB")
+        "utilization=0.004, graphs=cuda": (pytest.approx(-0.17, abs=0.005), -0.17, True),
+        "utilization=0.004, graphs=eager": (pytest.approx(-0.17, abs=0.005), -0.17, True)}
+    assert [b["break_even_utilization"] for b in v["budget"]] == pytest.approx([0.73 / 139.8] * 4)
     assert {d["arg"]: d["follows_from"] for d in v["derived_args"]} == {
         "compilation_config": ["graphs"], "kernel_config": ["graphs"]}
     utilization, graphs = v["factors"]["utilization"], v["factors"]["graphs"]
@@ -87,3 +103,28 @@ def test_the_search_converges_at_both_graphs_levels_on_an_interval_that_holds_th
     report = (SEARCH / "report.md").read_text()
     assert report.index("## Threshold of `--gpu-memory-utilization`") < report.index("**Controlled comparison.**")
     assert export.remote_references((SEARCH / "summary.html").read_text()) == []
+
+
+def test_each_failed_launchs_budget_row_recomputes_its_negative_kv_memory_from_its_log_and_agrees():
+    """A launch below the break-even fails before vLLM 0.26 prints its profile line, so its row takes the total,
+    non-torch memory and activation peak the ready runs printed ("Free memory on device (139.29/139.8 GiB) …
+    0.21 GiB for peak activation, 0.22 GiB for non-torch memory"), with its own "'gpu_memory_utilization': 0.004"
+    (non-default args), "Model loading took 0.3 GiB" and "Available KV cache memory: -0.17 GiB" (-0.03 at 0.005)."""
+    for run_dir, utilization, logged in ((KV, 0.004, -0.17), (SEARCH, 0.005, -0.03)):
+        rep = rebuilt(run_dir)
+        runs = rep.frames.runs
+        failed, ready = (set(runs.loc[runs["status"] == s, "run_id"]) for s in ("failed", "ready"))
+        rows = rep.budget.set_index("run_id")
+        assert failed <= set(rows.index), run_dir.name
+        for run_id in failed:
+            row = rows.loc[run_id]
+            assert (row["total_gib"], row["utilization"], row["logged_kv_gib"]) == (139.8, utilization, logged)
+            assert row["non_kv_gib"] == pytest.approx(0.3 + 0.22 + 0.21)
+            assert row["kv_gib"] == pytest.approx(utilization * 139.8 - 0.73) and bool(row["agrees"])
+            assert row["break_even_utilization"] == pytest.approx(0.73 / 139.8)
+            assert set(row["borrowed_from"].split(", ")) == ready
+        assert set(rows.loc[sorted(ready), "borrowed_from"]) == {""}  # a ready run's figures are its own
+        summary = rep.budget_summary().set_index("variant")
+        assert set(summary.loc[summary["outcome"] == "failed", "profile_from"]) == {f"{len(ready)} other runs"}
+    # the search's prediction rests on the runs that printed their own profile: 2 per stratum, not the failed probe
+    assert list(rebuilt(SEARCH).thresholds["predicted_n"]) == [2, 2]

@@ -1,11 +1,14 @@
-"""vLLM 0.26.0's real logs from the kit's own runs on an H200 (examples/h200-vllm-kv, examples/h200-vllm-threshold;
-copied to tests/fixtures/vllm-0.26-h200, see its INDEX.md), read through `launchlab parse --json` and the facts
-the kit takes from a log (logfacts). Every expected value below was read off the log lines (quoted) before the
-parser was run on these files."""
+"""vLLM 0.26.0's real logs from the kit's own runs on an H200 — its first batch of the two examples (2026-12-01), whose
+run directories examples/h200-vllm-kv and examples/h200-vllm-threshold have since been replaced by the 2026-12-02
+batch; copied to tests/fixtures/vllm-0.26-h200, see its INDEX.md for where each came from — read through
+`launchlab parse --json` and the facts the kit takes from a log (logfacts). Every expected value below was read off
+the log lines (quoted) before the parser was run on these files. The committed 2026-12-02 runs of the same run ids
+print the same figures (checked last)"""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -53,8 +56,8 @@ FAILED = {
 }
 
 
-def parse_json(name: str) -> dict:
-    """`launchlab parse --json` on one fixture, as a user runs it."""
+def parse_json(name) -> dict:
+    """`launchlab parse --json` on one fixture (or another log's path), as a user runs it."""
     out = subprocess.run([sys.executable, "-m", "launchlab.cli", "parse", "--json", str(LOGS / name)],
                          capture_output=True, text=True, check=True, timeout=120)
     return json.loads(out.stdout)
@@ -102,3 +105,71 @@ def test_a_real_vllm_026_kv_sizing_failure_is_told_by_the_engine_cores_exception
     # "RuntimeError: Engine core initialization failed. See root cause above." points to
     assert failure["message"].startswith("ValueError: No available memory for the cache blocks")
     assert "ValueError: No available memory for the cache blocks" in lines[failure["line"] - 1]
+
+
+# "(APIServer pid=…) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+# the last line of each failed log: the API server's traceback (run_server → … → wait_for_engine_startup), ending
+# after the EngineCore's own traceback ("ValueError: No available memory for the cache blocks …") has been written
+ENGINE_CORE_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+
+
+def _numbered(name: str) -> list[str]:
+    return (LOGS / name).read_bytes().decode().split("\n")  # numbered as `grep -n` does
+
+
+@pytest.mark.parametrize("name", sorted(FAILED))
+def test_the_api_servers_engine_core_initialization_failed_line_ends_the_watch_but_never_hides_the_root_cause(name):
+    lines = _numbered(name)
+    [api] = [n for n, line in enumerate(lines, 1) if "Engine core initialization failed" in line]
+    assert lines[api - 1].startswith("(APIServer pid=") and lines[api - 1].endswith(ENGINE_CORE_FAILED)
+    # the watch stops on it (a fatal line of the kind): the server will not become ready
+    assert [p for p in logparse.kinds.KINDS["vllm"].fatal_patterns if re.search(p, lines[api - 1])]
+    # and the failure stays the EngineCore's ValueError, written above it ("See root cause above")
+    failure = parse_json(name)["failure"]
+    assert failure["line"] < api and lines[failure["line"] - 1].startswith("(EngineCore pid=")
+    assert "Engine core initialization failed" not in failure["message"]
+
+
+@pytest.mark.parametrize("name", sorted(FAILED))
+def test_an_engine_core_that_dies_without_its_traceback_fails_on_the_api_servers_line(tmp_path, name):
+    """The same log without the EngineCore's error lines (its "EngineCore failed to start." and both of its
+    tracebacks), as when the engine core is killed before it can write them: the API server's line is then all the
+    log says about the failure — an exception with that message, on that line, where the log had got to
+    ("Available KV cache memory", the KV-cache phase)."""
+    lines = _numbered(name)
+    start = next(n for n, line in enumerate(lines) if "EngineCore failed to start." in line)
+    cut = [line for n, line in enumerate(lines) if n < start or not line.startswith("(EngineCore pid=")]
+    assert not [line for line in cut[start:] if "ValueError" in line]  # no root cause left
+    log = tmp_path / name
+    log.write_bytes("\n".join(cut).encode())
+    out = subprocess.run([sys.executable, "-m", "launchlab.cli", "parse", "--json", str(log)],
+                         capture_output=True, text=True, check=True, timeout=120)
+    parsed = json.loads(out.stdout)
+    [api] = [n for n, line in enumerate(cut, 1) if "Engine core initialization failed" in line]
+    assert parsed["ready"] is False
+    assert parsed["failure"] == {"reason": "exception", "phase": "kv_cache", "message": ENGINE_CORE_FAILED,
+                                 "line": api}
+
+
+# the committed examples' runs of the fixtures' run ids (the 2026-12-02 batch), INDEX.md's "from run"
+COMMITTED = {"vllm-0.26-util0.3-graphs-warm.log": "h200-vllm-kv/2*/runs/03_utilization-0.3.graphs-cuda_rep1",
+             "vllm-0.26-util0.004-graphs.log": "h200-vllm-kv/2*/runs/01_utilization-0.004.graphs-cuda_rep1",
+             "vllm-0.26-util0.007-graphs.log": "h200-vllm-threshold/2*/runs/02_graphs-cuda.gpu_memory_utilization-0.007_rep1",
+             "vllm-0.26-util0.005-enforce-eager.log":
+                 "h200-vllm-threshold/2*/runs/03_graphs-eager.gpu_memory_utilization-0.005_rep1"}
+TIMINGS = {"weights_s", "torch_compile_s", "warmup_run_s", "graph_s", "init_engine_s", "init_engine_compile_s"}
+
+
+@pytest.mark.parametrize("name", sorted(COMMITTED))
+def test_the_committed_examples_run_of_the_same_id_prints_the_fixtures_figures(name):
+    """INDEX.md: the fixtures come from the 2026-12-01 batch; the committed 2026-12-02 runs of the same run ids are
+    other launches with the same figures (timings aside)."""
+    from conftest import ROOT
+
+    [folder] = ROOT.glob(f"examples/{COMMITTED[name]}")
+    assert (folder / "server.log").read_bytes() != (LOGS / name).read_bytes()  # another launch, not a copy
+    fixture, committed = parse_json(name), parse_json(folder / "server.log")
+    assert {k: v for k, v in committed["ranks"]["0"].items() if k not in TIMINGS} == pytest.approx(
+        {k: v for k, v in fixture["ranks"]["0"].items() if k not in TIMINGS})
+    assert committed["ready"] == fixture["ready"]
+    assert (committed["failure"] or {}).get("reason") == (fixture["failure"] or {}).get("reason")

@@ -27,6 +27,22 @@ def missing(*values) -> bool:
     return any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values)
 
 
+def agreed(values: dict[str, list[float]]) -> dict[str, float] | None:
+    """Each figure's median over the runs that logged it, when they agree on every one within DISAGREE_GIB;
+    None when any figure is missing or they disagree (which run's figure holds for another is then unknown)."""
+    out = {}
+    for field, found in values.items():
+        if not found or max(found) - min(found) > DISAGREE_GIB:
+            return None
+        out[field] = float(pd.Series(found).median())
+    return out
+
+
+def borrowed_from(run_ids: list[str]) -> str:
+    """The `borrowed_from` of a budget row: the runs whose logged figures it took besides its own ('' for none)."""
+    return ", ".join(run_ids)
+
+
 def card_totals(telemetry: pd.DataFrame | None) -> pd.Series | None:
     """The smallest memory.total nvidia-smi sampled per run id (MiB), in one pass: selecting a run's rows of millions
     of samples, run by run, took seconds."""

@@ -249,6 +249,7 @@ class VLLMParser:
                 if (a := rx.search(msg)) is not None:
                     found = split(msg[a.end():])
                     log.args.update(found)
+                    self._settings(found, t, number)
                     if custom_ar.USER_FLAG in found:
                         self.flag_source = source
                     return
@@ -269,6 +270,14 @@ class VLLMParser:
         if level is not None and _WRAPPED.search(msg):
             self.pending = (number, msg, t, rank)
         self._failure(number, msg, t, rank)
+
+    def _settings(self, found: dict[str, str], t: datetime | None, number: int) -> None:
+        """The share of the GPU the arguments ask for, kept as an event: a launch that fails at KV sizing never
+        prints its "Desired GPU memory utilization", and its budget row needs it (_budget)."""
+        try:
+            self.log.setting(t, "gpu_memory_utilization", float(found["gpu_memory_utilization"]), number)
+        except (KeyError, ValueError):
+            pass  # not among the arguments printed, or not a number
 
     def _server_facts(self, msg: str) -> None:
         """The HTTP side (URL, routes, uvicorn's pid) and workers reported dead."""
@@ -314,15 +323,18 @@ class VLLMParser:
         if self.in_traceback and _FRAME_EVIDENCE.search(msg):
             log.fail("kv_cache_no_memory", "kv_cache", msg)
             return
-        if _WRAPPERS.search(msg):
+        found = exception_line(msg)
+        unended = log.failure is not None and log.failure.reason == "exception" and not exception_line(log.failure.message)
+        # a wrapper's own exception line ("RuntimeError: Engine core initialization failed. See root cause above.")
+        # ends the traceback noted first: below, as any exception line does
+        if _WRAPPERS.search(msg) and not (found is not None and unended):
             log.fail("exception", method_phase(msg), msg)  # "Error executing method load_model": the method is the phase
             self.in_traceback = True
             return
-        found = exception_line(msg)
         if found is not None:
             reason = classify(msg)
             phase = self._frame_phase() or ("kv_cache" if reason in ("kv_cache_no_memory", "max_len_exceeds_kv") else None)
-            if log.failure is not None and log.failure.reason == "exception" and not exception_line(log.failure.message):
+            if unended:
                 log.refine(reason, msg, phase)  # the wrapper's traceback ends here: its last line says what went wrong
             else:
                 log.fail(reason, phase, msg)
@@ -357,6 +369,9 @@ def parse(raw_lines: Iterable[str]) -> ParsedLog:
     return feed_lines(VLLMParser(), raw_lines)
 
 
+_PROFILE = ("total_gpu_gib", "non_torch_gib", "activation_peak_gib")  # the profile line's figures besides the weights
+
+
 def _budget(events, runs, telemetry):
     """One row per run that logged vLLM's memory profile (reference/log-formats.md 3.2): V0's "Memory profiling
     takes …" lines, or V1's "Free memory on device (free/total GiB) on startup. Desired GPU memory utilization is
@@ -365,29 +380,70 @@ def _budget(events, runs, telemetry):
     against "Available KV cache memory" (agrees); the utilization needed for any KV cache is
     (weights + non-torch + activation) / total. CUDA-graph memory (graph_gib) is shown beside it: vLLM 0.26 does not
     take it from the KV budget (its "Available KV cache memory" is the difference above). The profile's numbers
-    suffice: no nvidia-smi comparison."""
+    suffice: no nvidia-smi comparison.
+
+    A launch that failed at KV sizing (vLLM 0.26 raises before that line: "Available KV cache memory: -0.17 GiB")
+    gets a row too, from its own utilization (its arguments), weights ("Model loading took") and logged KV memory,
+    with the total, non-torch memory and activation peak of the runs on its host that printed the line and load
+    the same weights — only where those runs agree on them; `borrowed_from` says which (empty: its own log)."""
     import pandas as pd  # loaded when a report asks, never to parse a log or validate params
 
     from launchlab.logparse import budgetrows as budget
 
+    logged = list(budget.logged(events, runs))
+    profiled = [(run, v) for run, v in logged if not budget.missing(*(v.get(f) for f in _PROFILE))]
     rows = []
-    for run, v in budget.logged(events, runs):
-        total, util = v.get("total_gpu_gib"), v.get("gpu_memory_utilization")
-        parts = [v.get("profile_weights_gib", v.get("weights_mem_gib")), v.get("non_torch_gib"),
-                 v.get("activation_peak_gib")]
-        if budget.missing(total, util, *parts):
+    for run, v in logged:
+        if not budget.missing(*(v.get(f) for f in _PROFILE)):
+            figures, lenders = v, []
+        elif (borrowed := _borrowed(run, v, profiled)) is not None:
+            figures, lenders = borrowed
+        else:
             continue
-        used = sum(parts)
-        kv = total * util - used
-        logged = v.get("kv_avail_gib")
-        logged = None if budget.missing(logged) else logged
-        graphs = v.get("cuda_graph_gib")
-        rows.append({"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
-                     "utilization": util, "non_kv_gib": used, "kv_gib": kv, "logged_kv_gib": logged,
-                     "agrees": None if logged is None else abs(logged - kv) <= budget.DISAGREE_GIB,
-                     "graph_gib": None if budget.missing(graphs) else graphs,
-                     "break_even_utilization": used / total})
+        if (row := _budget_row(run, figures, budget)) is not None:
+            rows.append({**row, "borrowed_from": budget.borrowed_from(lenders)})
     return pd.DataFrame(rows)
+
+
+def _weights(v) -> float | None:
+    """The weights the profile counted, else "Model loading took" (a run's numbers hold NaN for what it never logged)."""
+    from launchlab.logparse import budgetrows as budget
+
+    profiled = v.get("profile_weights_gib")
+    return v.get("weights_mem_gib") if budget.missing(profiled) else profiled
+
+
+def _borrowed(run, v, profiled: list) -> tuple[dict, list[str]] | None:
+    """A failed launch's figures with the profile its log lacks taken from `profiled` (run, numbers): the runs on
+    its host with the same weights, when they agree on each figure; None when it has no KV line of its own,
+    no utilization or weights, or no such runs."""
+    from launchlab.logparse import budgetrows as budget
+
+    own = {"gpu_memory_utilization": v.get("gpu_memory_utilization"), "kv_avail_gib": v.get("kv_avail_gib"),
+           "profile_weights_gib": _weights(v)}
+    if budget.missing(*own.values()):
+        return None
+    lenders = [(r, p) for r, p in profiled if r.get("host") == run.get("host") and r["run_id"] != run["run_id"]
+               and abs(_weights(p) - own["profile_weights_gib"]) <= budget.DISAGREE_GIB]
+    taken = budget.agreed({f: [float(p[f]) for _, p in lenders] for f in _PROFILE})
+    return None if not lenders or taken is None else ({**own, **taken}, [r["run_id"] for r, _ in lenders])
+
+
+def _budget_row(run, v, budget) -> dict | None:
+    total, util = v.get("total_gpu_gib"), v.get("gpu_memory_utilization")
+    parts = [_weights(v), v.get("non_torch_gib"), v.get("activation_peak_gib")]
+    if budget.missing(total, util, *parts):
+        return None
+    used = sum(parts)
+    kv = total * util - used
+    logged = v.get("kv_avail_gib")
+    logged = None if budget.missing(logged) else logged
+    graphs = v.get("cuda_graph_gib")
+    return {"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
+            "utilization": util, "non_kv_gib": used, "kv_gib": kv, "logged_kv_gib": logged,
+            "agrees": None if logged is None else abs(logged - kv) <= budget.DISAGREE_GIB,
+            "graph_gib": None if budget.missing(graphs) else graphs,
+            "break_even_utilization": used / total}
 
 
 KIND = ServerKind(
@@ -405,7 +461,11 @@ KIND = ServerKind(
     parser=lambda rules: VLLMParser(),
     budget=_budget,
     report_intro=("vLLM sizes its KV cache as `total × gpu_memory_utilization − (weights + non-torch + "
-                  "activation peak)`; the break-even utilization is `(weights + non-torch + activation) / total`."),
+                  "activation peak)`; the break-even utilization is `(weights + non-torch + activation) / total`. "
+                  "A launch that failed at KV sizing prints no total, non-torch memory or activation peak: its row "
+                  "takes them from the other runs on its host that load the same weights and agree on them "
+                  "(`profile_from`), with its own utilization, weights and logged KV memory; a search's predicted "
+                  "break-even leaves such rows out."),
     break_even=BreakEven(arg="gpu_memory_utilization", column="break_even_utilization",
                          formula="(weights + non-torch + activation peak) / total"),
     custom_ar_off="--disable-custom-all-reduce",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 # time buckets of a timeline panel: a 5-minute run sampled every 100 ms has 3,000 samples per GPU, and 200 of them
@@ -87,11 +88,85 @@ BUDGET_PARTS = (("dist_init_mem_gib", "distributed init + all-reduce buffers", "
                 ("weights_mem_gib", "weights", "tab:blue"), ("kv_gib", "KV cache", "tab:green"),
                 ("graph_mem_gib", "CUDA graphs", "tab:orange"), ("free_gib", "free", "lightgray"))
 
+# The KV cache's lines: a cache was sized (kv_gib: SGLang's K + V, vLLM's memory in use; kv_tokens; kv_blocks) and
+# how much memory it was given (kv_avail_gib: vLLM's "Available KV cache memory", negative when it had none).
+KV_SIZED = ("kv_gib", "kv_tokens", "kv_blocks")
+KV_LINES = (*KV_SIZED, "kv_avail_gib")
+# Where the trace can show the allocation: log times are whole seconds (a line at t was written within [t, t + 1));
+# SGLang writes its KV line just after the allocation, vLLM 0.26 its "Available KV cache memory" just before (and
+# its "Current kv cache memory in use" only after the CUDA graphs, 1-3 s later). The pool is one allocation: the
+# memory rises by about its logged size within a fraction of a second.
+KV_WINDOW_S = (-1.0, 3.0)  # around the run's first KV line
+KV_RISE_SPAN_S = 0.25
+KV_RISE_TOLERANCE = 0.25  # of the logged size
+KV_RISE_SAME = 0.02  # of the logged size: as close as the closest
+# a smaller pool hides among the profile run's allocations (vLLM at 0.006: a 0.11 GiB pool beside 0.1-0.2 GiB
+# steps of the profile), and no timeline could show it: its mark stays at the log's line
+KV_TRACE_MIN_GIB = 1.0
 
-def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame) -> plt.Figure:
-    """Dotted lines where the server's log says each startup phase ended (median over a variant's runs), labelled
-    in a band above the traces (inside the plot the trace crossed "CUDA graphs"), each label on the first row
-    where it overlaps no other (side by side, "weights" and "KV pool" of a fast start overlapped)."""
+
+def kv_allocations(events: pd.DataFrame, telemetry: pd.DataFrame | None) -> pd.DataFrame:
+    """Where each run allocated its KV cache: run_id, t_s, seen_in. A run whose log says a cache was sized
+    (KV_SIZED) gets the first sample where its fullest GPU's memory rose by about the logged size within
+    KV_RISE_SPAN_S, near its first KV line ("trace"); where the trace shows no such rise (a pool under
+    KV_TRACE_MIN_GIB, no samples, samples too far apart) the time of that first KV line ("log")."""
+    columns = ["run_id", "t_s", "seen_in"]
+    if events.empty or "field" not in events:
+        return pd.DataFrame(columns=columns)
+    kv = events[events["field"].isin(KV_LINES) & events["t_s"].notna()]
+    sized = set(kv.loc[kv["field"].isin(KV_SIZED), "run_id"])
+    fullest = (telemetry.groupby(["run_id", "t_s"])["mem_used_mib"].max()
+               if telemetry is not None and len(telemetry) else None)
+    rows = []
+    for run_id, mine in kv[kv["run_id"].isin(sized)].groupby("run_id", sort=False):
+        anchor = float(mine["t_s"].min())
+        size = _kv_size_gib(mine)
+        seen = None
+        if fullest is not None and size is not None and size >= KV_TRACE_MIN_GIB and run_id in fullest.index:
+            seen = _rise_at(fullest.loc[run_id], size * 1024, anchor)
+        rows.append({"run_id": run_id, "t_s": anchor if seen is None else seen,
+                     "seen_in": "log" if seen is None else "trace"})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _kv_size_gib(kv: pd.DataFrame) -> float | None:
+    """The pool's logged size (GiB): kv_gib, else vLLM's available KV memory; None when the log gives neither."""
+    if "value" not in kv:
+        return None
+    for field in ("kv_gib", "kv_avail_gib"):
+        values = kv.loc[kv["field"] == field, "value"].dropna()
+        if len(values) and values.max() > 0:
+            return float(values.max())
+    return None
+
+
+def _rise_at(samples: pd.Series, size_mib: float, anchor: float) -> float | None:
+    """Within KV_WINDOW_S of anchor, how far each sample's memory is from size_mib above any sample of the
+    KV_RISE_SPAN_S before it (the previous sample at least: NVML may catch the pool half allocated, and a slower
+    sampler the last weights just before it); the first sample as close as the closest (within KV_RISE_SAME of
+    the size: a simulated host loads its weights in steps near a pool's size). None when none is within
+    KV_RISE_TOLERANCE."""
+    t, mib = samples.index.to_numpy(dtype="float64"), samples.to_numpy(dtype="float64")
+    lo, hi = np.searchsorted(t, [anchor + KV_WINDOW_S[0], anchor + KV_WINDOW_S[1]], side="left")
+    index = np.arange(max(int(lo), 1), int(hi))
+    if not len(index):
+        return None
+    starts = np.minimum(np.searchsorted(t, t[index] - KV_RISE_SPAN_S, side="left"), index - 1)
+    off = np.array([np.abs(mib[i] - mib[s:i] - size_mib).min() for i, s in zip(index, starts, strict=True)])
+    if off.min() > KV_RISE_TOLERANCE * size_mib:
+        return None
+    return float(t[index[np.argmax(off <= off.min() + KV_RISE_SAME * size_mib)]])
+
+
+def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame,
+                telemetry: pd.DataFrame | None = None) -> plt.Figure:
+    """Dotted lines where each startup phase ended, labelled in a band above the traces (inside the plot the
+    trace crossed "CUDA graphs"), each label on the first row where it overlaps no other (side by side, "weights"
+    and "KV pool" of a fast start overlapped). Distributed init, weights and CUDA graphs: where the server's log
+    says they ended, the median over a variant's runs. The KV pool: one line per run, where its trace shows the
+    pool allocated (kv_allocations; a line gid "KV pool: <run_id>"), labelled at the variant's first — vLLM
+    writes the line that gives its size only after the CUDA graphs, and a variant's runs allocate seconds
+    apart, so a median matched none of them."""
     variants = list(runs["variant"].drop_duplicates())
     if not fig.axes:
         return fig
@@ -100,24 +175,35 @@ def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame) -> pl
     for ax in fig.axes:  # shared y: one headroom for all panels
         ax.set_ylim(low, high + band)
     renderer = fig.canvas.get_renderer()
+    kv = kv_allocations(events, telemetry)
     for ax, variant in zip(fig.axes, variants, strict=False):
         ids = runs[runs["variant"] == variant]["run_id"]
         sel = events[events["run_id"].isin(ids) & events["field"].isin(PHASE_ENDS)]
-        marks = sorted((t, label) for field, label in PHASE_ENDS.items()
-                       if pd.notna(t := sel[sel["field"] == field]["t_s"].median()))
-        placed = []
-        middle = sum(ax.get_xlim()) / 2
+        marks = [(t, label) for field, label in PHASE_ENDS.items()
+                 if field != "kv_gib" and pd.notna(t := sel[sel["field"] == field]["t_s"].median())]
         for t, label in marks:
-            ax.axvline(t, color="gray", linestyle=":", linewidth=0.8)
-            for row in range(len(PHASE_ENDS)):  # as many rows as labels: the last one is always free
-                text = ax.text(t, high + band * (0.14 + 0.24 * row), f" {label} ", va="center",
-                               ha="left" if t <= middle else "right", fontsize=7, color="dimgray")
-                box = text.get_window_extent(renderer)
-                if not any(box.overlaps(other) for other in placed) or row == len(PHASE_ENDS) - 1:
-                    break
-                text.remove()
-            placed.append(box)
+            ax.axvline(t, color="gray", linestyle=":", linewidth=0.8, gid=label)
+        pools = kv[kv["run_id"].isin(ids)]
+        for run_id, t in zip(pools["run_id"], pools["t_s"], strict=True):
+            ax.axvline(t, color="gray", linestyle=":", linewidth=0.8, gid=f"{PHASE_ENDS['kv_gib']}: {run_id}")
+        if len(pools):
+            marks.append((float(pools["t_s"].min()), PHASE_ENDS["kv_gib"]))
+        _label_marks(ax, sorted(marks), high, band, renderer)
     return fig
+
+
+def _label_marks(ax, marks: list[tuple[float, str]], high: float, band: float, renderer) -> None:
+    placed = []
+    middle = sum(ax.get_xlim()) / 2
+    for t, label in marks:
+        for row in range(len(PHASE_ENDS)):  # as many rows as labels: the last one is always free
+            text = ax.text(t, high + band * (0.14 + 0.24 * row), f" {label} ", va="center",
+                           ha="left" if t <= middle else "right", fontsize=7, color="dimgray")
+            box = text.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed) or row == len(PHASE_ENDS) - 1:
+                break
+            text.remove()
+        placed.append(box)
 
 
 def memory_budget(rank_memory: pd.DataFrame, card_gib: float | None) -> plt.Figure:

@@ -20,7 +20,7 @@ def summarize(budget: pd.DataFrame) -> pd.DataFrame:
     """One row per variant: mean of the budget figures, and whether logged and recomputed values agreed."""
     if budget.empty:
         return budget
-    numeric = [c for c in budget.columns if c not in ("run_id", "variant", "status", "agrees", "gap_note")
+    numeric = [c for c in budget.columns if c not in ("run_id", "variant", "status", "agrees", "gap_note", "borrowed_from")
                and pd.api.types.is_numeric_dtype(budget[c])]
     out = budget.groupby("variant", sort=False)[numeric].mean()
     out.insert(0, "n", budget.groupby("variant", sort=False)["run_id"].count())
@@ -28,7 +28,24 @@ def summarize(budget: pd.DataFrame) -> pd.DataFrame:
     if "agrees" in budget:
         out["logged_agrees"] = budget.groupby("variant", sort=False)["agrees"].agg(
             lambda s: None if s.isna().all() else bool(s.dropna().all()))
+    if "borrowed_from" in budget:
+        out["profile_from"] = budget.groupby("variant", sort=False)["borrowed_from"].agg(_profile_from)
     return out.reset_index()
+
+
+def _profile_from(borrowed: pd.Series) -> str:
+    """Where a variant's rows took the figures their logs lack: "own log", or how many other runs lent them."""
+    lenders = {r for text in borrowed.fillna("") if text for r in text.split(", ")}
+    own = "own log" if (borrowed.fillna("") == "").any() else ""
+    return ", ".join(x for x in (own, f"{len(lenders)} other runs" if lenders else "") if x)
+
+
+def own_figures(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows a kind recomputed from their own run's log alone: a row that took figures from other runs
+    (`borrowed_from`: a failed vLLM launch) repeats their break-even and predicts nothing of its own."""
+    if frame.empty or "borrowed_from" not in frame:
+        return frame
+    return frame[frame["borrowed_from"].fillna("") == ""]
 
 
 def recompute(kind: str, events: pd.DataFrame, runs: pd.DataFrame, telemetry: pd.DataFrame | None = None

@@ -59,6 +59,7 @@ def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.Data
     drain tolerance in memory (the difference × the pre-load free memory), or its free memory at the start below
     theirs by more than it: a disturbed probe (another process on the GPU) must not move the prediction unseen."""
     stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    budget = budget_mod.own_figures(budget)
     predicts = _predicts(budget, factor)
     predicted = budget.set_index("run_id") if predicts is not None else None
     found: dict[tuple[str, str], dict] = {}
@@ -120,6 +121,7 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
     says which disagree and why. facts: provenance.json by run id (free memory at each run's start);
     tolerance_mib: the drain tolerance."""
     stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    budget = budget_mod.own_figures(budget)  # a failed launch's row with borrowed figures predicts nothing new
     predicts = _predicts(budget, factor)
     per_probe = probes(runs, planned, factor, budget, facts=facts, tolerance_mib=tolerance_mib)
     rows = []
