@@ -73,14 +73,14 @@ def test_the_kv_example_utilization_decides_on_0_of_3_against_3_of_3_with_fisher
     assert {s["held"]["graphs"]: counts(s) for s in utilization["strata"]} == {
         g: [("0.004", 0, 3, "0.3", 3, 3)] for g in ("cuda", "eager")}
     assert utilization["p_value"] == pytest.approx(0.1) and utilization["significant"] is False
-    assert utilization["repetitions_to_settle"] == 4
+    assert utilization["repetitions_to_settle"] == 4 and utilization["runs_per_side"] == 3
     assert graphs["status"] == "neutral" and graphs["p_value"] == 1.0 and graphs["repetitions_to_settle"] is None
     assert {s["held"]["utilization"]: counts(s) for s in graphs["strata"]} == {
         "0.004": [("eager", 0, 3, "cuda", 0, 3)], "0.3": [("eager", 3, 3, "cuda", 3, 3)]}
     screen = first_screen(run_dir)
     assert "0.004 0/3 vs 0.3 3/3 ready at graphs=cuda" in screen and "0.004 0/3 vs 0.3 3/3 ready at graphs=eager" in screen
     assert "Fisher's exact p = 0.1" in screen and "4 runs per side would settle it" in screen
-    assert "eager 3/3 vs cuda 3/3 ready at utilization=0.3" in screen
+    assert "eager 3/3 vs cuda 3/3 ready at utilization=0.3" in screen and "on one run per side" not in screen
 
 
 def test_the_kv_examples_warm_up_run_is_listed_and_never_compared(kv):
@@ -96,14 +96,20 @@ def test_the_kv_examples_warm_up_run_is_listed_and_never_compared(kv):
     assert f"`{warmup['run_id']}` on gpu: ready, started in 224.8 s" in (run_dir / "report.md").read_text()
 
 
-def test_the_kv_examples_effects_have_intervals(kv):
+def test_the_kv_examples_effects_have_intervals_and_a_difference_that_never_varies_shows_none(kv):
     run_dir, v = kv
     effects = {(e["factor"], e["level"], e["metric"]): e for e in v["effects"]}
     assert all(e["ci_low"] is not None and e["ci_high"] is not None for e in effects.values()), "3 runs a side"
     peak = effects[("utilization", "0.004", "peak_mem_used_mib")]
-    assert peak["ci_low"] < peak["diff"] < peak["ci_high"] < 0
+    assert peak["ci_low"] < peak["diff"] < peak["ci_high"] < 0 and peak["diffs_identical"] is False
     startup = effects[("graphs", "eager", "startup_s")]
     assert startup["ci_low"] < startup["diff"] < startup["ci_high"] and startup["ci_high"] - startup["ci_low"] > 10
+    # the same KV cache in every pair: said so, not a zero-width "95 % CI +0 to +0" that reads as a precise zero
+    kv_tokens = effects[("graphs", "eager", "kv_tokens")]
+    assert kv_tokens["diffs_identical"] is True and kv_tokens["ci_low"] == kv_tokens["ci_high"] == 0
+    report = (run_dir / "report.md").read_text()
+    assert "95 % CI +0 to +0" not in report
+    assert "identical values in each of the 3 matched pairs: no spread, no interval; n=3 vs 3" in report
 
 
 def test_the_search_example_is_controlled_leads_with_its_thresholds_and_the_prediction_lies_inside(search):
@@ -122,3 +128,20 @@ def test_the_search_example_is_controlled_leads_with_its_thresholds_and_the_pred
     report = (run_dir / "report.md").read_text()
     assert report.index("## Threshold of `--gpu-memory-utilization`") < report.index("**Controlled comparison.**")
     assert "Not a controlled" not in report
+
+
+def test_the_search_examples_decision_on_one_run_a_side_says_so_and_keeps_its_meaning(search):
+    run_dir, v = search
+    decision = v["factors"]["gpu_memory_utilization"]
+    # verdict.json's keys keep their meaning: it decides, conclusively, with p = 1 — and says on how many runs
+    assert decision["status"] == "decides" and v["conclusive"] is True and decision["p_value"] == 1.0
+    assert decision["runs_per_side"] == 1 and decision["repetitions_to_settle"] == 4
+    report = (run_dir / "report.md").read_text()
+    assert "**Decides the launch:**" not in report
+    line = next(line for line in report.splitlines() if line.startswith("**Decides the launch"))
+    assert line.startswith("**Decides the launch, on one run per side:**")
+    assert "0.005 0/1 vs 0.007 1/1 ready at graphs=cuda" in line and "4 runs per side would settle it" in line
+    assert "not yet how reliably" in line
+    # the KV sentence of two strata of one run a side: the same difference twice, no zero-width interval
+    assert "95 % CI -18,320 to -18,320" not in report
+    assert "the same difference, -18,320, in each of the 2 matched pairs: no spread, no interval" in report
