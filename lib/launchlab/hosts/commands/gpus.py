@@ -50,7 +50,8 @@ def gpu_owners(env_name: str, gpus: list[int] | None = None) -> str:
     carries), `-` when it has none or its environment cannot be read (another user's process, or one that renamed
     itself: setproctitle, which vLLM and SGLang call, writes over /proc/PID/environ); SID is its session (the kit
     starts each server in a session of its own, which its workers inherit), `?` when unreadable; a pid that is not
-    a process here (nvidia-smi shows the pids of another pid namespace, e.g. from inside a container) is `PID ?`;
+    a process here (nvidia-smi shows the pids of another pid namespace, e.g. from inside a container), or no longer
+    is once read (it ended under the read: a failing server's ranks, looked at while they exit), is `PID ?`;
     then OWNERS_END. One command, so the owners are read while the processes nvidia-smi listed still run."""
     if not ENV_NAME.accepts(env_name):
         raise ValueError(env_name)
@@ -62,7 +63,8 @@ def gpu_owners(env_name: str, gpus: list[int] | None = None) -> str:
         f"v=$(tr '\\0' '\\n' 2>/dev/null < /proc/$p/environ | grep '^{env_name}=') || v='{env_name}=-'; "
         # the session: the 4th field after the command name's closing parenthesis (a name may hold spaces)
         "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f4); "
-        f"echo \"$p ${{v#{env_name}=}} ${{s:-?}}\"; "
+        # still a process after the reads: else what they read (nothing) says nothing of whose it was
+        f"if [ -d /proc/$p ]; then echo \"$p ${{v#{env_name}=}} ${{s:-?}}\"; else echo \"$p ?\"; fi; "
         "else echo \"$p ?\"; fi; "
         f"done; echo {shlex.quote(OWNERS_END)}"
     )
