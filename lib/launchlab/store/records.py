@@ -46,6 +46,12 @@ class Run:
     def hosts(self) -> tuple[str, ...]:
         return self.nodes or (self.host,)
 
+    @classmethod
+    def from_entry(cls, entry: dict, variant: Variant, *, nodes: tuple[str, ...] = (), probe: Probe | None = None) -> Run:
+        """The run a manifest lists (manifest_entry), with its variant as the params render its levels."""
+        return cls(entry["run_id"], entry["seq"], variant, entry["repetition"], entry["host"], nodes, probe,
+                   warmup=bool(entry.get("warmup")))
+
     def manifest_entry(self) -> dict:
         """The run as the manifest lists it (a probe: with its stratum and why it was chosen)."""
         entry = {"run_id": self.run_id, "seq": self.seq, "variant": self.variant.name, "levels": self.variant.levels,

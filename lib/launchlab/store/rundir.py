@@ -82,6 +82,18 @@ class Manifest:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def listed(self, run_id: str) -> dict:
+        """A run as the manifest lists it (Run.manifest_entry), warm-ups included; "" is the first in plan order
+        (the warm-ups come first). RunDirError when it lists no such run."""
+        entries = [*self.warmup_runs, *self.runs]
+        found = next((e for e in entries if e["run_id"] == run_id), None) if run_id else next(iter(entries), None)
+        if found is None:
+            known = ", ".join(e["run_id"] for e in entries) or "none yet"
+            raise RunDirError(f"run id {run_id!r} is not in the run directory's manifest (runs: {known}); pass one "
+                              "of those, or an empty run_id for the first (a run directory made by an older kit lists "
+                              "them once resumed: `launchlab run PARAMS --resume RUN_DIR`)")
+        return found
+
 
 class RunFolder:
     """One run's folder: its raw files, the kit's records of it, and earlier attempts."""
