@@ -10,12 +10,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from launchlab.escaping import md, md_code
 
-# a factor's status: what changing only it did to the share of ready runs (analysis.decide, verdict.build)
-DECIDING = ("decides", "decides_in_some")
-STATUSES = (*DECIDING, "neutral", "flaky", "confounded", "undetermined")
+# a factor's status: what changing only it did to the share of ready runs (analysis.decide, verdict.build); the one
+# spelling of each, which the analysis and the verdict use by name (see Decision)
+DecisionStatus = Literal["decides", "decides_in_some", "neutral", "flaky", "confounded", "undetermined"]
+STATUSES: tuple[str, ...] = get_args(DecisionStatus)
+DECIDES, DECIDES_IN_SOME, NEUTRAL, FLAKY, CONFOUNDED, UNDETERMINED = STATUSES
+DECIDING = (DECIDES, DECIDES_IN_SOME)
+SETTLED = (*DECIDING, NEUTRAL)  # what the runs said for sure, unless a confound touches them
+INCONCLUSIVE = (UNDETERMINED, FLAKY, CONFOUNDED)  # each is a reason the verdict is not conclusive
 
 
 def plain(value):
@@ -80,13 +86,13 @@ class Decision:
     the strata where it changed the outcome and the repetitions per side that would make such a split
     significant (None when it already is, or nothing changed)."""
 
-    status: str
+    status: DecisionStatus
     summary: str
     strata: list[Stratum]
     p_value: float | None = None
     significant: bool | None = None
     repetitions_to_settle: int | None = None
-    would_be: str | None = None  # a confounded decision: what it would say without the confound
+    would_be: DecisionStatus | None = None  # a confounded decision: what it would say without the confound
     confounded_runs: list[str] = field(default_factory=list)
 
     @classmethod
@@ -109,7 +115,7 @@ class Decision:
         """'0.85 2/2 vs 0.55 0/2 ready at custom_ar=on; …; Fisher's exact p = 0.33, not significant at 0.05 — 4 runs
         per side would settle it', from the strata where the outcome changed; for a neutral factor, the counts of
         every stratum ('on 2/2 vs off 2/2 ready at mem_fraction=0.85; …; the same share ready in every stratum')."""
-        neutral = self.status == "neutral"
+        neutral = self.status == NEUTRAL
         splits = []
         for s in self.strata:
             if not (s.changes or neutral):

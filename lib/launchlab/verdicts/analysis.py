@@ -16,7 +16,18 @@ import pandas as pd
 from launchlab import interrupts
 from launchlab.logparse.common import rank_order
 from launchlab.store.records import KIT_STATUSES, VALID_STATUSES
-from launchlab.store.verdictrecord import DECIDING, Decision
+from launchlab.store.verdictrecord import (
+    CONFOUNDED,
+    DECIDES,
+    DECIDES_IN_SOME,
+    DECIDING,
+    FLAKY,
+    NEUTRAL,
+    SETTLED,
+    UNDETERMINED,
+    Decision,
+    DecisionStatus,
+)
 
 MEMORY_FIELDS = ("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib", "kv_tokens", "kv_gib",
                  "pool_end_avail_gib", "graph_mem_gib", "graph_end_avail_gib")
@@ -232,11 +243,11 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     changed = [s for s in detail if s["changes"]]
     status = _status(detail, changed)
     deciding = [c for s in changed for c in s["comparisons"] if _rate(c) != _rate(c, "reference_")]
-    if status == "neutral":  # the same share of ready runs in every stratum: each exact test gives p = 1
+    if status == NEUTRAL:  # the same share of ready runs in every stratum: each exact test gives p = 1
         deciding = [c for s in detail for c in s["comparisons"]]
     p = max((c["p_value"] for c in deciding), default=None)
     settle = None
-    if p is not None and p >= SIGNIFICANCE and status != "neutral":  # the weakest split needs the most runs
+    if p is not None and p >= SIGNIFICANCE and status != NEUTRAL:  # the weakest split needs the most runs
         needed = [settling_repetitions(_rate(c), _rate(c, "reference_")) for c in deciding]
         settle = None if None in needed else max(needed)
     runs = [r for s in detail for lv in s["compared"] for r in s["levels"][lv]["runs"]]
@@ -268,28 +279,28 @@ def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *,
             "complete": len(compared) == len(present), "comparisons": _comparisons(per, compared, reference)}
 
 
-def _status(detail: list[dict], changed: list[dict]) -> str:
+def _status(detail: list[dict], changed: list[dict]) -> DecisionStatus:
     if any(s["flaky"] for s in detail):
-        return "flaky"
+        return FLAKY
     if changed:
-        return "decides" if len(changed) == len(detail) else "decides_in_some"
+        return DECIDES if len(changed) == len(detail) else DECIDES_IN_SOME
     if detail and all(s["changes"] is False and s["complete"] for s in detail):
-        return "neutral"
-    return "undetermined"
+        return NEUTRAL
+    return UNDETERMINED
 
 
-def _summary(factor: str, status: str, detail: list[dict], changed: list[dict]) -> str:
-    if status == "flaky":
+def _summary(factor: str, status: DecisionStatus, detail: list[dict], changed: list[dict]) -> str:
+    if status == FLAKY:
         return f"{factor} is flaky: its repetitions disagree " + "; ".join(
             _flaky_why(factor, s) for s in detail if s["flaky"])
-    if status == "decides_in_some":
+    if status == DECIDES_IN_SOME:
         same = [s for s in detail if s["changes"] is False]
         summary = f"{factor} decides the launch only at {', '.join(_label(s['held']) for s in changed)}"
         return summary + (f" (not at {', '.join(_label(s['held']) for s in same)})" if same else "")
-    if status == "decides":
+    if status == DECIDES:
         others = list(detail[0]["held"]) if detail else []
         return f"{factor} decides the launch" + (f" at every level of {', '.join(others)}" if len(detail) > 1 else "")
-    if status == "neutral":
+    if status == NEUTRAL:
         return f"{factor} does not change the launch outcome"
     return f"{factor} is undetermined: " + _undetermined_why(factor, detail)
 
@@ -313,7 +324,7 @@ def _flaky_why(factor: str, stratum: dict) -> str:
 def confounded(decision: dict, found: list[dict]) -> dict:
     """A decision whose runs a confound touches says nothing for sure: it becomes `confounded`, naming what
     touched it and what it would have said."""
-    if decision["status"] not in ("decides", "decides_in_some", "neutral"):
+    if decision["status"] not in SETTLED:
         return decision
     rests_on = set(decision["runs"])
     hits = [c for c in found if rests_on & set(c["runs"])]
@@ -324,7 +335,7 @@ def confounded(decision: dict, found: list[dict]) -> dict:
     named = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
     summary = (f"{decision['factor']} is confounded: {kinds} confound(s) touch {len(runs)} run(s) it rests on "
                f"({named}); without them it would read: {decision['summary']}")
-    return {**decision, "status": "confounded", "summary": summary, "would_be": decision["status"],
+    return {**decision, "status": CONFOUNDED, "summary": summary, "would_be": decision["status"],
             "confounded_runs": runs}
 
 

@@ -12,7 +12,20 @@ from __future__ import annotations
 import pandas as pd
 
 from launchlab.escaping import md, md_code
-from launchlab.store.verdictrecord import Confound, Decision, Effect, ExcludedRun, LevelCheck, Verdict
+from launchlab.store.verdictrecord import (
+    CONFOUNDED,
+    DECIDING,
+    FLAKY,
+    INCONCLUSIVE,
+    NEUTRAL,
+    UNDETERMINED,
+    Confound,
+    Decision,
+    Effect,
+    ExcludedRun,
+    LevelCheck,
+    Verdict,
+)
 from launchlab.verdicts import analysis, budget, confounds, derivedargs, levelchecks
 
 
@@ -41,11 +54,11 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
         conclusive=not reasons,
         inconclusive_reasons=reasons,
         baseline=baseline_variant,
-        outcome_factors=named("decides", "decides_in_some"),
-        neutral_factors=named("neutral"),
-        undetermined_factors=named("undetermined"),
-        flaky_factors=named("flaky"),
-        confounded_factors=named("confounded"),
+        outcome_factors=named(*DECIDING),
+        neutral_factors=named(NEUTRAL),
+        undetermined_factors=named(UNDETERMINED),
+        flaky_factors=named(FLAKY),
+        confounded_factors=named(CONFOUNDED),
         factors={d["factor"]: Decision.from_json(d) for d in decisions},
         confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found],
         derived_args=derived,
@@ -103,7 +116,7 @@ def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:
     if not obs["valid"].any():
         return [f"nothing can be concluded: none of the {len(obs)} planned runs is a valid observation of the server "
                 f"({analysis._tally(obs)})"]
-    return [d["summary"] for d in decisions if d["status"] in ("undetermined", "flaky", "confounded")]
+    return [d["summary"] for d in decisions if d["status"] in INCONCLUSIVE]
 
 
 def _sentence(reason: str, names) -> str:
