@@ -367,9 +367,15 @@ class Report:
         notes = sorted({n for n in self.budget.get("gap_note", pd.Series(dtype=str)) if n})
         return Markdown("\n".join(f"- {n}" for n in notes) or "The formula's numbers match the card within 1 GiB.")
 
+    @cached_property
+    def memory(self) -> pd.DataFrame:
+        """Per-variant means of the memory fields the server kind's log gives (ServerKind.memory_fields)."""
+        return analysis.rank_memory(self.frames.events, self.frames.runs,
+                                    fields=KINDS[self.exp.server.kind].memory_fields)
+
     def rank_memory(self) -> Styler | Markdown:
         """Per-variant means of the memory lines the server printed, when it printed any."""
-        memory = analysis.rank_memory(self.frames.events, self.frames.runs)
+        memory = self.memory
         if memory.empty:
             return Markdown("")
         display(Markdown("Per-variant means of the memory lines the server printed (GiB as printed; SGLang's `GB` "
@@ -378,9 +384,12 @@ class Report:
 
     def budget_plot(self) -> None:
         """The stacked budget per variant, when the server's log gave the numbers (nothing otherwise)."""
-        memory = analysis.rank_memory(self.frames.events, self.frames.runs)
+        memory = self.memory
         if memory.empty or not memory.columns.isin([c for c, _, _ in _plots().BUDGET_PARTS]).any():
             return
+        free = KINDS[self.exp.server.kind].free_memory  # what was left after the last phase, where the log says
+        if free is not None and (left := free(memory)) is not None:
+            memory = memory.assign(free_gib=left)
         card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
         show(_plots().memory_budget(memory, card), "Stacked bars: where each variant's GPU memory went, per the "
                                                   "server's log (distributed init, weights, KV cache, CUDA graphs, free)")

@@ -29,8 +29,6 @@ from launchlab.store.verdictrecord import (
     DecisionStatus,
 )
 
-MEMORY_FIELDS = ("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib", "kv_tokens", "kv_gib",
-                 "pool_end_avail_gib", "graph_mem_gib", "graph_end_avail_gib")
 MISSING, INTERRUPTED, KIT_ERROR = "missing", "interrupted", "kit error"
 UNKNOWN_OUTCOME = "outcome unknown"  # an imported log that ends before the server was ready or failed
 MISFILED = "misfiled"  # an imported log whose server ran other levels than it was filed under
@@ -371,7 +369,7 @@ def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[dict]
     return pd.DataFrame(rows, columns=["factor", "changes_launch_outcome", "status", "summary", "evidence"])
 
 
-def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...] = MEMORY_FIELDS) -> pd.DataFrame:
+def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...]) -> pd.DataFrame:
     """One row per run and rank, one column per memory field (the last value the log printed)."""
     sel = events[events["field"].isin(fields)]
     if sel.empty:
@@ -380,24 +378,26 @@ def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...] = MEMORY_FIELDS
     return wide.reset_index().rename_axis(columns=None)
 
 
-def rank_memory(events: pd.DataFrame, runs: pd.DataFrame, tolerance: float = 0.05) -> pd.DataFrame:
-    """Memory per variant from the server's own log lines (GiB, tokens): the mean over runs and ranks, with
-    the ranks whose values differ from the others by more than `tolerance` named in `ranks_differ`."""
-    wide = per_run_memory(events).merge(runs[["run_id", "variant"]], on="run_id")
-    columns = ["variant", "n_runs", "n_ranks", *MEMORY_FIELDS, "ranks_differ"]
+def rank_memory(events: pd.DataFrame, runs: pd.DataFrame, *, fields: tuple[str, ...],
+                tolerance: float = 0.05) -> pd.DataFrame:
+    """Memory per variant from the server's own log lines (GiB, tokens): the mean over runs and ranks of `fields`
+    (the server kind's memory fields, ServerKind.memory_fields), with the ranks whose values differ from the others
+    by more than `tolerance` named in `ranks_differ`."""
+    wide = per_run_memory(events, fields).merge(runs[["run_id", "variant"]], on="run_id")
+    columns = ["variant", "n_runs", "n_ranks", *fields, "ranks_differ"]
     if wide.empty:
         return pd.DataFrame(columns=columns)
-    fields = [f for f in MEMORY_FIELDS if f in wide]
+    present = [f for f in fields if f in wide]
     rows = []
     for variant in runs["variant"].drop_duplicates():
         group = wide[wide["variant"] == variant]
         if group.empty:
             continue
-        per_rank = group.groupby("rank")[fields].mean()
-        spread = [f for f in fields if (per_rank[f].max() - per_rank[f].min()) > tolerance * max(1.0, abs(per_rank[f].mean()))]
+        per_rank = group.groupby("rank")[present].mean()
+        spread = [f for f in present if (per_rank[f].max() - per_rank[f].min()) > tolerance * max(1.0, abs(per_rank[f].mean()))]
         rows.append({"variant": variant, "n_runs": group["run_id"].nunique(), "n_ranks": len(per_rank),
                      **per_rank.mean().to_dict(), "ranks_differ": ", ".join(spread)})
-    keep = [c for c in columns if c in ("variant", "n_runs", "n_ranks", "ranks_differ") or c in fields]
+    keep = [c for c in columns if c in ("variant", "n_runs", "n_ranks", "ranks_differ") or c in present]
     return pd.DataFrame(rows, columns=keep)
 
 
