@@ -106,7 +106,7 @@ class _StatusWriter:
 
     def __call__(self, state: records.State, detail: str | None = None) -> None:
         try:  # progress only: a full disk must not keep the cleanup from stopping the server
-            records.write_progress(self.folder, self.record.run_id, state, time.monotonic() - self.t0, detail)
+            records.write_progress(self.folder, self.record.run_id, state, time.monotonic() - self.t0, detail=detail)
         except LaunchlabError as exc:
             self.record.notes.append(f"progress not recorded: {exc}")
 
@@ -157,7 +157,7 @@ def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node],
     per_node = []
     for node, launch in zip(run_nodes, launches, strict=True):
         found, node.masker = provenance.node_record(
-            node.host, node.rank, launch, None, node.masker, exp.secrets,
+            node.host, node.rank, launch, preflight=None, masker=node.masker, secret_names=exp.secrets,
             earlier=provenance.earlier_facts(run_dir, run.run_id, node.host.name),
             recorded=node.host.facts_before_start())
         per_node.append(found)
@@ -220,8 +220,8 @@ def _jobs_started(exp: params.Experiment, run_nodes: list[Node], launches: list,
         progress("watching")
     per_node = []
     for node, launch, found in zip(run_nodes, launches, recorded, strict=True):
-        facts, node.masker = provenance.node_record(node.host, node.rank, launch, node.preflight, node.masker,
-                                                    exp.secrets, recorded=found or {})
+        facts, node.masker = provenance.node_record(node.host, node.rank, launch, preflight=node.preflight,
+                                                    masker=node.masker, secret_names=exp.secrets, recorded=found or {})
         per_node.append(facts)
     rundir.update_json(folder.provenance, {**provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
                                                                    nodes.masker_of(run_nodes)),
@@ -269,7 +269,7 @@ def _look_at_gpus(run_nodes: list[Node], at: str, looks: list, record: RunRecord
             if text is None:  # a scheduler's job, on a node the kit's commands do not reach
                 continue
             sessions = frozenset(r.pgid for r in node.refs if r.role == "server")  # a server is a session leader
-            looks.append(gpustate.read_look(text, at, node.host.name, node.tag, sessions))
+            looks.append(gpustate.read_look(text, at, node.host.name, node.tag, sessions=sessions))
         except LaunchlabError as exc:
             record.notes.append(f"the GPUs' processes on {node.label} could not be read ({at}): {exc}")
 

@@ -170,7 +170,7 @@ def read_status(folder: rundir.RunFolder) -> StatusFile | None:
                       data.get("detail"))
 
 
-def write_progress(folder: rundir.RunFolder, run_id: str, state: State, elapsed_s: float,
+def write_progress(folder: rundir.RunFolder, run_id: str, state: State, elapsed_s: float, *,
                    detail: str | None = None) -> None:
     progress = {"run_id": run_id, "state": state, "elapsed_s": round(elapsed_s, 2)}
     if detail:

@@ -74,7 +74,7 @@ class DuringRun:
                    tuple(GpuProcess(**p) for p in record.get("unattributed") or []))
 
 
-def read_look(text: str, at: str, host: str, tag: str, sessions: frozenset[int] = frozenset()
+def read_look(text: str, at: str, host: str, tag: str, *, sessions: frozenset[int] = frozenset()
               ) -> tuple[Moment, list[GpuProcess], list[GpuProcess]]:
     """One look (gpu_owners' output on a host) as its moment, the foreign processes and the unattributed ones.
     A process is the run's when it carries the run's id (tag) or sits in one of the run's sessions (the server's
