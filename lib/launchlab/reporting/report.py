@@ -85,7 +85,7 @@ class Report:
         return params.variant_name(self.baseline_levels) if self.exp.search else self.manifest.baseline
 
     @property
-    def planned(self) -> list[dict]:
+    def planned(self) -> list[rundir.ManifestEntry]:
         """The manifest's runs: every run the plan asked for, finished or not."""
         return self.manifest.runs
 
@@ -169,9 +169,9 @@ class Report:
         """The warm-up runs (params `warmup:`) as the manifest lists them, with how each ended: never compared."""
         found = []
         for entry in self.manifest.warmup_runs:
-            status = records.read_status(rundir.RunDir(self.run_dir).run(entry["run_id"]))
+            status = records.read_status(rundir.RunDir(self.run_dir).run(entry.run_id))
             record = status.record if status is not None and status.done else None
-            found.append({"run_id": entry["run_id"], "host": entry["host"], "status": record.status if record else None,
+            found.append({"run_id": entry.run_id, "host": entry.host, "status": record.status if record else None,
                           "startup_s": plain(record.startup_s) if record else None,
                           "failure_reason": record.failure_reason if record else None})
         return found
@@ -209,7 +209,7 @@ class Report:
         display(styled(self.thresholds, precision=4))
         if self.frames.runs.empty:
             return
-        stratum_of = {p["run_id"]: p.get("stratum") for p in self.planned}
+        stratum_of = {p.run_id: p.stratum for p in self.planned}
         fig = _plots().threshold_outcomes(self.frames.runs, stratum_of, spec.factor, spec.flag, self.thresholds,
                                        self.exp.simulated)
         show(fig, f"Dots: the outcome of every probe run against {spec.flag}, one row per stratum; shaded: the "
@@ -270,8 +270,8 @@ class Report:
         """(run id, variant, the command as given, masked) of each imported run."""
         out = []
         for run in self.planned:
-            argv = (self.facts.get(run["run_id"]) or {}).get("command")
-            out.append((run["run_id"], run["variant"], shlex.join(argv) if argv else NOT_GIVEN))
+            argv = (self.facts.get(run.run_id) or {}).get("command")
+            out.append((run.run_id, run.variant, shlex.join(argv) if argv else NOT_GIVEN))
         return out
 
     def commands(self) -> HTML:

@@ -186,7 +186,7 @@ def _copy_masked(src: Path, dst: Path, masker: masking.Masker) -> None:
 
 
 def _import_run(directory: rundir.RunDir, s: Source, parsed: logparse.ParsedLog, *, exp: params.Experiment,
-                variant: params.Variant, rep: int, masker: masking.Masker) -> tuple[dict, masking.Masker]:
+                variant: params.Variant, rep: int, masker: masking.Masker) -> tuple[rundir.ManifestEntry, masking.Masker]:
     """One imported run: its log (and nvidia-smi capture) copied masked into its folder, its record and provenance
     written; returns its manifest entry and the masks of its secrets."""
     run_id = f"{s.n:02d}_{variant.slug}_imported{rep}"
@@ -211,8 +211,7 @@ def _import_run(directory: rundir.RunDir, s: Source, parsed: logparse.ParsedLog,
         "command": run_masker.argv(argv, exp.secrets) if argv else None,
         "gpus": gpus, "driver": driver,
         "declared": {"server_version": s.entry.version} if s.entry.version else {}}))
-    entry = {"run_id": run_id, "seq": s.n, "variant": variant.name, "levels": variant.levels,
-             "repetition": rep, "host": HOST, "imported": True}
+    entry = rundir.ManifestEntry(run_id, s.n, variant.name, variant.levels, rep, HOST, imported=True)
     return entry, run_masker
 
 
@@ -328,4 +327,4 @@ def _write(directory: rundir.RunDir, imports_path: Path, text: str, exp: params.
         simulated=False, host=HOST, hosts=[HOST],
         factors={f: list(levels) for f, levels in exp.factors.items()},
         baseline=params.baseline_variant(exp).name, order="imported (as listed)",
-        run_ids=[r["run_id"] for r in runs], runs=runs))
+        run_ids=[r.run_id for r in runs], runs=runs))

@@ -89,6 +89,6 @@ def probe_runs(exp: Experiment, probes: list[search.Probe], first_seq: int) -> l
 def recorded_runs(exp: Experiment, manifest: Manifest) -> list[Run]:
     """The probes so far of a search, as its run directory's manifest lists them (searchbatch resumes from them)."""
     assert exp.search is not None
-    return [Run.from_entry(entry, variant_of(exp, entry["levels"]), nodes=tuple(exp.nodes or ()),
-                           probe=search.Probe(entry["stratum"], entry["levels"][exp.search.factor], entry["why"]))
+    return [Run.from_entry(entry, variant_of(exp, entry.levels), nodes=tuple(exp.nodes or ()),
+                           probe=search.Probe(entry.stratum, entry.levels[exp.search.factor], entry.why))
             for entry in manifest.runs]

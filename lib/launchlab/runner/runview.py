@@ -71,9 +71,9 @@ def recorded_run(exp: params.Experiment, manifest: rundir.Manifest, run_id: str)
     batch's: one run's notebook never plans again."""
     entry = manifest.listed(run_id)
     probe = None
-    if exp.search is not None and "stratum" in entry:
-        probe = search.Probe(entry["stratum"], entry["levels"][exp.search.factor], entry["why"])
-    return Run.from_entry(entry, params.variant_of(exp, entry["levels"]), nodes=tuple(exp.nodes or ()), probe=probe)
+    if exp.search is not None and entry.stratum is not None:
+        probe = search.Probe(entry.stratum, entry.levels[exp.search.factor], entry.why)
+    return Run.from_entry(entry, params.variant_of(exp, entry.levels), nodes=tuple(exp.nodes or ()), probe=probe)
 
 
 def _in_kernel() -> bool:

@@ -16,6 +16,7 @@ import pandas as pd
 from launchlab import interrupts
 from launchlab.logparse.common import rank_order
 from launchlab.store.records import KIT_STATUSES, VALID_STATUSES
+from launchlab.store.rundir import ManifestEntry
 from launchlab.store.verdictrecord import (
     CONFOUNDED,
     DECIDES,
@@ -39,9 +40,9 @@ CONTRADICTED = "level contradicted"  # for one factor: the server's log shows an
 # Which runs are observations
 
 
-def observations(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
+def observations(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:
     """Every planned run (finished or not) with `valid` and, for the others, `invalid_kind` (kit error,
-    interrupted, missing) and `invalid_detail`. planned: the manifest's runs ({run_id, variant, levels})."""
+    interrupted, missing) and `invalid_detail`. planned: the manifest's runs (run_id, variant, levels)."""
     obs = runs.copy()
     message = obs["failure_message"].fillna("").astype(str) if "failure_message" in obs else pd.Series("", obs.index)
     reason = obs["failure_reason"].fillna("").astype(str) if "failure_reason" in obs else pd.Series("", obs.index)
@@ -60,13 +61,13 @@ def observations(runs: pd.DataFrame, factors: list[str], planned: list[dict] | N
         obs.loc[misfiled, "invalid_kind"] = MISFILED
         obs.loc[misfiled, "invalid_detail"] = "filed under other levels than its log shows: " + obs.loc[misfiled, "misfiled"]
     done = set(obs["run_id"])
-    missing = [p for p in (planned or []) if p["run_id"] not in done]
+    missing = [p for p in (planned or []) if p.run_id not in done]
     if missing:
-        extra = pd.DataFrame([{"run_id": p["run_id"], "variant": p["variant"], **{f: p["levels"].get(f) for f in factors},
+        extra = pd.DataFrame([{"run_id": p.run_id, "variant": p.variant, **{f: p.levels.get(f) for f in factors},
                                "status": None, "valid": False, "invalid_kind": MISSING,
                                "invalid_detail": "listed in the manifest but it has no final status (the batch was "
                                                  "interrupted or is still running)"} for p in missing])
-        order = {p["run_id"]: i for i, p in enumerate(planned)}
+        order = {p.run_id: i for i, p in enumerate(planned)}
         obs = pd.concat([obs, extra], ignore_index=True)
         obs = obs.sort_values("run_id", key=lambda s: s.map(order).fillna(len(order))).reset_index(drop=True)
     obs["valid"] = obs["valid"].astype(bool)
@@ -125,7 +126,7 @@ def strata(obs: pd.DataFrame, factor: str, factors: list[str]) -> list[tuple[dic
 # Outcomes
 
 
-def outcomes(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
+def outcomes(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:
     """One row per variant: how many runs ended in each status (and were missing), and why the failed ones
     failed. `outcome` counts ready runs among the valid ones."""
     obs = observations(runs, factors, planned)
@@ -356,7 +357,7 @@ def _undetermined_why(factor: str, detail: list[dict]) -> str:
     return "; ".join(reasons)
 
 
-def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
+def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:
     """For each factor: does changing only its level change the share of ready runs, the others held fixed?
     `changes_launch_outcome` is True where it does in at least one stratum (see `status`). The verdict's own
     decisions (with level checks and confounds applied) are in verdict.build."""
@@ -438,7 +439,7 @@ def _pooled_sd(groups: list[pd.Series]) -> float | None:
 
 
 def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
-                   *, planned: list[dict] | None = None, drop: dict[str, set[str]] | None = None) -> list[dict]:
+                   *, planned: list[ManifestEntry] | None = None, drop: dict[str, set[str]] | None = None) -> list[dict]:
     """For each factor level other than the baseline's and each metric: the level's valid runs against the
     valid runs at the baseline level, within each stratum (the other factors held at one combination) where
     both sides have a value. Per-stratum differences are combined by their unweighted mean; `mean` and

@@ -16,6 +16,7 @@ import pandas as pd
 
 from launchlab import search
 from launchlab.escaping import md, md_code
+from launchlab.store.rundir import ManifestEntry
 from launchlab.verdicts import budget as budget_mod
 from launchlab.verdicts import gpustate
 
@@ -31,9 +32,9 @@ PROBE_KEYS = ("stratum", "value", "runs", "predicted_break_even", "pre_load_free
 LEGACY_TOTAL = "pre_load_free_gib"
 
 
-def observations(runs: pd.DataFrame, planned: list[dict], factor: str) -> list[search.Observation]:
+def observations(runs: pd.DataFrame, planned: list[ManifestEntry], factor: str) -> list[search.Observation]:
     """The finished probe runs (runs.parquet rows) as search.py sees them; planned: the manifest's runs."""
-    strata = {p["run_id"]: p.get("stratum") for p in planned}
+    strata = {p.run_id: p.stratum for p in planned}
     found = []
     for _, row in runs.iterrows():
         stratum, value = strata.get(row["run_id"]), row.get(factor)
@@ -55,7 +56,7 @@ def _predicts(budget: pd.DataFrame, factor: str) -> budget_mod.BreakEven | None:
     return found if found is not None and found.arg == factor else None
 
 
-def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.DataFrame,
+def probes(runs: pd.DataFrame, planned: list[ManifestEntry], factor: str, budget: pd.DataFrame,
            *, facts: dict[str, dict] | None = None, tolerance_mib: float = 256) -> list[dict]:
     """One record per probed value of each stratum (PROBE_KEYS): its runs, its own predicted break-even (the mean of
     its runs' break-even in the server kind's argument: _predicts), the free memory at its runs' start
@@ -63,7 +64,7 @@ def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.Data
     and whether it disagrees with the stratum's other probes — its prediction off their median by more than the
     drain tolerance in memory (the difference × the memory the argument is a fraction of), or its free memory at the start below
     theirs by more than it: a disturbed probe (another process on the GPU) must not move the prediction unseen."""
-    stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    stratum_of = {p.run_id: p.stratum for p in planned}
     predicts = _predicts(budget, factor)
     predicted = budget.set_index("run_id") if predicts is not None else None
     found: dict[tuple[str, str], dict] = {}
@@ -115,7 +116,7 @@ def _flag(mine: list[dict], tolerance_mib: float) -> None:
                         + "; ".join(why) + f" (tolerance {tolerance_mib:.0f} MiB)")
 
 
-def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[dict], *, factor: str,
+def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[ManifestEntry], *, factor: str,
           budget: pd.DataFrame, repetitions: int = 1, facts: dict[str, dict] | None = None,
           tolerance_mib: float = 256) -> pd.DataFrame:
     """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
@@ -125,7 +126,7 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
     (probes(); all of them when none does): predicted_n runs, from predicted_min to predicted_max; flagged_probes
     says which disagree and why. facts: provenance.json by run id (free memory at each run's start);
     tolerance_mib: the drain tolerance."""
-    stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    stratum_of = {p.run_id: p.stratum for p in planned}
     predicts = _predicts(budget, factor)
     per_probe = probes(runs, planned, factor, budget, facts=facts, tolerance_mib=tolerance_mib)
     rows = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from launchlab.escaping import md, md_code
+from launchlab.store.rundir import ManifestEntry
 from launchlab.store.verdictrecord import (
     CONFOUNDED,
     DECIDING,
@@ -31,7 +32,7 @@ from launchlab.verdicts import analysis, budget, confounds, derivedargs, levelch
 
 def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
           *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
-          planned: list[dict] | None = None, level_checks: list[dict] | None = None,
+          planned: list[ManifestEntry] | None = None, level_checks: list[dict] | None = None,
           parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset()) -> Verdict:
     """verdict.json: see verdictrecord.Verdict and the README for every key."""
     obs = analysis.observations(runs, factors, planned)
