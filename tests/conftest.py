@@ -1,6 +1,7 @@
 """Shared fixtures: an isolated simulated box and outputs folder per test, and a check that nothing a test
 started on the simulated box is still running when it ends; one Slurm cluster per session; the marks that
-`make check` and pytest-xdist's groups read (see pytest_collection_modifyitems)."""
+`make check` and pytest-xdist's groups read (see pytest_itemcollected), and the order that hands out the longest
+tests first (pytest_collection_modifyitems)."""
 
 from __future__ import annotations
 
@@ -277,3 +278,33 @@ def pytest_configure(config):
     failed as if the kit had lost the signal (seen twice this way before the cause was found)."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# The longest tests (make test's --durations on the 2-core machine; mostly waiting on a scheduler or a slow server),
+# handed out first: pytest-xdist gives its workers the groups first (the largest first), then the single tests in
+# collection order, so a long test collected last would start last and keep the whole session waiting for it alone.
+LONGEST_FIRST = (
+    "test_slurm.py::test_a_job_that_outlives_its_time_limit",  # Slurm's smallest time limit is a minute
+    "test_locks.py::test_two_batches_on_one_ssh_host",
+    "test_resume_equal.py::",
+    "test_slurm.py::test_the_seed_demo_through_slurm",
+    "test_slurm.py::test_ctrl_c_mid_batch",
+    "test_install.py::",
+    "test_slurm_login.py::",
+    "test_warmup.py::",
+    "test_interrupts.py::test_a_signal_to_launchlab_run",
+    "test_slurm.py::test_a_job_of_a_dead_batch",
+    "test_ssh.py::test_the_demo_design_runs_over_ssh",
+    "test_jupyterlab.py::",
+    "test_demo_end_to_end.py::test_runs_of_different_hosts",
+    "test_locks.py::test_two_demos_on_one_machine",
+    "test_threshold_search.py::test_an_interrupted_search",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def place(item) -> int:
+        name = item.nodeid.rsplit("/", 1)[-1]
+        return next((i for i, prefix in enumerate(LONGEST_FIRST) if name.startswith(prefix)), len(LONGEST_FIRST))
+
+    items.sort(key=place)  # stable: the rest keep their order

@@ -1,25 +1,41 @@
 """The run path and the analysis read as named steps (issue 26): no function there longer than 40 lines (its
-docstring apart), and a function of more than four parameters takes the rest by keyword, so a call says what
-each value is. Read from the source with `ast`."""
+docstring apart), a function of more than four parameters takes the rest by keyword, and no call anywhere in the kit
+passes more than four values by position into them, so a call says what each value is. Read from the source with
+`ast`; the packages are read whole, so a module added to them is held to the same shape."""
 
 import ast
 from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
-RUN_PATH = ("run/lifecycle", "run/watch", "run/cleanup", "run/recovery", "hosts/nodes", "runner/batch",
-            "runner/searchbatch", "runner/notebooks", "runner/runview", "verdicts/runstatus")
-ANALYSIS = tuple(f"verdicts/{m}" for m in ("analysis", "confounds", "derivedargs", "levelchecks", "verdict", "thresholds",
-                                           "ordereffects", "question", "budget", "frames"))
+# the run path: one run (run/), what plans, starts and drives runs (runner/), what it asks of a host and runs there
+# (hosts/: the transports, nodes, provenance, patching, locks) and what it writes (store/)
+RUN_PATH = ("run", "runner", "hosts", "store")
+# the analysis: every module of verdicts/, and the search it re-runs over the finished runs (thresholds.table)
+ANALYSIS = ("verdicts", "search")
 MAX_LINES = 40
+MAX_POSITIONAL = 4
 # run_variant.ipynb — and every run notebook a run directory keeps — calls run_variant with five positional
 # arguments; a saved notebook must run again as it was
-POSITIONAL_API = {("runner/runview", "run_variant")}
+POSITIONAL_API = {("runner.runview", "run_variant")}
+
+
+def dotted(path: Path) -> str:
+    parts = list(path.relative_to(LIB).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the run path and the analysis, by dotted name under launchlab."""
+    found = {}
+    for part in RUN_PATH + ANALYSIS:
+        paths = sorted((LIB / part).rglob("*.py")) if (LIB / part).is_dir() else [LIB / f"{part}.py"]
+        found |= {dotted(p): p for p in paths}
+    return found
 
 
 def functions():
-    for module in RUN_PATH + ANALYSIS:
-        tree = ast.parse((LIB / f"{module}.py").read_text())
-        for node in ast.walk(tree):
+    for module, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 yield module, node
 
@@ -29,6 +45,57 @@ def body_lines(node: ast.FunctionDef) -> int:
     if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring says why; it is not the function's length
     return node.end_lineno - body[0].lineno + 1
+
+
+def imported_names(tree: ast.Module) -> dict[str, str]:
+    """What each name a module imports from launchlab stands for: `provenance` → hosts.provenance,
+    `write_progress` → store.records.write_progress."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "launchlab":
+            base = node.module.removeprefix("launchlab").lstrip(".")
+            names |= {a.asname or a.name: f"{base}.{a.name}" if base else a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[-1]: a.name.removeprefix("launchlab.") for a in node.names
+                      if a.name.startswith("launchlab.")}
+    return names
+
+
+def callee(node: ast.Call, here: str, names: dict[str, str]) -> tuple[str, str] | None:
+    """(module, function) a call names: `module.f(…)` through an imported module, an imported `f(…)`, or a
+    function of the calling module itself."""
+    f = node.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in names:
+        return names[f.value.id], f.attr
+    if isinstance(f, ast.Name):
+        if f.id in names:
+            module, _, name = names[f.id].rpartition(".")
+            return module, name
+        return here, f.id
+    return None
+
+
+def positional_calls(paths: list[Path], covered: dict[str, Path]) -> list[str]:
+    """Calls, in the given files, of a top-level function of a covered module with more than four values by
+    position (a starred argument counts as none: its length is not known here)."""
+    defined = {(module, node.name) for module, path in covered.items()
+               for node in ast.parse(path.read_text()).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found = []
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        here, names = dotted(path) if LIB in path.parents else path.stem, imported_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and (target := callee(node, here, names)) in defined:
+                values = [a for a in node.args if not isinstance(a, ast.Starred)]
+                if len(values) > MAX_POSITIONAL and target not in POSITIONAL_API:
+                    found.append(f"{here}:{node.lineno} {'.'.join(target)} with {len(values)} positional values")
+    return found
+
+
+def test_the_run_path_and_the_analysis_are_read_whole():
+    names = set(modules())
+    assert {"run.lifecycle", "hosts.provenance", "hosts.nodes", "store.records", "runner.runview", "runner.plan",
+            "verdicts.gpustate", "verdicts.analysis", "search"} <= names
 
 
 def test_no_function_of_the_run_path_or_the_analysis_is_longer_than_40_lines():
@@ -41,6 +108,23 @@ def test_a_function_of_more_than_four_parameters_takes_the_rest_by_keyword():
     positional = []
     for module, node in functions():
         params = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
-        if len(params) > 4 and (module, node.name) not in POSITIONAL_API:
+        if len(params) > MAX_POSITIONAL and (module, node.name) not in POSITIONAL_API:
             positional.append(f"{module}.{node.name}({', '.join(params)})")
     assert positional == []
+
+
+def test_no_call_in_the_kit_passes_more_than_four_values_by_position_into_the_run_path_or_the_analysis():
+    assert positional_calls(sorted(LIB.rglob("*.py")), modules()) == []
+
+
+def test_the_call_check_resolves_a_module_an_imported_function_and_a_local_one(tmp_path):
+    caller = tmp_path / "steps.py"
+    caller.write_text("from launchlab.hosts import provenance\nfrom launchlab.store.records import write_progress\n"
+                      "def local(a, b, c, d, e):\n    pass\n"
+                      "def run(x):\n    provenance.node_record(x, 0, x, None, x, ())\n"
+                      "    write_progress(x, 'r', 'preflight', 0.0, None)\n    local(1, 2, 3, 4, 5)\n"
+                      "    provenance.node_record(x, 0, x, preflight=None)\n    local(*x)\n")
+    covered = {**modules(), "steps": caller}
+    assert positional_calls([caller], covered) == [
+        "steps:6 hosts.provenance.node_record with 6 positional values",
+        "steps:7 store.records.write_progress with 5 positional values", "steps:8 steps.local with 5 positional values"]

@@ -286,7 +286,7 @@ def test_a_worker_that_renamed_itself_is_still_the_runs_by_its_session_and_a_str
         state.set_allocation(host.state_dir, worker, 0, 3000, "VLLM::EngineCore")
         state.set_allocation(host.state_dir, stranger.pid, 1, 1000, "python3")
         text = host.run(commands.gpu_owners(RUN_ID_ENV), timeout=30).stdout
-        moment, foreign, _ = gpustate.read_look(text, gpustate.WATCHED, "box", "01_x", frozenset({leader.pid}))
+        moment, foreign, _ = gpustate.read_look(text, gpustate.WATCHED, "box", "01_x", sessions=frozenset({leader.pid}))
         assert moment.run_mib == 3000 and [p.pid for p in foreign] == [stranger.pid]
         moment, foreign, _ = gpustate.read_look(text, gpustate.WATCHED, "box", "01_x")
         assert moment.foreign_mib == 4000, "without its session, the renamed worker looks foreign"

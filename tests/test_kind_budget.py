@@ -4,12 +4,15 @@ SGLang's stays in `mem_fraction_static` (tests/test_budget.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
 from conftest import DATA
 from launchlab import logparse, search
 from launchlab.logparse.kinds import KINDS
+from launchlab.store.rundir import ManifestEntry
 from launchlab.verdicts import budget, thresholds
 
 LOGS = DATA / "vllm-0.26-h200"
@@ -80,7 +83,8 @@ def test_a_vllm_search_predicts_in_gpu_memory_utilization_and_a_search_of_anothe
     per_run = budget.recompute("vllm", events, runs)
     bounds = search.Bounds.parse("0.002", "0.010", "0.002")
     probes = [("g", "0.002", "failed"), ("e", "0.010", "ready"), ("x", "0.006", "ready"), ("y", "0.004", "failed")]
-    planned = [{"run_id": r, "stratum": "s", "levels": {"gpu_memory_utilization": v}} for r, v, _ in probes]
+    planned = [ManifestEntry(r, n, f"gpu_memory_utilization={v}", {"gpu_memory_utilization": v}, 1, "box", stratum="s",
+                             why="probed") for n, (r, v, _) in enumerate(probes, 1)]
     found = thresholds.table(bounds, ["s"], pd.DataFrame([{"run_id": r, "status": st, "gpu_memory_utilization": v}
                                                           for r, v, st in probes]), planned,
                              factor="gpu_memory_utilization", budget=per_run)
@@ -91,6 +95,6 @@ def test_a_vllm_search_predicts_in_gpu_memory_utilization_and_a_search_of_anothe
     assert row["pre_load_free_gib"] == 139.8
     other = thresholds.table(bounds, ["s"], pd.DataFrame([{"run_id": r, "status": st, "max_num_seqs": v}
                                                           for r, v, st in probes]),
-                             [{**p, "levels": {"max_num_seqs": p["levels"]["gpu_memory_utilization"]}}
+                             [dataclasses.replace(p, levels={"max_num_seqs": p.levels["gpu_memory_utilization"]})
                               for p in planned], factor="max_num_seqs", budget=per_run)
     assert other.iloc[0]["predicted_break_even"] is None

@@ -39,6 +39,44 @@ def test_the_flags_the_server_kinds_know_appear_in_no_other_module():
     assert named == {}, named
 
 
+def kind_arguments() -> set[str]:
+    """The server arguments the kinds name (ServerKind: the names their flags are recorded under, the arguments their
+    log facts read, their volatile arguments, their break-even's): the names with an underscore, which are the
+    server's own (a plain word such as `port`, `host` or `model` names the kit's own things too)."""
+    from launchlab.logparse.kinds import KINDS
+
+    names: set[str] = set()
+    for kind in KINDS.values():
+        names |= set(kind.arg_aliases.values()) | set(kind.volatile_args)
+        names |= {kind.log_facts.model, kind.log_facts.tp_size, kind.log_facts.dp_size} - {None}
+        names |= {kind.break_even.arg} if kind.break_even else set()
+    return {n for n in names if "_" in n}
+
+
+def arguments_in(paths, names: set[str]) -> dict[str, set[str]]:
+    """Per module, the kinds' argument names its code holds as strings of their own (not inside a sentence)."""
+    return {str(p.relative_to(LIB) if LIB in p.parents else p.name): found for p in paths
+            if (found := set(code_strings(p)) & names)}
+
+
+def test_the_arguments_the_server_kinds_name_appear_in_no_other_module():
+    """What a kind records its arguments under (SGLang's `tp_size`, vLLM's `tensor_parallel_size`, `nccl_port`, …)
+    is the kind's to say (issue 26): the judging code asks the kind (volatile_args, log_facts, graph_capture) and
+    names none of them itself."""
+    names = kind_arguments()
+    assert {"tp_size", "tensor_parallel_size", "nccl_port", "dist_init_addr", "mem_fraction_static"} <= names
+    kinds = [*(LIB / "logparse").glob("*.py"), LIB / "sim" / "sglang_server.py"]
+    others = [p for p in LIB.rglob("*.py") if p not in kinds and "__pycache__" not in p.parts]
+    assert arguments_in(others, names) == {}
+
+
+def test_the_check_finds_an_argument_of_a_kind_in_a_module_outside_the_kinds(tmp_path):
+    module = tmp_path / "judge.py"
+    module.write_text('"""Reads tp_size from the log."""\nVOLATILE = {"port", "nccl_port"}\n'
+                      'def tp(args):\n    return args.get("tensor_parallel_size") or f"tp_size={args}"\n')
+    assert arguments_in([module], kind_arguments()) == {"judge.py": {"nccl_port", "tensor_parallel_size"}}
+
+
 def test_the_check_finds_a_server_flag_in_a_module_outside_the_kinds(tmp_path):
     module = tmp_path / "levels.py"
     module.write_text('"""Cites --disable-custom-all-reduce in its docstring."""\nFLAG = "--disable-custom-all-reduce"\n'

@@ -3,6 +3,7 @@ module imports itself back through others (no cycles). Read from the source with
 a function counts as much as one at the top."""
 
 import ast
+import sys
 from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
@@ -21,6 +22,12 @@ LAYERS = [
     {"reporting", "runner", "cli", "__main__"},
 ]
 SPLIT = {"hosts"}  # packages whose submodules are placed one by one
+# Within one package the layers above see no import. These modules of one package stay apart all the same, each for
+# its reason (importer → imported, in dotted names under launchlab):
+APART = {
+    ("runner.runview", "runner.plan"): "one run's notebook takes its run from the manifest (the store's record of the "
+                                       "batch's plan) and never plans again",
+}
 
 
 def name_of(dotted: str) -> str:
@@ -40,8 +47,8 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return skip
 
 
-def imports_of(path: Path) -> set[str]:
-    """The launchlab modules a file imports, as named in LAYERS."""
+def imports_of(path: Path, naming=name_of) -> set[str]:
+    """The launchlab modules a file imports, as named in LAYERS (naming=str: by their whole dotted name)."""
     tree = ast.parse(path.read_text())
     skip = _type_checking_only(tree)
     found = set()
@@ -58,9 +65,9 @@ def imports_of(path: Path) -> set[str]:
                 candidate = f"{module}.{alias.name}" if module else alias.name
                 is_module = (LIB / candidate.replace(".", "/")).with_suffix(".py").exists() or \
                     (LIB / candidate.replace(".", "/")).is_dir()
-                found.add(name_of(candidate if is_module else module))
+                found.add(naming(candidate if is_module else module))
         elif isinstance(node, ast.Import):
-            found |= {name_of(a.name.removeprefix("launchlab.")) for a in node.names if a.name.startswith("launchlab.")}
+            found |= {naming(a.name.removeprefix("launchlab.")) for a in node.names if a.name.startswith("launchlab.")}
     return found
 
 
@@ -110,3 +117,29 @@ def test_there_is_no_import_cycle_between_modules():
         if start not in done:
             visit(start, [start])
     assert cycles == []
+
+
+def dotted(path: Path) -> str:
+    parts = list(path.relative_to(LIB).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def kept_apart(paths) -> list[str]:
+    return [f"{dotted(p)} imports {target}: {APART[(dotted(p), target)]}" for p in paths
+            for target in sorted(imports_of(p, naming=str)) if (dotted(p), target) in APART]
+
+
+def test_modules_kept_apart_inside_their_package_import_nothing_of_each_other():
+    assert all((LIB / a.replace(".", "/")).with_suffix(".py").exists() and
+               (LIB / b.replace(".", "/")).with_suffix(".py").exists() for a, b in APART), "a module was renamed"
+    assert kept_apart(LIB.rglob("*.py")) == []
+
+
+def test_the_check_sees_an_import_between_two_modules_of_one_package(monkeypatch, tmp_path):
+    lib = tmp_path / "launchlab"
+    (lib / "runner").mkdir(parents=True)
+    (lib / "runner" / "plan.py").write_text("")
+    (lib / "runner" / "runview.py").write_text("def run_variant():\n    from launchlab.runner.plan import find_run\n")
+    monkeypatch.setattr(sys.modules[__name__], "LIB", lib)
+    assert kept_apart([lib / "runner" / "runview.py"]) == [
+        f"runner.runview imports runner.plan: {APART[('runner.runview', 'runner.plan')]}"]

@@ -53,7 +53,7 @@ def test_the_threshold_plots_legend_covers_no_probe():
     [run_dir] = ROOT.glob("examples/h200-vllm-threshold/2*")
     rep = report.load(run_dir)
     spec = rep.exp.search
-    stratum_of = {p["run_id"]: p.get("stratum") for p in rep.planned}
+    stratum_of = {p.run_id: p.stratum for p in rep.planned}
     fig = plots.threshold_outcomes(rep.frames.runs, stratum_of, spec.factor, spec.flag, rep.thresholds)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()

@@ -102,7 +102,10 @@ def test_a_slurm_host_with_an_ssh_login_node_opens_without_connecting_and_runs_i
 
     host = slurm.open_host("cl", SlurmSpec(transport="slurm", login="login-node", partition="gpu"))
     assert isinstance(host.login, ssh.SshHost) and host.login.spec.address == "login-node"
-    assert host.login._conn is None and not host.runs_here and not host.simulated
+    assert host.login._conn is None and not host.simulated
+    # its processes are jobs on a node Slurm picks, which the kit's commands do not reach (was `not host.runs_here`)
+    assert host.run_on_gpu_node("nvidia-smi -L") is None and host.facts_before_start() == {}
+    assert host.login._conn is None
     assert host.workdir == ".launchlab/work"
     host.close()
 

@@ -4,6 +4,7 @@ what it claims, what it refuses to claim, and the difference between strata in f
 import pandas as pd
 
 from launchlab import search
+from launchlab.store.rundir import ManifestEntry
 from launchlab.verdicts import thresholds
 
 BOUNDS = search.Bounds.parse("0.70", "0.80", "0.01")
@@ -12,7 +13,8 @@ BOUNDS = search.Bounds.parse("0.70", "0.80", "0.01")
 def probes(rows: list[tuple[str, str, str, str]]):
     """(run_id, stratum, value, status) → the runs frame and the manifest's runs."""
     runs = pd.DataFrame([{"run_id": r, "status": st, "mem_fraction_static": v} for r, _, v, st in rows])
-    planned = [{"run_id": r, "stratum": s, "levels": {"mem_fraction_static": v}} for r, s, v, _ in rows]
+    planned = [ManifestEntry(r, n, f"{s}, mem_fraction_static={v}", {"mem_fraction_static": v}, 1, "box", stratum=s,
+                             why="probed") for n, (r, s, v, _) in enumerate(rows, 1)]
     return runs, planned
 
 

@@ -1,9 +1,14 @@
 """verdict.json is written from a typed record and read back into it — also when an older kit wrote it."""
 
+import ast
 import json
+from pathlib import Path
 
 from conftest import ROOT
+from launchlab.store import verdictrecord
 from launchlab.store.verdictrecord import Verdict
+
+LIB = ROOT / "lib" / "launchlab"
 
 
 def test_a_verdict_json_of_an_older_kit_reads_into_the_record_with_its_headline():
@@ -42,3 +47,36 @@ def test_the_summary_reads_the_verdict_this_kit_wrote_after_the_frames_and_recom
     later = (run_dir / "verdict.json").stat().st_mtime + 5
     os.utime(run_dir / "runs.parquet", (later, later))  # frames rebuilt after the verdict: it is stale
     assert report.load(run_dir).written_verdict() is None
+
+
+def status_spellings(path: Path) -> list[str]:
+    """Where a module's code spells a decision status as a string of its own (docstrings, and dict keys and
+    subscripts such as a stratum's "flaky" list, are other words)."""
+    tree = ast.parse(path.read_text())
+    other = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                other.add(id(first.value))
+        if isinstance(node, ast.Dict):
+            other |= {id(k) for k in node.keys if k is not None}
+        if isinstance(node, ast.Subscript):
+            other.add(id(node.slice))
+    return [f"{path.name}:{n.lineno} {n.value!r}" for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in verdictrecord.STATUSES and id(n) not in other]
+
+
+def test_the_decision_statuses_are_spelled_once_and_used_by_name_everywhere_else():
+    """verdictrecord.STATUSES is the one vocabulary of a factor's status (issue 26): the analysis and the verdict
+    use its names (DECIDES, FLAKY, …), so a status cannot be misspelled or added in one place only."""
+    assert verdictrecord.STATUSES == ("decides", "decides_in_some", "neutral", "flaky", "confounded", "undetermined")
+    elsewhere = [p for p in sorted(LIB.rglob("*.py")) if p != LIB / "store" / "verdictrecord.py"]
+    assert [s for p in elsewhere for s in status_spellings(p)] == []
+
+
+def test_the_check_finds_a_decision_status_spelled_in_code(tmp_path):
+    module = tmp_path / "judge.py"
+    module.write_text('"""Says flaky in its docstring."""\ndef status(s):\n    if s["flaky"]:\n'
+                      '        return "flaky"\n    return {"status": "neutral"}\n')
+    assert status_spellings(module) == ["judge.py:4 'flaky'", "judge.py:5 'neutral'"]

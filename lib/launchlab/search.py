@@ -111,19 +111,32 @@ def stratum_result(bounds: Bounds, stratum: str, observations: list[Observation]
     for o in observations:
         by_value.setdefault(o.value, []).append(o)
     result = StratumResult(stratum, SEARCHING, probes=len(by_value), runs=[o.run_id for o in observations])
+    outcome = _outcomes(bounds, result, by_value, repetitions)
+    if outcome is None:  # a probe to repeat, or nothing to claim (no observation, noisy)
+        return result
+    _bracket(result, outcome)
+    if _monotone(bounds, result, outcome, by_value):
+        _step(bounds, result, outcome)
+    return result
+
+
+def _outcomes(bounds: Bounds, result: StratumResult, by_value: dict[Decimal, list[Observation]],
+              repetitions: int) -> dict[Decimal, bool] | None:
+    """Each probed value's outcome (ready or not), in value order; None once a value decides the stratum's state
+    on its own: lost to kit errors (probed again once, then `no_observation`) or repetitions that disagree (`noisy`)."""
     outcome: dict[Decimal, bool] = {}
     for value, obs in sorted(by_value.items()):
         valid = [o for o in obs if o.success is not None]
         if not valid:
             if len(obs) < 2 * repetitions:  # lost once (a kit error): probe it again, once
-                result.next = [Probe(stratum, bounds.text(value), f"repeats {bounds.text(value)}: its run(s) "
-                                                                  f"{_names(obs)} gave no valid observation (a kit "
-                                                                  "error)")]
-                return result
+                result.next = [Probe(result.stratum, bounds.text(value), f"repeats {bounds.text(value)}: its run(s) "
+                                                                         f"{_names(obs)} gave no valid observation (a "
+                                                                         "kit error)")]
+                return None
             result.state = NO_OBSERVATION
             result.note = (f"the probe at {bounds.text(value)} gave no valid observation, twice (runs {_names(obs)}: "
                            "kit errors or interruptions); `launchlab run PARAMS --resume RUN_DIR` repeats them")
-            return result
+            return None
         if len({o.success for o in valid}) > 1:
             ok = [o for o in valid if o.success]
             bad = [o for o in valid if not o.success]
@@ -132,39 +145,50 @@ def stratum_result(bounds: Bounds, stratum: str, observations: list[Observation]
                            f"not ready: {_names(bad)}. The outcome is not a function of the flag here, so no "
                            "threshold is claimed; look at why those runs differ")
             _bracket(result, outcome)
-            return result
+            return None
         outcome[value] = valid[0].success
-    _bracket(result, outcome)
+    return outcome
+
+
+def _monotone(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool],
+              by_value: dict[Decimal, list[Observation]]) -> bool:
+    """Whether no value fails above one that is ready; else the stratum is `non_monotone`, naming the pair."""
     failing_above = [(f, s) for f in outcome if not outcome[f] for s in outcome if outcome[s] and f > s]
-    if failing_above:
-        f, s = max(failing_above)
-        result.state = NON_MONOTONE
-        result.note = (f"non-monotone: not ready at {bounds.text(f)} (runs {_names(by_value[f])}) above ready at "
-                       f"{bounds.text(s)} (runs {_names(by_value[s])}); bisection assumes the outcome only improves "
-                       "with the flag, so no threshold is claimed")
-        return result
-    result.next = [Probe(stratum, bounds.text(end), f"the {side} end of the range: bisection needs it not ready at "
-                                                    "low and ready at high")
+    if not failing_above:
+        return True
+    f, s = max(failing_above)
+    result.state = NON_MONOTONE
+    result.note = (f"non-monotone: not ready at {bounds.text(f)} (runs {_names(by_value[f])}) above ready at "
+                   f"{bounds.text(s)} (runs {_names(by_value[s])}); bisection assumes the outcome only improves "
+                   "with the flag, so no threshold is claimed")
+    return False
+
+
+def _step(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool]) -> None:
+    """The next probe of a monotone stratum: an end of the range not yet probed, else the midpoint of the bracket,
+    until it is within the resolution (`converged`); `not_bracketed` when both ends give the same outcome."""
+    result.next = [Probe(result.stratum, bounds.text(end), f"the {side} end of the range: bisection needs it not "
+                                                           "ready at low and ready at high")
                    for end, side in ((bounds.low, "low"), (bounds.high, "high")) if end not in outcome]
     if result.next:
-        return result
+        return
     if outcome[bounds.low]:
         result.state = NOT_BRACKETED
         result.note = f"ready even at the low end {bounds.text(bounds.low)}: the threshold is below the range"
-        return result
+        return
     if not outcome[bounds.high]:
         result.state = NOT_BRACKETED
         result.note = f"not ready even at the high end {bounds.text(bounds.high)}: the threshold is above the range"
-        return result
+        return
     low, high = result.low, result.high
     assert low is not None and high is not None  # both ends are observed and differ
     mid = ((low + high) / 2).quantize(bounds.quantum, rounding=ROUND_HALF_EVEN)
     if high - low <= bounds.resolution or not low < mid < high:
         result.state = CONVERGED
-        return result
-    result.next = [Probe(stratum, bounds.text(mid), f"bisects ({bounds.text(low)}, {bounds.text(high)}], "
-                                                   f"{high - low} wide, wider than the resolution {bounds.resolution}")]
-    return result
+        return
+    result.next = [Probe(result.stratum, bounds.text(mid), f"bisects ({bounds.text(low)}, {bounds.text(high)}], "
+                                                          f"{high - low} wide, wider than the resolution "
+                                                          f"{bounds.resolution}")]
 
 
 def _bracket(result: StratumResult, outcome: dict[Decimal, bool]) -> None:

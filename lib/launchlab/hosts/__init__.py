@@ -6,7 +6,7 @@ and `<name>.py`, its Host and `open_host(name, spec, *, sim_box=None)`, imported
 transport is opened, so validating params never loads fabric or paramiko. Every shell command a transport
 runs is built in commands/. Adding a transport is those two modules, its commands, and one line in TRANSPORTS.
 
-    base.py      the contract: HostParams (base of a spec), the Host protocol, CommandResult, ProcessRef
+    base.py      the contract: HostParams (base of a spec), the Host protocol, CommandResult, ProcessRef, JobStart
     shell.py     ShellHost: what shell-driven transports share (run and check in one place, process groups, HTTP)
     commands/    every shell command, one function each
     sim.py  local.py  ssh.py  slurm.py   and their *_spec.py: the transports
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launchlab.hosts import local_spec, sim_spec, slurm_spec, ssh_spec
-from launchlab.hosts.base import CommandResult, Host, HostParams, ProcessRef
+from launchlab.hosts.base import CommandResult, Host, HostParams, JobStart, ProcessRef
 
 
 @dataclass(frozen=True)
@@ -49,4 +49,4 @@ def connect(name: str, spec: HostParams, *, sim_box: str | Path | None = None) -
     return TRANSPORTS[spec.transport].open(name, spec, sim_box=Path(sim_box) if sim_box else None)
 
 
-__all__ = ["TRANSPORTS", "CommandResult", "Host", "HostParams", "ProcessRef", "Transport", "connect"]
+__all__ = ["TRANSPORTS", "CommandResult", "Host", "HostParams", "JobStart", "ProcessRef", "Transport", "connect"]

@@ -28,6 +28,18 @@ class ProcessRef:
     pgid: int
 
 
+@dataclass(frozen=True)
+class JobStart:
+    """How a scheduler started a server's process that it ran as a job (Host.job_start): how long the job waited
+    in the queue, where it runs (job id, node, partition, GPUs; empty when the scheduler did not say), and what
+    the provenance's commands printed on its node before the server started (None: the job ended, or took too
+    long, before they were done)."""
+
+    queue_s: float
+    placement: dict
+    facts: dict[str, CommandResult] | None
+
+
 class HostParams(StrictModel):
     """The base of each transport's `hosts.<name>` entry in params (hosts/<transport>_spec.py). Every entry also
     has `transport` (a Literal of the transport's name: it picks the model), `gpus`, `workdir` and `gpu_slots`."""
@@ -50,9 +62,6 @@ class Host(Protocol):
     name: str
     transport: str
     simulated: bool
-    # the run's processes run where this host's commands run, from the moment they are started; False: they are
-    # scheduler jobs on a node picked when the job runs, which the kit's commands do not reach (slurm)
-    runs_here: bool
     workdir: str
     per_task: dict[str, str] | None  # {node_rank}, {nnodes}, {master_addr} as markers the host fills per task
     extra_logs: tuple[str, ...]  # server logs beside node 0's that the run's folder on the host holds
@@ -93,9 +102,16 @@ class Host(Protocol):
     # this user's process groups (a scheduler's: jobs) of launchlab runs whose batch is not in `live`:
     # [{pgid, pids, run, batch}] (recovery.leftovers)
     def leftovers(self, live: set[str]) -> list[dict]: ...
-    # a scheduler's host: the server's process is a job that may wait in a queue and that the scheduler may end
-    def wait_started(self, ref: ProcessRef, on_wait) -> float: ...  # seconds queued; on_wait(reason) while queued
+    # A scheduler's host (slurm) runs a server as a job, on a node picked when the job runs, which the kit's own
+    # commands do not reach; what differs is answered by these, so the lifecycle asks every host the same:
+    # a command's output where the run's GPUs are, now (the preflight, a look at their processes); None where the
+    # kit cannot reach them (a job samples its GPUs itself)
+    def run_on_gpu_node(self, command: str, *, timeout: float = 60) -> str | None: ...
+    # what the provenance's commands printed before the start where the kit does not run them itself: None (here:
+    # provenance.node_record runs them on the host now); {} (a job runs them on its node once it runs: job_start)
+    def facts_before_start(self) -> dict[str, CommandResult] | None: ...
+    # after the server was started: None when it runs from that moment; a JobStart once the scheduler ran its job
+    # (the queue waited out, on_wait(reason) while queued), whose start the ready clock then counts from
+    def job_start(self, ref: ProcessRef, on_wait) -> JobStart | None: ...
     def ended_why(self, pgid: int) -> tuple[str, str] | None: ...  # (reason, message) when not the server's doing
-    def placement(self, ref: ProcessRef) -> dict | None: ...  # where it runs: job id, node, partition, GPUs
-    def node_facts(self, ref: ProcessRef) -> dict[str, CommandResult] | None: ...  # provenance run inside the job
     def final_state(self, ref: ProcessRef) -> dict | None: ...  # after the end: state, exit code, node, and source

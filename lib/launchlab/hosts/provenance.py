@@ -207,7 +207,7 @@ def node_commands(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def node_record(host: Host, rank: int, launch, preflight: dict | None, masker: Masker, secret_names=(),
+def node_record(host: Host, rank: int, launch, *, preflight: dict | None, masker: Masker, secret_names=(),
                 earlier: tuple[str, dict] | None = None, recorded: dict[str, CommandResult] | None = None
                 ) -> tuple[dict, Masker]:
     """What one node of a run was — the host and its facts, the server's interpreter and installed files, the

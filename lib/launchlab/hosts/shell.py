@@ -11,7 +11,7 @@ from pathlib import Path
 
 from launchlab.errors import HostError
 from launchlab.hosts import commands
-from launchlab.hosts.base import CommandResult, ProcessRef
+from launchlab.hosts.base import CommandResult, JobStart, ProcessRef
 from launchlab.polling import backoff
 from launchlab.sim.state import STATE_ENV
 from launchlab.tags import BATCH_ENV, RUN_ID_ENV
@@ -25,7 +25,6 @@ class ShellHost(abc.ABC):
     # whether commands may run from several threads at once (an SSH connection is reopened by whichever thread
     # finds it dropped, so not there; a local shell has nothing shared)
     concurrent_commands: bool = False
-    runs_here = True  # a process starts when it is started, here, and ends only by its own doing or the kit's
     state_dir: Path | None = None  # a simulated box's folder (sim, a simulated Slurm cluster's login)
     per_task: dict[str, str] | None = None  # placeholders the host fills in as each task starts (none: the kit does)
     extra_logs: tuple[str, ...] = ()  # logs beside the server's to collect (a Slurm job's other nodes)
@@ -151,20 +150,22 @@ class ShellHost(abc.ABC):
             time.sleep(pause)
         return "KILL"
 
-    def wait_started(self, ref: ProcessRef, on_wait) -> float:
-        """A process started detached runs at once: no queue."""
-        return 0.0
+    # A process here starts when it is started, on this host, and ends only by its own doing or the kit's.
+
+    def run_on_gpu_node(self, command: str, *, timeout: float = 60) -> str | None:
+        """The run's GPUs are this host's: the command's output (HostError when it fails)."""
+        return self.run(command, timeout=timeout).stdout
+
+    def facts_before_start(self) -> dict[str, CommandResult] | None:
+        """The provenance's commands run here, on the host itself, before the launch (provenance.node_record)."""
+        return None
+
+    def job_start(self, ref: ProcessRef, on_wait) -> JobStart | None:
+        """A process started detached runs at once: no queue, and the host's facts were read before its start."""
+        return None
 
     def ended_why(self, pgid: int) -> tuple[str, str] | None:
         """Nothing but the server itself (or the kit) ends its process here."""
-        return None
-
-    def placement(self, ref: ProcessRef) -> dict | None:
-        """Where a process runs is the host itself (its facts are in the provenance)."""
-        return None
-
-    def node_facts(self, ref: ProcessRef) -> dict[str, CommandResult] | None:
-        """The provenance's commands run here, on the host itself (provenance.node_record), not inside a job."""
         return None
 
     def final_state(self, ref: ProcessRef) -> dict | None:

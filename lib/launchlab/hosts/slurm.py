@@ -32,7 +32,7 @@ from pathlib import Path
 
 from launchlab.errors import HostError
 from launchlab.hosts import commands, provenance, sim_spec, slurm_spec
-from launchlab.hosts.base import CommandResult, ProcessRef
+from launchlab.hosts.base import CommandResult, JobStart, ProcessRef
 from launchlab.hosts.commands import slurm as cmd
 from launchlab.hosts.local import LocalHost
 from launchlab.hosts.shell import ShellHost
@@ -65,7 +65,6 @@ def open_host(name: str, spec: slurm_spec.SlurmSpec, *, sim_box: Path | None = N
 
 class SlurmHost(ShellHost):
     transport = "slurm"
-    runs_here = False  # a job, on the node Slurm picks
 
     def __init__(self, name: str, spec: slurm_spec.SlurmSpec, box: Path | None = None):
         self.name, self.spec = name, spec
@@ -221,6 +220,20 @@ class SlurmHost(ShellHost):
                                        f"{res.stderr.strip()[-300:]}")
         parts = (res.stdout.strip().splitlines() or [""])[0].split()
         return (parts + ["", "", ""])[0], (parts + ["", "", ""])[1], (parts + ["", "", ""])[2]
+
+    def run_on_gpu_node(self, command: str, *, timeout: float = 60) -> str | None:
+        """The run's GPUs are on the node its job gets, which the kit's commands (on the login node) do not reach:
+        the job samples them itself."""
+        return None
+
+    def facts_before_start(self) -> dict[str, CommandResult] | None:
+        """Nothing yet: the job runs the provenance's commands on the node it gets (job_start reads them)."""
+        return {}
+
+    def job_start(self, ref: ProcessRef, on_wait) -> JobStart:
+        """The job once it runs: the queue waited out (wait_started), where it runs (placement) and the provenance
+        its node gathered before the server started (node_facts)."""
+        return JobStart(self.wait_started(ref, on_wait), self.placement(ref), self.node_facts(ref))
 
     def wait_started(self, ref: ProcessRef, on_wait) -> float:
         """Wait while the job is queued (on_wait(Slurm's reason) at each change); return the seconds it waited."""

@@ -67,6 +67,20 @@ class LogFacts:
 
 
 @dataclass(frozen=True)
+class GraphCapture:
+    """How a kind's log shows its CUDA graphs captured, and what that says of its custom all-reduce: an active one
+    registers the graphs' addresses in a line of its own, so a capture on more than one GPU without that line means
+    it was off (levelchecks.custom_ar_observed).
+
+    fields      the per-rank fields its parser sets once the capture is done
+    registered  the custom all-reduce's line, as the reader is told it
+    """
+
+    fields: tuple[str, ...]
+    registered: str
+
+
+@dataclass(frozen=True)
 class ServerKind:
     """Everything the kit knows about one kind of inference server.
 
@@ -89,6 +103,14 @@ class ServerKind:
     arg_aliases     a flag (without its dashes) → the argument the server records it under, where that is not the
                     flag's own name with `_` for `-` (SGLang's `tp` → `tp_size`): the level checks look it up there
     log_facts       what its log states about its version, install and launch shape (LogFacts)
+    volatile_args   the arguments it records (ParsedLog.args) that differ between any two launches without changing
+                    what is compared — ports, seeds, paths, names — or that the log facts compare already (the
+                    model, the parallel sizes): never a confound (confounds.log_differences, derivedargs)
+    memory_fields   the per-rank fields of its log the report's memory table shows, in the table's order
+    free_memory     (that memory table, one row per variant) → what a rank had free after the last startup phase
+                    that ran, for the budget chart's free bar. None: its log does not say
+    graph_capture   how its log shows CUDA graphs captured (GraphCapture), for what that says of its custom
+                    all-reduce. None: it does not say
     """
 
     name: str
@@ -102,6 +124,10 @@ class ServerKind:
     custom_ar_off: str | None = None
     arg_aliases: dict[str, str] = field(default_factory=dict)
     log_facts: LogFacts = field(default_factory=LogFacts)
+    volatile_args: frozenset[str] = frozenset()
+    memory_fields: tuple[str, ...] = ()
+    free_memory: Callable[[pd.DataFrame], pd.Series] | None = None
+    graph_capture: GraphCapture | None = None
 
     def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
         """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""

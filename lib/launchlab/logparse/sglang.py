@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from launchlab.logparse import custom_ar
 from launchlab.logparse.arguments import call_arguments
@@ -31,8 +32,11 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
-from launchlab.logparse.serverkind import BreakEven, LogFacts, ServerKind
+from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, ServerKind
 from launchlab.logparse.tracebacks import Attribution
+
+if TYPE_CHECKING:  # annotations only: parsing a log never loads pandas
+    import pandas as pd
 
 ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weight", "KV Cache", "Memory pool",
            "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
@@ -309,6 +313,15 @@ def _budget(events, runs, telemetry):
     return pd.DataFrame(rows)
 
 
+def _free_memory(memory: pd.DataFrame) -> pd.Series | None:
+    """What a rank had free after the last startup phase that ran (the report's budget chart): "Capture cuda graph
+    end" avail, else "Load weight end" avail less the KV pool's size; "Load weight end" avail where no run of the
+    table reached a graph capture."""
+    if "graph_end_avail_gib" not in memory:
+        return memory.get("weights_end_avail_gib")
+    return memory["graph_end_avail_gib"].fillna(memory.get("weights_end_avail_gib", 0) - memory.get("kv_gib", 0).fillna(0))
+
+
 KIND = ServerKind(
     name="sglang",
     evidence=re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*\] "
@@ -336,4 +349,12 @@ KIND = ServerKind(
     # "sglang==0.5.6" (pip freeze, env dumps), "SGLang version 0.5.8"
     log_facts=LogFacts(version=re.compile(r"\b(?:SGLang|sglang) version:? v?(\d+\.\d+[\w.+-]*)|\bsglang==(\d+\.\d+[\w.+-]*)"),
                        package="sglang", model="model_path", tp_size="tp_size", dp_size="dp_size"),
+    volatile_args=frozenset({"port", "host", "random_seed", "nccl_port", "dist_init_addr", "log_requests", "api_key",
+                             "served_model_name", "tokenizer_path", "model_path", "tp_size", "dp_size",
+                             "file_storage_path", "download_dir", "log_level"}),
+    memory_fields=("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib", "kv_tokens", "kv_gib",
+                   "pool_end_avail_gib", "graph_mem_gib", "graph_end_avail_gib"),
+    free_memory=_free_memory,
+    graph_capture=GraphCapture(fields=("graph_end_avail_gib", "graph_mem_gib", "graph_s"),
+                               registered="`Registering … cuda graph addresses`"),
 )

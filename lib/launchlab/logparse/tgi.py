@@ -123,4 +123,6 @@ KIND = ServerKind(
     # "text-generation-launcher 2.0.2" (--version); the Args and the runtime environment state none
     log_facts=LogFacts(version=re.compile(r"text-generation-launcher v?(\d+\.\d+[\w.+-]*)"),
                        package="text_generation_server", model="model_id", tp_size="num_shard"),
+    volatile_args=frozenset({"port", "api_key"}),
+    memory_fields=("kv_tokens",),
 )  # no budget: TGI prints its KV capacity (kv_tokens) but not the memory figures it sized it from

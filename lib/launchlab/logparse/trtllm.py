@@ -94,4 +94,5 @@ KIND = ServerKind(
     # "[TensorRT-LLM] TensorRT-LLM version: 0.20.0rc3" (1.x: "TensorRT LLM version: 1.2.0rc5")
     log_facts=LogFacts(version=re.compile(r"\[TensorRT-LLM\] TensorRT[- ]LLM version: v?(\d+\.\d+[\w.+-]*)"),
                        package="tensorrt_llm"),
+    memory_fields=("kv_tokens", "kv_gib"),
 )  # no budget: the log gives the free memory and the cache it sized, not the fraction that sized it

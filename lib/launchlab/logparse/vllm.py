@@ -33,7 +33,7 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
-from launchlab.logparse.serverkind import BreakEven, LogFacts, ServerKind
+from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, ServerKind
 from launchlab.logparse.tracebacks import FRAME, Attribution, method_phase
 
 BLOCK_SIZE = 16  # vLLM's default tokens per KV block
@@ -504,4 +504,8 @@ KIND = ServerKind(
                                           r"|\bvLLM version:? v?(\d+\.\d+[\w.+-]*)|\bvllm==(\d+\.\d+[\w.+-]*)"),
                        package="vllm", model="model", tp_size="tensor_parallel_size", dp_size="data_parallel_size",
                        labels={"engine": "vLLM engine generation"}),
+    volatile_args=frozenset({"port", "host", "seed", "served_model_name", "model", "tensor_parallel_size",
+                             "data_parallel_size", "download_dir", "api_key"}),
+    memory_fields=("weights_mem_gib", "kv_tokens", "kv_gib", "graph_mem_gib"),
+    graph_capture=GraphCapture(fields=("graph_mem_gib", "graph_s"), registered="`Registering … cuda graph addresses`"),
 )

@@ -27,6 +27,7 @@ from launchlab.params.launch import (
     master_addr,
     render,
     variant_name,
+    variant_of,
 )
 from launchlab.params.loading import digest, dump_resolved, load, loads
 from launchlab.params.schema import (
@@ -48,5 +49,5 @@ __all__ = [
     "Level", "LocalSpec", "PlanSize", "ReadySpec", "SamplerSpec", "ServerSpec", "SimSpec", "SmokeSpec", "SshSpec",
     "TemplateError", "Variant", "apply_flags", "baseline_variant", "digest", "dump_resolved", "expand", "json_schema",
     "load", "loads",
-    "master_addr", "plan_size", "render", "variant_name",
+    "master_addr", "plan_size", "render", "variant_name", "variant_of",
 ]

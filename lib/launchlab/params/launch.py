@@ -51,6 +51,23 @@ def expand(exp: Experiment) -> list[Variant]:
     return variants
 
 
+def variant_of(exp: Experiment, levels: dict[str, str]) -> Variant:
+    """The variant of a run's levels as a manifest records them: each factor's level as `expand` makes it, and for
+    a search's probe the searched flag set to its value (a level of its own: `mem_fraction_static=0.744`)."""
+    chosen = {f: levels.get(f) for f in exp.factors}
+    base = next((v for v in expand(exp) if v.levels == chosen), None)
+    if base is None:
+        from launchlab.errors import ParamsError
+
+        raise ParamsError(exp.experiment, [f"no variant of the params has the levels {chosen} (the file changed "
+                                           "since the run directory was made?)"])
+    if exp.search is None or exp.search.factor not in levels:
+        return base
+    value = levels[exp.search.factor]
+    probed = {**base.levels, exp.search.factor: value}
+    return Variant(variant_name(probed), probed, {**base.flags, exp.search.flag: value}, dict(base.env), base.patches)
+
+
 def baseline_variant(exp: Experiment) -> Variant:
     variants = expand(exp)
     if exp.baseline is None:

@@ -211,13 +211,8 @@ def memory_budget(rank_memory: pd.DataFrame, card_gib: float | None) -> plt.Figu
     data = rank_memory.set_index("variant")
     fig, ax = plt.subplots(figsize=(9, 0.9 + 0.55 * len(data)))
     left = pd.Series(0.0, index=data.index)
-    for column, label, colour in BUDGET_PARTS:
-        if column == "free_gib":
-            end = data["graph_end_avail_gib"] if "graph_end_avail_gib" in data else None
-            values = end.fillna(data.get("weights_end_avail_gib", 0) - data.get("kv_gib", 0).fillna(0)) \
-                if end is not None else data.get("weights_end_avail_gib", pd.Series(0.0, index=data.index))
-        else:
-            values = data[column] if column in data else pd.Series(0.0, index=data.index)
+    for column, label, colour in BUDGET_PARTS:  # free_gib: the server kind's (ServerKind.free_memory), if any
+        values = data[column] if column in data else pd.Series(0.0, index=data.index)
         values = values.fillna(0.0)
         ax.barh(data.index, values, left=left, color=colour, label=label)
         left = left + values

@@ -85,7 +85,7 @@ class Report:
         return params.variant_name(self.baseline_levels) if self.exp.search else self.manifest.baseline
 
     @property
-    def planned(self) -> list[dict]:
+    def planned(self) -> list[rundir.ManifestEntry]:
         """The manifest's runs: every run the plan asked for, finished or not."""
         return self.manifest.runs
 
@@ -169,9 +169,9 @@ class Report:
         """The warm-up runs (params `warmup:`) as the manifest lists them, with how each ended: never compared."""
         found = []
         for entry in self.manifest.warmup_runs:
-            status = records.read_status(rundir.RunDir(self.run_dir).run(entry["run_id"]))
+            status = records.read_status(rundir.RunDir(self.run_dir).run(entry.run_id))
             record = status.record if status is not None and status.done else None
-            found.append({"run_id": entry["run_id"], "host": entry["host"], "status": record.status if record else None,
+            found.append({"run_id": entry.run_id, "host": entry.host, "status": record.status if record else None,
                           "startup_s": plain(record.startup_s) if record else None,
                           "failure_reason": record.failure_reason if record else None})
         return found
@@ -209,7 +209,7 @@ class Report:
         display(styled(self.thresholds, precision=4))
         if self.frames.runs.empty:
             return
-        stratum_of = {p["run_id"]: p.get("stratum") for p in self.planned}
+        stratum_of = {p.run_id: p.stratum for p in self.planned}
         fig = _plots().threshold_outcomes(self.frames.runs, stratum_of, spec.factor, spec.flag, self.thresholds,
                                        self.exp.simulated)
         show(fig, f"Dots: the outcome of every probe run against {spec.flag}, one row per stratum; shaded: the "
@@ -270,8 +270,8 @@ class Report:
         """(run id, variant, the command as given, masked) of each imported run."""
         out = []
         for run in self.planned:
-            argv = (self.facts.get(run["run_id"]) or {}).get("command")
-            out.append((run["run_id"], run["variant"], shlex.join(argv) if argv else NOT_GIVEN))
+            argv = (self.facts.get(run.run_id) or {}).get("command")
+            out.append((run.run_id, run.variant, shlex.join(argv) if argv else NOT_GIVEN))
         return out
 
     def commands(self) -> HTML:
@@ -370,9 +370,15 @@ class Report:
         notes = sorted({n for n in self.budget.get("gap_note", pd.Series(dtype=str)) if n})
         return Markdown("\n".join(f"- {n}" for n in notes) or "The formula's numbers match the card within 1 GiB.")
 
+    @cached_property
+    def memory(self) -> pd.DataFrame:
+        """Per-variant means of the memory fields the server kind's log gives (ServerKind.memory_fields)."""
+        return analysis.rank_memory(self.frames.events, self.frames.runs,
+                                    fields=KINDS[self.exp.server.kind].memory_fields)
+
     def rank_memory(self) -> Styler | Markdown:
         """Per-variant means of the memory lines the server printed, when it printed any."""
-        memory = analysis.rank_memory(self.frames.events, self.frames.runs)
+        memory = self.memory
         if memory.empty:
             return Markdown("")
         display(Markdown("Per-variant means of the memory lines the server printed (GiB as printed; SGLang's `GB` "
@@ -381,9 +387,12 @@ class Report:
 
     def budget_plot(self) -> None:
         """The stacked budget per variant, when the server's log gave the numbers (nothing otherwise)."""
-        memory = analysis.rank_memory(self.frames.events, self.frames.runs)
+        memory = self.memory
         if memory.empty or not memory.columns.isin([c for c, _, _ in _plots().BUDGET_PARTS]).any():
             return
+        free = KINDS[self.exp.server.kind].free_memory  # what was left after the last phase, where the log says
+        if free is not None and (left := free(memory)) is not None:
+            memory = memory.assign(free_gib=left)
         card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
         show(_plots().memory_budget(memory, card), "Stacked bars: where each variant's GPU memory went, per the "
                                                   "server's log (distributed init, weights, KV cache, CUDA graphs, free)")

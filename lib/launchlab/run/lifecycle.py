@@ -24,7 +24,7 @@ from launchlab import __version__ as KIT_VERSION
 from launchlab import interrupts, logparse, masking, params
 from launchlab.errors import LaunchlabError, RunDirError
 from launchlab.gpu import telemetry
-from launchlab.hosts import Host, commands, nodes, patching, provenance
+from launchlab.hosts import Host, JobStart, commands, nodes, patching, provenance
 from launchlab.hosts.nodes import Node
 from launchlab.logparse import patterns
 from launchlab.run import cleanup, watch
@@ -106,7 +106,7 @@ class _StatusWriter:
 
     def __call__(self, state: records.State, detail: str | None = None) -> None:
         try:  # progress only: a full disk must not keep the cleanup from stopping the server
-            records.write_progress(self.folder, self.record.run_id, state, time.monotonic() - self.t0, detail)
+            records.write_progress(self.folder, self.record.run_id, state, time.monotonic() - self.t0, detail=detail)
         except LaunchlabError as exc:
             self.record.notes.append(f"progress not recorded: {exc}")
 
@@ -125,8 +125,7 @@ def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: ru
         for node in run_nodes:
             node.host.make_dir(node.dir)
             node.sampled = exp.sampler.kind != "none"
-            # a scheduler's host has no GPUs of the run before its job starts (the job samples them itself)
-            if node.sampled and node.host.runs_here:
+            if node.sampled:
                 preflights[node.rank] = pool.submit(_preflight, node.host, node.gpus) \
                     if node.host.concurrent_commands else _done(_preflight(node.host, node.gpus))
         launches, per_node = _provenance(exp, run, run_nodes, rundir.RunDir(run_dir))
@@ -158,9 +157,9 @@ def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node],
     per_node = []
     for node, launch in zip(run_nodes, launches, strict=True):
         found, node.masker = provenance.node_record(
-            node.host, node.rank, launch, None, node.masker, exp.secrets,
-            earlier=provenance.earlier_facts(run_dir, run.run_id, node.host.name) if node.host.runs_here else None,
-            recorded=None if node.host.runs_here else {})
+            node.host, node.rank, launch, preflight=None, masker=node.masker, secret_names=exp.secrets,
+            earlier=provenance.earlier_facts(run_dir, run.run_id, node.host.name),
+            recorded=node.host.facts_before_start())
         per_node.append(found)
     return launches, per_node
 
@@ -196,22 +195,21 @@ def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launche
         node.refs.append(node.host.start_detached("server", launch.argv, cwd=node.dir, log_name=node.log_name,
                                                   env_file="server.env"))
         nodes.write_processes(folder, run_nodes)
-    if not all(n.host.runs_here for n in run_nodes):  # jobs: they start when the scheduler runs them
-        t_launch = _jobs_started(exp, run_nodes, launches, folder, record=record, progress=progress)
+    starts = [n.host.job_start(n.refs[-1], lambda reason: progress and progress("queued", reason))
+              for n in run_nodes]
+    if any(start is not None for start in starts):  # jobs: their servers started when the scheduler ran them
+        t_launch = _jobs_started(exp, run_nodes, launches, starts, folder=folder, record=record, progress=progress)
     return t_launch
 
 
-def _jobs_started(exp: params.Experiment, run_nodes: list[Node], launches: list, folder: rundir.RunFolder, *,
-                  record: RunRecord, progress=None) -> float:
-    """A scheduler's jobs: wait while they are queued (`queue_s`), record where they run and the provenance their
-    nodes gathered, and return when they started (the ready clock starts after their provenance commands)."""
-    queued = [n.host.wait_started(n.refs[-1], lambda reason: progress and progress("queued", reason))
-              for n in run_nodes]
-    record.queue_s = max(queued)
-    placed = [n.host.placement(n.refs[-1]) for n in run_nodes]
-    record.scheduler = [p for p in placed if p]
-    # the job runs its node's provenance commands before its server starts: the ready clock starts after them
-    recorded = [n.host.node_facts(n.refs[-1]) for n in run_nodes]
+def _jobs_started(exp: params.Experiment, run_nodes: list[Node], launches: list, starts: list[JobStart | None], *,
+                  folder: rundir.RunFolder, record: RunRecord, progress=None) -> float:
+    """Servers a scheduler started as jobs (Host.job_start): how long they were queued (`queue_s`), where they run,
+    the provenance their nodes gathered, and when they started (the ready clock starts after their provenance
+    commands, which each job runs before its server)."""
+    record.queue_s = max(start.queue_s if start else 0.0 for start in starts)
+    record.scheduler = [start.placement for start in starts if start and start.placement]
+    recorded = [start.facts if start else None for start in starts]
     for node, found in zip(run_nodes, recorded, strict=True):
         if found is None:
             record.notes.append(f"the provenance of the node that ran the job of {node.label} is missing: the "
@@ -222,8 +220,8 @@ def _jobs_started(exp: params.Experiment, run_nodes: list[Node], launches: list,
         progress("watching")
     per_node = []
     for node, launch, found in zip(run_nodes, launches, recorded, strict=True):
-        facts, node.masker = provenance.node_record(node.host, node.rank, launch, node.preflight, node.masker,
-                                                    exp.secrets, recorded=found or {})
+        facts, node.masker = provenance.node_record(node.host, node.rank, launch, preflight=node.preflight,
+                                                    masker=node.masker, secret_names=exp.secrets, recorded=found or {})
         per_node.append(facts)
     rundir.update_json(folder.provenance, {**provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
                                                                    nodes.masker_of(run_nodes)),
@@ -248,10 +246,14 @@ def _scheduler_end(run_nodes: list[Node], record: RunRecord) -> None:
         record.scheduler_end = ends
 
 
-def _preflight(host: Host, slot: list[int] | None = None) -> dict:
-    """GPU memory in use and compute processes before launch: evidence of a dirty start, kept with the run."""
-    gpus = telemetry.parse_snapshot(host.run(commands.gpu_snapshot(slot), timeout=60).stdout)
-    apps = telemetry.parse_apps(host.run(commands.gpu_apps(slot), timeout=60).stdout)
+def _preflight(host: Host, slot: list[int] | None = None) -> dict | None:
+    """GPU memory in use and compute processes before launch: evidence of a dirty start, kept with the run; None
+    where the run's GPUs are not known before it starts (a scheduler's job, which samples them itself)."""
+    snapshot = host.run_on_gpu_node(commands.gpu_snapshot(slot), timeout=60)
+    if snapshot is None:
+        return None
+    gpus = telemetry.parse_snapshot(snapshot)
+    apps = telemetry.parse_apps(host.run_on_gpu_node(commands.gpu_apps(slot), timeout=60) or "")
     return {"gpus": [dataclasses.asdict(g) for g in gpus], "compute_apps": apps}
 
 
@@ -260,12 +262,14 @@ def _look_at_gpus(run_nodes: list[Node], at: str, looks: list, record: RunRecord
     kit samples itself (a scheduler's job runs on a node the kit does not reach). A look that fails is a note: it
     must not stop the run."""
     for node in run_nodes:
-        if not node.sampled or not node.host.runs_here:
+        if not node.sampled:
             continue
         try:
-            text = node.host.run(commands.gpu_owners(RUN_ID_ENV, node.gpus), timeout=60).stdout
+            text = node.host.run_on_gpu_node(commands.gpu_owners(RUN_ID_ENV, node.gpus), timeout=60)
+            if text is None:  # a scheduler's job, on a node the kit's commands do not reach
+                continue
             sessions = frozenset(r.pgid for r in node.refs if r.role == "server")  # a server is a session leader
-            looks.append(gpustate.read_look(text, at, node.host.name, node.tag, sessions))
+            looks.append(gpustate.read_look(text, at, node.host.name, node.tag, sessions=sessions))
         except LaunchlabError as exc:
             record.notes.append(f"the GPUs' processes on {node.label} could not be read ({at}): {exc}")
 

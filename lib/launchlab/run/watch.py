@@ -39,7 +39,7 @@ class GpuLooks:
     run's end."""
 
     def __init__(self, nodes: list[Node], t_launch: float):
-        self.nodes = [n for n in nodes if n.sampled and n.host.runs_here]
+        self.nodes = [n for n in nodes if n.sampled]  # less those whose GPUs the kit cannot reach (look)
         self.masker = masker_of(nodes)  # every node's secrets, as the rest of provenance.json is masked
         self.t_launch, self.last = t_launch, time.monotonic()
         self.looks: list = []
@@ -51,15 +51,21 @@ class GpuLooks:
 
     def look(self) -> None:
         self.last = time.monotonic()
-        self.count += 1
-        for node in self.nodes:
+        tried = False
+        for node in list(self.nodes):
             try:
-                text = node.host.run(commands.gpu_owners(RUN_ID_ENV, node.gpus), timeout=GPU_LOOK_TIMEOUT_S).stdout
+                text = node.host.run_on_gpu_node(commands.gpu_owners(RUN_ID_ENV, node.gpus), timeout=GPU_LOOK_TIMEOUT_S)
+                if text is None:  # a scheduler's job, on a node the kit's commands do not reach: never looked at
+                    self.nodes.remove(node)
+                    continue
+                tried = True
                 sessions = frozenset(r.pgid for r in node.refs if r.role == "server")  # a server leads a session
-                self.looks.append(gpustate.read_look(text, gpustate.PEAK, node.host.name, node.tag, sessions,
+                self.looks.append(gpustate.read_look(text, gpustate.PEAK, node.host.name, node.tag, sessions=sessions,
                                                      t_s=round(time.monotonic() - self.t_launch, 2)))
             except LaunchlabError as exc:
+                tried = True
                 self.failed = self.failed or f"the GPUs' processes on {node.label} could not be read while watching: {exc}"
+        self.count += tried  # one look, however many nodes it read
 
     def record(self, folder: rundir.RunFolder, notes: list[str]) -> None:
         """The looks into provenance.json (`gpu_watching`), masked like the rest of it; nothing without a look."""

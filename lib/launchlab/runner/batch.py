@@ -400,13 +400,15 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
     if resume is not None:
         directory = rundir.RunDir.check(resume)
         run_dir, manifest = directory.path, directory.manifest()
-        searched = exp.search.model_dump() if exp.search else None
+        searched = rundir.ManifestSearch.from_json(exp.search.model_dump()) if exp.search else None
         warmups = [r.run_id for r in plan if r.warmup]
         if manifest.experiment != exp.experiment or manifest.search != searched or (
                 searched is None and (manifest.run_ids != [r.run_id for r in compared(plan)]
-                                      or [w["run_id"] for w in manifest.warmup_runs] != warmups)):
+                                      or [w.run_id for w in manifest.warmup_runs] != warmups)):
             raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
                               "resume it with the params it was run with")
+        if searched is None and not manifest.runs:  # made by a kit that listed only run ids: the run notebooks
+            directory.update_manifest(runs=[r.manifest_entry() for r in compared(plan)])  # read their runs here
         return run_dir, False
     directory = rundir.RunDir.create(Path(out_root) if out_root else rundir.default_root(), exp.experiment)
     rundir.write_text(directory.experiment_file, params.dump_resolved(exp, masked=True))
@@ -424,9 +426,9 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         baseline=params.baseline_variant(exp).name,
         order="search" if exp.search else "interleaved",
         # a search's probes are added as it decides them (searchbatch.record_probes)
-        search=exp.search.model_dump() if exp.search else None,
+        search=rundir.ManifestSearch.from_json(exp.search.model_dump()) if exp.search else None,
         strata=plans.strata(exp) if exp.search else None,
-        repetitions=None if exp.search else exp.repetitions,  # the file's, or --repetitions (plan.recorded_runs)
+        repetitions=None if exp.search else exp.repetitions,  # the file's, or --repetitions
         # the compared runs; warm-ups apart (`warmup:`): frames.build reads run_ids only, so a warm-up is never
         # an observation, and the report lists them from warmup_runs
         run_ids=[] if exp.search else [r.run_id for r in compared(plan)],

@@ -185,6 +185,36 @@ def _copy_masked(src: Path, dst: Path, masker: masking.Masker) -> None:
         raise
 
 
+def _import_run(directory: rundir.RunDir, s: Source, parsed: logparse.ParsedLog, *, exp: params.Experiment,
+                variant: params.Variant, rep: int, masker: masking.Masker) -> tuple[rundir.ManifestEntry, masking.Masker]:
+    """One imported run: its log (and nvidia-smi capture) copied masked into its folder, its record and provenance
+    written; returns its manifest entry and the masks of its secrets."""
+    run_id = f"{s.n:02d}_{variant.slug}_imported{rep}"
+    argv = shlex.split(s.entry.command) if isinstance(s.entry.command, str) else s.entry.command
+    run_masker = masker.merge(masking.Masker.collect({}, argv or [], exp.secrets, _secret_args(parsed, exp.secrets)))
+    folder = directory.run(run_id)
+    _copy_masked(s.log, folder.log(), run_masker)
+    if s.smi is not None:
+        _copy_masked(s.smi, folder.samples_table if _is_table(s.smi) else folder.samples(), run_masker)
+    parsed = logparse.parse_file(folder.log(), exp.server.kind, exp.server.rules())  # the copy, as reported
+    gpus, driver = _gpus(folder)
+    record = records.RunRecord(run_id, variant.name, rep, HOST, dict(variant.levels), imported=True,
+                               server_started_at=_first_time(parsed),
+                               notes=[f"imported from {s.log.name}: not observed (imported): " + ", ".join(NOT_OBSERVED)])
+    _outcome(record, parsed)
+    record.misfiled = _misfiled(exp, run_id, variant.levels, parsed)
+    records.write_final(folder, record)
+    rundir.write_json(folder.provenance, run_masker.record({
+        "imported": True, "not_observed": list(NOT_OBSERVED),
+        "source": {"log": str(s.log), "log_sha256": _sha256(s.log),
+                   "smi": str(s.smi) if s.smi else None, "smi_sha256": _sha256(s.smi) if s.smi else None},
+        "command": run_masker.argv(argv, exp.secrets) if argv else None,
+        "gpus": gpus, "driver": driver,
+        "declared": {"server_version": s.entry.version} if s.entry.version else {}}))
+    entry = rundir.ManifestEntry(run_id, s.n, variant.name, variant.levels, rep, HOST, imported=True)
+    return entry, run_masker
+
+
 def _secret_args(parsed: logparse.ParsedLog, extra: list[str]) -> list[str]:
     """Secret values the server printed among its own arguments (`api_key='sk-…'`), found by the flag rule
     (`--api-key`); the environment-variable rule would take `tokenizer_path` for a token."""
@@ -265,7 +295,7 @@ def import_runs(imports_path: str | Path, out_root: Path | None = None, summariz
             raise ImportFailed(imports.experiment, [f"run {s.n} ({s.log}): {exc}"]) from None
     directory = rundir.RunDir.create(Path(out_root) if out_root else rundir.default_root(), exp.experiment)
     try:
-        _write(directory, imports_path, text, exp, sources, parsed_sources, masker)
+        _write(directory, imports_path, text, exp, sources=sources, parsed_sources=parsed_sources, masker=masker)
     except BaseException:
         shutil.rmtree(directory.path, ignore_errors=True)  # ours, just made: no half-written run directory
         raise
@@ -276,40 +306,18 @@ def import_runs(imports_path: str | Path, out_root: Path | None = None, summariz
     return directory.path
 
 
-def _write(directory: rundir.RunDir, imports_path: Path, text: str, exp: params.Experiment, sources: list[Source],
+def _write(directory: rundir.RunDir, imports_path: Path, text: str, exp: params.Experiment, *, sources: list[Source],
            parsed_sources: list[logparse.ParsedLog], masker: masking.Masker) -> None:
+    """Every imported run into the new run directory (_import_run), then the imports file (masked with every run's
+    secrets), the resolved params and the manifest."""
     variants = {tuple(sorted(v.levels.items())): v for v in params.expand(exp)}
     runs, reps, every_secret = [], {}, masker
     for s, parsed in zip(sources, parsed_sources, strict=True):
         variant = variants[tuple(sorted(s.entry.levels.items()))]
         reps[variant.name] = rep = reps.get(variant.name, 0) + 1
-        run_id = f"{s.n:02d}_{variant.slug}_imported{rep}"
-        argv = shlex.split(s.entry.command) if isinstance(s.entry.command, str) else s.entry.command
-        run_masker = masker.merge(masking.Masker.collect({}, argv or [], exp.secrets,
-                                                         _secret_args(parsed, exp.secrets)))
+        entry, run_masker = _import_run(directory, s, parsed, exp=exp, variant=variant, rep=rep, masker=masker)
         every_secret = every_secret.merge(run_masker)
-        folder = directory.run(run_id)
-        _copy_masked(s.log, folder.log(), run_masker)
-        if s.smi is not None:
-            _copy_masked(s.smi, folder.samples_table if _is_table(s.smi) else folder.samples(), run_masker)
-        parsed = logparse.parse_file(folder.log(), exp.server.kind, exp.server.rules())  # the copy, as reported
-        gpus, driver = _gpus(folder)
-        record = records.RunRecord(run_id, variant.name, rep, HOST, dict(variant.levels), imported=True,
-                                   server_started_at=_first_time(parsed),
-                                   notes=[f"imported from {s.log.name}: not observed (imported): "
-                                          + ", ".join(NOT_OBSERVED)])
-        _outcome(record, parsed)
-        record.misfiled = _misfiled(exp, run_id, variant.levels, parsed)
-        records.write_final(folder, record)
-        rundir.write_json(folder.provenance, run_masker.record({
-            "imported": True, "not_observed": list(NOT_OBSERVED),
-            "source": {"log": str(s.log), "log_sha256": _sha256(s.log),
-                       "smi": str(s.smi) if s.smi else None, "smi_sha256": _sha256(s.smi) if s.smi else None},
-            "command": run_masker.argv(argv, exp.secrets) if argv else None,
-            "gpus": gpus, "driver": driver,
-            "declared": {"server_version": s.entry.version} if s.entry.version else {}}))
-        runs.append({"run_id": run_id, "seq": s.n, "variant": variant.name, "levels": variant.levels,
-                     "repetition": rep, "host": HOST, "imported": True})
+        runs.append(entry)
     rundir.write_text(directory.imports_file, every_secret.text(text))  # it holds the runs' commands
     rundir.write_text(directory.experiment_file, params.dump_resolved(exp, masked=True))
     directory.write_manifest(rundir.Manifest(
@@ -319,4 +327,4 @@ def _write(directory: rundir.RunDir, imports_path: Path, text: str, exp: params.
         simulated=False, host=HOST, hosts=[HOST],
         factors={f: list(levels) for f, levels in exp.factors.items()},
         baseline=params.baseline_variant(exp).name, order="imported (as listed)",
-        run_ids=[r["run_id"] for r in runs], runs=runs))
+        run_ids=[r.run_id for r in runs], runs=runs))

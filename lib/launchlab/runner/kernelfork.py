@@ -166,16 +166,7 @@ class ForkedProvisioner(LocalProvisioner):
 
 def serve(replies_fd: int, preload: list[str]) -> None:
     """Import, then fork a kernel per request on stdin until stdin closes; report each kernel's end."""
-    if sys.path and sys.path[0] in ("", os.getcwd()):  # `-m` put the folder first; ipykernel_launcher drops it too
-        del sys.path[0]
-    # as jupyter_client sets it for its kernels: debugpy's warning about frozen modules, printed at its import
-    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    for module in (*KERNEL_MODULES, *preload):
-        importlib.import_module(module)
-    # a Ctrl-C at the terminal reaches the batch's whole process group, this server included: the batch stops its
-    # runs and summarises, and needs its kernels for that; the server ends when the batch closes its stdin
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.SIG_IGN)
+    _preload(preload)
     replies = os.fdopen(replies_fd, "w", encoding="utf-8", buffering=1)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -209,6 +200,21 @@ def serve(replies_fd: int, preload: list[str]) -> None:
             replies.write(f"pid {pid}\n")
 
 
+def _preload(preload: list[str]) -> None:
+    """The server before its first request: the modules every kernel needs imported once, here, and Ctrl-C left to
+    the batch."""
+    if sys.path and sys.path[0] in ("", os.getcwd()):  # `-m` put the folder first; ipykernel_launcher drops it too
+        del sys.path[0]
+    # as jupyter_client sets it for its kernels: debugpy's warning about frozen modules, printed at its import
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    for module in (*KERNEL_MODULES, *preload):
+        importlib.import_module(module)
+    # a Ctrl-C at the terminal reaches the batch's whole process group, this server included: the batch stops its
+    # runs and summarises, and needs its kernels for that; the server ends when the batch closes its stdin
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
+
+
 def _reap(kernels: set[int], replies) -> None:
     while kernels:
         try:
@@ -230,28 +236,9 @@ def _signal(pid: int, number: int) -> None:
 
 def _become_kernel(request: dict, close: list[int]) -> None:
     """In the forked child: the kernel's own session, folder, environment and stdin, then IPKernelApp."""
-    import tempfile
-
     code = 1
     try:
-        signal.set_wakeup_fd(-1)
-        for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(number, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        server = os.getppid()
-        for fd in close:
-            os.close(fd)
-        os.setsid()
-        _name_process(b"ipykernel")
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        tempfile.tempdir = None  # from this environment
-        # the kernel ends when its server does (JPY_PARENT_PID names the batch, which is not its parent)
-        sys.argv = ["ipykernel_launcher", *request["argv"], f"--IPKernelApp.parent_handle={server}"]
+        _as_a_kernel(request, close)
         from ipykernel import kernelapp
 
         kernelapp.launch_new_instance()
@@ -272,6 +259,31 @@ def _become_kernel(request: dict, close: list[int]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _as_a_kernel(request: dict, close: list[int]) -> None:
+    """The forked child made a kernel's process: default signals, the server's descriptors closed, a session of its
+    own, no stdin, the request's folder, environment and arguments."""
+    import tempfile
+
+    signal.set_wakeup_fd(-1)
+    for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    server = os.getppid()
+    for fd in close:
+        os.close(fd)
+    os.setsid()
+    _name_process(b"ipykernel")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None  # from this environment
+    # the kernel ends when its server does (JPY_PARENT_PID names the batch, which is not its parent)
+    sys.argv = ["ipykernel_launcher", *request["argv"], f"--IPKernelApp.parent_handle={server}"]
 
 
 def _name_process(name: bytes) -> None:

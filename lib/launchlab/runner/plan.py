@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from launchlab import search
 from launchlab.errors import ParamsError, RunDirError
-from launchlab.params import MAX_RUNS, Experiment, Variant, baseline_variant, expand, plan_size, variant_name
+from launchlab.params import MAX_RUNS, Experiment, Variant, baseline_variant, expand, plan_size, variant_of
 from launchlab.store.records import Run
 from launchlab.store.rundir import Manifest
 
@@ -67,8 +67,7 @@ def probe_variant(exp: Experiment, stratum: str, value: str) -> Variant:
     (`mem_fraction_static=0.744`), so it is a column of runs.parquet and part of the run id."""
     assert exp.search is not None
     base = next(v for v in expand(exp) if v.name == stratum)
-    levels = {**base.levels, exp.search.factor: value}
-    return Variant(variant_name(levels), levels, {**base.flags, exp.search.flag: value}, dict(base.env), base.patches)
+    return variant_of(exp, {**base.levels, exp.search.factor: value})
 
 
 def probe_runs(exp: Experiment, probes: list[search.Probe], first_seq: int) -> list[Run]:
@@ -88,14 +87,8 @@ def probe_runs(exp: Experiment, probes: list[search.Probe], first_seq: int) -> l
 
 
 def recorded_runs(exp: Experiment, manifest: Manifest) -> list[Run]:
-    """The runs a run directory's manifest lists: the plan of a fixed experiment (with the repetitions the batch
-    ran it with: `launchlab run --repetitions` overrides the file's), the probes so far of a search."""
-    if exp.search is None:
-        repetitions = manifest.repetitions or exp.repetitions
-        return make_plan(exp if repetitions == exp.repetitions else exp.model_copy(update={"repetitions": repetitions}))
-    runs = []
-    for entry in manifest.runs:
-        probe = search.Probe(entry["stratum"], entry["levels"][exp.search.factor], entry["why"])
-        runs.append(Run(entry["run_id"], entry["seq"], probe_variant(exp, probe.stratum, probe.value),
-                        entry["repetition"], entry["host"], tuple(exp.nodes or ()), probe))
-    return runs
+    """The probes so far of a search, as its run directory's manifest lists them (searchbatch resumes from them)."""
+    assert exp.search is not None
+    return [Run.from_entry(entry, variant_of(exp, entry.levels), nodes=tuple(exp.nodes or ()),
+                           probe=search.Probe(entry.stratum, entry.levels[exp.search.factor], entry.why))
+            for entry in manifest.runs]

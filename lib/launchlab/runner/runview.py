@@ -12,16 +12,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from launchlab import hosts, params
+from launchlab import hosts, params, search
 from launchlab.errors import ParamsError
 from launchlab.escaping import html_text
 from launchlab.gpu import telemetry
 from launchlab.hosts import sim
 from launchlab.run import lifecycle
 from launchlab.runner import liveprogress
-from launchlab.runner.plan import find_run, recorded_runs
 from launchlab.store import records, rundir
-from launchlab.store.records import RunRecord
+from launchlab.store.records import Run, RunRecord
 
 
 def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
@@ -48,8 +47,7 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
                                             "launched — rerun the batch (`launchlab run … --resume RUN_DIR`)"])
     exp = params.load(experiment)
     manifest = rundir.RunDir(run_dir).manifest()
-    plan = recorded_runs(exp, manifest)  # a search's probes so far are in the manifest only
-    run = find_run(plan, run_id) if run_id else plan[0]
+    run = recorded_run(exp, manifest, run_id)
     slot = [int(g) for g in gpus.split(",")] if gpus else None
     box = manifest.sim_box  # the batch's simulated machine
     own_box = box is None and any(exp.hosts[h].simulated for h in run.hosts)
@@ -65,6 +63,17 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
     finally:
         if own_box:
             shutil.rmtree(box, ignore_errors=True)
+
+
+def recorded_run(exp: params.Experiment, manifest: rundir.Manifest, run_id: str) -> Run:
+    """The run as its run directory's manifest lists it — a batch lists every run there before it runs one, a search
+    each probe as it chooses it — with its variant rendered from the params; "" is the first. The plan is the
+    batch's: one run's notebook never plans again."""
+    entry = manifest.listed(run_id)
+    probe = None
+    if exp.search is not None and entry.stratum is not None:
+        probe = search.Probe(entry.stratum, entry.levels[exp.search.factor], entry.why)
+    return Run.from_entry(entry, params.variant_of(exp, entry.levels), nodes=tuple(exp.nodes or ()), probe=probe)
 
 
 def _in_kernel() -> bool:

@@ -46,15 +46,18 @@ class Run:
     def hosts(self) -> tuple[str, ...]:
         return self.nodes or (self.host,)
 
-    def manifest_entry(self) -> dict:
+    @classmethod
+    def from_entry(cls, entry: rundir.ManifestEntry, variant: Variant, *, nodes: tuple[str, ...] = (),
+                   probe: Probe | None = None) -> Run:
+        """The run a manifest lists (manifest_entry), with its variant as the params render its levels."""
+        return cls(entry.run_id, entry.seq, variant, entry.repetition, entry.host, nodes, probe, warmup=entry.warmup)
+
+    def manifest_entry(self) -> rundir.ManifestEntry:
         """The run as the manifest lists it (a probe: with its stratum and why it was chosen)."""
-        entry = {"run_id": self.run_id, "seq": self.seq, "variant": self.variant.name, "levels": self.variant.levels,
-                 "repetition": self.repetition, "host": self.host}
-        if self.probe is not None:
-            entry.update({"stratum": self.probe.stratum, "why": self.probe.why})
-        if self.warmup:
-            entry["warmup"] = True
-        return entry
+        probe = self.probe
+        return rundir.ManifestEntry(self.run_id, self.seq, self.variant.name, self.variant.levels, self.repetition,
+                                    self.host, stratum=probe.stratum if probe else None, why=probe.why if probe else None,
+                                    warmup=self.warmup)
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def read_status(folder: rundir.RunFolder) -> StatusFile | None:
                       data.get("detail"))
 
 
-def write_progress(folder: rundir.RunFolder, run_id: str, state: State, elapsed_s: float,
+def write_progress(folder: rundir.RunFolder, run_id: str, state: State, elapsed_s: float, *,
                    detail: str | None = None) -> None:
     progress = {"run_id": run_id, "state": state, "elapsed_s": round(elapsed_s, 2)}
     if detail:

@@ -37,6 +37,59 @@ if TYPE_CHECKING:  # pandas costs the run kernel half a second; only the report 
 FRAMES = ("runs", "events", "telemetry")
 
 
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One run as the manifest lists it (records.Run.manifest_entry, an imported run): its id, place in the plan
+    (seq), variant and levels, repetition and host; a search's probe also its stratum and why it was chosen."""
+
+    run_id: str
+    seq: int
+    variant: str
+    levels: dict[str, str]
+    repetition: int
+    host: str
+    stratum: str | None = None  # a probe of a threshold search: the combination of the other factors' levels
+    why: str | None = None  # … and why the search chose its value
+    warmup: bool = False  # a warm-up launch of the baseline (`warmup:`), never compared
+    imported: bool = False  # made by `launchlab import` from a log run by hand
+
+    @classmethod
+    def from_json(cls, data: dict) -> ManifestEntry:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_json(self) -> dict:
+        """The entry as manifest.json holds it: a key only where it says something (a probe's stratum and why, a
+        warm-up, an imported run), as the kit always wrote it."""
+        entry = {"run_id": self.run_id, "seq": self.seq, "variant": self.variant, "levels": self.levels,
+                 "repetition": self.repetition, "host": self.host}
+        if self.stratum is not None:
+            entry.update({"stratum": self.stratum, "why": self.why})
+        if self.warmup:
+            entry["warmup"] = True
+        if self.imported:
+            entry["imported"] = True
+        return entry
+
+
+@dataclass(frozen=True)
+class ManifestSearch:
+    """A threshold search as the manifest records it: the params' `search:` (params/searchspec.py SearchSpec),
+    which a resumed batch must be given again."""
+
+    flag: str
+    low: str
+    high: str
+    resolution: str
+    outcome: str = "ready"
+    repetitions: int = 1
+
+    @classmethod
+    def from_json(cls, data: dict) -> ManifestSearch:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
 @dataclass
 class Manifest:
     """manifest.json: what a batch (or `launchlab import`) set out to do — the experiment, its factors and
@@ -54,11 +107,11 @@ class Manifest:
     kit_version: str | None = None
     simulated: bool = False
     order: str = "interleaved"  # interleaved | search | imported (as listed)
-    search: dict | None = None  # the params' `search:` of a threshold search
+    search: ManifestSearch | None = None  # the params' `search:` of a threshold search
     strata: list[str] | None = None  # a search's strata (variant names of the other factors)
     repetitions: int | None = None  # a fixed plan's, as the batch ran it (--repetitions overrides the file's)
-    runs: list[dict] = field(default_factory=list)  # each compared run (Run.manifest_entry; a probe's why)
-    warmup_runs: list[dict] = field(default_factory=list)
+    runs: list[ManifestEntry] = field(default_factory=list)  # each compared run (a probe with its stratum and why)
+    warmup_runs: list[ManifestEntry] = field(default_factory=list)
     imported: bool = False  # made by `launchlab import` from logs run by hand
     params_file: str | None = None
     params_sha256: str | None = None
@@ -76,11 +129,32 @@ class Manifest:
         except TypeError as exc:
             raise RunDirError(f"{path} is not a launchlab manifest ({exc})") from None
         manifest.hosts = manifest.hosts or [manifest.host]
-        manifest.runs, manifest.warmup_runs = manifest.runs or [], manifest.warmup_runs or []
+        try:
+            manifest.runs = [ManifestEntry.from_json(e) for e in manifest.runs or []]
+            manifest.warmup_runs = [ManifestEntry.from_json(e) for e in manifest.warmup_runs or []]
+            manifest.search = ManifestSearch.from_json(manifest.search) if manifest.search else None
+        except (TypeError, AttributeError) as exc:
+            raise RunDirError(f"{path} is not a launchlab manifest ({exc})") from None
         return manifest
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """manifest.json, with the keys the kit always wrote."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(runs=[e.to_json() for e in self.runs], warmup_runs=[e.to_json() for e in self.warmup_runs],
+                    search=asdict(self.search) if self.search else None)
+        return data
+
+    def listed(self, run_id: str) -> ManifestEntry:
+        """A run as the manifest lists it (Run.manifest_entry), warm-ups included; "" is the first in plan order
+        (the warm-ups come first). RunDirError when it lists no such run."""
+        entries = [*self.warmup_runs, *self.runs]
+        found = next((e for e in entries if e.run_id == run_id), None) if run_id else next(iter(entries), None)
+        if found is None:
+            known = ", ".join(e.run_id for e in entries) or "none yet"
+            raise RunDirError(f"run id {run_id!r} is not in the run directory's manifest (runs: {known}); pass one "
+                              "of those, or an empty run_id for the first (a run directory made by an older kit lists "
+                              "them once resumed: `launchlab run PARAMS --resume RUN_DIR`)")
+        return found
 
 
 class RunFolder:

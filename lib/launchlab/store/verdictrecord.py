@@ -10,12 +10,18 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from launchlab.escaping import md, md_code
 
-# a factor's status: what changing only it did to the share of ready runs (analysis.decide, verdict.build)
-DECIDING = ("decides", "decides_in_some")
-STATUSES = (*DECIDING, "neutral", "flaky", "confounded", "undetermined")
+# a factor's status: what changing only it did to the share of ready runs (analysis.decide, verdict.build); the one
+# spelling of each, which the analysis and the verdict use by name (see Decision)
+DecisionStatus = Literal["decides", "decides_in_some", "neutral", "flaky", "confounded", "undetermined"]
+STATUSES: tuple[str, ...] = get_args(DecisionStatus)
+DECIDES, DECIDES_IN_SOME, NEUTRAL, FLAKY, CONFOUNDED, UNDETERMINED = STATUSES
+DECIDING = (DECIDES, DECIDES_IN_SOME)
+SETTLED = (*DECIDING, NEUTRAL)  # what the runs said for sure, unless a confound touches them
+INCONCLUSIVE = (UNDETERMINED, FLAKY, CONFOUNDED)  # each is a reason the verdict is not conclusive
 
 
 def plain(value):
@@ -83,13 +89,13 @@ class Decision:
     the strata where it changed the outcome and the repetitions per side that would make such a split
     significant (None when it already is, or nothing changed)."""
 
-    status: str
+    status: DecisionStatus
     summary: str
     strata: list[Stratum]
     p_value: float | None = None
     significant: bool | None = None
     repetitions_to_settle: int | None = None
-    would_be: str | None = None  # a confounded decision: what it would say without the confound
+    would_be: DecisionStatus | None = None  # a confounded decision: what it would say without the confound
     confounded_runs: list[str] = field(default_factory=list)
     runs_per_side: int | None = None  # the fewest valid runs a side has in the comparisons it rests on
 
@@ -134,7 +140,7 @@ class Decision:
         splits = [f"{c.level} {c.ready}/{c.valid} vs {c.reference} {c.reference_ready}/{c.reference_valid} ready"
                   + (f" at {', '.join(f'{k}={v}' for k, v in s.held.items())}" if s.held else "") for s, c in pairs]
         p, settle = self.p_value, self.repetitions_to_settle
-        if status == "flaky":  # no p of the decision itself: the disagreeing strata's own tests
+        if status == FLAKY:  # no p of the decision itself: the disagreeing strata's own tests
             p = max((c.p_value for _, c in pairs), default=None)
             needed = [c.repetitions_to_settle for _, c in pairs if not c.significant]
             settle = None if not needed or None in needed else max(needed)

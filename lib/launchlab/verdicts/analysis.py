@@ -16,10 +16,20 @@ import pandas as pd
 from launchlab import interrupts
 from launchlab.logparse.common import rank_order
 from launchlab.store.records import KIT_STATUSES, VALID_STATUSES
-from launchlab.store.verdictrecord import DECIDING, Decision
+from launchlab.store.rundir import ManifestEntry
+from launchlab.store.verdictrecord import (
+    CONFOUNDED,
+    DECIDES,
+    DECIDES_IN_SOME,
+    DECIDING,
+    FLAKY,
+    NEUTRAL,
+    SETTLED,
+    UNDETERMINED,
+    Decision,
+    DecisionStatus,
+)
 
-MEMORY_FIELDS = ("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib", "kv_tokens", "kv_gib",
-                 "pool_end_avail_gib", "graph_mem_gib", "graph_end_avail_gib")
 MISSING, INTERRUPTED, KIT_ERROR = "missing", "interrupted", "kit error"
 UNKNOWN_OUTCOME = "outcome unknown"  # an imported log that ends before the server was ready or failed
 MISFILED = "misfiled"  # an imported log whose server ran other levels than it was filed under
@@ -30,9 +40,9 @@ CONTRADICTED = "level contradicted"  # for one factor: the server's log shows an
 # Which runs are observations
 
 
-def observations(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
+def observations(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:
     """Every planned run (finished or not) with `valid` and, for the others, `invalid_kind` (kit error,
-    interrupted, missing) and `invalid_detail`. planned: the manifest's runs ({run_id, variant, levels})."""
+    interrupted, missing) and `invalid_detail`. planned: the manifest's runs (run_id, variant, levels)."""
     obs = runs.copy()
     message = obs["failure_message"].fillna("").astype(str) if "failure_message" in obs else pd.Series("", obs.index)
     reason = obs["failure_reason"].fillna("").astype(str) if "failure_reason" in obs else pd.Series("", obs.index)
@@ -51,13 +61,13 @@ def observations(runs: pd.DataFrame, factors: list[str], planned: list[dict] | N
         obs.loc[misfiled, "invalid_kind"] = MISFILED
         obs.loc[misfiled, "invalid_detail"] = "filed under other levels than its log shows: " + obs.loc[misfiled, "misfiled"]
     done = set(obs["run_id"])
-    missing = [p for p in (planned or []) if p["run_id"] not in done]
+    missing = [p for p in (planned or []) if p.run_id not in done]
     if missing:
-        extra = pd.DataFrame([{"run_id": p["run_id"], "variant": p["variant"], **{f: p["levels"].get(f) for f in factors},
+        extra = pd.DataFrame([{"run_id": p.run_id, "variant": p.variant, **{f: p.levels.get(f) for f in factors},
                                "status": None, "valid": False, "invalid_kind": MISSING,
                                "invalid_detail": "listed in the manifest but it has no final status (the batch was "
                                                  "interrupted or is still running)"} for p in missing])
-        order = {p["run_id"]: i for i, p in enumerate(planned)}
+        order = {p.run_id: i for i, p in enumerate(planned)}
         obs = pd.concat([obs, extra], ignore_index=True)
         obs = obs.sort_values("run_id", key=lambda s: s.map(order).fillna(len(order))).reset_index(drop=True)
     obs["valid"] = obs["valid"].astype(bool)
@@ -116,7 +126,7 @@ def strata(obs: pd.DataFrame, factor: str, factors: list[str]) -> list[tuple[dic
 # Outcomes
 
 
-def outcomes(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
+def outcomes(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:
     """One row per variant: how many runs ended in each status (and were missing), and why the failed ones
     failed. `outcome` counts ready runs among the valid ones."""
     obs = observations(runs, factors, planned)
@@ -234,11 +244,11 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     changed = [s for s in detail if s["changes"]]
     status = _status(detail, changed)
     deciding = [c for s in changed for c in s["comparisons"] if _rate(c) != _rate(c, "reference_")]
-    if status == "neutral":  # the same share of ready runs in every stratum: each exact test gives p = 1
+    if status == NEUTRAL:  # the same share of ready runs in every stratum: each exact test gives p = 1
         deciding = [c for s in detail for c in s["comparisons"]]
     p = max((c["p_value"] for c in deciding), default=None)
     settle = None
-    if p is not None and p >= SIGNIFICANCE and status != "neutral":  # the weakest split needs the most runs
+    if p is not None and p >= SIGNIFICANCE and status != NEUTRAL:  # the weakest split needs the most runs
         needed = [settling_repetitions(_rate(c), _rate(c, "reference_")) for c in deciding]
         settle = None if None in needed else max(needed)
     runs = [r for s in detail for lv in s["compared"] for r in s["levels"][lv]["runs"]]
@@ -273,28 +283,28 @@ def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *,
             "complete": len(compared) == len(present), "comparisons": _comparisons(per, compared, reference)}
 
 
-def _status(detail: list[dict], changed: list[dict]) -> str:
+def _status(detail: list[dict], changed: list[dict]) -> DecisionStatus:
     if any(s["flaky"] for s in detail):
-        return "flaky"
+        return FLAKY
     if changed:
-        return "decides" if len(changed) == len(detail) else "decides_in_some"
+        return DECIDES if len(changed) == len(detail) else DECIDES_IN_SOME
     if detail and all(s["changes"] is False and s["complete"] for s in detail):
-        return "neutral"
-    return "undetermined"
+        return NEUTRAL
+    return UNDETERMINED
 
 
-def _summary(factor: str, status: str, detail: list[dict], changed: list[dict]) -> str:
-    if status == "flaky":
+def _summary(factor: str, status: DecisionStatus, detail: list[dict], changed: list[dict]) -> str:
+    if status == FLAKY:
         return f"{factor} is flaky: its repetitions disagree " + "; ".join(
             _flaky_why(factor, s) for s in detail if s["flaky"])
-    if status == "decides_in_some":
+    if status == DECIDES_IN_SOME:
         same = [s for s in detail if s["changes"] is False]
         summary = f"{factor} decides the launch only at {', '.join(_label(s['held']) for s in changed)}"
         return summary + (f" (not at {', '.join(_label(s['held']) for s in same)})" if same else "")
-    if status == "decides":
+    if status == DECIDES:
         others = list(detail[0]["held"]) if detail else []
         return f"{factor} decides the launch" + (f" at every level of {', '.join(others)}" if len(detail) > 1 else "")
-    if status == "neutral":
+    if status == NEUTRAL:
         return f"{factor} does not change the launch outcome"
     return f"{factor} is undetermined: " + _undetermined_why(factor, detail)
 
@@ -318,7 +328,7 @@ def _flaky_why(factor: str, stratum: dict) -> str:
 def confounded(decision: dict, found: list[dict]) -> dict:
     """A decision whose runs a confound touches says nothing for sure: it becomes `confounded`, naming what
     touched it and what it would have said."""
-    if decision["status"] not in ("decides", "decides_in_some", "neutral"):
+    if decision["status"] not in SETTLED:
         return decision
     rests_on = set(decision["runs"])
     hits = [c for c in found if rests_on & set(c["runs"])]
@@ -329,7 +339,7 @@ def confounded(decision: dict, found: list[dict]) -> dict:
     named = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
     summary = (f"{decision['factor']} is confounded: {kinds} confound(s) touch {len(runs)} run(s) it rests on "
                f"({named}); without them it would read: {decision['summary']}")
-    return {**decision, "status": "confounded", "summary": summary, "would_be": decision["status"],
+    return {**decision, "status": CONFOUNDED, "summary": summary, "would_be": decision["status"],
             "confounded_runs": runs}
 
 
@@ -352,7 +362,7 @@ def _undetermined_why(factor: str, detail: list[dict]) -> str:
     return "; ".join(reasons)
 
 
-def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[dict] | None = None) -> pd.DataFrame:
+def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:
     """For each factor: does changing only its level change the share of ready runs, the others held fixed?
     `changes_launch_outcome` is True where it does in at least one stratum (see `status`). The verdict's own
     decisions (with level checks and confounds applied) are in verdict.build."""
@@ -365,7 +375,7 @@ def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[dict]
     return pd.DataFrame(rows, columns=["factor", "changes_launch_outcome", "status", "summary", "evidence"])
 
 
-def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...] = MEMORY_FIELDS) -> pd.DataFrame:
+def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...]) -> pd.DataFrame:
     """One row per run and rank, one column per memory field (the last value the log printed)."""
     sel = events[events["field"].isin(fields)]
     if sel.empty:
@@ -374,24 +384,26 @@ def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...] = MEMORY_FIELDS
     return wide.reset_index().rename_axis(columns=None)
 
 
-def rank_memory(events: pd.DataFrame, runs: pd.DataFrame, tolerance: float = 0.05) -> pd.DataFrame:
-    """Memory per variant from the server's own log lines (GiB, tokens): the mean over runs and ranks, with
-    the ranks whose values differ from the others by more than `tolerance` named in `ranks_differ`."""
-    wide = per_run_memory(events).merge(runs[["run_id", "variant"]], on="run_id")
-    columns = ["variant", "n_runs", "n_ranks", *MEMORY_FIELDS, "ranks_differ"]
+def rank_memory(events: pd.DataFrame, runs: pd.DataFrame, *, fields: tuple[str, ...],
+                tolerance: float = 0.05) -> pd.DataFrame:
+    """Memory per variant from the server's own log lines (GiB, tokens): the mean over runs and ranks of `fields`
+    (the server kind's memory fields, ServerKind.memory_fields), with the ranks whose values differ from the others
+    by more than `tolerance` named in `ranks_differ`."""
+    wide = per_run_memory(events, fields).merge(runs[["run_id", "variant"]], on="run_id")
+    columns = ["variant", "n_runs", "n_ranks", *fields, "ranks_differ"]
     if wide.empty:
         return pd.DataFrame(columns=columns)
-    fields = [f for f in MEMORY_FIELDS if f in wide]
+    present = [f for f in fields if f in wide]
     rows = []
     for variant in runs["variant"].drop_duplicates():
         group = wide[wide["variant"] == variant]
         if group.empty:
             continue
-        per_rank = group.groupby("rank")[fields].mean()
-        spread = [f for f in fields if (per_rank[f].max() - per_rank[f].min()) > tolerance * max(1.0, abs(per_rank[f].mean()))]
+        per_rank = group.groupby("rank")[present].mean()
+        spread = [f for f in present if (per_rank[f].max() - per_rank[f].min()) > tolerance * max(1.0, abs(per_rank[f].mean()))]
         rows.append({"variant": variant, "n_runs": group["run_id"].nunique(), "n_ranks": len(per_rank),
                      **per_rank.mean().to_dict(), "ranks_differ": ", ".join(spread)})
-    keep = [c for c in columns if c in ("variant", "n_runs", "n_ranks", "ranks_differ") or c in fields]
+    keep = [c for c in columns if c in ("variant", "n_runs", "n_ranks", "ranks_differ") or c in present]
     return pd.DataFrame(rows, columns=keep)
 
 
@@ -432,7 +444,7 @@ def _pooled_sd(groups: list[pd.Series]) -> float | None:
 
 
 def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
-                   *, planned: list[dict] | None = None, drop: dict[str, set[str]] | None = None) -> list[dict]:
+                   *, planned: list[ManifestEntry] | None = None, drop: dict[str, set[str]] | None = None) -> list[dict]:
     """For each factor level other than the baseline's and each metric: the level's valid runs against the
     valid runs at the baseline level, within each stratum (the other factors held at one combination) where
     both sides have a value. Per-stratum differences are combined by their unweighted mean; `mean` and

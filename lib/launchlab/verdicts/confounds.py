@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from launchlab import config
+from launchlab.logparse.kinds import volatile_args
 from launchlab.logparse.logfacts import LABELS
 from launchlab.sim.state import STATE_ENV
 from launchlab.store.records import VALID_STATUSES
@@ -29,10 +30,6 @@ SCHEDULER_ENV_PREFIXES = ("SLURM_",)
 SCHEDULER_ENV = {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
                  "LAUNCHLAB_SIM_STATE"}
 HOST_FACTS = (("driver", "driver version"), ("cuda", "CUDA version"), ("os", "operating system"), ("kernel", "kernel"))
-# server arguments that differ between any two launches without changing what is compared
-VOLATILE_ARGS = {"port", "host", "random_seed", "seed", "nccl_port", "dist_init_addr", "log_requests", "api_key",
-                 "served_model_name", "tokenizer_path", "model_path", "model", "tp_size", "tensor_parallel_size",
-                 "dp_size", "data_parallel_size", "file_storage_path", "download_dir", "log_level"}
 
 
 VALUE_CHARS = 80  # a value in a confound's text: the whole value stays in the run's files (parsed.json, provenance.json)
@@ -286,11 +283,17 @@ def log_differences(ids: list[str], parsed: dict[str, dict], declared: set[str],
             found += _declared_versions(ids, values, facts or {})
             continue
         found += _differs("log", f"{label} (from the server log)", values)
-    names = sorted({a for r in logged for a in (parsed[r].get("args") or {})} - declared - VOLATILE_ARGS)
-    for name in names:
+    for name in undeclared_args(logged, parsed, declared):
         values = {r: str(parsed[r]["args"][name]).strip("'\"") for r in logged if name in (parsed[r].get("args") or {})}
         found += _differs("server argument", f"undeclared server argument {name}", values)
     return found
+
+
+def undeclared_args(logged: list[str], parsed: dict[str, dict], declared: set[str]) -> list[str]:
+    """The server arguments the logs of `logged` record that no factor declares, less those their server kinds say
+    differ between any two launches or are compared as log facts already (ServerKind.volatile_args)."""
+    volatile = volatile_args(parsed[r].get("server") for r in logged)
+    return sorted({a for r in logged for a in (parsed[r].get("args") or {})} - set(declared) - volatile)
 
 
 def _declared_versions(ids: list[str], stated: dict[str, str], facts: dict[str, dict]) -> list[dict]:

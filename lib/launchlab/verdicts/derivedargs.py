@@ -19,7 +19,7 @@ from itertools import combinations
 import pandas as pd
 
 from launchlab.escaping import md_code
-from launchlab.verdicts.confounds import VOLATILE_ARGS, shown
+from launchlab.verdicts.confounds import shown, undeclared_args
 
 
 def levels_of(runs: pd.DataFrame, factors: list[str]) -> dict[str, dict[str, str]]:
@@ -48,9 +48,8 @@ def find(ids: list[str], parsed: dict[str, dict], declared: set[str], levels: di
     value, cut to about 80 characters}; runs: the runs that state it; repeated: some level has two runs or more."""
     logged = [r for r in ids if r in parsed and r in levels]
     factors = list(dict.fromkeys(f for r in logged for f in levels[r]))
-    names = sorted({a for r in logged for a in (parsed[r].get("args") or {})} - set(declared) - VOLATILE_ARGS)
     found = []
-    for name in names:
+    for name in undeclared_args(logged, parsed, declared):
         values = {r: _value(parsed[r]["args"], name) for r in logged if name in (parsed[r].get("args") or {})}
         if len(set(values.values())) < 2:
             continue

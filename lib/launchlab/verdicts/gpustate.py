@@ -87,7 +87,7 @@ def _known(cls, data: dict) -> dict:
     return {k: v for k, v in data.items() if k in names}
 
 
-def read_look(text: str, at: str, host: str, tag: str, sessions: frozenset[int] = frozenset(), *,
+def read_look(text: str, at: str, host: str, tag: str, *, sessions: frozenset[int] = frozenset(),
               t_s: float | None = None) -> tuple[Moment, list[GpuProcess], list[GpuProcess]]:
     """One look (gpu_owners' output on a host) as its moment, the foreign processes and the unattributed ones.
     A process is the run's when it carries the run's id (tag) or sits in one of the run's sessions (the server's

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 
 from launchlab.logparse.common import rank_order
-from launchlab.logparse.kinds import KINDS
+from launchlab.logparse.kinds import KINDS, kinds_of
 from launchlab.params import Experiment, Variant, apply_flags, expand
 
 CONFIRMED, CONTRADICTED, UNKNOWN = "confirmed", "contradicted", "unknown"
@@ -29,7 +29,7 @@ CUSTOM_AR_CHECK = "custom all-reduce"
 _CUSTOM_AR_NAME = re.compile(r"custom.?a(ll.?)?r(educe)?|\bcar\b|allreduce|all_reduce", re.IGNORECASE)
 _ON = {"on", "true", "enabled", "enable", "1", "yes"}
 _OFF = {"off", "false", "disabled", "disable", "0", "no"}
-_GRAPH_DONE = ("graph_end_avail_gib", "graph_mem_gib", "graph_s")
+_NOT_SHOWN = "the log does not show it (the run ended before CUDA-graph capture, or it is not logged)"
 
 
 def arg_name(flag: str, kind: str) -> str:
@@ -117,15 +117,25 @@ def custom_ar_observed(parsed: dict) -> tuple[str | None, str]:
         return "inactive", f"disabled on ranks {ranks_text(disabled)} ({why.get('reason') or 'no reason given'})"
     if active:
         return "active", f"active on ranks {ranks_text(active)}"
+    return _custom_ar_unlogged(parsed)
+
+
+def _custom_ar_unlogged(parsed: dict) -> tuple[str | None, str]:
+    """What a log that states no custom all-reduce state still says of it, as its server kind tells (a kind with a
+    custom all-reduce of its own, ServerKind.custom_ar_off): none on one GPU (its TP-size argument, LogFacts.tp_size),
+    and none where CUDA graphs were captured on several without the line registering them (GraphCapture)."""
+    kinds = [k for k in kinds_of([parsed.get("server")]) if k.custom_ar_off]
     args = parsed.get("args") or {}
-    tp = args.get("tp_size") or args.get("tensor_parallel_size")
+    tp = next((args[k.log_facts.tp_size] for k in kinds if k.log_facts.tp_size and args.get(k.log_facts.tp_size)), None)
     if tp is not None and str(tp).strip("'\"") == "1":
         return "inactive", "not used: one GPU (tp_size=1)"
-    captured = [r for r, fields in (parsed.get("ranks") or {}).items() if any(f in fields for f in _GRAPH_DONE)]
+    captures = [k.graph_capture for k in kinds if k.graph_capture]
+    done = {f for capture in captures for f in capture.fields}
+    captured = [r for r, fields in (parsed.get("ranks") or {}).items() if any(f in fields for f in done)]
     if captured and tp is not None and str(tp).isdigit() and int(tp) > 1:
         return "inactive", (f"CUDA graphs captured on ranks {ranks_text(captured)} without a "
-                            "`Registering … cuda graph addresses` line")
-    return None, "the log does not show it (the run ended before CUDA-graph capture, or it is not logged)"
+                            f"{captures[0].registered} line")
+    return None, _NOT_SHOWN
 
 
 def level_checks(exp: Experiment, runs: list[dict], parsed: dict[str, dict]) -> list[dict]:

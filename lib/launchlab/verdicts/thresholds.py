@@ -16,19 +16,25 @@ import pandas as pd
 
 from launchlab import search
 from launchlab.escaping import md, md_code
+from launchlab.store.rundir import ManifestEntry
 from launchlab.verdicts import budget as budget_mod
 from launchlab.verdicts import gpustate
 
+# budget_total_gib: the memory the server kind's break-even argument is a fraction of — its budget's `total_gib`
+# (SGLang: the free memory before the weights; vLLM: the GPU's total). pre_load_free_gib holds the same value under
+# the name it had when SGLang was the only kind with a budget; it stays for the readers of verdict.json and
+# thresholds.parquet (keys are added, never dropped).
 COLUMNS = ["stratum", "state", "interval_low", "interval_high", "width", "probes", "runs", "note",
            "predicted_break_even", "predicted_in_interval", "pre_load_free_gib",
-           "predicted_n", "predicted_min", "predicted_max", "flagged_probes"]
+           "predicted_n", "predicted_min", "predicted_max", "flagged_probes", "budget_total_gib"]
 PROBE_KEYS = ("stratum", "value", "runs", "predicted_break_even", "pre_load_free_gib", "free_at_start_mib", "flagged",
-              "why")
+              "why", "budget_total_gib")
+LEGACY_TOTAL = "pre_load_free_gib"
 
 
-def observations(runs: pd.DataFrame, planned: list[dict], factor: str) -> list[search.Observation]:
+def observations(runs: pd.DataFrame, planned: list[ManifestEntry], factor: str) -> list[search.Observation]:
     """The finished probe runs (runs.parquet rows) as search.py sees them; planned: the manifest's runs."""
-    strata = {p["run_id"]: p.get("stratum") for p in planned}
+    strata = {p.run_id: p.stratum for p in planned}
     found = []
     for _, row in runs.iterrows():
         stratum, value = strata.get(row["run_id"]), row.get(factor)
@@ -50,15 +56,15 @@ def _predicts(budget: pd.DataFrame, factor: str) -> budget_mod.BreakEven | None:
     return found if found is not None and found.arg == factor else None
 
 
-def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.DataFrame,
+def probes(runs: pd.DataFrame, planned: list[ManifestEntry], factor: str, budget: pd.DataFrame,
            *, facts: dict[str, dict] | None = None, tolerance_mib: float = 256) -> list[dict]:
     """One record per probed value of each stratum (PROBE_KEYS): its runs, its own predicted break-even (the mean of
     its runs' break-even in the server kind's argument: _predicts), the free memory at its runs' start
     (the least over their GPUs, gpustate.py),
     and whether it disagrees with the stratum's other probes — its prediction off their median by more than the
-    drain tolerance in memory (the difference × the pre-load free memory), or its free memory at the start below
+    drain tolerance in memory (the difference × the memory the argument is a fraction of), or its free memory at the start below
     theirs by more than it: a disturbed probe (another process on the GPU) must not move the prediction unseen."""
-    stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    stratum_of = {p.run_id: p.stratum for p in planned}
     budget = budget_mod.own_figures(budget)
     predicts = _predicts(budget, factor)
     predicted = budget.set_index("run_id") if predicts is not None else None
@@ -77,8 +83,9 @@ def probes(runs: pd.DataFrame, planned: list[dict], factor: str, budget: pd.Data
         if (free := gpustate.free_at_start((facts or {}).get(row["run_id"]) or {})) is not None:
             probe["free"].append(min(free.values()))
     out = [{"stratum": p["stratum"], "value": p["value"], "runs": p["runs"],
-            "predicted_break_even": _mean(p["break_even"]), "pre_load_free_gib": _mean(p["total_gib"]),
-            "free_at_start_mib": min(p["free"]) if p["free"] else None, "flagged": False, "why": ""}
+            "predicted_break_even": _mean(p["break_even"]), LEGACY_TOTAL: _mean(p["total_gib"]),
+            "free_at_start_mib": min(p["free"]) if p["free"] else None, "flagged": False, "why": "",
+            "budget_total_gib": _mean(p["total_gib"])}
            for p in found.values()]
     for stratum in dict.fromkeys(p["stratum"] for p in out):
         _flag([p for p in out if p["stratum"] == stratum], tolerance_mib)
@@ -95,8 +102,8 @@ def _flag(mine: list[dict], tolerance_mib: float) -> None:
     middle = (predicted[(len(predicted) - 1) // 2] + predicted[len(predicted) // 2]) / 2 if len(predicted) > 1 else None
     for p in mine:
         why = []
-        if middle is not None and p["predicted_break_even"] is not None and p["pre_load_free_gib"] is not None:
-            off_mib = abs(p["predicted_break_even"] - middle) * p["pre_load_free_gib"] * 1024
+        if middle is not None and p["predicted_break_even"] is not None and p["budget_total_gib"] is not None:
+            off_mib = abs(p["predicted_break_even"] - middle) * p["budget_total_gib"] * 1024
             if off_mib > tolerance_mib:
                 why.append(f"its predicted break-even {p['predicted_break_even']:.4f} is {off_mib:.0f} MiB off the "
                            f"median of the stratum's probes ({middle:.4f})")
@@ -110,7 +117,7 @@ def _flag(mine: list[dict], tolerance_mib: float) -> None:
                         + "; ".join(why) + f" (tolerance {tolerance_mib:.0f} MiB)")
 
 
-def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[dict], *, factor: str,
+def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[ManifestEntry], *, factor: str,
           budget: pd.DataFrame, repetitions: int = 1, facts: dict[str, dict] | None = None,
           tolerance_mib: float = 256) -> pd.DataFrame:
     """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
@@ -120,7 +127,7 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
     (probes(); all of them when none does): predicted_n runs, from predicted_min to predicted_max; flagged_probes
     says which disagree and why. facts: provenance.json by run id (free memory at each run's start);
     tolerance_mib: the drain tolerance."""
-    stratum_of = {p["run_id"]: p.get("stratum") for p in planned}
+    stratum_of = {p.run_id: p.stratum for p in planned}
     budget = budget_mod.own_figures(budget)  # a failed launch's row with borrowed figures predicts nothing new
     predicts = _predicts(budget, factor)
     per_probe = probes(runs, planned, factor, budget, facts=facts, tolerance_mib=tolerance_mib)
@@ -132,8 +139,9 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
                "interval_high": _float(result.high) if claimed else None,
                "width": _float(result.width) if claimed else None, "probes": result.probes,
                "runs": ", ".join(result.runs), "note": result.note,
-               "predicted_break_even": None, "predicted_in_interval": None, "pre_load_free_gib": None,
-               "predicted_n": 0, "predicted_min": None, "predicted_max": None, "flagged_probes": ""}
+               "predicted_break_even": None, "predicted_in_interval": None, LEGACY_TOTAL: None,
+               "predicted_n": 0, "predicted_min": None, "predicted_max": None, "flagged_probes": "",
+               "budget_total_gib": None}
         mine_probes = [p for p in per_probe if p["stratum"] == result.stratum]
         flagged = [p for p in mine_probes if p["flagged"]]
         row["flagged_probes"] = "; ".join(p["why"] for p in flagged)
@@ -145,7 +153,7 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
             if len(mine):
                 predicted = float(mine[predicts.column].mean())
                 row["predicted_break_even"] = predicted
-                row["pre_load_free_gib"] = float(mine["total_gib"].mean())
+                row["budget_total_gib"] = row[LEGACY_TOTAL] = float(mine["total_gib"].mean())
                 row["predicted_n"] = len(mine)
                 row["predicted_min"] = float(mine[predicts.column].min())
                 row["predicted_max"] = float(mine[predicts.column].max())
@@ -158,7 +166,7 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
 def differences(frame: pd.DataFrame, baseline: str, flag: str) -> list[dict]:
     """Each stratum against the baseline stratum, where both have an interval: the measured difference of the
     minimum value that starts, as the range the two intervals allow, in flag units and GiB per GPU (a fraction
-    of the free memory before the weights), with the difference the budget predicts next to it."""
+    of the memory the kind's budget sizes from: budget_total_gib), with the difference the budget predicts next to it."""
     rows = frame.set_index("stratum")
     if baseline not in rows.index or rows.loc[baseline, "state"] != search.CONVERGED:
         return []
@@ -169,7 +177,7 @@ def differences(frame: pd.DataFrame, baseline: str, flag: str) -> list[dict]:
             continue
         low = other["interval_low"] - base["interval_high"]
         high = other["interval_high"] - base["interval_low"]
-        gib = [v for v in (base["pre_load_free_gib"], other["pre_load_free_gib"]) if v is not None and not
+        gib = [v for v in (base["budget_total_gib"], other["budget_total_gib"]) if v is not None and not
                (isinstance(v, float) and math.isnan(v))]
         per_gib = sum(gib) / len(gib) if gib else None
         predicted = None

@@ -12,13 +12,27 @@ from __future__ import annotations
 import pandas as pd
 
 from launchlab.escaping import md, md_code
-from launchlab.store.verdictrecord import DECIDING, Confound, Decision, Effect, ExcludedRun, LevelCheck, Verdict
+from launchlab.store.rundir import ManifestEntry
+from launchlab.store.verdictrecord import (
+    CONFOUNDED,
+    DECIDING,
+    FLAKY,
+    INCONCLUSIVE,
+    NEUTRAL,
+    UNDETERMINED,
+    Confound,
+    Decision,
+    Effect,
+    ExcludedRun,
+    LevelCheck,
+    Verdict,
+)
 from launchlab.verdicts import analysis, budget, confounds, derivedargs, levelchecks
 
 
 def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
           *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
-          planned: list[dict] | None = None, level_checks: list[dict] | None = None,
+          planned: list[ManifestEntry] | None = None, level_checks: list[dict] | None = None,
           parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset()) -> Verdict:
     """verdict.json: see verdictrecord.Verdict and the README for every key."""
     obs = analysis.observations(runs, factors, planned)
@@ -41,11 +55,11 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
         conclusive=not reasons,
         inconclusive_reasons=reasons,
         baseline=baseline_variant,
-        outcome_factors=named("decides", "decides_in_some"),
-        neutral_factors=named("neutral"),
-        undetermined_factors=named("undetermined"),
-        flaky_factors=named("flaky"),
-        confounded_factors=named("confounded"),
+        outcome_factors=named(*DECIDING),
+        neutral_factors=named(NEUTRAL),
+        undetermined_factors=named(UNDETERMINED),
+        flaky_factors=named(FLAKY),
+        confounded_factors=named(CONFOUNDED),
         factors={d["factor"]: Decision.from_json(d) for d in decisions},
         confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found],
         derived_args=derived,
@@ -103,7 +117,7 @@ def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:
     if not obs["valid"].any():
         return [f"nothing can be concluded: none of the {len(obs)} planned runs is a valid observation of the server "
                 f"({analysis._tally(obs)})"]
-    return [d["summary"] for d in decisions if d["status"] in ("undetermined", "flaky", "confounded")]
+    return [d["summary"] for d in decisions if d["status"] in INCONCLUSIVE]
 
 
 def _sentence(reason: str, names) -> str:
