@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo lab test check bench lint check-notebooks check-fixtures clean
