@@ -41,10 +41,10 @@ test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the no
 check: $(STAMP) check-notebooks lint  ## the inner loop: ruff and the tests that start no real process (under a minute)
 	$(PYTEST) -n 2 -m "not slow"
 
-bench: $(STAMP)  ## benchmarks: parsing vs grep -E (200 MB; a 500 MB line, 2 GB logs), a process's import cost, the kit's cost per run, report at scale
+bench: $(STAMP)  ## benchmarks: parsing vs grep -E (200 MB; a 500 MB line, 2 GB logs), a process's import cost, the kit's cost per run, report at scale, a threshold search's launches guided vs blind
 	$(BIN)/python bench/parse_vs_grep.py
 	@# each bench exits 1 when it misses its target; the others still run, and make fails at the end
-	@status=0; for b in parse_huge import_cost run_overhead report_scale; do $(BIN)/python bench/$$b.py || status=1; done; exit $$status
+	@status=0; for b in parse_huge import_cost run_overhead report_scale search_launches; do $(BIN)/python bench/$$b.py || status=1; done; exit $$status
 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check lib tests bench

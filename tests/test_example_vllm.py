@@ -128,3 +128,23 @@ def test_each_failed_launchs_budget_row_recomputes_its_negative_kv_memory_from_i
         assert set(summary.loc[summary["outcome"] == "failed", "profile_from"]) == {f"{len(ready)} other runs"}
     # the search's prediction rests on the runs that printed their own profile: 2 per stratum, not the failed probe
     assert list(rebuilt(SEARCH).thresholds["predicted_n"]) == [2, 2]
+
+
+def test_the_real_search_reads_with_its_launches_against_bisection_alone_and_vllms_prediction_held():
+    """Issue 30 on the real run (made by bisection alone, before the search was guided): 3 launches per stratum, what
+    bisection takes over 0.005–0.007 by 0.001, and every outcome agreed with the break-even vLLM's numbers predict —
+    whose guided probes are the same three values, so the guide saves nothing on a range this narrow."""
+    from decimal import Decimal
+
+    from launchlab import search
+    from launchlab.verdicts import thresholds
+
+    rep = rebuilt(SEARCH)
+    found = rep.thresholds
+    assert list(found["launches"]) == list(found["blind_launches"]) == [3, 3]
+    assert list(found["prediction_held"]) == [True, True] and list(found["prediction_note"]) == ["", ""]
+    bounds = rep.exp.search.bounds
+    assert search.next_probes(bounds, bounds.low, bounds.high, Decimal("0.00522")) == (Decimal("0.005"),
+                                                                                       Decimal("0.006"))
+    assert "(3 probed values; 3 launches, bisection alone 3; the prediction held)" in thresholds.markdown(
+        rep.threshold_verdict)

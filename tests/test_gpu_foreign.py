@@ -263,6 +263,24 @@ def test_a_search_probe_disturbed_by_a_gpu_hog_is_flagged_and_the_prediction_sta
     assert f"from n={len(run_ids) - 1} runs" in report and "A probe disagrees" in report
     # and the run itself carries its gpu state confound
     assert [c["runs"] for c in gpu_state_confounds(verdict)] == [[disturbed]]
+    # the disturbed probe ends the prediction's guidance of the search, and the report says why (issue 30)
+    assert stratum["prediction_held"] is None and disturbed in stratum["prediction_note"]
+    assert "The prediction was not followed" in report
+
+
+def test_a_gpu_hog_during_an_end_of_the_search_sends_it_to_bisection_instead_of_the_prediction(tmp_path, sim_root):
+    """Issue 30: with foreign memory on the low end's GPU (run 01), its logged figures are off and the kit saw a
+    stranger during it: the stratum's prediction is not followed, and every probe after the ends bisects."""
+    run_dir = run_batch(search_params(tmp_path, hog_wrapper(tmp_path, "01")), tmp_path)
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    [disturbed] = [r for r in manifest["run_ids"] if r.startswith("01_")]
+    whys = [e["why"] for e in manifest["runs"]]
+    assert whys[2:] and all(w.startswith("bisects (") and "the prediction is not followed" in w for w in whys[2:]), whys
+    [stratum] = verdict["thresholds"]["strata"]
+    assert stratum["state"] == "converged" and stratum["prediction_held"] is None
+    assert f"during run {disturbed} processes outside it held up to {HOG_MIB} MiB" in stratum["prediction_note"]
+    assert stratum["launches"] == stratum["blind_launches"] == len(manifest["run_ids"])
 
 
 def test_a_worker_that_renamed_itself_is_still_the_runs_by_its_session_and_a_stranger_is_not(tmp_path):

@@ -147,3 +147,18 @@ def test_a_rank_reaped_by_the_poll_the_shutdown_interrupted_counts_as_ended_not_
     os.waitpid(pid, 0)
     rank = _Forked(pid)
     assert rank.poll() is not None and rank.wait() == rank.poll()
+
+
+def test_the_fault_injection_prints_the_free_memory_after_the_weights_off_by_the_offset_and_says_so(box, tmp_path):
+    """SIM_FAULT_AVAIL_OFFSET_GIB: a server whose log lies about its memory (test_threshold_search.py searches it).
+    It sizes its KV cache from what it really has (the DEBUG line), while its "Load weight end" line is off."""
+    _, host = box
+    log = _run_sim_server(host, tmp_path, "0.85", "SIM_DEBUG_PROFILE=1\nSIM_FAULT_AVAIL_OFFSET_GIB=2\n")
+    parsed = sglang.parse(log.splitlines(keepends=True))
+    assert parsed.ready and parsed.failure is None
+    debug = {d["key"]: d["value"] for d in parsed.debug}
+    assert parsed.ranks["0"]["weights_end_avail_gib"] == pytest.approx(debug["avail"] + 2, abs=0.01)
+    assert debug["rest"] == pytest.approx(debug["avail"] - debug["total"] * (1 - 0.85), abs=0.002)
+    assert "SIMULATED FAULT (SIM_FAULT_AVAIL_OFFSET_GIB=2)" in log.splitlines()[1]
+    honest = _run_sim_server(host, tmp_path, "0.85", "SIM_DEBUG_PROFILE=1\n")
+    assert "SIMULATED FAULT" not in honest

@@ -1,6 +1,6 @@
 """`launchlab run` of a params file with `search:`, end to end: real papermill kernels, the simulated SGLang server
 (or a tiny script server), real parquet and the real HTML export. The searches are kept short (a range a few
-resolutions wide); the bisection itself is tested in test_search.py."""
+resolutions wide, or guided by the server's own numbers); the bisection itself is tested in test_search.py."""
 
 import json
 import math
@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
@@ -20,13 +21,14 @@ from test_search import sim_break_even
 pytestmark = pytest.mark.slow
 
 
-def demo_search(folder: Path, low: str, high: str, resolution: str) -> Path:
-    """params/demo-threshold.yaml on a 2-GPU simulated box at its fastest pace, over a narrower range."""
+def demo_search(folder: Path, low: str, high: str, resolution: str, more: tuple[tuple[str, str], ...] = ()) -> Path:
+    """params/demo-threshold.yaml on a 2-GPU simulated box at its fastest pace, over a narrower range; more: other
+    (old, new) replacements in its text."""
     text = (ROOT / "params" / "demo-threshold.yaml").read_text()
     for old, new in (("gpus: 8", "gpus: 2"), ('--tp, "8"', '--tp, "2"'),
                      ("weights_gib_per_rank: 70.0", f"weights_gib_per_rank: 70.0\n    pace: 0.05\n    workdir: {folder / 'w'}"),
                      ('low: "0.50"', f'low: "{low}"'), ('high: "0.95"', f'high: "{high}"'),
-                     ('resolution: "0.005"', f'resolution: "{resolution}"')):
+                     ('resolution: "0.005"', f'resolution: "{resolution}"'), *more):
         assert old in text, old
         text = text.replace(old, new)
     path = folder / "demo-threshold.yaml"
@@ -82,11 +84,12 @@ def test_every_probe_is_an_ordinary_run_listed_in_the_manifest_with_why_it_was_c
             ).replace("mem_fraction_static=", "--mem-fraction-static ")
     whys = [e["why"] for e in manifest["runs"]]
     assert whys[0].startswith("the low end") and whys[1].startswith("the high end")
-    assert any(w.startswith("bisects (") for w in whys)
+    # after the ends, the values next to the break-even the server's numbers predict (issue 30), each stratum's pair
+    assert [w.split(" the break-even")[0] for w in whys[4:]] == ["just below", "just above"] * 2, whys
     # interleaved: within every round the strata take turns
     strata = [e["stratum"] for e in manifest["runs"]]
     assert strata[:4] == ["custom_ar=off", "custom_ar=off", "custom_ar=on", "custom_ar=on"]
-    assert strata[4:6] in (["custom_ar=off", "custom_ar=on"], ["custom_ar=on", "custom_ar=off"])
+    assert strata[4:] == ["custom_ar=off", "custom_ar=off", "custom_ar=on", "custom_ar=on"]
     assert set(runs["mem_fraction_static"]) >= {"0.72", "0.78"}
 
 
@@ -118,6 +121,61 @@ def test_the_verdict_and_report_show_each_interval_next_to_the_prediction_and_th
     assert html.index("Threshold search") < html.index("Controlled comparison")
     # the probes' chart is inline SVG whose text stays text: its title, and its alternative text
     assert "Outcome of every probe" in html and 'aria-label="Dots: the outcome of every probe run' in html
+
+
+def test_the_shipped_demo_search_takes_four_launches_per_stratum_for_the_intervals_bisection_finds(tmp_path, sim_root):
+    """Issue 30's acceptance: params/demo-threshold.yaml's own range (0.50–0.95 by 0.005), guided by the simulated
+    server's numbers: 4 launches per stratum (both ends, then just below and just above the prediction), and the
+    intervals today's bisection finds (search.step without a guide, on the simulated server's break-even)."""
+    from launchlab import search
+    from test_search import run_search
+
+    path = demo_search(tmp_path, "0.50", "0.95", "0.005")
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    bounds = search.Bounds.parse("0.50", "0.95", "0.005")
+    truth = {"custom_ar=off": Decimal(str(sim_break_even(False))), "custom_ar=on": Decimal(str(sim_break_even(True)))}
+    blind, _ = run_search(bounds, truth, outcome=lambda s, v, rep: v > truth[s])
+    strata = json.loads((run_dir / "verdict.json").read_text())["thresholds"]["strata"]
+    for row, bisected in zip(strata, blind, strict=True):
+        assert row["stratum"] == bisected.stratum and row["state"] == "converged"
+        assert (row["interval_low"], row["interval_high"]) == (float(bisected.low), float(bisected.high))
+        assert row["launches"] == 4 and row["blind_launches"] == bisected.probes == 9
+        assert row["prediction_held"] is True and row["prediction_note"] == ""
+    assert "4 launches, bisection alone 9; the prediction held" in (run_dir / "report.md").read_text()
+    assert "custom_ar=off: converged in (0.747, 0.750] — 4 launches, bisection alone 9; the prediction held" \
+        in proc.stderr
+
+
+def test_a_server_whose_log_lies_about_its_memory_is_searched_by_bisection_and_the_prediction_said_to_fail(
+        tmp_path, sim_root):
+    """The simulated server's fault injection (SIM_FAULT_AVAIL_OFFSET_GIB): its log prints 2 GiB more free memory
+    after the weights than it has, so its numbers predict a break-even ≈ 0.021 too low. The guided probes show it
+    wrong (not ready above the prediction); the search bisects on to the true threshold and says so."""
+    path = demo_search(tmp_path, "0.50", "0.95", "0.005", more=(('    "on": {}\n', ""),
+                                                                 ("env: {}", 'env: {SIM_FAULT_AVAIL_OFFSET_GIB: "2"}')))
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    [row] = json.loads((run_dir / "verdict.json").read_text())["thresholds"]["strata"]
+    assert row["state"] == "converged" and row["interval_low"] < sim_break_even(False) <= row["interval_high"]
+    assert row["interval_high"] - row["interval_low"] <= 0.005 + 1e-9
+    assert abs(row["predicted_break_even"] - (sim_break_even(False) - 2 / row["pre_load_free_gib"])) < 0.0005
+    assert row["predicted_in_interval"] is False and row["prediction_held"] is False
+    assert "failed" in row["prediction_note"] and "not ready at" in row["prediction_note"]
+    assert row["launches"] > 4  # the ends, the two guided values, then bisection
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    whys = [e["why"] for e in manifest["runs"]]
+    assert [w.split(" the break-even")[0] for w in whys[2:4]] == ["just below", "just above"]
+    assert whys[4:] and all(w.startswith("bisects (") and "the prediction is not followed: the predicted break-even"
+                            in w for w in whys[4:]), whys
+    # the interval is one that probes on both sides established, never the prediction
+    probed = {float(e["levels"]["mem_fraction_static"]) for e in manifest["runs"]}
+    assert {row["interval_low"], row["interval_high"]} <= probed
+    report = (run_dir / "report.md").read_text()
+    assert "**The prediction failed**, so the search bisected" in report
+    assert "SIMULATED FAULT" in (run_dir / "runs" / manifest["run_ids"][0] / "server.log").read_text()
 
 
 # a server whose outcome depends on --mem-fraction-static: ready at or above READY, failed below FAIL, and in

@@ -1,7 +1,10 @@
 """thresholds.py: a search's result from runs.parquet rows, the manifest's probes and the budget's break-even —
 what it claims, what it refuses to claim, and the difference between strata in flag units and GiB per GPU."""
 
+from decimal import Decimal
+
 import pandas as pd
+import pytest
 
 from launchlab import search
 from launchlab.store.rundir import ManifestEntry
@@ -99,3 +102,69 @@ def test_an_unfinished_search_says_so_with_its_probes_and_prediction_not_an_empt
     assert len(lines) == 2 and not any(line.rstrip().endswith("—") for line in lines), text
     assert all("the batch stopped before the search ended" in line and "predict the break-even at 0.0052" in line
                for line in lines), text
+
+
+# -- what the prediction did for the search (issue 30) ---------------------------------------------------------
+
+def test_each_stratum_says_its_launches_against_bisection_alone_and_that_the_prediction_held():
+    runs, planned = probes(STEADY)
+    found = thresholds.table(BOUNDS, ["off", "on"], runs, planned, factor="mem_fraction_static",
+                             budget=budget([("01", 0.7483, 93.54), ("02", 0.7485, 93.54), ("03", 0.7533, 92.92)]))
+    off, on = found.to_dict("records")
+    # bisection alone over 0.70–0.80 by 0.01: both ends, 0.75, 0.72, 0.74 (off) / 0.75, 0.78, 0.76 (on)
+    assert (off["launches"], off["blind_launches"], off["prediction_held"], off["prediction_note"]) == (5, 5, True, "")
+    assert (on["launches"], on["blind_launches"], on["prediction_held"]) == (5, 5, True)
+    text = thresholds.markdown({"flag": "--mem-fraction-static", "low": "0.70", "high": "0.80", "resolution": "0.01",
+                                "strata": found.to_dict("records"), "differences": []})
+    assert "(5 probed values; 5 launches, bisection alone 5; the prediction held)" in text
+    assert "prediction failed" not in text
+
+
+def test_a_prediction_an_outcome_contradicts_failed_and_the_report_names_the_runs():
+    runs, planned = probes(STEADY)
+    # off's numbers predict 0.70, but it was not ready at 0.72 (run 07) and 0.74 (run 09), well above it
+    found = thresholds.table(BOUNDS, ["off", "on"], runs, planned, factor="mem_fraction_static",
+                             budget=budget([("01", 0.70, 93.5), ("02", 0.70, 93.5)]))
+    off, on = found.to_dict("records")
+    assert off["prediction_held"] is False and off["state"] == "converged"
+    assert "not ready at 0.72 (run 07) above it" in off["prediction_note"]
+    assert "not ready at 0.74 (run 09) above it" in off["prediction_note"]
+    assert (on["prediction_held"], on["prediction_note"]) == (None, "")  # no numbers: no prediction
+    text = thresholds.markdown({"flag": "--mem-fraction-static", "low": "0.70", "high": "0.80", "resolution": "0.01",
+                                "strata": found.to_dict("records"), "differences": []})
+    assert "5 launches, bisection alone 5; the prediction failed)" in text
+    assert "**The prediction failed**, so the search bisected: the predicted break-even 0.7 failed" in text
+
+
+def test_the_guides_carry_the_prediction_with_the_drain_tolerance_as_slack_and_distrust_a_disturbed_probe():
+    from launchlab.verdicts import gpustate
+
+    runs, planned = probes(STEADY[:4])
+    figures = budget([("01", 0.7483, 93.54), ("02", 0.7485, 93.54), ("03", 0.7533, 92.92), ("04", 0.7533, 92.92)])
+    guides = thresholds.guides(["off", "on"], runs, planned, factor="mem_fraction_static", budget=figures,
+                               resolution=Decimal("0.01"), tolerance_mib=64)
+    assert guides["off"].prediction == pytest.approx(Decimal("0.7484"))
+    assert guides["off"].slack == Decimal("0.000668")  # 64 MiB of 93.54 GiB
+    coarse = thresholds.guides(["off"], runs, planned, factor="mem_fraction_static", budget=figures,
+                               resolution=Decimal("0.001"), tolerance_mib=512)
+    assert coarse["off"].slack == Decimal("0.0005")  # 512 MiB is 0.0053 of the card: half the resolution instead
+    assert guides["off"].distrust == guides["on"].distrust == ""
+    # the kind predicts another argument than the searched flag: nothing to follow
+    assert thresholds.guides(["off"], runs, planned, factor="tp_size", budget=figures, resolution=Decimal("0.01")) == {}
+    # another process held 2 GiB of a GPU during run 04: on's prediction is not followed, off's still is
+    hog = gpustate.GpuProcess("box", 4242, "gpu-hog", "GPU-0", 2048.0)
+    disturbed = gpustate.DuringRun((gpustate.Moment("watched", "box", 70000.0, 2048.0, 0.0),), (hog,))
+    facts = {r: {"gpu_state": gpustate.DuringRun().to_json()} for r in ("01", "02", "03")}
+    facts["04"] = {"gpu_state": disturbed.to_json()}
+    guides = thresholds.guides(["off", "on"], runs, planned, factor="mem_fraction_static", budget=figures,
+                               resolution=Decimal("0.01"), facts=facts, tolerance_mib=64)
+    assert guides["off"].distrust == "" and "during run 04 processes outside it held up to 2048 MiB" in \
+        guides["on"].distrust
+    found = thresholds.table(BOUNDS, ["off", "on"], runs, planned, factor="mem_fraction_static", budget=figures,
+                             facts=facts, tolerance_mib=64)
+    assert found.loc[1, "prediction_held"] is None and "pid 4242 (gpu-hog)" in found.loc[1, "prediction_note"]
+    # a probe whose figures disagree with the others' is not followed either
+    figures.loc[figures["run_id"] == "02", "break_even_fraction"] = 0.7600
+    guides = thresholds.guides(["off"], runs, planned, factor="mem_fraction_static", budget=figures,
+                               resolution=Decimal("0.01"), tolerance_mib=64)
+    assert "disagrees with the stratum's other probes" in guides["off"].distrust

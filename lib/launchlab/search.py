@@ -12,6 +12,15 @@ value whose repeated runs disagree makes the stratum `noisy`, and a failure abov
 
 Values are decimals, as written in the params (quoted strings): a midpoint is rounded to the finest number
 of decimals among low, high and resolution, so the server sees `0.744`, not `0.74375000000001`.
+
+A stratum may be guided (issue 30): once its launches printed the figures its server kind predicts from, a
+`Guide` holds the predicted break-even, and after both ends the search probes the two values just below and just
+above it that bisection would end on (`next_probes`) — two launches where bisection takes seven. The prediction
+is only a guide: every outcome so far is checked against it (`judge`), and one that contradicts it (ready at or
+below it, not ready above it, by more than its slack), or a guide whose probes were disturbed, sends the stratum
+back to bisection. The interval claimed is always the one between a failing and a ready probe, never the
+prediction; and since the guided values are nodes of bisection's own tree, a prediction that holds gives the
+very interval bisection would have found.
 """
 
 from __future__ import annotations
@@ -23,6 +32,9 @@ from decimal import ROUND_HALF_EVEN, Decimal
 # the states of a stratum; only `searching` asks for more probes
 SEARCHING, CONVERGED, NOISY, NON_MONOTONE, NOT_BRACKETED, NO_OBSERVATION = (
     "searching", "converged", "noisy", "non_monotone", "not_bracketed", "no_observation")
+# what a stratum's predicted break-even came to (StratumResult.prediction): none given, every outcome agrees with
+# it, an outcome contradicts it, or it was not to be followed (Guide.distrust)
+NO_PREDICTION, HELD, FAILED, NOT_FOLLOWED = "", "held", "failed", "not_followed"
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,27 @@ class Bounds:
         return str(value.quantize(self.quantum))
 
 
+def midpoint(bounds: Bounds, low: Decimal, high: Decimal) -> Decimal | None:
+    """The value bisection probes inside (low, high], rounded to the decimals written; None when the interval is
+    narrow enough: no wider than the resolution, or no value of those decimals strictly inside it."""
+    mid = ((low + high) / 2).quantize(bounds.quantum, rounding=ROUND_HALF_EVEN)
+    return None if high - low <= bounds.resolution or not low < mid < high else mid
+
+
+def next_probes(bounds: Bounds, low: Decimal, high: Decimal, prediction: Decimal) -> tuple[Decimal, Decimal]:
+    """The values just below and just above a predicted break-even (ready above it, not ready at or below it):
+    the interval bisection of (low, high] ends on when the server's outcomes follow the prediction — the
+    prediction rounded to the resolution on bisection's own values, so that where it holds, its two probes
+    establish the interval bisection would have. A prediction outside (low, high] gives the end interval
+    nearest to it."""
+    while (mid := midpoint(bounds, low, high)) is not None:
+        if mid > prediction:
+            high = mid
+        else:
+            low = mid
+    return low, high
+
+
 def max_probes(bounds: Bounds) -> int:
     """The most probed values one stratum can take: both ends, then one bisection per halving of the range
     until it is no wider than the resolution."""
@@ -69,6 +102,37 @@ class Observation:
     value: Decimal
     run_id: str
     success: bool | None
+
+
+@dataclass(frozen=True)
+class Guide:
+    """What the server's own numbers predict of a stratum's threshold (thresholds.guides): not ready at or below
+    `prediction`, ready above it. slack: how far from it (flag units) an outcome may fall on the other side and not
+    contradict it (the figures are printed rounded, a GPU's memory moves by the drain tolerance); distrust: why it
+    must not guide the search (a probe disturbed by foreign GPU memory, probes whose figures disagree) — empty
+    when it may."""
+
+    prediction: Decimal
+    slack: Decimal = Decimal(0)
+    distrust: str = ""
+
+
+def judge(guide: Guide | None, observations: list[Observation]) -> tuple[str, str]:
+    """What the outcomes so far say of a prediction: (HELD | FAILED | NOT_FOLLOWED | NO_PREDICTION, why). FAILED
+    names every run on the wrong side of it by more than its slack — noisy repetitions included, since a
+    prediction of one break-even cannot hold for both."""
+    if guide is None:
+        return NO_PREDICTION, ""
+    if guide.distrust:
+        return NOT_FOLLOWED, guide.distrust
+    shown = f"{guide.prediction:.4g}"
+    wrong = [f"{'ready' if o.success else 'not ready'} at {o.value} (run {o.run_id}) "
+             f"{'at or below' if o.success else 'above'} it"
+             for o in observations if o.success is not None and o.success != (o.value > guide.prediction)
+             and abs(o.value - guide.prediction) > guide.slack]
+    if wrong:
+        return FAILED, (f"the predicted break-even {shown} failed (slack {guide.slack:.2g}): " + "; ".join(wrong))
+    return HELD, ""
 
 
 @dataclass(frozen=True)
@@ -92,6 +156,8 @@ class StratumResult:
     runs: list[str] = field(default_factory=list)
     note: str = ""
     next: list[Probe] = field(default_factory=list)
+    prediction: str = NO_PREDICTION  # what its Guide came to (judge)
+    prediction_note: str = ""  # why it failed or was not followed
 
     @property
     def width(self) -> Decimal | None:
@@ -102,21 +168,23 @@ def _names(obs: list[Observation]) -> str:
     return ", ".join(o.run_id for o in obs)
 
 
-def stratum_result(bounds: Bounds, stratum: str, observations: list[Observation], repetitions: int = 1
-                   ) -> StratumResult:
-    """The state of one stratum from its observations, and its next probe while it is `searching`. A probed
-    value none of whose runs is an observation (a kit error) is probed once more; lost twice, the stratum stops
+def stratum_result(bounds: Bounds, stratum: str, observations: list[Observation], repetitions: int = 1,
+                   *, guide: Guide | None = None) -> StratumResult:
+    """The state of one stratum from its observations, and its next probe(s) while it is `searching`: both ends,
+    then the guide's two values (next_probes) while its prediction holds, else the midpoint. A probed value none
+    of whose runs is an observation (a kit error) is probed once more; lost twice, the stratum stops
     (`no_observation`)."""
     by_value: dict[Decimal, list[Observation]] = {}
     for o in observations:
         by_value.setdefault(o.value, []).append(o)
     result = StratumResult(stratum, SEARCHING, probes=len(by_value), runs=[o.run_id for o in observations])
+    result.prediction, result.prediction_note = judge(guide, observations)
     outcome = _outcomes(bounds, result, by_value, repetitions)
     if outcome is None:  # a probe to repeat, or nothing to claim (no observation, noisy)
         return result
     _bracket(result, outcome)
     if _monotone(bounds, result, outcome, by_value):
-        _step(bounds, result, outcome)
+        _step(bounds, result, outcome, guide)
     return result
 
 
@@ -164,9 +232,10 @@ def _monotone(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool
     return False
 
 
-def _step(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool]) -> None:
-    """The next probe of a monotone stratum: an end of the range not yet probed, else the midpoint of the bracket,
-    until it is within the resolution (`converged`); `not_bracketed` when both ends give the same outcome."""
+def _step(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool], guide: Guide | None) -> None:
+    """The next probe(s) of a monotone stratum: an end of the range not yet probed, then the guide's two values
+    (next_probes) while its prediction holds, else the midpoint of the bracket, until it is within the resolution
+    (`converged`); `not_bracketed` when both ends give the same outcome."""
     result.next = [Probe(result.stratum, bounds.text(end), f"the {side} end of the range: bisection needs it not "
                                                            "ready at low and ready at high")
                    for end, side in ((bounds.low, "low"), (bounds.high, "high")) if end not in outcome]
@@ -182,13 +251,28 @@ def _step(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool]) -
         return
     low, high = result.low, result.high
     assert low is not None and high is not None  # both ends are observed and differ
-    mid = ((low + high) / 2).quantize(bounds.quantum, rounding=ROUND_HALF_EVEN)
-    if high - low <= bounds.resolution or not low < mid < high:
+    mid = midpoint(bounds, low, high)
+    if mid is None:
         result.state = CONVERGED
         return
+    if guide is not None and result.prediction == HELD:
+        result.next = _guided(bounds, result.stratum, (low, high), guide.prediction)
+        return
+    unfollowed = f"; the prediction is not followed: {result.prediction_note}" if guide is not None else ""
     result.next = [Probe(result.stratum, bounds.text(mid), f"bisects ({bounds.text(low)}, {bounds.text(high)}], "
                                                           f"{high - low} wide, wider than the resolution "
-                                                          f"{bounds.resolution}")]
+                                                          f"{bounds.resolution}" + unfollowed)]
+
+
+def _guided(bounds: Bounds, stratum: str, bracket: tuple[Decimal, Decimal], prediction: Decimal) -> list[Probe]:
+    """The guide's probes not yet made: just below and just above the prediction (next_probes)."""
+    low, high = bracket
+    below, above = next_probes(bounds, low, high, prediction)
+    ends = f"({bounds.text(below)}, {bounds.text(above)}]"
+    return [Probe(stratum, bounds.text(value), f"just {side} the break-even the server's own numbers predict "
+                                               f"({prediction:.4g}): bisection of ({bounds.text(low)}, "
+                                               f"{bounds.text(high)}] ends on {ends} if the prediction holds")
+            for value, side in ((below, "below"), (above, "above")) if value not in (low, high)]
 
 
 def _bracket(result: StratumResult, outcome: dict[Decimal, bool]) -> None:
@@ -198,11 +282,22 @@ def _bracket(result: StratumResult, outcome: dict[Decimal, bool]) -> None:
     result.high = min(oks) if oks else None
 
 
-def step(bounds: Bounds, strata: list[str], observations: list[Observation], repetitions: int = 1
-         ) -> list[StratumResult]:
-    """Every stratum's result, in the order given; those still `searching` carry their next probe. The batch
-    launches one probe of each in turn, so drift of the host over time affects every stratum alike."""
-    return [stratum_result(bounds, s, [o for o in observations if o.stratum == s], repetitions) for s in strata]
+def step(bounds: Bounds, strata: list[str], observations: list[Observation], repetitions: int = 1,
+         *, guides: dict[str, Guide] | None = None) -> list[StratumResult]:
+    """Every stratum's result, in the order given; those still `searching` carry their next probe(s). The batch
+    launches the probes of each in turn, so drift of the host over time affects every stratum alike. guides:
+    each stratum's predicted break-even, where its server's numbers gave one (thresholds.guides)."""
+    return [stratum_result(bounds, s, [o for o in observations if o.stratum == s], repetitions,
+                           guide=(guides or {}).get(s)) for s in strata]
+
+
+def blind_probes(bounds: Bounds, threshold: Decimal) -> int:
+    """The values bisection alone (both ends, then midpoints: `step` without a guide) probes for a server ready
+    from `threshold` on and not ready below it — what a stratum would have taken without a prediction."""
+    observations: list[Observation] = []
+    while (probes := stratum_result(bounds, "", observations).next):
+        observations += [Observation("", Decimal(p.value), "", Decimal(p.value) >= threshold) for p in probes]
+    return len(observations)
 
 
 def done(results: list[StratumResult]) -> bool:

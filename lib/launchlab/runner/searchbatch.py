@@ -3,6 +3,8 @@ manifest before it is launched, until every stratum is decided.
 
 The search's state is the finished runs of its run directory alone, so `--resume` first repeats the probes
 that did not finish (an interruption, a kit error), then asks search.py again: no decided probe is repeated.
+Before each round the finished probes' logs are read again for the break-even their server kind predicts
+(`guides`: the report's own reading), which guides the next probes while it holds (search.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from launchlab import params, search
+from launchlab.logparse.kinds import KINDS
+from launchlab.params.searchspec import SearchSpec
 from launchlab.runner import notebooks
 from launchlab.runner import plan as plans
 from launchlab.store import records, rundir
@@ -33,12 +37,13 @@ def run_search(exp: params.Experiment, run_dir: Path, say: notebooks.Say, run_al
     run_all(redo, total)
     while True:
         results = search.step(exp.search.bounds, plans.strata(exp), observations(directory, known),
-                              exp.search.repetitions)
+                              exp.search.repetitions, guides=guides(exp, directory))
         probes = [p for r in results for p in r.next]
         if not probes:
             for r in results:
                 say(f"launchlab: {r.stratum}: {r.state}" + (f" in ({r.low}, {r.high}]" if r.state == search.CONVERGED
-                                                            else f" — {r.note}" if r.note else ""))
+                                                            else f" — {r.note}" if r.note else "")
+                    + cost(exp.search, r))
             return results
         new = plans.probe_runs(exp, probes, len(known) + 1)
         record_probes(directory, new)
@@ -60,6 +65,38 @@ def observations(directory: rundir.RunDir, runs: list[Run]) -> list[search.Obser
         found.append(search.Observation(run.probe.stratum, Decimal(run.probe.value), run.run_id,
                                         None if outcome == "error" else outcome == "ready"))
     return found
+
+
+def guides(exp: params.Experiment, directory: rundir.RunDir) -> dict[str, search.Guide]:
+    """Each stratum's predicted break-even from the finished probes' logs, read as the report reads them (the
+    frames, the kind's budget of the valid runs, thresholds.guides); none without a finished probe, or where the
+    server kind predicts no break-even of the searched flag (its log is then not read between rounds)."""
+    from launchlab.verdicts import analysis, budget, frames, thresholds  # pandas: loaded for a search only
+
+    assert exp.search is not None
+    predicts = KINDS[exp.server.kind].break_even
+    if predicts is None or predicts.arg != exp.search.factor or not directory.manifest().run_ids:
+        return {}
+    built = frames.build(directory.path, exp)
+    planned = directory.manifest().runs
+    checked = analysis.observations(built.runs, [*exp.factors, exp.search.factor], planned)
+    valid = built.runs[built.runs["run_id"].isin(set(checked.loc[checked["valid"], "run_id"]))]
+    facts = {r: rundir.read_json(directory.run(r).provenance) for r in built.runs["run_id"]
+             if directory.run(r).provenance.exists()}
+    return thresholds.guides(plans.strata(exp), built.runs, planned, factor=exp.search.factor,
+                             budget=budget.recompute(exp.server.kind, built.events, valid, built.telemetry),
+                             resolution=exp.search.bounds.resolution, facts=facts,
+                             tolerance_mib=exp.drain.tolerance_mib)
+
+
+def cost(spec: SearchSpec, result: search.StratumResult) -> str:
+    """What a stratum's answer cost, said at the end of the search: its launches, bisection's alone on the same
+    outcomes, and what became of the prediction."""
+    text = f" — {len(result.runs)} launches"
+    if result.state == search.CONVERGED and result.high is not None:
+        text += f", bisection alone {search.blind_probes(spec.bounds, result.high) * spec.repetitions}"
+    return text + {search.HELD: "; the prediction held", search.FAILED: "; the prediction failed",
+                   search.NOT_FOLLOWED: "; the prediction was not followed"}.get(result.prediction, "")
 
 
 def record_probes(directory: rundir.RunDir, runs: list[Run]) -> None:

@@ -20,6 +20,13 @@ With it on, each rank holds extra IPC buffers, which costs a little KV capacity.
 `SIM_SGLANG_VERSION` / `SIM_NCCL_VERSION` change the versions its log names (default 0.5.8 and 2.27.3), to
 make the log of an older install. `SIM_DEBUG_PROFILE=1` adds the instrumentation line a user would patch into SGLang:
 `DEBUG profile_max_num_token: avail=… GiB, total=… GiB, fraction=…, reserved=… GiB, rest=… GiB`.
+
+FAULT INJECTION of the simulator, for tests of what the kit does with a server whose numbers are wrong:
+`SIM_FAULT_AVAIL_OFFSET_GIB=N` makes every rank print the free memory after its weights ("Load weight end …
+avail mem=") N GiB above what it really has (and the weights' usage N GiB below), while it sizes its KV cache and
+fails from the real figures — so the break-even the log's numbers predict is off by N GiB of the pre-load memory.
+The log's first lines say so. No real SGLang does this on purpose; it stands for a server whose printed figures do
+not predict its outcome.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from launchlab.sim import state
 GIB = 1 << 30
 # the versions its log names (SIM_SGLANG_VERSION, SIM_NCCL_VERSION change them: an older install, by hand)
 SGLANG_VERSION, NCCL_VERSION = "0.5.8", "2.27.3"
+FAULT_AVAIL_OFFSET = "SIM_FAULT_AVAIL_OFFSET_GIB"  # fault injection: the log's post-weights free memory is off by N GiB
 # Kimi-K2 / DeepSeek-V3 MLA: (kv_lora_rank 512 + qk_rope_head_dim 64) × 61 layers × 2 bytes (bf16) per token.
 CELL_SIZE_BYTES = (512 + 64) * 61 * 2
 CONTEXT_LEN = 262144
@@ -68,6 +76,12 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sim-sync-dir", default=None)
     args, _unknown = p.parse_known_args(argv)  # real SGLang flags the simulation does not model are accepted
     return args
+
+
+def _fault_offset_gib() -> float:
+    """The fault injected by SIM_FAULT_AVAIL_OFFSET_GIB (0 without it): how far the printed free memory after the
+    weights is off what the rank really has."""
+    return float(os.environ.get(FAULT_AVAIL_OFFSET) or 0)
 
 
 def _auto_mem_fraction(args: argparse.Namespace, total_mib: int) -> float:
@@ -167,8 +181,9 @@ class _Rank:
             self.sleep(0.2)
             self.hold(weights_mib / 5, 35)
         after = self.free_gib()
-        self.log(f"Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem={after:.2f} GB, "
-                 f"mem usage={local - after:.2f} GB.")
+        shown = after + _fault_offset_gib()  # the real `after` sizes the KV cache below; only the log is off
+        self.log(f"Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem={shown:.2f} GB, "
+                 f"mem usage={local - shown:.2f} GB.")
 
         avail = self.all_min("post_load", after)
         reserved = pre_load * (1 - fraction)
@@ -298,6 +313,10 @@ def _main(argv: list[str]) -> int:
     version = os.environ.get("SIM_SGLANG_VERSION", SGLANG_VERSION)
     _log("", f"launchlab SIMULATED SGLang server (SGLang version {version} log format; simulated GPUs, not a real "
              "inference server)")
+    if offset := _fault_offset_gib():
+        _log("", f"launchlab SIMULATED FAULT ({FAULT_AVAIL_OFFSET}={offset:g}): the free memory this server prints "
+                 f"after loading the weights is {offset:+g} GiB off what it really has; it sizes its KV cache from "
+                 "the real figure, so its logged numbers do not predict its outcome")
     _log("", _server_args_line(args, fraction))
     sync = Path(tempfile.mkdtemp(prefix="sglang-sync-", dir=root))  # inside the box: nothing outside it
     children: list[_Forked] = []

@@ -5,6 +5,10 @@ memory numbers predict (budget.py), and the difference between strata in flag un
 The intervals are search.py's own reading of the finished runs (the same function that chose the probes), so
 the report and the search cannot disagree about what the runs show. Nothing is claimed for a stratum that is
 noisy, non-monotone or not bracketed: its interval columns are empty and its note says why.
+
+The prediction also guides the search (`guides`, which searchbatch.py asks before every round and `table` asks
+again over every run): the report says per stratum how many launches it took, how many bisection alone would
+have taken on the same outcomes, and whether the prediction held.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from launchlab import search
 from launchlab.escaping import md, md_code
 from launchlab.store.rundir import ManifestEntry
 from launchlab.verdicts import budget as budget_mod
-from launchlab.verdicts import gpustate
+from launchlab.verdicts import confounds, gpustate
 
 # budget_total_gib: the memory the server kind's break-even argument is a fraction of — its budget's `total_gib`
 # (SGLang: the free memory before the weights; vLLM: the GPU's total). pre_load_free_gib holds the same value under
@@ -26,7 +30,12 @@ from launchlab.verdicts import gpustate
 # thresholds.parquet (keys are added, never dropped).
 COLUMNS = ["stratum", "state", "interval_low", "interval_high", "width", "probes", "runs", "note",
            "predicted_break_even", "predicted_in_interval", "pre_load_free_gib",
-           "predicted_n", "predicted_min", "predicted_max", "flagged_probes", "budget_total_gib"]
+           "predicted_n", "predicted_min", "predicted_max", "flagged_probes", "budget_total_gib",
+           # issue 30: the launches the stratum took, those bisection alone would have taken on the same outcomes
+           # (None where it says nothing: noisy, non-monotone, unfinished), and what became of the prediction
+           # (True: every outcome agreed with it; False: one contradicted it, prediction_note names it; None: no
+           # prediction, or one not followed, prediction_note says why)
+           "launches", "blind_launches", "prediction_held", "prediction_note"]
 PROBE_KEYS = ("stratum", "value", "runs", "predicted_break_even", "pre_load_free_gib", "free_at_start_mib", "flagged",
               "why", "budget_total_gib")
 LEGACY_TOTAL = "pre_load_free_gib"
@@ -117,6 +126,53 @@ def _flag(mine: list[dict], tolerance_mib: float) -> None:
                         + "; ".join(why) + f" (tolerance {tolerance_mib:.0f} MiB)")
 
 
+def _prediction(stratum: str, budget: pd.DataFrame, predicts: budget_mod.BreakEven, *, stratum_of: dict,
+                per_probe: list[dict]) -> dict | None:
+    """A stratum's predicted break-even from the runs of its probes that agree (all of them when none does), with
+    how many runs it rests on and their spread; None when none of its runs gave the figures."""
+    agreeing = {r for p in per_probe if p["stratum"] == stratum and not p["flagged"] for r in p["runs"]}
+    mine = budget[budget["run_id"].map(stratum_of) == stratum].dropna(subset=[predicts.column])
+    if agreeing & set(mine["run_id"]):
+        mine = mine[mine["run_id"].isin(agreeing)]
+    if not len(mine):
+        return None
+    low, high = float(mine[predicts.column].min()), float(mine[predicts.column].max())
+    total = float(mine["total_gib"].mean())
+    # the mean of equal values can land an ulp outside them (3 × 0.748… / 3): kept between its min and max
+    return {"predicted_break_even": min(max(float(mine[predicts.column].mean()), low), high),
+            "budget_total_gib": total, LEGACY_TOTAL: total, "predicted_n": len(mine),
+            "predicted_min": low, "predicted_max": high}
+
+
+def guides(strata: list[str], runs: pd.DataFrame, planned: list[ManifestEntry], *, factor: str, budget: pd.DataFrame,
+           resolution: Decimal, facts: dict[str, dict] | None = None, tolerance_mib: float = 256
+           ) -> dict[str, search.Guide]:
+    """Each stratum's prediction as search.py follows it (search.Guide): the predicted break-even of `table`,
+    with a slack of the drain tolerance in flag units (the tolerance over the memory the flag is a fraction of),
+    at most half the search's resolution (a 512 MiB tolerance is 0.0036 of an H200, wider than a vLLM search's
+    range); not to be followed when a probe of the stratum disagrees with the others (`probes`) or processes
+    outside its runs held GPU memory during one (confounds.foreign_gpu_memory). Empty where the kind predicts no
+    break-even of the searched flag."""
+    budget = budget_mod.own_figures(budget)
+    predicts = _predicts(budget, factor)
+    if predicts is None:
+        return {}
+    stratum_of = {p.run_id: p.stratum for p in planned}
+    per_probe = probes(runs, planned, factor, budget, facts=facts, tolerance_mib=tolerance_mib)
+    found = {}
+    for stratum in strata:
+        predicted = _prediction(stratum, budget, predicts, stratum_of=stratum_of, per_probe=per_probe)
+        if predicted is None:
+            continue
+        mine = [p for p in per_probe if p["stratum"] == stratum]
+        seen = [r for p in mine for r in p["runs"] if r in (facts or {})]
+        distrust = [p["why"] for p in mine if p["flagged"]] + [
+            c["detail"] for c in confounds.foreign_gpu_memory(seen, facts or {}, tolerance_mib)]
+        slack = min(Decimal(f"{tolerance_mib / 1024 / predicted['budget_total_gib']:.3g}"), resolution / 2)
+        found[stratum] = search.Guide(Decimal(repr(predicted["predicted_break_even"])), slack, "; ".join(distrust))
+    return found
+
+
 def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[ManifestEntry], *, factor: str,
           budget: pd.DataFrame, repetitions: int = 1, facts: dict[str, dict] | None = None,
           tolerance_mib: float = 256) -> pd.DataFrame:
@@ -125,42 +181,48 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
     break-even (SGLang's `mem_fraction_static`, vLLM's `gpu_memory_utilization`), given only where the searched
     flag is that argument (_predicts). It rests on the runs of the probes that agree
     (probes(); all of them when none does): predicted_n runs, from predicted_min to predicted_max; flagged_probes
-    says which disagree and why. facts: provenance.json by run id (free memory at each run's start);
-    tolerance_mib: the drain tolerance."""
+    says which disagree and why. The search's guides (`guides`) are asked again over every run: launches,
+    blind_launches, prediction_held and prediction_note say what the prediction did for the search.
+    facts: provenance.json by run id (free memory at each run's start); tolerance_mib: the drain tolerance."""
     stratum_of = {p.run_id: p.stratum for p in planned}
     budget = budget_mod.own_figures(budget)  # a failed launch's row with borrowed figures predicts nothing new
     predicts = _predicts(budget, factor)
     per_probe = probes(runs, planned, factor, budget, facts=facts, tolerance_mib=tolerance_mib)
+    guided = guides(strata, runs, planned, factor=factor, budget=budget, resolution=bounds.resolution, facts=facts,
+                    tolerance_mib=tolerance_mib)
     rows = []
-    for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions):
-        claimed = result.state == search.CONVERGED
-        row = {"stratum": result.stratum, "state": result.state,
-               "interval_low": _float(result.low) if claimed else None,
-               "interval_high": _float(result.high) if claimed else None,
-               "width": _float(result.width) if claimed else None, "probes": result.probes,
-               "runs": ", ".join(result.runs), "note": result.note,
-               "predicted_break_even": None, "predicted_in_interval": None, LEGACY_TOTAL: None,
-               "predicted_n": 0, "predicted_min": None, "predicted_max": None, "flagged_probes": "",
-               "budget_total_gib": None}
-        mine_probes = [p for p in per_probe if p["stratum"] == result.stratum]
-        flagged = [p for p in mine_probes if p["flagged"]]
-        row["flagged_probes"] = "; ".join(p["why"] for p in flagged)
-        if predicts is not None:
-            agreeing = {r for p in mine_probes if not p["flagged"] for r in p["runs"]}
-            mine = budget[budget["run_id"].map(stratum_of) == result.stratum].dropna(subset=[predicts.column])
-            if agreeing & set(mine["run_id"]):
-                mine = mine[mine["run_id"].isin(agreeing)]
-            if len(mine):
-                predicted = float(mine[predicts.column].mean())
-                row["predicted_break_even"] = predicted
-                row["budget_total_gib"] = row[LEGACY_TOTAL] = float(mine["total_gib"].mean())
-                row["predicted_n"] = len(mine)
-                row["predicted_min"] = float(mine[predicts.column].min())
-                row["predicted_max"] = float(mine[predicts.column].max())
-                if claimed:
-                    row["predicted_in_interval"] = bool(row["interval_low"] < predicted <= row["interval_high"])
+    for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions,
+                              guides=guided):
+        row = _row(result, bounds, repetitions)
+        row["flagged_probes"] = "; ".join(p["why"] for p in per_probe if p["stratum"] == result.stratum and p["flagged"])
+        predicted = None if predicts is None else _prediction(result.stratum, budget, predicts, stratum_of=stratum_of,
+                                                                per_probe=per_probe)
+        if predicted is not None:
+            row.update(predicted)
+            if result.state == search.CONVERGED:
+                row["predicted_in_interval"] = bool(row["interval_low"] < predicted["predicted_break_even"]
+                                                    <= row["interval_high"])
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _row(result: search.StratumResult, bounds: search.Bounds, repetitions: int) -> dict:
+    """A stratum's row before its prediction: its interval where it converged, and its launches against
+    bisection's alone (blind_probes on the same outcomes, each value launched `repetitions` times)."""
+    claimed = result.state == search.CONVERGED
+    blind = (search.blind_probes(bounds, result.high) if claimed and result.high is not None
+             else 2 if result.state == search.NOT_BRACKETED else None)
+    return {"stratum": result.stratum, "state": result.state,
+            "interval_low": _float(result.low) if claimed else None,
+            "interval_high": _float(result.high) if claimed else None,
+            "width": _float(result.width) if claimed else None, "probes": result.probes,
+            "runs": ", ".join(result.runs), "note": result.note,
+            "predicted_break_even": None, "predicted_in_interval": None, LEGACY_TOTAL: None,
+            "predicted_n": 0, "predicted_min": None, "predicted_max": None, "flagged_probes": "",
+            "budget_total_gib": None,
+            "launches": len(result.runs), "blind_launches": None if blind is None else blind * repetitions,
+            "prediction_held": {search.HELD: True, search.FAILED: False}.get(result.prediction),
+            "prediction_note": result.prediction_note}
 
 
 def differences(frame: pd.DataFrame, baseline: str, flag: str) -> list[dict]:
@@ -230,6 +292,17 @@ def _spread(row: dict) -> str:
     return f", from n={n:.0f} runs ({row['predicted_min']:.4f} … {row['predicted_max']:.4f})"
 
 
+def _cost(row: dict) -> str:
+    """What the stratum's answer cost against bisection alone, and whether the prediction held:
+    `; 4 launches, bisection alone 9; the prediction held`. Empty for a verdict of a kit before issue 30."""
+    if row.get("launches") is None:
+        return ""
+    blind = row.get("blind_launches")
+    text = f"; {row['launches']:.0f} launches" + ("" if _missing(blind) else f", bisection alone {blind:.0f}")
+    held = row.get("prediction_held")
+    return text + ("; the prediction held" if held is True else "; the prediction failed" if held is False else "")
+
+
 def markdown(found: dict) -> str:
     """The threshold section of report.md and the summary: per stratum its interval and the predicted
     break-even next to it, then each stratum against the baseline's."""
@@ -242,16 +315,22 @@ def markdown(found: dict) -> str:
                     f"{predicted:.4f} ({'inside' if row['predicted_in_interval'] else 'OUTSIDE'} the interval)"
                     f"{_spread(row)}")
             lines.append(f"- **{md(row['stratum'])}**: ready from a value in ({row['interval_low']:g}, "
-                         f"{row['interval_high']:g}] ({row['probes']} probed values){side}")
+                         f"{row['interval_high']:g}] ({row['probes']} probed values{_cost(row)}){side}")
         else:
             note = row["note"] or (f"not converged after {row['probes']} probed value(s): the batch stopped before the "
                                    "search ended; --resume continues it" if row["state"] == "searching" else "")
             predicted = row.get("predicted_break_even")
             if predicted is not None and not _missing(predicted):
                 note += f"; the server's own numbers predict the break-even at {predicted:.4f}{_spread(row)}"
-            lines.append(f"- **{md(row['stratum'])}**: {md(row['state'])}" + (f" — {md(note)}" if note else ""))
+            cost = _cost(row).removeprefix("; ")
+            lines.append(f"- **{md(row['stratum'])}**: {md(row['state'])}" + (f" — {md(note)}" if note else "")
+                         + (f" ({cost})" if cost else ""))
         if row.get("flagged_probes"):
             lines.append(f"  - **A probe disagrees**, left out of the prediction: {md(row['flagged_probes'])}")
+        if row.get("prediction_held") is False:
+            lines.append(f"  - **The prediction failed**, so the search bisected: {md(row['prediction_note'])}")
+        elif row.get("prediction_note"):
+            lines.append(f"  - The prediction was not followed (the search bisected): {md(row['prediction_note'])}")
     if found["differences"]:
         lines += [""] + [f"- {md(d['summary'])}" for d in found["differences"]]
     return "\n".join(lines)
