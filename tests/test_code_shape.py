@@ -9,7 +9,7 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 RUN_PATH = ("run/lifecycle", "run/watch", "run/cleanup", "run/recovery", "hosts/nodes", "runner/batch",
             "runner/searchbatch", "runner/notebooks", "runner/runview", "verdicts/runstatus")
 ANALYSIS = tuple(f"verdicts/{m}" for m in ("analysis", "confounds", "derivedargs", "levelchecks", "verdict", "thresholds",
-                                           "ordereffects", "question", "budget", "frames"))
+                                           "ordereffects", "question", "budget", "frames", "compare"))
 MAX_LINES = 40
 # run_variant.ipynb — and every run notebook a run directory keeps — calls run_variant with five positional
 # arguments; a saved notebook must run again as it was
