@@ -18,6 +18,8 @@
 #      call ends within SECONDS (default 560; a device call runs at most 600 s);
 #   4. whatever happens (a trap), packs the run directory into OUT_DIR/<params stem>.tar.gz, with this call's
 #      log beside it, so a batch that ends early still brings back its evidence.
+# Two-GPU experiments (params/vllm-custom-ar-tp2*.yaml, --tensor-parallel-size 2) are the same calls on the kind
+# nvidia-h200-x2; the script itself does not depend on the number of GPUs (the params' host says `gpus: 2`).
 # VLLM_PARTS names another folder of parts (default .vllm/parts); VLLM_EXAMPLE_TMP another folder than /tmp for
 # vch/, site/, vllm-example/ and launchlab-outputs/ (tests/test_vllm_example_script.py).
 set -euo pipefail

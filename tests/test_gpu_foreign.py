@@ -37,11 +37,34 @@ while folder.exists() and time.monotonic() < deadline:
 """
 
 
-def hog_wrapper(folder: Path, seq: str | None, gpu: int = 0, mib: int = HOG_MIB) -> Path:
+# a hog that comes and goes while the server starts: it holds its memory from before the server's launch (after
+# the run's preflight) until the server's log says it captures its CUDA graphs, then frees it and exits — before the
+# server is ready, so the looks when watching ends and before the stop find nothing of it
+TRANSIENT_HOG = """\
+import os, sys, time
+from pathlib import Path
+from launchlab.sim import state
+folder, gpu, mib, ready = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), Path(sys.argv[4])
+box = state.state_dir()
+state.set_allocation(box, os.getpid(), gpu, mib, sys.argv[5])
+ready.with_suffix(".tmp").write_text(str(os.getpid()))
+ready.with_suffix(".tmp").replace(ready)
+deadline = time.monotonic() + 60
+log = folder / "server.log"
+while time.monotonic() < deadline:
+    if log.exists() and "Capture cuda graph begin" in log.read_text(errors="replace"):
+        break
+    time.sleep(0.02)
+(box / "alloc" / f"{os.getpid()}.json").unlink()
+ready.with_name("hog.freed").write_text(str(time.time()))
+"""
+
+
+def hog_wrapper(folder: Path, seq: str | None, gpu: int = 0, mib: int = HOG_MIB, hog: str = HOG) -> Path:
     """A /bin/sh wrapper for the server command: in the run numbered seq (`03`) it starts the hog outside the run
     (setsid, the run id removed from its environment) and waits until it holds its memory, then execs the
     server. In every other run (and with seq None) it only execs the server."""
-    (folder / "hog.py").write_text(HOG)
+    (folder / "hog.py").write_text(hog)
     pidfile = folder / "hog.pid"
     script = folder / "hogwrap.sh"
     hog = shlex.join([sys.executable, str(folder / "hog.py")])
@@ -56,13 +79,13 @@ exec "$@"
     return script
 
 
-def params(folder: Path, wrapper: Path, repetitions: int = 2) -> Path:
+def params(folder: Path, wrapper: Path, repetitions: int = 2, pace: float = 0.05) -> Path:
     """A 2-GPU simulated 2-level design (mem_fraction 0.55 fails, 0.85 is ready), fast pace, the server started
     through the wrapper."""
     return write_params(folder, f"""\
         experiment: foreign
         hosts:
-          box: {{transport: sim, gpus: 2, mem_total_mib: 97887, weights_gib_per_rank: 70.0, pace: 0.05,
+          box: {{transport: sim, gpus: 2, mem_total_mib: 97887, weights_gib_per_rank: 70.0, pace: {pace},
                  workdir: {folder / "hostwork"}}}
         server:
           kind: sglang
@@ -127,6 +150,37 @@ def test_a_gpu_hog_during_one_run_after_its_preflight_is_a_gpu_state_confound_on
             if "0.85" in run_id:  # a ready server's own memory is the run's, not foreign
                 assert all(m["run_mib"] > 70 * 1024 for m in other["moments"]), other
             assert all(isinstance(g["mem_free_mib"], float) for g in provenance(run_dir, run_id)["preflight"]["gpus"])
+
+
+def test_a_gpu_hog_that_comes_and_goes_while_the_server_starts_is_seen_at_its_peak_and_confounds_that_run(
+        tmp_path, sim_root):
+    # pace 2: the server takes seconds to reach its CUDA graphs, so the kit looks at the GPUs while the hog holds
+    run_dir = run_batch(params(tmp_path, hog_wrapper(tmp_path, "02", hog=TRANSIENT_HOG), repetitions=1, pace=2),
+                        tmp_path)
+    hog_pid = int((tmp_path / "hog.pid").read_text())
+    assert (tmp_path / "hog.freed").exists(), "the hog freed its memory itself, while the server started"
+    run_ids = sorted(p.name for p in (run_dir / "runs").iterdir())
+    [disturbed] = [r for r in run_ids if r.startswith("02_")]
+    facts = provenance(run_dir, disturbed)
+    # the start (preflight) was before the hog, and the looks when watching ended and before the stop after it
+    assert facts["preflight"]["compute_apps"] == []
+    assert facts["gpu_state"]["foreign"] == [] and facts["gpu_state"]["foreign_peak_mib"] == 0
+    assert {m["at"] for m in facts["gpu_state"]["moments"]} == {"watched", "end"}
+    # yet it is a confound on that run alone, naming the process
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    found = gpu_state_confounds(verdict)
+    assert [c["runs"] for c in found] == [[disturbed]], verdict["confounds"]
+    assert f"pid {hog_pid} ({HOG_NAME}) {HOG_MIB} MiB on GPU 0" in found[0]["detail"]
+    assert verdict["controlled"] is False
+    # the looks while watching saw it, at its peak, and say when and how many looks there were
+    seen = facts["gpu_watching"]
+    assert seen["looks"] >= 1 and seen["every_s"] == 1.0
+    assert [(p["pid"], p["process_name"], p["used_mib"]) for p in seen["foreign"]] == [(hog_pid, HOG_NAME, HOG_MIB)]
+    [peak] = seen["moments"]
+    assert (peak["at"], peak["foreign_mib"], seen["foreign_peak_mib"]) == ("peak", HOG_MIB, HOG_MIB)
+    assert 0 < peak["t_s"] < json.loads((run_dir / "runs" / disturbed / "status.json").read_text())["startup_s"]
+    [other] = [r for r in run_ids if r != disturbed]
+    assert provenance(run_dir, other)["gpu_watching"]["foreign"] == []
 
 
 def report(run_dir: Path) -> dict:

@@ -26,7 +26,8 @@ from launchlab.logparse.cuda_oom import gib
 LOGS = DATA / "real-logs"
 MORE = DATA / "real-logs-more"  # issue 12's excerpts, not from ../shared/data (SOURCES.md there names each thread)
 ROUND3 = DATA / "real-logs-round3"  # issue 27's: three more server kinds and the classes round 3 found
-PINNED = (MORE, ROUND3)  # folders with their own SHA256SUMS and SOURCES.md
+TP2 = DATA / "real-logs-tp2"  # issue 31's: vLLM tensor-parallel-size 2, each rank's custom all-reduce state
+PINNED = (MORE, ROUND3, TP2)  # folders with their own SHA256SUMS and SOURCES.md
 # INDEX.md names → the field names of ARCHITECTURE.md section 4.3
 FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail": "weights_end_avail_gib",
           "weights_usage": "weights_mem_gib", "dist_init_usage": "dist_init_mem_gib", "kv_tokens": "kv_tokens",
@@ -37,7 +38,8 @@ FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail":
           "total_gpu_gib": "total_gpu_gib", "util": "gpu_memory_utilization", "usable_gib": "usable_gib",
           "capture_bs_count": "capture_bs_count", "capture_bs_max": "capture_bs_max",
           "graph_estimate_gib": "graph_estimate_gib", "max_total_num_tokens": "max_total_num_tokens",
-          "available_gpu_mem": "available_gpu_mem_gib"}
+          "available_gpu_mem": "available_gpu_mem_gib", "graph_s": "graph_s", "graph_mem_gib": "graph_mem_gib",
+          "graph_pool_actual_gib": "graph_pool_actual_gib", "graph_pool_estimated_gib": "graph_pool_estimated_gib"}
 GRAPH_END = {"elapsed_s": "graph_s", "usage": "graph_mem_gib", "avail": "graph_end_avail_gib"}
 # top-level numbers the engine (or one rank for it) prints: found on some rank
 ENGINE = {"model_load_gib": "weights_mem_gib", "kv_avail_gib": "kv_avail_gib", "kv_tokens": "kv_tokens",
@@ -109,8 +111,8 @@ def oracles(folder: Path) -> dict[str, dict]:
     return entries
 
 
-ORACLES = {**oracles(LOGS), **oracles(MORE), **oracles(ROUND3)}
-FOLDER = {p.name: folder for folder in (LOGS, MORE, ROUND3) for p in folder.glob("*.log")}
+ORACLES = {**oracles(LOGS), **oracles(MORE), **oracles(ROUND3), **oracles(TP2)}
+FOLDER = {p.name: folder for folder in (LOGS, MORE, ROUND3, TP2) for p in folder.glob("*.log")}
 
 
 @dataclass(frozen=True)
@@ -262,6 +264,8 @@ def check_custom_ar(case: Case, want: dict) -> None:
                 assert ours["state"] == value
             elif key == "error":
                 assert value in ours["message"]
+            elif key == "reason":
+                assert ours["reason"] == value, ours
             else:
                 no_check(f"custom_ar.{key}")(case, value)
 
@@ -270,6 +274,11 @@ def check_pid(role: str) -> Callable[[Case, int], None]:
     def check(case: Case, want: int) -> None:
         assert case.parsed.pids.get(role) == want, case.parsed.pids
     return check
+
+
+def check_rank_pids(case: Case, want: dict) -> None:
+    """Each TP rank's worker process, as its tag names it (`(VllmWorker rank=1 pid=2061)` → rank "1")."""
+    assert case.parsed.rank_pids == {rank_key(r): pid for r, pid in want.items()}, case.parsed.rank_pids
 
 
 def check_phase_lines(case: Case, want: dict) -> None:
@@ -376,6 +385,7 @@ CHECKS: dict[str, Callable[[Case, Any], None]] = {
     "engine": lambda case, want: assert_equal(case.parsed.facts.get("engine"), want),
     "nccl_version": lambda case, want: assert_equal(case.data["nccl_version"], want),
     "custom_ar": check_custom_ar,
+    "rank_pids": check_rank_pids,
     "mem_fraction_static_auto": lambda case, want: assert_equal(float(case.data["adjusted_args"]["mem_fraction_static"]),
                                                                 pytest.approx(want)),
     "model_type": check_rank_info_everywhere("model_type"),

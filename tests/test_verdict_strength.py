@@ -73,7 +73,7 @@ class Between(threading.Thread):
         self.end()
 
 
-def _run(path: Path, out: Path) -> dict:
+def _run(path: Path, out: Path) -> tuple[Path, dict]:
     proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--out", str(out)], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -81,7 +81,12 @@ def _run(path: Path, out: Path) -> dict:
     # --no-html: the verdict and report.md, no summary kernel or export (`launchlab report` renders it later)
     assert (run_dir / "report.md").is_file() and not (run_dir / "summary.html").exists()
     assert "summary.html not rendered (--no-html)" in proc.stderr and f"report: {run_dir / 'report.md'}" in proc.stderr
-    return json.loads((run_dir / "verdict.json").read_text())
+    return run_dir, json.loads((run_dir / "verdict.json").read_text())
+
+
+def first_screen(run_dir: Path) -> str:
+    """report.md before its first table (its first section, `## `): the verdict's prose."""
+    return (run_dir / "report.md").read_text().split("\n## ")[0]
 
 
 def test_a_port_taken_during_one_repetition_makes_the_factor_flaky_naming_the_odd_run(tmp_path, sim_root):
@@ -99,7 +104,7 @@ def test_a_port_taken_during_one_repetition_makes_the_factor_flaky_naming_the_od
     blocker = Between(out, "02_mem_fraction-0.85_rep1", "03_mem_fraction-0.80_rep2", take, squatter.close)
     blocker.start()
     try:
-        v = _run(path, out)
+        run_dir, v = _run(path, out)
     finally:
         blocker.halt.set()
         blocker.join(5)
@@ -116,6 +121,14 @@ def test_a_port_taken_during_one_repetition_makes_the_factor_flaky_naming_the_od
     assert "03_mem_fraction-0.80_rep2 failed" in decision["summary"] and "1/2 ready" in decision["summary"]
     assert "address already in use" in odd["message"] and "address already in use" in decision["summary"], \
         "the odd run's reason: the server's last words"
+    # the first screen gives the flaky decision's counts, its exact test and the runs that would settle it
+    [comparison] = stratum["comparisons"]
+    settle = comparison["repetitions_to_settle"]
+    assert (comparison["ready"], comparison["valid"], comparison["p_value"]) == (1, 2, 1.0) and settle > 4
+    screen = first_screen(run_dir)
+    line = next(line for line in screen.splitlines() if line.startswith("**Flaky:**"))
+    assert "0.80 1/2 vs 0.85 2/2 ready" in line and "Fisher's exact p = 1" in line, screen
+    assert f"{settle} runs per side would settle it" in line, line
 
 
 def test_another_process_on_the_gpus_before_one_run_confounds_the_decision_resting_on_it(tmp_path, sim_root):
@@ -139,7 +152,7 @@ def test_another_process_on_the_gpus_before_one_run_confounds_the_decision_resti
     disturber = Between(out, "02_mem_fraction-0.85_rep1", "03_mem_fraction-0.55_rep2", hog, free)
     disturber.start()
     try:
-        v = _run(path, out)
+        run_dir, v = _run(path, out)
     finally:
         disturber.halt.set()
         disturber.join(5)
@@ -154,3 +167,15 @@ def test_another_process_on_the_gpus_before_one_run_confounds_the_decision_resti
     assert v["confounded_factors"] == ["mem_fraction"] and v["outcome_factors"] == []
     assert v["conclusive"] is False and v["controlled"] is False
     assert any("confounded" in r and "gpu state" in r for r in v["inconclusive_reasons"])
+    # the first screen (report.md before its first table, the summary's Verdict section) gives the confounded
+    # decision's counts, exact p-value and the runs per side that would settle it, not only its summary
+    assert decision["p_value"] == pytest.approx(1 / 3) and decision["repetitions_to_settle"] == 4
+    said = ("0.55 0/2 vs 0.85 2/2 ready", "Fisher's exact p = 0.33", "4 runs per side would settle it")
+    screen = first_screen(run_dir)
+    line = next(line for line in screen.splitlines() if line.startswith("**Confounded:**"))
+    assert "`mem_fraction`" in line and all(s in line for s in said), screen
+    proc = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (run_dir / "summary.html").read_text()
+    section = html[html.index(">Verdict<"):html.index(">Design<")]
+    assert "Confounded:" in section and all(s in section for s in said), section[-3000:]

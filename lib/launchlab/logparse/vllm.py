@@ -60,7 +60,8 @@ _SIGNED = r"(-?[\d.]+)"
 
 # (regex on the message, phase, [(group, field, converter)])
 _STATEMENTS = [
-    (re.compile(r"world_size=\d+ rank=\d+|Custom allreduce is disabled|NCCL version|nccl=="), "dist_init", []),
+    (re.compile(r"world_size=\d+ rank=\d+|Custom allreduce is disabled|NCCL version|nccl==|Found nccl from library"),
+     "dist_init", []),  # each rank's NCCL init: the library found, then its version
     (re.compile(r"Starting to load model|Loading weights took|Loading (?:safetensors|pt) checkpoint shards:"), "weights",
      []),  # the bar is untagged, and the first sign of the weights on a worker that tags nothing else
     (re.compile(rf"(?:Loading model weights|Model loading) took {_N} Gi?B(?: memory)?(?: and {_N} seconds)?"), "weights",
@@ -152,6 +153,7 @@ class VLLMParser:
         self.flag_source = "args"  # the line that last set disable_custom_all_reduce
         self.headerless = False  # inside a traceback whose header the log does not hold
         self.level: str | None = None  # the level of the line being read (DEBUG … CRITICAL; None: unprefixed)
+        self.registering: int | None = None  # a `Registering … cuda graph addresses` line whose phase the next says
 
     def _rank(self, tag: re.Match | None) -> str:
         """A worker's rank key: its TP rank, as the stable interface keys ranks (`Worker_DP1_TP1_EP3` → "1")."""
@@ -253,10 +255,13 @@ class VLLMParser:
                     if custom_ar.USER_FLAG in found:
                         self.flag_source = source
                     return
-        if (found_ar := custom_ar.recognise(msg)) is not None:
+        found_ar = custom_ar.recognise(msg)
+        if self.registering is not None and (found_ar is None or found_ar.state != "active"):
+            self._settle_registering(msg)
+        if found_ar is not None:
             log.note_custom_ar(rank, found_ar)
-            if found_ar.state == "active":
-                log.reach("cuda_graph")  # addresses are registered as graphs are captured
+            if found_ar.state == "active" and self.registering is None:
+                self.registering = number  # graphs were captured: for real, or to size the KV cache (below)
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         self._server_facts(msg)
@@ -270,6 +275,25 @@ class VLLMParser:
         if level is not None and _WRAPPED.search(msg):
             self.pending = (number, msg, t, rank)
         self._failure(number, msg, t, rank)
+
+    def _settle_registering(self, msg: str) -> None:
+        """The phase of the pending `Registering … cuda graph addresses` line, told by the next line that names one.
+
+        Addresses are registered after each CUDA-graph capture. Since vLLM 0.18 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS)
+        graphs are also captured while the KV cache is sized, so the line is then followed by `Estimated CUDA graph
+        memory` or `Available KV cache memory` (kv_cache); after the real capture by `Graph capturing finished`, `CUDA
+        graph pool memory`, `init engine …` or a failure (cuda_graph). A line that names no phase leaves it pending."""
+        named = next((phase for rx, phase, _ in _STATEMENTS if rx.search(msg)), None)
+        if named is None and not (any(rx.search(msg) for rx, _, _ in _FAILURES) or _WRAPPERS.search(msg)
+                                  or exception_line(msg) is not None):
+            return
+        self._reach_at(self.registering, "kv_cache" if named == "kv_cache" else "cuda_graph")
+        self.registering = None
+
+    def _reach_at(self, number: int, phase: str) -> None:
+        line, self.log.line = self.log.line, number
+        self.log.reach(phase)
+        self.log.line = line
 
     def _settings(self, found: dict[str, str], t: datetime | None, number: int) -> None:
         """The share of the GPU the arguments ask for, kept as an event: a launch that fails at KV sizing never
@@ -350,6 +374,9 @@ class VLLMParser:
                 fields["kv_tokens"] = fields["kv_blocks"] * BLOCK_SIZE
         if log.failure is not None and log.failure.reason == "exception" and self.frames.phase is not None:
             self.frames.conclude(log)
+        if self.registering is not None:  # nothing after it named a phase: the capture it follows was the real one
+            self._reach_at(self.registering, "cuda_graph")
+            self.registering = None
         custom_ar.disabled_by_user(log, log.args.get("tensor_parallel_size"), self.flag_source)
         return log
 

@@ -327,10 +327,13 @@ class Report:
         if effects.empty:
             return styled(pd.DataFrame({"note": ["no metric was measured on both sides of any factor in one stratum"]}))
         effects["strata"] = effects["strata"].map("; ".join)
+        # matched differences all the same: no interval (a zero-width one would read as a precise difference)
+        effects["diffs_identical"] = [e.no_spread for e in self.verdict.effects]
+        effects.loc[effects["diffs_identical"], ["ci_low", "ci_high"]] = None
         effects = effects_in_gib(effects)
         return styled(effects[["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
-                               "baseline_n", "baseline_mean", "diff", "ci_low", "ci_high", "ratio", "signs_disagree"]],
-                      precision=3)
+                               "baseline_n", "baseline_mean", "diff", "ci_low", "ci_high", "diffs_identical", "ratio",
+                               "signs_disagree"]], precision=3)
 
     def warnings(self) -> Markdown:
         items = self.verdict.warnings

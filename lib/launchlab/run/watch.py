@@ -1,6 +1,6 @@
-"""Watching a starting server: its logs and samples mirrored as they grow, until it is ready, fails, exits, or
-the deadline passes; then, optionally, one smoke request. A lost host ends the watch as an error, never as a
-failure: it says nothing about the server."""
+"""Watching a starting server: its logs and samples mirrored as they grow, and who holds its GPUs looked at every
+second or so, until it is ready, fails, exits, or the deadline passes; then, optionally, one smoke request. A lost
+host ends the watch as an error, never as a failure: it says nothing about the server."""
 
 from __future__ import annotations
 
@@ -9,14 +9,16 @@ import time
 from pathlib import Path
 
 from launchlab import logparse, masking, params
-from launchlab.errors import HostError
-from launchlab.hosts import Host
-from launchlab.hosts.nodes import Node
+from launchlab.errors import HostError, LaunchlabError
+from launchlab.hosts import Host, commands
+from launchlab.hosts.nodes import Node, masker_of
 from launchlab.logparse.patterns import BudgetedPattern
 from launchlab.polling import backoff
 from launchlab.store import rundir
 from launchlab.store.keptlog import KeptLog, LogCut
 from launchlab.store.records import Outcome, RunRecord
+from launchlab.tags import RUN_ID_ENV
+from launchlab.verdicts import gpustate
 
 POLL_S = 0.2  # the longest pause between two looks at a quiet server
 FIRST_POLL_S = 0.01  # the first pause, and the one after the log grew: a server ready at once is seen at once
@@ -24,6 +26,52 @@ FIRST_POLL_S = 0.01  # the first pause, and the one after the log grew: a server
 READ_BYTES = 4 * 2**20
 SAMPLES_EVERY_S = 1.0  # how often the samples are mirrored while watching (they are collected in full at the end)
 FATAL_GRACE_S = 3.0  # after a fatal line, let the server finish writing its traceback before stopping it
+GPU_LOOK_EVERY_S = 1.0  # how often the kit looks at who holds the run's GPUs while it watches (GpuLooks)
+GPU_LOOK_TIMEOUT_S = 10.0  # one look: the watch waits for it, so a host that hangs must not hold the deadline
+
+
+class GpuLooks:
+    """Who holds the memory of the run's GPUs while the kit watches the server start: every GPU_LOOK_EVERY_S, on each
+    node the kit samples itself (a scheduler's job runs where it does not look), the compute apps and the run each
+    belongs to (commands.gpu_owners, gpustate.read_look). The preflight before the launch and the looks when
+    watching ends miss a process that takes memory in between and frees it again; these looks see its peak.
+    provenance.json keeps them as `gpu_watching` (gpustate.watching). A look that fails is a note, never the
+    run's end."""
+
+    def __init__(self, nodes: list[Node], t_launch: float):
+        self.nodes = [n for n in nodes if n.sampled and n.host.runs_here]
+        self.masker = masker_of(nodes)  # every node's secrets, as the rest of provenance.json is masked
+        self.t_launch, self.last = t_launch, time.monotonic()
+        self.looks: list = []
+        self.count = 0
+        self.failed: str | None = None
+
+    def due(self) -> bool:
+        return bool(self.nodes) and time.monotonic() - self.last >= GPU_LOOK_EVERY_S
+
+    def look(self) -> None:
+        self.last = time.monotonic()
+        self.count += 1
+        for node in self.nodes:
+            try:
+                text = node.host.run(commands.gpu_owners(RUN_ID_ENV, node.gpus), timeout=GPU_LOOK_TIMEOUT_S).stdout
+                sessions = frozenset(r.pgid for r in node.refs if r.role == "server")  # a server leads a session
+                self.looks.append(gpustate.read_look(text, gpustate.PEAK, node.host.name, node.tag, sessions,
+                                                     t_s=round(time.monotonic() - self.t_launch, 2)))
+            except LaunchlabError as exc:
+                self.failed = self.failed or f"the GPUs' processes on {node.label} could not be read while watching: {exc}"
+
+    def record(self, folder: rundir.RunFolder, notes: list[str]) -> None:
+        """The looks into provenance.json (`gpu_watching`), masked like the rest of it; nothing without a look."""
+        if self.failed:
+            notes.append(self.failed)
+        if not self.count or not folder.provenance.exists():
+            return
+        try:
+            rundir.update_json(folder.provenance, {"gpu_watching": self.masker.record(
+                gpustate.watching(self.looks, every_s=GPU_LOOK_EVERY_S, count=self.count))})
+        except LaunchlabError as exc:
+            notes.append(f"the GPU state while watching was not recorded: {exc}")
 
 
 class Mirror:
@@ -86,18 +134,21 @@ def watch(nodes: list[Node], folder: rundir.RunFolder, rules: logparse.ReadyRule
     then an error, never a failure."""
     ready_rx = BudgetedPattern(rules.ready_pattern) if rules.ready_pattern else None
     fatal_rx = [BudgetedPattern(p) for p in rules.fatal_patterns]
+    looks = GpuLooks(nodes, t_launch)
     try:
-        return _poll(nodes, folder, ready_rx, fatal_rx, health_url=health_url, deadline=deadline, t_launch=t_launch)
+        return _poll(nodes, folder, ready_rx, fatal_rx, health_url=health_url, deadline=deadline, t_launch=t_launch,
+                     looks=looks)
     except HostError as exc:
         return Outcome("error", None, f"lost the connection to host {exc.host!r} while watching: {exc}. What the "
                                        "server did is unknown, so the run is an error, not a failure; if it is still "
                                        "running there, the next `launchlab run` finds it (--stop-leftovers)")
     finally:
         notes.extend(slow.note() for rx in [ready_rx, *fatal_rx] if rx is not None and (slow := rx.slow()) is not None)
+        looks.record(folder, notes)
 
 
 def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern | None, fatal_rx: list[BudgetedPattern],
-           *, health_url: str | None, deadline: float, t_launch: float) -> Outcome:
+           *, health_url: str | None, deadline: float, t_launch: float, looks: GpuLooks) -> Outcome:
     """Poll until ready, failed (a fatal line or an exit on any node) or the deadline. Ready means: every node
     alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
     answering 200 (when one is given)."""
@@ -105,14 +156,15 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
     samples = [Mirror(n.host, f"{n.dir}/{n.csv_name}", folder.samples(n.rank), n.masker) for n in nodes]
     try:
         return _poll_logs(nodes, logs, samples, ready_rx, fatal_rx=fatal_rx, health_url=health_url, deadline=deadline,
-                          t_launch=t_launch)
+                          t_launch=t_launch, looks=looks)
     finally:
         for node, log in zip(nodes, logs, strict=True):
             node.kept[node.log_name] = log.close()
 
 
 def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], ready_rx: BudgetedPattern | None,
-               *, fatal_rx: list[BudgetedPattern], health_url: str | None, deadline: float, t_launch: float) -> Outcome:
+               *, fatal_rx: list[BudgetedPattern], health_url: str | None, deadline: float, t_launch: float,
+               looks: GpuLooks) -> Outcome:
     scan = _Scan(len(nodes), ready_rx, fatal_rx)
     pauses, samples_at = backoff(FIRST_POLL_S, POLL_S), time.monotonic()
     while True:
@@ -131,6 +183,11 @@ def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], 
             return Outcome("ready", None, "", time.monotonic() - t_launch)
         if time.monotonic() > deadline:
             return Outcome("timeout", None, f"not ready after {deadline - t_launch:.0f} s")
+        # after the checks above, so a look never delays seeing the server ready (it takes the place of this round's
+        # pause); none once a fatal line came: the server goes down, and its processes vanish under the look
+        if scan.fatal_line is None and looks.due():
+            looks.look()
+            continue
         # back-off, not a fixed sleep: looking again soon after the log moved, rarely while it is quiet
         if behind:  # more of the log waits than one look reads: read on at once
             continue

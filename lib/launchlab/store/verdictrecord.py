@@ -54,6 +54,9 @@ class Comparison:
     reference_valid: int
     p_value: float
     significant: bool
+    # the repetitions per side at which these shares of ready runs would be significant (None: already are, the
+    # shares are equal, or it takes more than 100; a verdict.json of an older kit: not said)
+    repetitions_to_settle: int | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class Decision:
     repetitions_to_settle: int | None = None
     would_be: str | None = None  # a confounded decision: what it would say without the confound
     confounded_runs: list[str] = field(default_factory=list)
+    runs_per_side: int | None = None  # the fewest valid runs a side has in the comparisons it rests on
 
     @classmethod
     def from_json(cls, data: dict) -> Decision:
@@ -105,30 +109,45 @@ class Decision:
             parts.append(f"[{label}] {levels}")
         return " | ".join(parts)
 
+    def _basis(self) -> tuple[str, list[tuple[Stratum, Comparison]]]:
+        """The status the evidence is for (a confounded decision: the one it would have without the confound)
+        and the comparisons it rests on: where the outcome changed (deciding), every one (neutral), those of the
+        strata whose repetitions disagree (flaky); none for an undetermined factor."""
+        status = self.would_be if self.status == "confounded" and self.would_be else self.status
+        pairs = [(s, c) for s in self.strata for c in s.comparisons]
+        if status == "neutral":
+            return status, pairs
+        if status == "flaky":
+            return status, [(s, c) for s, c in pairs if s.flaky]
+        if status in DECIDING:
+            return status, [(s, c) for s, c in pairs
+                            if s.changes and c.ready * c.reference_valid != c.reference_ready * c.valid]
+        return status, []
+
     def evidence(self) -> str:
         """'0.85 2/2 vs 0.55 0/2 ready at custom_ar=on; …; Fisher's exact p = 0.33, not significant at 0.05 — 4 runs
         per side would settle it', from the strata where the outcome changed; for a neutral factor, the counts of
-        every stratum ('on 2/2 vs off 2/2 ready at mem_fraction=0.85; …; the same share ready in every stratum')."""
-        neutral = self.status == "neutral"
-        splits = []
-        for s in self.strata:
-            if not (s.changes or neutral):
-                continue
-            where = f" at {', '.join(f'{k}={v}' for k, v in s.held.items())}" if s.held else ""
-            for c in s.comparisons:
-                if neutral or c.ready * c.reference_valid != c.reference_ready * c.valid:
-                    splits.append(f"{c.level} {c.ready}/{c.valid} vs {c.reference} {c.reference_ready}/"
-                                  f"{c.reference_valid} ready{where}")
-        if not splits or self.p_value is None:
+        every stratum ('on 2/2 vs off 2/2 ready at mem_fraction=0.85; …; the same share ready in every stratum');
+        for a flaky one, the strata whose repetitions disagree; for a confounded one, what it would rest on
+        without the confound (its confounded runs included). Empty for an undetermined factor."""
+        status, pairs = self._basis()
+        splits = [f"{c.level} {c.ready}/{c.valid} vs {c.reference} {c.reference_ready}/{c.reference_valid} ready"
+                  + (f" at {', '.join(f'{k}={v}' for k, v in s.held.items())}" if s.held else "") for s, c in pairs]
+        p, settle = self.p_value, self.repetitions_to_settle
+        if status == "flaky":  # no p of the decision itself: the disagreeing strata's own tests
+            p = max((c.p_value for _, c in pairs), default=None)
+            needed = [c.repetitions_to_settle for _, c in pairs if not c.significant]
+            settle = None if not needed or None in needed else max(needed)
+        if not splits or p is None:
             return ""
-        if neutral:
+        if status == "neutral":
             return f"{'; '.join(splits)}; the same share ready in every stratum (Fisher's exact p = 1)"
-        strength = f"Fisher's exact p = {self.p_value:.2g}" + (" in the weakest stratum" if len(splits) > 1 else "")
-        if self.significant:
+        strength = f"Fisher's exact p = {p:.2g}" + (" in the weakest stratum" if len(splits) > 1 else "")
+        if p < 0.05:
             return f"{'; '.join(splits)}; {strength}, significant at 0.05"
-        settle = (f"{self.repetitions_to_settle} runs per side would settle it" if self.repetitions_to_settle else
-                  "more than 100 runs per side would be needed to settle it")
-        return f"{'; '.join(splits)}; {strength}, not significant at 0.05 — {settle}"
+        settle_text = (f"{settle} runs per side would settle it" if settle else
+                       "more than 100 runs per side would be needed to settle it")
+        return f"{'; '.join(splits)}; {strength}, not significant at 0.05 — {settle_text}"
 
 
 @dataclass(frozen=True)
@@ -158,18 +177,36 @@ class Effect:
     # each stratum's means and difference ({stratum, n, baseline_n, mean, baseline_mean, diff}); `mean` and
     # `baseline_mean` above are their unweighted means, which no run need be near when the strata differ
     stratum_diffs: list[dict] | None = None
+    # every matched difference the same: ci_low = ci_high = that difference, a point that says no spread was seen
+    # in so few pairs, not that the difference is known to that precision (the report shows no interval for it)
+    diffs_identical: bool = False
 
     @classmethod
     def from_analysis(cls, effect: dict) -> Effect:
         return cls(**{k: plain(v) if not isinstance(v, list) else v for k, v in _pick(cls, effect).items()})
 
-    def interval_text(self, fmt=lambda x: f"{x:+,.4g}") -> str:
-        """'95 % CI −1.2 to +0.4 (n=3 vs 3)', or the single values when a side has one run."""
+    @property
+    def no_spread(self) -> bool:
+        """The interval is a point (a verdict.json of an older kit did not say so: its ci_low = ci_high)."""
+        return self.diffs_identical or (self.ci_low is not None and self.ci_low == self.ci_high)
+
+    def interval(self, fmt=lambda x: f"{x:+,.4g}") -> str:
+        """'95 % CI −1.2 to +0.4'; where the matched differences are all the same, that they are (no interval: a
+        zero-width one would read as precise); 'single runs, no interval' when a side has one run; else ''."""
+        pairs = self.pairs or self.n
+        if self.no_spread:
+            same = "identical values" if self.ci_low == 0 else f"the same difference, {fmt(self.ci_low)},"
+            return f"{same} in each of the {pairs} matched pairs: no spread, no interval"
         if self.ci_low is not None and self.ci_high is not None:
-            return f"95 % CI {fmt(self.ci_low)} to {fmt(self.ci_high)}; n={self.n} vs {self.baseline_n}"
+            return f"95 % CI {fmt(self.ci_low)} to {fmt(self.ci_high)}"
         if self.values is not None or self.baseline_values is not None:
-            return f"single runs, no interval; n={self.n} vs {self.baseline_n}"
-        return f"n={self.n} vs {self.baseline_n}, no interval"
+            return "single runs, no interval"
+        return ""
+
+    def interval_text(self, fmt=lambda x: f"{x:+,.4g}") -> str:
+        """'95 % CI −1.2 to +0.4; n=3 vs 3' (see `interval`), with each side's n."""
+        said = self.interval(fmt)
+        return f"{said}; n={self.n} vs {self.baseline_n}" if said else f"n={self.n} vs {self.baseline_n}, no interval"
 
 
 @dataclass(frozen=True)
@@ -254,13 +291,15 @@ class Verdict:
         return cls(**picked)
 
     def _strength(self, factor: str) -> str:
-        """'mem_fraction (p = 0.33, not significant)' for a decision the exact test does not back; the name alone
-        for one it does (or a verdict.json of an older kit, which has no p-value)."""
+        """'mem_fraction (p = 0.33, not significant: …)' for a decision the exact test does not back ('1 run per side;'
+        first where it rests on one); the name alone for one it does (or a verdict.json of an older kit, which has
+        no p-value)."""
         d = self.factors.get(factor)
         if d is None or d.p_value is None or d.significant:
             return factor
         settle = f"{d.repetitions_to_settle} runs per side would settle it" if d.repetitions_to_settle else "unsettled"
-        return f"{factor} (p = {d.p_value:.2g}, not significant: {settle})"
+        one = "1 run per side; " if d.runs_per_side == 1 else ""
+        return f"{factor} ({one}p = {d.p_value:.2g}, not significant: {settle})"
 
     def headline(self, width: int | None = None) -> str:
         """The verdict in one line, inconclusive first (the CLI's summary line and `launchlab ls`)."""

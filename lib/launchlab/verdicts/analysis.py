@@ -208,9 +208,10 @@ def _comparisons(per: dict[str, dict], compared: list[str], reference: str | Non
             continue
         a, b = per[level], per[ref]
         p = exact_p(a["ready"], a["valid"], b["ready"], b["valid"])
+        settle = None if p < SIGNIFICANCE else settling_repetitions(a["ready"] / a["valid"], b["ready"] / b["valid"])
         out.append({"level": level, "reference": ref, "ready": a["ready"], "valid": a["valid"],
                     "reference_ready": b["ready"], "reference_valid": b["valid"], "p_value": p,
-                    "significant": p < SIGNIFICANCE})
+                    "significant": p < SIGNIFICANCE, "repetitions_to_settle": settle})
     return out
 
 
@@ -223,7 +224,8 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     disagree in some stratum: the data cannot say what that level does there), `undetermined` (no change seen,
     but some level lacks valid runs somewhere, so it may decide there). Every stratum carries its counts and
     Fisher's exact test of each level against `reference` (the baseline level); a deciding status carries the
-    weakest of its strata's p-values and the repetitions per side that would make such a split significant.
+    weakest of its strata's p-values and the repetitions per side that would make such a split significant;
+    `runs_per_side` is the fewest valid runs a side has in the comparisons it rests on (1: one run of each level).
     drop: runs that are no observations of this factor (their log contradicts their level)."""
     if drop:
         obs = _dropped(obs, drop, factor)
@@ -240,9 +242,12 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
         needed = [settling_repetitions(_rate(c), _rate(c, "reference_")) for c in deciding]
         settle = None if None in needed else max(needed)
     runs = [r for s in detail for lv in s["compared"] for r in s["levels"][lv]["runs"]]
+    # how many runs a side the decision rests on (1: what one run of each level did, not how reliably)
+    basis = [c for s in detail if s["flaky"] for c in s["comparisons"]] if status == "flaky" else deciding
+    per_side = min((min(c["valid"], c["reference_valid"]) for c in basis), default=None)
     return {"factor": factor, "status": status, "summary": _summary(factor, status, detail, changed),
             "strata": detail, "runs": runs, "p_value": p, "significant": None if p is None else p < SIGNIFICANCE,
-            "repetitions_to_settle": settle}
+            "repetitions_to_settle": settle, "runs_per_side": per_side}
 
 
 def _dropped(obs: pd.DataFrame, drop: set[str], factor: str) -> pd.DataFrame:
@@ -434,8 +439,9 @@ def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str],
     `baseline_mean` are the means of the per-stratum means, `n` / `baseline_n` count the values compared,
     `sd` is the within-stratum (pooled) sd of the level's values. With two or more values per side, `ci_low`
     / `ci_high` are the 95 % t-interval of the matched differences (a level's run against the baseline's run
-    of the same repetition in the same stratum, scipy.stats.ttest_1samp); with one, `values` and
-    `baseline_values` are the single values and there is no interval.
+    of the same repetition in the same stratum, scipy.stats.ttest_1samp) — where those differences are all the
+    same (`diffs_identical`) the interval is that point, which says no spread was seen, not that it is precise;
+    with one, `values` and `baseline_values` are the single values and there is no interval.
     drop: per factor, runs that are no observations of it (their log contradicts their level)."""
     obs = observations(runs, factors, planned)
     valid = obs[obs["valid"]]
@@ -495,13 +501,14 @@ def _matched(table: pd.DataFrame, factor: str, level: str, base: str, *, others:
     low = high = None
     if min(len(values), len(base_values)) >= 2 and len(pairs) >= 2:
         low, high = _interval(pairs)
+    identical = low is not None and len(set(pairs)) == 1  # no spread: the "interval" is the point, not a precision
     return {"factor": factor, "level": level, "baseline_level": base, "metric": metric,
             "n": int(len(values)), "mean": mean, "sd": _pooled_sd([t for _, t, _ in used]),
             "min": values.min(), "max": values.max(),
             "baseline_n": int(len(base_values)), "baseline_mean": base_mean,
             "baseline_sd": _pooled_sd([c for _, _, c in used]),
             "diff": mean - base_mean, "ratio": mean / base_mean if base_mean else None,
-            "ci_low": low, "ci_high": high, "pairs": len(pairs),
+            "ci_low": low, "ci_high": high, "pairs": len(pairs), "diffs_identical": identical,
             "values": [float(v) for v in values] if len(values) == 1 else None,
             "baseline_values": [float(v) for v in base_values] if len(base_values) == 1 else None,
             "strata": [_label(h) for h, _, _ in used],

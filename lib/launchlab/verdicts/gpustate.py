@@ -8,12 +8,17 @@ with the run's id or in its server's session is the run's; any other (another ru
 that is no process of the host (nvidia-smi shows another pid namespace's pids, e.g. inside a container) is
 unattributed and never counted as foreign, so a container cannot make the run's own server look like a
 stranger. A run directory without `gpu_state` (an old or imported run) was not observed: absent, never zero.
+
+The looks: the preflight (the start, before the server), one every second or so while the kit watches the server
+start (watch.GpuLooks: provenance.json `gpu_watching` keeps how many, and the look that saw the most foreign memory,
+at `peak`, with each process at its most), when watching ends and just before the stop (`gpu_state`). `of_run`
+reads both, so a process that takes memory after the preflight and frees it before watching ends is still seen.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from launchlab.errors import HostError
 from launchlab.gpu.telemetry import APP_FIELDS
@@ -22,6 +27,7 @@ from launchlab.hosts.commands import OWNERS_END, OWNERS_MARK
 # when the kit looks during a run (the start is the preflight, before the server): when watching it ended (ready,
 # failed or timed out: the server's memory at its most for a ready one), and just before the kit stops it
 WATCHED, END = "watched", "end"
+PEAK = "peak"  # of the looks while watching (gpu_watching), the one that saw the most foreign memory on its host
 NOT_OURS, NOT_HERE = "-", "?"  # gpu_owners' run column: no run id (or unreadable), no such process on the host
 
 
@@ -45,6 +51,7 @@ class Moment:
     run_mib: float
     foreign_mib: float
     unattributed_mib: float
+    t_s: float | None = None  # seconds since the server was started (the looks while watching say when)
 
 
 @dataclass(frozen=True)
@@ -69,13 +76,19 @@ class DuringRun:
 
     @classmethod
     def from_json(cls, record: dict) -> DuringRun:
-        return cls(tuple(Moment(**m) for m in record.get("moments") or []),
-                   tuple(GpuProcess(**p) for p in record.get("foreign") or []),
-                   tuple(GpuProcess(**p) for p in record.get("unattributed") or []))
+        return cls(tuple(Moment(**_known(Moment, m)) for m in record.get("moments") or []),
+                   tuple(GpuProcess(**_known(GpuProcess, p)) for p in record.get("foreign") or []),
+                   tuple(GpuProcess(**_known(GpuProcess, p)) for p in record.get("unattributed") or []))
 
 
-def read_look(text: str, at: str, host: str, tag: str, sessions: frozenset[int] = frozenset()
-              ) -> tuple[Moment, list[GpuProcess], list[GpuProcess]]:
+def _known(cls, data: dict) -> dict:
+    """The keys of a record that are fields of cls (a newer kit's record may hold more)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def read_look(text: str, at: str, host: str, tag: str, sessions: frozenset[int] = frozenset(), *,
+              t_s: float | None = None) -> tuple[Moment, list[GpuProcess], list[GpuProcess]]:
     """One look (gpu_owners' output on a host) as its moment, the foreign processes and the unattributed ones.
     A process is the run's when it carries the run's id (tag) or sits in one of the run's sessions (the server's
     process groups: each server is started as a session leader, and a worker that renamed itself, as vLLM's
@@ -106,7 +119,7 @@ def read_look(text: str, at: str, host: str, tag: str, sessions: frozenset[int] 
         else:
             foreign += used
             strangers.append(process)
-    return Moment(at, host, mine, foreign, unknown), strangers, unattributed
+    return Moment(at, host, mine, foreign, unknown, t_s), strangers, unattributed
 
 
 def _mib(text: str) -> float:
@@ -117,25 +130,44 @@ def _mib(text: str) -> float:
     return 0.0 if math.isnan(value) else value
 
 
+def _most(found: list[GpuProcess]) -> tuple[GpuProcess, ...]:
+    """Each process once (per host and GPU), at the most it was seen to hold."""
+    best: dict[tuple[str, int, str], GpuProcess] = {}
+    for p in found:
+        key = (p.host, p.pid, p.gpu_uuid)
+        if key not in best or p.used_mib > best[key].used_mib:
+            best[key] = p
+    return tuple(best.values())
+
+
 def gather(looks: list[tuple[Moment, list[GpuProcess], list[GpuProcess]]]) -> DuringRun:
     """The looks of one run as its record: each process once, at the most it was seen to hold on its GPU."""
+    return DuringRun(tuple(m for m, _, _ in looks), _most([p for _, f, _ in looks for p in f]),
+                     _most([p for _, _, u in looks for p in u]))
 
-    def most(found: list[GpuProcess]) -> tuple[GpuProcess, ...]:
-        best: dict[tuple[str, int, str], GpuProcess] = {}
-        for p in found:
-            key = (p.host, p.pid, p.gpu_uuid)
-            if key not in best or p.used_mib > best[key].used_mib:
-                best[key] = p
-        return tuple(best.values())
 
-    return DuringRun(tuple(m for m, _, _ in looks), most([p for _, f, _ in looks for p in f]),
-                     most([p for _, _, u in looks for p in u]))
+def watching(looks: list[tuple[Moment, list[GpuProcess], list[GpuProcess]]], *, every_s: float, count: int) -> dict:
+    """The looks while watching as provenance.json keeps them (`gpu_watching`): how often and how many, each
+    host's look with the most foreign memory (its peak, at PEAK; on a tie the first), and every process seen at the
+    most it held."""
+    peaks: dict[str, Moment] = {}
+    for moment, _, _ in looks:
+        if moment.host not in peaks or moment.foreign_mib > peaks[moment.host].foreign_mib:
+            peaks[moment.host] = moment
+    during = gather(looks)
+    moments = tuple(Moment(**{**asdict(m), "at": PEAK}) for m in peaks.values())
+    return {"every_s": every_s, "looks": count, **DuringRun(moments, during.foreign, during.unattributed).to_json()}
 
 
 def of_run(facts: dict) -> DuringRun | None:
-    """A run's record from its provenance.json; None when the kit did not look (an old or imported run)."""
-    record = (facts or {}).get("gpu_state")
-    return DuringRun.from_json(record) if isinstance(record, dict) else None
+    """A run's record from its provenance.json — the looks while watching (`gpu_watching`) and when it ended and
+    before the stop (`gpu_state`) together; None when the kit did not look (an old or imported run)."""
+    parts = [DuringRun.from_json(r) for r in ((facts or {}).get("gpu_state"), (facts or {}).get("gpu_watching"))
+             if isinstance(r, dict)]
+    if not parts:
+        return None
+    return DuringRun(tuple(m for p in parts for m in p.moments), _most([x for p in parts for x in p.foreign]),
+                     _most([x for p in parts for x in p.unattributed]))
 
 
 def free_at_start(facts: dict) -> dict[str, float] | None:

@@ -46,8 +46,7 @@ def answer_lines(question: str | None, effects: list[Effect], baseline_levels: d
             strata = e.strata or ["alone"]
             where = f" at {md('; '.join(strata))}" if strata != ["alone"] else ""
             ratio = f", {e.ratio:.2f}×" if e.ratio is not None else ""
-            ci = (f"; 95 % CI {diff(e.ci_low)} to {diff(e.ci_high)}" if e.ci_low is not None and e.ci_high is not None
-                  else "; single runs, no interval" if min(e.n, e.baseline_n or 0) < 2 else "")
+            ci = f"; {said}" if (said := e.interval(diff)) else ""
             level, baseline = md_code(f"{e.factor}={e.level}"), md_code(f"{e.factor}={base}")
             per = [s for s in e.stratum_diffs or [] if s.get("mean") is not None]
             if len(per) > 1:  # the mean of the strata's means is no run's value: each stratum's, then the difference

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from launchlab.escaping import md, md_code
-from launchlab.store.verdictrecord import Confound, Decision, Effect, ExcludedRun, LevelCheck, Verdict
+from launchlab.store.verdictrecord import DECIDING, Confound, Decision, Effect, ExcludedRun, LevelCheck, Verdict
 from launchlab.verdicts import analysis, budget, confounds, derivedargs, levelchecks
 
 
@@ -132,26 +132,44 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
     if contradicted:
         lines.append("**A level did not take effect:** " + md("; ".join(c.detail for c in contradicted))
                      + ". Its runs were left out of that factor's comparisons.")
+    lines += _decisions(v)
     if not v.conclusive and not (v.outcome_factors or v.neutral_factors):
         return "\n\n".join(lines)
-    for factor in v.outcome_factors:
-        decision = v.factors[factor]
-        evidence = decision.evidence()
-        lines.append(f"**Decides the launch:** {md(decision.summary.replace(' decides the launch', ''))}"
-                     + (f" ({md(evidence)})" if evidence else "") + ".")
-    for factor in v.neutral_factors:  # with its counts: how many runs "no change" rests on
-        evidence = v.factors[factor].evidence() if factor in v.factors else ""
-        lines.append(f"**Does not change the launch outcome:** {md_code(factor)}" + (f" ({md(evidence)})" if evidence
-                                                                                      else "") + ".")
-    for label, names in (("Flaky", v.flaky_factors), ("Confounded", v.confounded_factors),
-                         ("Undetermined", v.undetermined_factors)):
-        if names:
-            lines.append(f"**{label}:** {', '.join(md_code(f) for f in names)} (see above).")
     lines += [_kv_sentence(e) for e in v.effects if e.metric == "kv_tokens" and e.mean is not None
               and e.baseline_mean]
     if said := budget.break_even_markdown(budget_summary):  # in the server kind's own argument
         lines.append(said)
     return "\n\n".join(lines)
+
+
+ONE_RUN = " With one run of each level this is what those runs did, not yet how reliably they do it."
+
+
+def _decisions(v: Verdict) -> list[str]:
+    """One line per factor, every status with its evidence (counts, exact p-value, the runs per side that would
+    settle it): a flaky or confounded decision too, on the first screen, not only in the tables below it. A
+    decision that rests on one run a side says so."""
+    lines = []
+
+    def said(label: str, factor: str, text: str) -> str:
+        decision = v.factors.get(factor)
+        evidence = decision.evidence() if decision is not None else ""
+        one = decision is not None and decision.runs_per_side == 1 and decision.status in (*DECIDING, "neutral")
+        return (f"**{label}{', on one run per side' if one else ''}:** {text}"
+                + (f" ({md(evidence)})" if evidence else "") + "." + (ONE_RUN if one else ""))
+
+    for factor in v.outcome_factors:
+        lines.append(said("Decides the launch", factor, md(v.factors[factor].summary.replace(" decides the launch", ""))))
+    for factor in v.neutral_factors:  # with its counts: how many runs "no change" rests on
+        lines.append(said("Does not change the launch outcome", factor, md_code(factor)))
+    for label, names in (("Flaky", v.flaky_factors), ("Confounded", v.confounded_factors),
+                         ("Undetermined", v.undetermined_factors)):
+        for factor in names:
+            evidence = v.factors[factor].evidence() if factor in v.factors else ""
+            where = " — its runs, the confounded ones included" if label == "Confounded" else ""
+            lines.append(f"**{label}:** {md_code(factor)}" + (f"{where} ({md(evidence)})" if evidence else " (see above)")
+                         + ".")
+    return lines
 
 
 def _kv_sentence(e: Effect) -> str:
