@@ -1,4 +1,4 @@
-"""`launchlab init | validate | run | import | report | parse | ls | schema`: the stable interfaces of the shared
+"""`launchlab init | validate | run | import | report | compare | parse | ls | schema`: the stable interfaces of the shared
 ARCHITECTURE.md (section 4), in short in this repository's ARCHITECTURE.md ("The stable interfaces, in short")."""
 
 from __future__ import annotations
@@ -94,6 +94,17 @@ def _report(args: argparse.Namespace) -> int:
     from launchlab.runner import notebooks
 
     print(notebooks.summarize(Path(args.run_dir).resolve()))  # papermill runs the notebook from another folder
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from launchlab.reporting import compare, comparetext
+
+    record = compare.build(args.run_a, args.run_b)
+    folder = compare.write(record, args.out)
+    print(comparetext.terminal(record))
+    print(folder.path)
+    print(f"compare.json and compare.html: {folder.path}", file=sys.stderr)
     return 0
 
 
@@ -197,6 +208,18 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory")
     rep.add_argument("run_dir")
     rep.set_defaults(func=_report)
+    cmp = sub.add_parser("compare", help="before and after: what changed between two run directories of one question",
+                         description="Compare RUN_B (after) with RUN_A (before): whether they ask the same question "
+                                     "(factors and levels), what differs outside the factors (versions, driver, GPUs, "
+                                     "packages, files, environment, params), and per variant the outcome (Fisher's "
+                                     "exact test), KV tokens, peak memory and the break-even (Welch intervals), and "
+                                     "a search's thresholds. Prints the comparison and the folder of compare.json "
+                                     "and compare.html.")
+    cmp.add_argument("run_a", metavar="RUN_A", help="the run directory before (the reference)")
+    cmp.add_argument("run_b", metavar="RUN_B", help="the run directory after")
+    cmp.add_argument("--out", type=Path, default=None, metavar="DIR",
+                     help="where compare.json and compare.html go (default: RUN_B/compare/<RUN_A's experiment>-<name>)")
+    cmp.set_defaults(func=_compare)
     ls = sub.add_parser("ls", help="list run directories: experiment, date, runs done/planned, the verdict")
     ls.add_argument("dir", nargs="?", default=None, help="root of run directories (default: outputs/)")
     ls.set_defaults(func=_ls)

@@ -1,4 +1,5 @@
-"""summary.ipynb → summary.html without code cells, images embedded, nothing fetched from the internet."""
+"""summary.ipynb → summary.html (and the comparison's cells → compare.html) without code cells, images embedded,
+nothing fetched from the internet."""
 
 from __future__ import annotations
 
@@ -25,14 +26,18 @@ def remote_references(html: str) -> list[str]:
 
 def notebook_to_html(notebook: Path, html_path: Path, title: str | None = None) -> Path:
     """The page, titled `title` (the experiment) rather than after the notebook's file name."""
+    return node_to_html(nbformat.read(str(notebook), as_version=4), html_path, title=title, name=notebook.stem)
+
+
+def node_to_html(nb: nbformat.NotebookNode, html_path: Path, *, title: str | None = None, name: str = "report") -> Path:
+    """A notebook held in memory as a page of the report's style (compare.html: outputs made without a kernel)."""
     exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
                             exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
                             embed_images=True)
     exporter.register_filter("inline_svg", inline_svg)
-    nb = nbformat.read(str(notebook), as_version=4)
     if title:
         nb.metadata["title"] = title  # the template escapes it
-    body, _ = exporter.from_notebook_node(nb, {"metadata": {"name": notebook.stem}})
+    body, _ = exporter.from_notebook_node(nb, {"metadata": {"name": name}})
     remote = remote_references(body)
     if remote:
         raise RunDirError(f"{html_path}: the report would fetch from the internet ({remote[:3]}); "

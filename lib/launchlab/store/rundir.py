@@ -4,6 +4,8 @@ finding run directories.
     <root>/<experiment>/<YYYYmmdd-HHMMSS>/              RunDir
         experiment.yaml  (imports.yaml)  manifest.json  runs.parquet  events.parquet  telemetry.parquet
         summary.ipynb  summary.html  verdict.json  report.md
+        compare/<experiment>-<name>/                    CompareFolder (`launchlab compare` against that one)
+            compare.json  compare.html
         runs/<run_id>/                                  RunFolder
             run_variant.ipynb  status.json  processes.json  provenance.json  parsed.json
             server.log  nvidia-smi.csv  (server.node1.log  nvidia-smi.node1.csv … for multi-node servers)
@@ -207,6 +209,16 @@ class RunFolder:
         return target
 
 
+class CompareFolder:
+    """What `launchlab compare` writes: compare.json (the typed record, comparerecord.BeforeAfter) and compare.html."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    record = property(lambda self: self.path / "compare.json")
+    page = property(lambda self: self.path / "compare.html")
+
+
 class RunDir:
     """A run directory: its files, its manifest, its run folders."""
 
@@ -237,6 +249,11 @@ class RunDir:
 
     def run(self, run_id: str) -> RunFolder:
         return RunFolder(self.path / "runs" / run_id)
+
+    def comparison(self, before: RunDir) -> CompareFolder:
+        """Where `launchlab compare BEFORE THIS` writes by default: compare/<experiment>-<name> of the before run
+        directory, in this (the after) one — derived, like summary.html, and rebuilt by the next compare."""
+        return CompareFolder(self.path / "compare" / f"{before.path.parent.name}-{before.name}")
 
     def run_folders(self) -> list[RunFolder]:
         """Every run folder there is now, in no particular order."""

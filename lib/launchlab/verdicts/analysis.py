@@ -253,7 +253,7 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
         settle = None if None in needed else max(needed)
     runs = [r for s in detail for lv in s["compared"] for r in s["levels"][lv]["runs"]]
     # how many runs a side the decision rests on (1: what one run of each level did, not how reliably)
-    basis = [c for s in detail if s["flaky"] for c in s["comparisons"]] if status == "flaky" else deciding
+    basis = [c for s in detail if s["flaky"] for c in s["comparisons"]] if status == FLAKY else deciding
     per_side = min((min(c["valid"], c["reference_valid"]) for c in basis), default=None)
     return {"factor": factor, "status": status, "summary": _summary(factor, status, detail, changed),
             "strata": detail, "runs": runs, "p_value": p, "significant": None if p is None else p < SIGNIFICANCE,

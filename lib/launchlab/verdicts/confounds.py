@@ -327,6 +327,10 @@ def gpu_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
 
 
 Check = Callable[[list[str], dict[str, dict]], list[dict]]
+# the checks of what each run's provenance records (host, versions, files, environment, GPUs): the same rules judge
+# runs of one batch (find) and two batches before and after (verdicts/compare.py)
+PROVENANCE_CHECKS: tuple[Check, ...] = (host_differences, node_differences, version_differences, file_differences,
+                                       notebook_differences, env_differences, gpu_differences)
 
 
 def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tolerance_mib: float = 256) -> list[dict]:
@@ -334,8 +338,7 @@ def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tole
     touches (what the server logs state: log_differences)."""
     ids = [r for r in runs["run_id"] if r in facts]
     found: list[dict] = []
-    for check in (host_differences, node_differences, version_differences, file_differences, notebook_differences,
-                  env_differences, gpu_differences):
+    for check in PROVENANCE_CHECKS:
         found += check(ids, facts)
     busy = busy_gpus(ids, facts, tolerance_mib)
     found += busy

@@ -168,7 +168,7 @@ def _decisions(v: Verdict) -> list[str]:
     def said(label: str, factor: str, text: str) -> str:
         decision = v.factors.get(factor)
         evidence = decision.evidence() if decision is not None else ""
-        one = decision is not None and decision.runs_per_side == 1 and decision.status in (*DECIDING, "neutral")
+        one = decision is not None and decision.runs_per_side == 1 and decision.status in (*DECIDING, NEUTRAL)
         return (f"**{label}{', on one run per side' if one else ''}:** {text}"
                 + (f" ({md(evidence)})" if evidence else "") + "." + (ONE_RUN if one else ""))
 
