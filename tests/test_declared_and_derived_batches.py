@@ -1,5 +1,6 @@
 """Real batches on the simulated host: a server argument SGLang derives from a declared flag follows from its
-factor (no confound), and the flag a threshold search varies is declared (the search is controlled)."""
+factor (no confound). (That the flag a threshold search varies is declared, the search controlled, is
+test_threshold_search's, on its demo search.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCHLAB, processes_using, write_params
-from test_threshold_search import demo_search
 
 pytestmark = pytest.mark.slow
 
@@ -55,15 +55,3 @@ def test_the_mem_fraction_sglang_derives_from_cuda_graph_max_bs_follows_from_its
     assert derived["values"] == {"128": "0.864", "512": "0.856"} and derived["repeated"] is True
     assert len(derived["runs"]) == 4
     assert "`mem_fraction_static` follows from `graph_bs`" in done["report"]
-
-
-def test_a_threshold_search_counts_its_own_flag_as_declared_and_is_controlled(tmp_path, sim_root):
-    done = run(demo_search(tmp_path, "0.74", "0.78", "0.02"), sim_root)
-    verdict = done["verdict"]
-    assert not [c for c in verdict["confounds"] if "mem_fraction_static" in c["detail"]], verdict["confounds"]
-    assert verdict["confounds"] == [] and verdict["controlled"] is True
-    # declared, not merely derived from the probed values
-    assert "mem_fraction_static" not in [d["arg"] for d in verdict["derived_args"]]
-    assert "Not a controlled comparison" not in done["report"]
-    assert {s["stratum"]: s["state"] for s in verdict["thresholds"]["strata"]} == {
-        "custom_ar=off": "converged", "custom_ar=on": "converged"}

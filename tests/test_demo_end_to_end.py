@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import LAUNCHLAB, ROOT
+from conftest import LAUNCHLAB
 
 pytestmark = pytest.mark.slow
 def test_the_run_directory_has_the_documented_layout(demo_run):
@@ -116,45 +116,6 @@ def test_report_rebuilds_everything_from_the_raw_files(demo_run, demo_env, tmp_p
     assert proc.returncode == 0, proc.stderr[-2000:]
     pd.testing.assert_frame_equal(pd.read_parquet(copy / "runs.parquet"), pd.read_parquet(run_dir / "runs.parquet"))
     assert (copy / "summary.html").is_file()
-
-
-def test_the_summary_notebook_runs_with_its_defaults(demo_run, demo_env, tmp_path):
-    import papermill
-
-    _, env = demo_env
-    os.environ["LAUNCHLAB_OUTPUTS"] = env["LAUNCHLAB_OUTPUTS"]
-    try:
-        papermill.execute_notebook(str(ROOT / "notebooks/summary.ipynb"), str(tmp_path / "out.ipynb"),
-                                   kernel_name="python3", progress_bar=False, cwd=str(ROOT / "notebooks"))
-    finally:
-        del os.environ["LAUNCHLAB_OUTPUTS"]
-
-
-def test_the_run_notebook_runs_with_its_defaults(demo_env, tmp_path):
-    import papermill
-
-    _, env = demo_env
-    saved = {k: os.environ.get(k) for k in ("LAUNCHLAB_OUTPUTS", "LAUNCHLAB_SIM_ROOT")}
-    os.environ.update({k: env[k] for k in saved})
-    try:
-        papermill.execute_notebook(str(ROOT / "notebooks/run_variant.ipynb"), str(tmp_path / "out.ipynb"),
-                                   kernel_name="python3", progress_bar=False, cwd=str(ROOT / "notebooks"))
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-    nb = json.loads((tmp_path / "out.ipynb").read_text())
-    text = json.dumps(nb["cells"])
-    assert "kv_cache_no_memory" in text  # the first demo run: custom_ar=off, mem_fraction=0.55
-    # then the summary as it is: it picks that one-run folder and says what is missing instead of failing
-    os.environ["LAUNCHLAB_OUTPUTS"] = env["LAUNCHLAB_OUTPUTS"]
-    try:
-        papermill.execute_notebook(str(ROOT / "notebooks/summary.ipynb"), str(tmp_path / "summary.ipynb"),
-                                   kernel_name="python3", progress_bar=False, cwd=str(ROOT / "notebooks"))
-    finally:
-        del os.environ["LAUNCHLAB_OUTPUTS"]
-    summary = json.dumps(json.loads((tmp_path / "summary.ipynb").read_text())["cells"])
-    assert "1 of 8 planned runs finished" in summary and "Inconclusive" in summary
-    assert "missing" in summary
 
 
 def test_resume_skips_finished_runs_and_repeats_the_rest(small_params, tmp_path):

@@ -185,7 +185,7 @@ def test_a_gpu_hog_that_comes_and_goes_while_the_server_starts_is_seen_at_its_pe
 
 def report(run_dir: Path) -> dict:
     (run_dir / "verdict.json").unlink()
-    proc = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*LAUNCHLAB, "report", "--no-html", str(run_dir)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((run_dir / "verdict.json").read_text())
 

@@ -120,5 +120,8 @@ def test_the_papermill_commands_of_the_readme_run_as_written(demo_env, tmp_path)
     assert Path(run_dir).parent.parent == outputs
     # and on the terminal papermill ran in, where the user is (issue 28): papermill shows no cell output there
     assert f"launchlab: run directory {run_dir}" in done[1].stderr, done[1].stderr[-2000:]
+    assert "kv_cache_no_memory" in json.dumps(run["cells"])  # the first demo run: custom_ar=off, mem_fraction=0.55
+    # the summary as it is picks that one-run folder and says what is missing instead of failing
     summary = json.dumps(json.loads((tmp_path / "summary.ipynb").read_text())["cells"])
     assert "1 of 8 planned runs finished" in summary and Path(run_dir).name in summary
+    assert "Inconclusive" in summary and "missing" in summary

@@ -111,6 +111,8 @@ def test_the_verdict_and_report_show_each_interval_next_to_the_prediction_and_th
     # the search is controlled (its own flag is declared), and the thresholds lead the report, before the verdict's
     # prose, in report.md and on the summary's first screen
     assert verdict["controlled"] is True and verdict["confounds"] == []
+    # the searched flag is declared, not merely derived from the probed values
+    assert "mem_fraction_static" not in [d["arg"] for d in verdict["derived_args"]]
     assert "**Controlled comparison.**" in report and "Not a controlled comparison" not in report
     assert report.index("## Threshold of `--mem-fraction-static`") < report.index("**Controlled comparison.**")
     # the probed values are not compared one by one with the high end: the thresholds answer that (issue 28)

@@ -93,7 +93,8 @@ def _init(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from launchlab.runner import notebooks
 
-    print(notebooks.summarize(Path(args.run_dir).resolve()))  # papermill runs the notebook from another folder
+    # resolved: papermill runs the notebook from another folder
+    print(notebooks.summarize(Path(args.run_dir).resolve(), html=not args.no_html))
     return 0
 
 
@@ -207,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     im.set_defaults(func=_import)
     rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory")
     rep.add_argument("run_dir")
+    rep.add_argument("--no-html", action="store_true",
+                     help="judge again only: frames, verdict.json and report.md, not summary.html (no summary kernel)")
     rep.set_defaults(func=_report)
     cmp = sub.add_parser("compare", help="before and after: what changed between two run directories of one question",
                          description="Compare RUN_B (after) with RUN_A (before): whether they ask the same question "

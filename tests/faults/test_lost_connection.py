@@ -2,13 +2,14 @@
 reopened connection and the watch goes on; a host that stays away ends the run as `error`, never `failed`."""
 
 import json
+import subprocess
 import sys
 import threading
 import time
 
 import pytest
 
-from conftest import connect, write_params
+from conftest import LAUNCHLAB, connect, write_params
 from launchlab import params
 from launchlab.hosts import nodes
 from launchlab.run import lifecycle, recovery
@@ -46,14 +47,16 @@ def slow_ssh_run(tmp_path, server, reconnect_s: float, pace: float = 1.5):
     return exp, run, run_dir
 
 
-def when_watching_and_checking_liveness(server, folder, action, times: int = 1) -> threading.Thread:
-    """Run action() `times` times, each at a moment the watch's liveness check is running over the connection."""
+def when_watching_and_checking_liveness(server, folder, action, times: int = 1, log_bytes: int = 0) -> threading.Thread:
+    """Run action() `times` times, each at a moment the watch's liveness check is running over the connection
+    (and, with log_bytes, once the kit's copy of the server log holds more than that)."""
 
     def cutter() -> None:
         done = 0
         while done < times and not thread.finished.is_set():
             watching = (folder / "status.json").exists() and '"watching"' in (folder / "status.json").read_text()
-            if watching and server.running(LIVENESS_CHECK):
+            seen = not log_bytes or ((folder / "server.log").exists() and (folder / "server.log").stat().st_size > log_bytes)
+            if watching and seen and server.running(LIVENESS_CHECK):
                 action()
                 done += 1
                 cuts.append(time.monotonic())
@@ -84,10 +87,12 @@ def test_a_connection_dropped_while_the_server_starts_is_reopened_and_the_run_be
     assert result.stopped_with in ("TERM", "KILL") and result.drained is True
 
 
-def test_a_host_that_stays_unreachable_ends_the_run_as_an_error_not_a_failure(tmp_path, sshd):
+def test_a_host_that_stays_unreachable_ends_the_run_as_an_error_keeps_what_was_seen_and_leaves_a_found_leftover(
+        tmp_path, sshd):
     exp, run, run_dir = slow_ssh_run(tmp_path, sshd, reconnect_s=2)
     host = connect(exp)
-    cutter = when_watching_and_checking_liveness(sshd, rundir.RunDir(run_dir).run(run.run_id).path, sshd.stop)
+    folder = rundir.RunDir(run_dir).run(run.run_id).path
+    cutter = when_watching_and_checking_liveness(sshd, folder, sshd.stop, log_bytes=200)
     try:
         result = lifecycle.run_one(exp, run, run_dir, host)
     finally:
@@ -100,14 +105,22 @@ def test_a_host_that_stays_unreachable_ends_the_run_as_an_error_not_a_failure(tm
         assert result.failure_reason is None
         assert "lost the connection to host 'gpu' while watching" in result.failure_message
         assert "could not be reopened within 2 s" in result.failure_message
-        status = json.loads((rundir.RunDir(run_dir).run(run.run_id).path / "status.json").read_text())
+        status = json.loads((folder / "status.json").read_text())
         assert status["state"] == "done" and status["status"] == "error"
+        assert "SIMULATED SGLang server" in (folder / "server.log").read_text()  # what was seen before the cut is kept
+        assert any("could not collect" in n for n in result.notes)
     finally:
-        sshd.start()  # the box is back: what the lost run left there is found by its run id and stopped
+        sshd.start()  # the box is back: what the lost run left there is found by its run id
         host = connect(params.load(run_dir / "experiment.yaml"))
         tag = nodes.run_tag(exp, run_dir, run.run_id)  # other runs on this machine carry other tags
         left = [g for g in recovery.leftovers(host) if g["run"] == tag]
+        # a batch on the host now refuses to launch beside them, and says how to stop them
+        refused = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(tmp_path / "exp.yaml"), "--out",
+                                  str(tmp_path / "out2")], capture_output=True, text=True, timeout=120)
         for group in left:
             host.kill_group(group["pgid"], 5)
+        gone = [g for g in recovery.leftovers(host) if g["run"] == tag]
         host.close()
     assert len(left) == 2, "the server and the sampler kept running while the host was away"
+    assert refused.returncode == 1 and "--stop-leftovers" in refused.stderr, refused.stderr[-2000:]
+    assert gone == []
