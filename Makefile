@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo lab test check bench lint check-notebooks check-fixtures clean
@@ -35,7 +35,7 @@ lab: $(STAMP)  ## JupyterLab on notebooks/ (outputs stripped when a template is 
 	$(BIN)/jupyter lab --notebook-dir=notebooks --config=jupyter/jupyter_server_config.py \
 	  $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check): about 9 minutes here
+test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check): about 5 minutes here
 	$(PYTEST) -n $(TEST_WORKERS) --durations=15
 
 check: $(STAMP) check-notebooks lint  ## the inner loop: ruff and the tests that start no real process (under a minute)
