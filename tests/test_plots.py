@@ -149,6 +149,31 @@ def test_each_real_vllm_runs_kv_pool_mark_sits_where_nvml_saw_its_pool_allocated
         assert ("KV pool" in labels) == bool(marks)
 
 
+def test_each_real_vllm_run_has_its_own_phase_marks_in_the_order_it_went_through_them():
+    """examples/h200-vllm-kv: the runs of a variant start seconds apart (a cold compile cache), so a variant's
+    median weights mark stood after one run's KV pool (41 s against 48 s with --enforce-eager) and matched no run:
+    each run gets its own marks, and within a run the weights end before its pool is allocated."""
+    from conftest import ROOT
+
+    [run_dir] = ROOT.glob("examples/h200-vllm-kv/2*")
+    runs, events, telemetry = (pd.read_parquet(run_dir / f"{name}.parquet") for name in ("runs", "events", "telemetry"))
+    fig = plots.mark_phases(plots.memory_timeline(telemetry, runs, sampler="nvml"), events, runs, telemetry)
+    assert "(NVML," in fig.get_suptitle()
+    for ax, variant in zip(fig.axes, runs["variant"].drop_duplicates(), strict=False):
+        marks: dict[str, dict[str, float]] = {}
+        for line in ax.get_lines():
+            if ": " in (line.get_gid() or ""):
+                phase, run_id = line.get_gid().split(": ", 1)
+                marks.setdefault(run_id, {})[phase] = line.get_xdata()[0]
+        assert set(marks) == set(runs[runs["variant"] == variant]["run_id"]), variant  # every run has its marks
+        for run_id, phases in marks.items():
+            assert "weights" in phases, run_id
+            if "KV pool" in phases:
+                assert phases["weights"] < phases["KV pool"], (run_id, phases)
+        labels = [t.get_text().strip() for t in ax.texts]
+        assert labels.count("weights") == 1  # one label a phase, however many runs
+
+
 def test_a_simulated_sglang_pool_is_marked_at_its_step_not_at_its_log_lines_second():
     """SGLang writes "KV Cache is allocated" just after the allocation, in whole seconds (here 0.5 s before the step);
     the simulated host loads its 70 GiB of weights in five steps of 14 GiB, 0.2 s apart, close to the 12 GiB pool

@@ -34,10 +34,11 @@ def fullest_envelope(telemetry: pd.DataFrame, buckets: int = ENVELOPE_BUCKETS) -
     return env[["run_id", "t_s", "lo_mib", "hi_mib"]]
 
 
-def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool = False) -> plt.Figure:
+def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool = False,
+                    sampler: str = "nvidia-smi") -> plt.Figure:
     """GPU memory used over time, one panel per variant, one line per run (the fullest GPU at each sample; a band
     from its min to its max per time bucket, `fullest_envelope`, so a long run draws hundreds of points, not
-    thousands)."""
+    thousands). sampler: what took the samples, as the params' `sampler:` names it."""
     variants = list(runs["variant"].drop_duplicates())
     cols = 2 if len(variants) > 1 else 1
     rows = max(1, math.ceil(len(variants) / cols))
@@ -69,7 +70,8 @@ def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool
         ax.set_visible(False)
     for ax in axes[-1]:
         ax.set_xlabel("time since server start [s]")
-    title = "GPU memory over time (nvidia-smi, fullest GPU per sample, its min–max band per time bucket; dashed: card capacity)"
+    title = (f"GPU memory over time ({'NVML' if sampler == 'nvml' else sampler}, fullest GPU per sample, its min–max "
+             "band per time bucket; dashed: card capacity)")
     fig.suptitle(title + (" — SIMULATED host" if simulated else ""), fontsize=11)
     fig.tight_layout()
     return fig
@@ -160,13 +162,13 @@ def _rise_at(samples: pd.Series, size_mib: float, anchor: float) -> float | None
 
 def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame,
                 telemetry: pd.DataFrame | None = None) -> plt.Figure:
-    """Dotted lines where each startup phase ended, labelled in a band above the traces (inside the plot the
-    trace crossed "CUDA graphs"), each label on the first row where it overlaps no other (side by side, "weights"
-    and "KV pool" of a fast start overlapped). Distributed init, weights and CUDA graphs: where the server's log
-    says they ended, the median over a variant's runs. The KV pool: one line per run, where its trace shows the
-    pool allocated (kv_allocations; a line gid "KV pool: <run_id>"), labelled at the variant's first — vLLM
-    writes the line that gives its size only after the CUDA graphs, and a variant's runs allocate seconds
-    apart, so a median matched none of them."""
+    """Dotted lines where each startup phase ended, one per run (a line's gid: "<phase>: <run_id>"), each phase
+    labelled once, at its first line, in a band above the traces (inside the plot the trace crossed "CUDA
+    graphs"), each label on the first row where it overlaps no other. Distributed init, weights and CUDA graphs:
+    where the run's log says they ended. The KV pool: where the run's trace shows the pool allocated
+    (kv_allocations) — vLLM writes the line that gives its size only after the CUDA graphs. Per run, not a median
+    over a variant's runs: a real server's runs start seconds apart (vLLM's compile cache), and a median weights
+    mark then stood after one run's KV pool and matched no run."""
     variants = list(runs["variant"].drop_duplicates())
     if not fig.axes:
         return fig
@@ -175,19 +177,20 @@ def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame,
     for ax in fig.axes:  # shared y: one headroom for all panels
         ax.set_ylim(low, high + band)
     renderer = fig.canvas.get_renderer()
-    kv = kv_allocations(events, telemetry)
+    logged = (events[events["field"].isin(PHASE_ENDS) & (events["field"] != "kv_gib")]
+              if len(events) and "field" in events else pd.DataFrame(columns=["run_id", "field", "t_s"]))
+    ends = logged.groupby(["run_id", "field"])["t_s"].median().reset_index()  # a run's ranks: the middle one
+    kv = kv_allocations(events, telemetry).assign(field="kv_gib")
+    ends = pd.concat([ends, kv[["run_id", "field", "t_s"]]], ignore_index=True)
     for ax, variant in zip(fig.axes, variants, strict=False):
-        ids = runs[runs["variant"] == variant]["run_id"]
-        sel = events[events["run_id"].isin(ids) & events["field"].isin(PHASE_ENDS)]
-        marks = [(t, label) for field, label in PHASE_ENDS.items()
-                 if field != "kv_gib" and pd.notna(t := sel[sel["field"] == field]["t_s"].median())]
-        for t, label in marks:
-            ax.axvline(t, color="gray", linestyle=":", linewidth=0.8, gid=label)
-        pools = kv[kv["run_id"].isin(ids)]
-        for run_id, t in zip(pools["run_id"], pools["t_s"], strict=True):
-            ax.axvline(t, color="gray", linestyle=":", linewidth=0.8, gid=f"{PHASE_ENDS['kv_gib']}: {run_id}")
-        if len(pools):
-            marks.append((float(pools["t_s"].min()), PHASE_ENDS["kv_gib"]))
+        mine = ends[ends["run_id"].isin(runs[runs["variant"] == variant]["run_id"]) & ends["t_s"].notna()]
+        marks = []
+        for field, label in PHASE_ENDS.items():
+            phase = mine[mine["field"] == field]
+            for run_id, t in zip(phase["run_id"], phase["t_s"], strict=True):
+                ax.axvline(t, color="gray", linestyle=":", linewidth=0.8, gid=f"{label}: {run_id}")
+            if len(phase):
+                marks.append((float(phase["t_s"].min()), label))
         _label_marks(ax, sorted(marks), high, band, renderer)
     return fig
 

@@ -404,7 +404,8 @@ class Report:
                    else "no run left nvidia-smi samples")
             display(Markdown(f"No GPU trace: {why}. Peak memory figures are missing (not 0)."))
             return None
-        fig = _plots().memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated)
+        fig = _plots().memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated,
+                                       sampler=self.exp.sampler.kind)
         show(_plots().mark_phases(fig, self.frames.events, self.frames.runs, self.frames.telemetry),
              "Line plots: GPU memory used over time, one panel per variant, one line per run coloured by outcome",
              raster=True)
