@@ -170,7 +170,7 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
     finished = [line for line in proc.stderr.splitlines()
                 if re.search(r"\]\s\S+\s+ready at [\d.]+ s, .*\(done in [\d.]+ s\)$", line)]
     order = [line.split()[1] for line in finished]
-    assert len(order) == 4
+    assert len(order) == 4, proc.stderr[-3000:]
     # the fast host's two runs (replicate 2) are both done before the slow host's second run is
     assert order.index("04_graphs-256_rep2") < order.index("02_graphs-256_rep1")
     runs = pd.read_parquet(Path(proc.stdout.strip()) / "runs.parquet")

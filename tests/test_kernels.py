@@ -84,3 +84,21 @@ def test_a_spare_that_died_while_it_waited_is_replaced_by_one_started_for_the_no
     second = seen(tmp_path / "second.ipynb")
     assert second["pid"] != pid and not second["left"]
     assert not alive(second["pid"])
+
+
+def test_a_kernel_that_dies_before_it_answers_is_replaced_before_a_notebook_runs_in_it(probe, tmp_path, monkeypatch):
+    # seen under load: a run's kernel died before replying to kernel_info, and the run became a kit error
+    started, killed = kernels.start, []
+
+    def start_and_kill_the_first(*args, **kwargs):
+        kernel = started(*args, **kwargs)
+        if not killed:
+            killed.append(kernel.provisioner.process.pid)
+            os.kill(killed[0], signal.SIGKILL)
+        return kernel
+
+    monkeypatch.setattr(kernels, "start", start_and_kill_the_first)
+    with kernels.RunKernels(notebooks.notebooks_dir(), more=lambda: False) as pool:
+        notebooks.execute(str(probe), tmp_path / "out.ipynb", {}, pool)
+    ran = seen(tmp_path / "out.ipynb")
+    assert killed and ran["pid"] != killed[0] and not alive(ran["pid"])

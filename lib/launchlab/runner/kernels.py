@@ -65,6 +65,23 @@ def fork_server(cwd: Path) -> ForkServer:
     return ForkServer(PRELOADED, cwd=str(cwd))
 
 
+STARTUP_S = 60.0  # how long a kernel may take to answer, as nbclient's own startup_timeout
+
+
+def answers(kernel: RunKernel) -> bool:
+    """Whether the kernel replies to kernel_info (False: it died first); its client is closed again."""
+    client = kernel.client()
+    client.start_channels()
+    try:
+        run_sync(client.wait_for_ready)(timeout=STARTUP_S)
+        return True
+    except RuntimeError:  # jupyter_client: "Kernel died before replying to kernel_info"
+        return False
+    finally:
+        client.stop_channels()
+        kernel.clients.remove(client)
+
+
 class RunKernels:
     """One batch worker's kernels: `take` gives a started kernel (the spare, when it is alive) and starts the next
     spare in the background — only while `more()` says another run may follow, so the last run of a worker leaves
@@ -87,9 +104,17 @@ class RunKernels:
         self.close()
 
     def _start(self) -> RunKernel:
-        if self.owns_server and (self.server is None or not self.server.alive()):
-            self.server = fork_server(self.cwd)
-        return start(self.server, self.cwd, [*KERNEL_ARGS, *PRELOAD])
+        """A started kernel that has answered: one that dies before it replies (seen under load: the run became a
+        kit error "Kernel died before replying to kernel_info" before any of its cells ran) is replaced, once; a
+        second such death is left for papermill to report to the run."""
+        for attempt in range(2):
+            if self.owns_server and (self.server is None or not self.server.alive()):
+                self.server = fork_server(self.cwd)
+            kernel = start(self.server, self.cwd, [*KERNEL_ARGS, *PRELOAD])
+            if attempt or answers(kernel):
+                return kernel
+            self.release(kernel)
+        raise AssertionError("unreachable")  # the loop returns on its second pass
 
     def take(self) -> RunKernel:
         """A started kernel for the next notebook. A spare that failed to start or died idle is replaced by one
