@@ -136,7 +136,10 @@ def make_server(folder: Path, session_env: dict[str, str]) -> SshServer:
     host_pub = (folder / "host_ed25519.pub").read_text().split()[:2]
     known = folder / "known_hosts"
     known.write_text(f"[127.0.0.1]:{port} {' '.join(host_pub)}\n")
-    set_env = " ".join(f"{k}={v}" for k, v in session_env.items())
+    # SHLVL=1: bash, started by sshd for each command, counts itself a nested shell (2) and so skips the test
+    # machine's own ~/.bashrc (root's runs `pyenv init`: ~100 processes, 0.13 s of CPU per command, most of what
+    # a batch over this sshd cost). Nothing the kit does over SSH depends on the login user's startup files.
+    set_env = " ".join(f"{k}={v}" for k, v in {**session_env, "SHLVL": "1"}.items())
     config = folder / "sshd_config"
     config.write_text(f"""\
 Port {port}
