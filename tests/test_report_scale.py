@@ -22,13 +22,25 @@ def slow(path) -> pd.DataFrame:
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.rsplit("/", 1)[-1])
 def test_a_real_capture_reads_at_c_speed_into_the_frame_the_line_by_line_reader_gives(path):
-    try:
-        expected = _with_timestamps(slow(path))
-    except ValueError:  # headers of different widths in one file: no one frame, read line by line as before
-        with pytest.raises(ValueError):
-            telemetry.read_query_csv(path)
-        return
+    expected = _with_timestamps(slow(path))
     pd.testing.assert_frame_equal(telemetry.read_query_csv(path), expected)
+
+
+def test_a_capture_of_several_queries_reads_each_field_by_its_name_never_by_its_position():
+    # a real file of several queries: the sampler's 17 fields in four formats, then 7 other fields under a header of
+    # their own. Before, every row went under the last header's columns by position (pandas then raised)
+    path = DATA / "nvsmi-samples" / "measured-h200-580-query-gpu-csv-variants.txt"
+    frame = telemetry.read_query_csv(path)
+    sampler = [line.split(", ") for line in path.read_text().splitlines()
+               if line.startswith("2026/") and line.count(", ") == 16]
+    assert len(sampler) == 8 and list(frame.columns[:3]) == ["timestamp", "index", "name"]
+    with_memory = frame.dropna(subset=["memory.used"])
+    assert len(with_memory) == 8 and set(with_memory["name"]) == {"NVIDIA H200"}
+    assert with_memory["fan.speed"].isna().all() and with_memory["timestamp"].notna().all()
+    others = frame.dropna(subset=["temperature.memory"])
+    assert list(others["temperature.memory"]) == [37.0, 38.0] and list(others["index"]) == [0.0, 1.0]
+    assert others["memory.used"].isna().all() and list(others["fabric.state"]) == ["Completed"] * 2
+    assert telemetry.peak_memory_mib(path) == max(float(cells[8].split()[0]) for cells in sampler)
 
 
 def test_odd_cells_headers_in_the_middle_and_cut_off_lines_read_as_line_by_line(tmp_path):

@@ -184,19 +184,35 @@ def _convert(text: str, columns: list[str]) -> pd.DataFrame:
 
 def read_query_rows(path: str | Path, fields: tuple[str, ...] | list[str] | None = None
                     ) -> tuple[list[str], list[list[float | str]]]:
-    """read_query_csv's columns and rows, as lists (see there)."""
+    """read_query_csv's columns and rows, as lists (see there). A header in mid-file that names other fields (a
+    second query appended to the file) starts a new block: every block's rows are placed by field name into the
+    columns of all the headers, NaN where a block's header lacks the field, never by position."""
     columns: list[str] | None = list(fields) if fields else None
-    records = []
+    blocks: list[tuple[list[str], list[list[float | str]]]] = []
+    records: list[list[float | str]] = []
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             cells = line.rstrip("\n").split(", ")
             if _is_header(cells):
-                columns = [_HEADER_UNIT.sub("", c).strip() for c in cells]
+                names = [_HEADER_UNIT.sub("", c).strip() for c in cells]
+                if names != columns:
+                    if records and columns is not None:
+                        blocks.append((columns, records))
+                    columns, records = names, []
                 continue
             if columns is None or len(cells) != len(columns):
                 continue  # a prompt, an error message, or a line cut off when the sampler was stopped
             records.append([_cell(c) for c in cells])
-    return columns or list(SAMPLER_FIELDS), records
+    if not blocks:
+        return columns or list(SAMPLER_FIELDS), records
+    if records and columns is not None:
+        blocks.append((columns, records))
+    union = list(dict.fromkeys(name for names, _ in blocks for name in names))
+    aligned = []
+    for names, rows in blocks:
+        at = [names.index(name) if name in names else None for name in union]
+        aligned += [[math.nan if i is None else row[i] for i in at] for row in rows]
+    return union, aligned
 
 
 def _is_header(cells: list[str]) -> bool:
