@@ -35,7 +35,7 @@ lab: $(STAMP)  ## JupyterLab on notebooks/ (outputs stripped when a template is 
 	$(BIN)/jupyter lab --notebook-dir=notebooks --config=jupyter/jupyter_server_config.py \
 	  $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check): about 5 minutes here
+test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check): about 4½ minutes here
 	$(PYTEST) -n $(TEST_WORKERS) --durations=15
 
 check: $(STAMP) check-notebooks lint  ## the inner loop: ruff and the tests that start no real process (under a minute)
