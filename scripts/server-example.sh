@@ -1,38 +1,44 @@
 #!/usr/bin/env bash
-# vLLM 0.26 for real on the lent GPU machine (see shared/gpu/README.md), repeatable. First, here:
+# A real server (vLLM 0.26 or SGLang 0.5.17) under the kit on the lent GPU machine (see shared/gpu/README.md),
+# repeatable. First, here:
 #
-#   scripts/vllm-wheels.sh      # vLLM, its runtime wheels and the kit's notebook stack → .vllm/parts/part-NN
+#   scripts/server-wheels.sh KIND     # the server, its runtime wheels and the kit's notebook stack → .KIND/parts/
 #
 # then on the machine, from the project root, one device call after the other while the machine stays warm
-# (it keeps /tmp only 30 s after a call), each carrying one part (.vllm/parts/part-NN and .vllm/parts/SHA256SUMS):
+# (it keeps /tmp only 30 s after a call), each carrying one part (.KIND/parts/part-NN and .KIND/parts/SHA256SUMS):
 #
-#   scripts/vllm-example.sh OUT_DIR [PARAMS [SECONDS]]
+#   scripts/server-example.sh KIND OUT_DIR [PARAMS [SECONDS]]
 #
 # Every call does what it can with what has arrived:
-#   1. copies the carried parts to /tmp/vch;
-#   2. once every part SHA256SUMS names is there and checks: installs the wheels into /tmp/site and makes the
-#      model (scripts/make_model.py --small → /tmp/launchlab-vllm-model); a part that does not match SHA256SUMS
-#      (it is removed: carry it again) or a wheel pip cannot install stops the call with a message and exit 1;
+#   1. copies the carried parts to /tmp/KIND-parts;
+#   2. once every part SHA256SUMS names is there and checks: installs the wheels into /tmp/site (first on
+#      PYTHONPATH, so SGLang's pins shadow the image's numpy, transformers, …) and makes the model
+#      (scripts/make_model.py --small → /tmp/launchlab-KIND-model); a part that does not match SHA256SUMS (it is
+#      removed: carry it again) or a wheel pip cannot install stops the call with a line naming it, and exit 1;
 #   3. with PARAMS, once installed: runs `launchlab run PARAMS`, or continues with --resume the batch an earlier
 #      call stopped, and stops it (SIGINT: the runs in flight are recorded as interrupted) so that the whole
 #      call ends within SECONDS (default 560; a device call runs at most 600 s);
 #   4. whatever happens (a trap), packs the run directory into OUT_DIR/<params stem>.tar.gz, with this call's
 #      log beside it, so a batch that ends early still brings back its evidence.
-# Two-GPU experiments (params/vllm-custom-ar-tp2*.yaml, --tensor-parallel-size 2) are the same calls on the kind
-# nvidia-h200-x2; the script itself does not depend on the number of GPUs (the params' host says `gpus: 2`).
-# VLLM_PARTS names another folder of parts (default .vllm/parts); VLLM_EXAMPLE_TMP another folder than /tmp for
-# vch/, site/, vllm-example/ and launchlab-outputs/ (tests/test_vllm_example_script.py).
+# Two-GPU experiments (params/vllm-custom-ar-tp2*.yaml) are the same calls on the kind nvidia-h200-x2; the script
+# itself does not depend on the number of GPUs (the params' host says `gpus: 2`).
+# SERVER_PARTS names another folder of parts (default .KIND/parts); SERVER_EXAMPLE_TMP another folder than /tmp for
+# KIND-parts/, site/, KIND-example/ and launchlab-outputs/ (tests/test_server_example_script.py).
 set -euo pipefail
-out=${1:?usage: scripts/vllm-example.sh OUT_DIR [PARAMS [SECONDS]]}
-params=${2:-}
-budget_s=${3:-560}
-parts=${VLLM_PARTS:-.vllm/parts}
-tmp=${VLLM_EXAMPLE_TMP:-/tmp}
-vch=$tmp/vch site=$tmp/site state=$tmp/vllm-example
+usage="usage: scripts/server-example.sh vllm|sglang OUT_DIR [PARAMS [SECONDS]]"
+kind=${1:?$usage}
+out=${2:?$usage}
+params=${3:-}
+budget_s=${4:-560}
+case "$kind" in vllm|sglang) ;; *) echo "server-example: unknown server kind '$kind'; $usage" >&2; exit 2 ;; esac
+parts=${SERVER_PARTS:-.$kind/parts}
+tmp=${SERVER_EXAMPLE_TMP:-/tmp}
+vch=$tmp/$kind-parts site=$tmp/site state=$tmp/$kind-example
+model=$tmp/launchlab-$kind-model
 root=$(pwd)
 started=$(date +%s)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-export PYTHONPATH=$site:$root/lib
+export PYTHONPATH=$site:$root/lib PATH=$PATH:$tmp/debroot/usr/bin
 export JUPYTER_PATH=$site/share/jupyter   # nbconvert's templates and the kernel spec, installed with --target
 mkdir -p "$vch" "$state"
 log=$state/call-$started.log
@@ -47,11 +53,11 @@ receive() {
   echo "parts on the machine: $have of $want"
 }
 
-fail() { echo "vllm-example: $*" >&2; return 1; }
+fail() { echo "server-example: $*" >&2; return 1; }
 
 # Called as `install || rc=$?`, so bash ignores `set -e` inside it: every step is checked on its own line.
 install() {
-  if [ -f "$state/installed" ]; then echo "vLLM installed in $site"; return 0; fi
+  if [ -f "$state/installed" ]; then echo "$kind installed in $site"; return 0; fi
   [ -f "$vch"/SHA256SUMS ] || { echo "no SHA256SUMS yet: carry the parts"; return $WAITING; }
   local missing bad
   missing=$(cd "$vch" && awk '{print $2}' SHA256SUMS | while read -r p; do [ -f "$p" ] || echo "$p"; done)
@@ -67,14 +73,26 @@ install() {
   cat "$vch"/part-* | tar x -C "$tmp/vw" || { fail "the parts do not untar (see above); nothing installed"; return; }
   if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
       "$tmp"/vw/wheels/*.whl > "$state/pip.log" 2>&1; then
-    grep -v 'already exists' "$state/pip.log" | tail -n 30
+    grep -v 'already exists' "$state/pip.log" | tail -n 20
+    local w
+    for w in "$tmp"/vw/wheels/*.whl; do   # which wheel: one pip of each, into a scratch folder, until one fails
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp/vw/one" "$w" \
+        > /dev/null 2>&1 || { rm -rf "$tmp/vw"; fail "pip cannot install $(basename "$w") (pip's last lines" \
+                                   "above, all in $state/pip.log); $kind is not installed"; return; }
+      rm -rf "$tmp/vw/one"
+    done
     rm -rf "$tmp/vw"
-    fail "pip could not install the wheels (its last lines above, all in $state/pip.log); vLLM is not installed"
+    fail "pip could not install the wheels (its last lines above, all in $state/pip.log); $kind is not installed"
     return
   fi
   grep -v 'already exists' "$state/pip.log" || true
+  for deb in "$tmp"/vw/debs/*.deb; do   # `patch`, for params' patches, where the image has none
+    [ -e "$deb" ] || continue
+    command -v "$(basename "$deb" | cut -d_ -f1)" > /dev/null || dpkg -x "$deb" "$tmp/debroot" \
+      || { rm -rf "$tmp/vw"; fail "cannot unpack $(basename "$deb")"; return; }
+  done
   rm -rf "$tmp/vw"
-  [ -f "$site"/vllm/__init__.py ] || { fail "pip installed no vllm package into $site"; return; }
+  [ -f "$site/$kind/__init__.py" ] || { fail "pip installed no $kind package into $site"; return; }
   touch "$state/installed"
   echo "installed $(ls "$site" | grep -c dist-info) packages into $site"
 }
@@ -87,7 +105,7 @@ experiment() {
   pack() { tar czf "$out/$stem.tar.gz" -C "$outs" . 2>/dev/null || true; }
   trap pack EXIT
   if [ -f "$state/$stem.done" ]; then echo "$params: finished in an earlier call"; return 0; fi
-  [ -d /tmp/launchlab-vllm-model ] || python3 scripts/make_model.py --small /tmp/launchlab-vllm-model
+  [ -d "$model" ] || python3 scripts/make_model.py --small "$model"
   python3 -m launchlab.cli validate "$params"
   run_dir=$(ls -d "$outs"/*/*/ 2>/dev/null | head -1 || true)
   local resume=()
