@@ -73,7 +73,7 @@ def test_the_factorial_dry_run_plans_custom_ar_on_and_off_at_two_shares_three_ti
 def test_the_threshold_dry_run_searches_the_utilization_per_custom_ar_level(tmp_path):
     proc = cli("run", str(SEARCH), "--dry-run", "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
-    assert "threshold search over --gpu-memory-utilization" in proc.stdout and "at most 14 runs" in proc.stdout
+    assert "threshold search over --gpu-memory-utilization" in proc.stdout and "at most 18 runs" in proc.stdout
     variants = dry_run_variants(proc.stdout)
     assert set(variants) == {f"custom_ar={ar}, gpu_memory_utilization={u}" for ar in ("on", "off")
                              for u in ("0.004", "0.010")}

@@ -86,11 +86,15 @@ def next_probes(bounds: Bounds, low: Decimal, high: Decimal, prediction: Decimal
     return low, high
 
 
-def max_probes(bounds: Bounds) -> int:
-    """The most probed values one stratum can take: both ends, then one bisection per halving of the range
-    until it is no wider than the resolution."""
+def max_probes(bounds: Bounds, *, guided: bool = False) -> int:
+    """The most probed values one stratum can take: both ends, then one bisection per halving of the range until
+    it is no wider than the resolution. guided: the server's numbers may guide the search (its kind predicts the
+    searched flag's break-even) — the guided pair are nodes of bisection's tree, but when the prediction fails they
+    may lie off the path bisection then takes (`_tree_node`): up to two values more, one more where the tree has two
+    levels (tests/test_search_bound.py tries every threshold and prediction of small ranges)."""
     ratio = (bounds.high - bounds.low) / bounds.resolution
-    return 2 + max(0, math.ceil(math.log2(ratio))) if ratio > 0 else 2
+    depth = max(0, math.ceil(math.log2(ratio))) if ratio > 0 else 0
+    return 2 + depth + (min(2, depth - 1) if guided and depth > 1 else 0)
 
 
 @dataclass(frozen=True)
@@ -255,13 +259,35 @@ def _step(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool], g
     if mid is None:
         result.state = CONVERGED
         return
-    if guide is not None and result.prediction == HELD:
+    if guide is not None and result.prediction == HELD and outcome.keys() == {bounds.low, bounds.high}:
+        # one guided round, right after the ends: where its outcomes leave the bracket open (they contradicted the
+        # prediction, if only within its slack), bisection goes on down its own tree
         result.next = _guided(bounds, result.stratum, (low, high), guide.prediction)
         return
     unfollowed = f"; the prediction is not followed: {result.prediction_note}" if guide is not None else ""
+    low, high, mid = _tree_node(bounds, outcome)
     result.next = [Probe(result.stratum, bounds.text(mid), f"bisects ({bounds.text(low)}, {bounds.text(high)}], "
                                                           f"{high - low} wide, wider than the resolution "
                                                           f"{bounds.resolution}" + unfollowed)]
+
+
+def _tree_node(bounds: Bounds, outcome: dict[Decimal, bool]) -> tuple[Decimal, Decimal, Decimal]:
+    """Bisection's next value: down its own tree from (low, high], each node's outcome known or implied by a
+    monotone outcome (not ready at or below a failing value, ready at or above a ready one), to the first node
+    not yet known: (its interval, the node). Where no guide probed off the path, this is the bracket's midpoint;
+    after a prediction that failed, the guided values probed stay nodes of the same tree, so the search takes at
+    most two values more than bisection alone (max_probes)."""
+    fails = max((v for v, ok in outcome.items() if not ok), default=bounds.low)
+    oks = min((v for v, ok in outcome.items() if ok), default=bounds.high)
+    low, high = bounds.low, bounds.high
+    while (mid := midpoint(bounds, low, high)) is not None:
+        if mid <= fails:
+            low = mid
+        elif mid >= oks:
+            high = mid
+        else:
+            return low, high, mid
+    raise AssertionError("a bracket wider than the resolution lies inside one of bisection's leaves")
 
 
 def _guided(bounds: Bounds, stratum: str, bracket: tuple[Decimal, Decimal], prediction: Decimal) -> list[Probe]:

@@ -59,7 +59,8 @@ def plan_size(exp: Experiment) -> PlanSize:
     """The size of the plan, from the number of levels; nothing is expanded."""
     variants = len(exp.variants) if exp.variants is not None else math.prod(len(lv) for lv in exp.factors.values())
     if exp.search is not None:
-        return PlanSize(variants, exp.search.repetitions, search.max_probes(exp.search.bounds))
+        return PlanSize(variants, exp.search.repetitions,
+                        search.max_probes(exp.search.bounds, guided=exp.server.predicts(exp.search.factor)))
     return PlanSize(variants, exp.repetitions)
 
 

@@ -178,6 +178,11 @@ class ServerSpec(_Strict):
         """The ready line and fatal patterns a run watches for: the kind's, with the `ready:` section's own added."""
         return KINDS[self.kind].rules(self.ready.log_pattern, self.ready.fatal_patterns)
 
+    def predicts(self, arg: str) -> bool:
+        """Whether the kind's budget predicts the break-even of this argument (a search of its flag is guided)."""
+        found = KINDS[self.kind].break_even
+        return found is not None and found.arg == arg
+
 
 class DrainSpec(_Strict):
     """After stopping: wait until every GPU's memory.used is back within tolerance of its preflight value."""
