@@ -43,7 +43,7 @@ ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weigh
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
            "KV cache dtype", "Automatically reduce", "Started server process", "NCCL", "Interrupt", "SystemExit",
-           "atchdog timeout", *custom_ar.ANCHORS)
+           "atchdog timeout", "CUDA IPC for multimodal", *custom_ar.ANCHORS)
 
 _PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
@@ -102,6 +102,13 @@ _GRAPH_KIND = re.compile(r"Capture (?:[\w ]+? )?(cuda|CUDA|cpu|CPU|npu|NPU) grap
 _CAPTURE_BS = re.compile(r"Capture (?:cuda|CUDA|cpu|npu) graph bs (\[[\d, ]*\])")
 _UVICORN = re.compile(r"Uvicorn running on (\S+)")
 _SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
+# 0.5.17's KV-sizing error states SGLang's own break-even: "… under --mem-fraction-static=0.0025. Raise
+# --mem-fraction-static above 0.003 (minimum viable = 1 - available/pre = 0.0029)."
+_KV_MINIMUM = re.compile(r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=[\d.]+\. "
+                         r"Raise --mem-fraction-static above ([\d.]+) \(minimum viable = 1 - available/pre = (-?[\d.]+)\)")
+# the tokenizer's pool for multimodal features (0.5.17), which takes GPU memory the KV budget then lacks
+_IPC_RESERVE = re.compile(r"Using CUDA IPC for multimodal features: reserving up to (\d+) MiB")
+_GRAPH_END = "graph end."
 _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory")
 
 
@@ -133,6 +140,7 @@ class SGLangParser:
         self.current: str | None = None  # the phase in progress: after "Load weight end" it is the KV pool
         self.traceback_rank = "0"  # the rank whose "Scheduler hit an exception" the unprefixed lines continue
         self.frames = Attribution()  # the phase the traceback's frames name
+        self.graphs: dict[str, tuple[float, float, int]] = {}  # rank → GiB, s and count of its captures so far
 
     @property
     def wants_every_line(self) -> bool:
@@ -167,6 +175,7 @@ class SGLangParser:
             if not text[:1].isspace() and exception_line(text) is not None:
                 for name, value in oom_fields(text).items():
                     self.log.record(None, self.traceback_rank, name, value, number)
+                self._kv_minimum(number, text, None, self.traceback_rank)
                 reason = classify(text)
                 self.log.refine(reason, text.strip(), "kv_cache" if reason == "kv_cache_no_memory" else None)
                 self.frames.conclude(self.log)
@@ -203,7 +212,10 @@ class SGLangParser:
             self.current = _NEXT.get(msg[: msg.find(".")], phase)
             if m.re is _KV_ALLOCATED and m.group(2) is not None:  # MHA pools print K and V: their sum is the pool
                 log.record(t, rank, "kv_gib", round(float(m.group(2)) + float(m.group(3)), 2), number)
+            elif phase == "cuda_graph" and _GRAPH_END in msg and "piecewise" not in msg:
+                self._graph_total(number, t, rank)
             return
+        self._kv_minimum(number, msg, t, rank)
         if (over := _OVER_CAP.search(msg)) is not None and int(over.group(1)) <= 0:
             log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
         elif _NOT_ENOUGH.search(msg):
@@ -225,6 +237,28 @@ class SGLangParser:
                 log.record(t, rank, name, value, number)
             reason = classify(msg)
             log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
+
+    def _graph_total(self, number: int, t: datetime | None, rank: str) -> None:
+        """0.5.17 captures a prefill graph, then a decode graph, each with its own `mem usage` and `elapsed`: from the
+        second capture on, the rank's graph memory and time are recorded again as the sums so far (the last value is
+        the total) with `graph_captures`, their count."""
+        fields = self.log.ranks.get(rank, {})
+        mem, secs, captures = self.graphs.get(rank, (0.0, 0.0, 0))
+        mem, secs, captures = mem + fields.get("graph_mem_gib", 0.0), secs + fields.get("graph_s", 0.0), captures + 1
+        self.graphs[rank] = (mem, secs, captures)
+        if captures > 1:
+            self.log.record(t, rank, "graph_mem_gib", round(mem, 2), number)
+            self.log.record(t, rank, "graph_s", round(secs, 2), number)
+            self.log.record(t, rank, "graph_captures", float(captures), number)
+
+    def _kv_minimum(self, number: int, msg: str, t: datetime | None, rank: str) -> None:
+        """SGLang's own figures in its KV-sizing error (the share it says is the minimum, the one it suggests), and
+        the multimodal IPC pool it reserves before sizing."""
+        if (m := _KV_MINIMUM.search(msg)) is not None:
+            self.log.record(t, rank, "kv_min_fraction", float(m.group(2)), number)
+            self.log.record(t, rank, "kv_suggested_fraction", float(m.group(1)), number)
+        elif (m := _IPC_RESERVE.search(msg)) is not None:
+            self.log.record(t, rank, "ipc_reserve_gib", int(m.group(1)) / 1024, number)
 
     def _traceback(self, msg: str, rank: str) -> None:
         """A failure line whose traceback follows without the SGLang prefix: read every line until its exception."""
@@ -282,12 +316,40 @@ def parse(raw_lines: Iterable[str]) -> ParsedLog:
     return feed_lines(SGLangParser(), raw_lines)
 
 
+# Where a run's `total` (SGLang's `pre_model_load_memory`, the free memory it measured before the weights) comes
+# from, best first. SGLang 0.5.17 measures it when its distributed init ends, and something takes memory between
+# that and "Load weight begin" (0.10 GiB on an H200: its debug line said pre=139.19 GB where "Load weight begin"
+# said 139.09), so that line's figure put the break-even at 0.00216 where SGLang's own was 0.0029. `avail` is
+# "Load weight end" avail: the debug line's avail matched it within 0.003 GiB.
+TOTAL_FROM_ERROR = "SGLang's minimum viable share (its KV error)"
+TOTAL_FROM_POOL = "the KV pool it allocated"
+TOTAL_FROM_WEIGHTS = "Load weight begin"
+
+
+def _total(v, avail: float, fraction: float, ready: bool) -> tuple[float | None, str]:
+    """(total, where it came from) of one run's logged numbers. A failed launch whose error states SGLang's minimum
+    viable share z = 1 − avail/pre gives pre = avail / (1 − z); a ready one gives it back from its pool, the pool
+    (K + V) being what SGLang made of rest = avail − pre × (1 − fraction): pre = (avail − pool) / (1 − fraction);
+    otherwise "Load weight begin" avail."""
+    from launchlab.logparse import budgetrows as budget
+
+    minimum, pool = v.get("kv_min_fraction"), v.get("kv_gib")
+    if not budget.missing(minimum) and minimum < 1:
+        return avail / (1 - minimum), TOTAL_FROM_ERROR
+    if ready and not budget.missing(pool) and pool > 0 and fraction < 1:
+        return (avail - pool) / (1 - fraction), TOTAL_FROM_POOL
+    begin = v.get("weights_begin_avail_gib")
+    return (None, "") if budget.missing(begin) else (begin, TOTAL_FROM_WEIGHTS)
+
+
 def _budget(events, runs, telemetry):
-    """One row per run with the numbers SGLang's KV sizing used (reference/log-formats.md 2.4): total (the MIN over
-    ranks of "Load weight begin" avail, the free memory before the weights), avail (the MIN of "Load weight end"
-    avail), fraction; rest = avail − total × (1 − fraction), recomputed, against a `DEBUG profile_max_num_token`
-    line's when the server printed one (agrees); the break-even fraction 1 − avail/total; and the card's capacity
-    from nvidia-smi with the gap explained. A launch has a KV cache iff rest > 0."""
+    """One row per run with the numbers SGLang's KV sizing used (reference/log-formats.md 2.4): total (the free
+    memory before the weights: _total says from which numbers), avail (the MIN over ranks of "Load weight end"
+    avail), fraction; rest = avail − total × (1 − fraction), recomputed, against an instrumentation line's when the
+    server printed one (`DEBUG profile_available_bytes: … rest=`, the patch of params/patches, or the older
+    `DEBUG profile_max_num_token`: agrees); the break-even fraction 1 − avail/total (SGLang's own where its error
+    states it); and the card's capacity from nvidia-smi with the gap explained. A launch has a KV cache iff
+    rest > 0."""
     import pandas as pd  # loaded when a report asks, never to parse a log or validate params
 
     from launchlab.logparse import budgetrows as budget
@@ -295,18 +357,21 @@ def _budget(events, runs, telemetry):
     rows = []
     cards = budget.card_totals(telemetry)
     for run, v in budget.logged(events, runs):
-        total, avail = v.get("weights_begin_avail_gib"), v.get("weights_end_avail_gib")
-        fraction = v.get("mem_fraction_static")
-        if budget.missing(total, avail, fraction):
+        avail, fraction = v.get("weights_end_avail_gib"), v.get("mem_fraction_static")
+        if budget.missing(avail, fraction):
+            continue
+        total, source = _total(v, avail, fraction, run["status"] == "ready")
+        if total is None:
             continue
         rest = avail - total * (1 - fraction)
-        logged = v.get("debug.profile_max_num_token.rest")
-        logged = None if budget.missing(logged) else float(logged)
+        logged = next((float(v[f"debug.{name}.rest"]) for name in ("profile_available_bytes", "profile_max_num_token")
+                       if not budget.missing(v.get(f"debug.{name}.rest"))), None)
+        minimum = v.get("kv_min_fraction")
         row = {"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
-               "avail_gib": avail, "fraction": fraction, "reserved_gib": total * (1 - fraction), "rest_gib": rest,
-               "logged_rest_gib": logged,
+               "total_from": source, "avail_gib": avail, "fraction": fraction, "reserved_gib": total * (1 - fraction),
+               "rest_gib": rest, "logged_rest_gib": logged,
                "agrees": None if logged is None else abs(logged - rest) <= budget.DISAGREE_GIB,
-               "break_even_fraction": 1 - avail / total,
+               "break_even_fraction": float(minimum) if source == TOTAL_FROM_ERROR else 1 - avail / total,
                "kv_gib": v.get("kv_gib") if "kv_gib" in v else None}
         row.update(budget.card_gap(cards, run["run_id"], total, v.get("dist_init_mem_gib")))
         rows.append(row)
@@ -338,10 +403,16 @@ KIND = ServerKind(
     parser=lambda rules: SGLangParser(),
     budget=_budget,
     report_intro=("SGLang sizes its KV cache as `rest = avail − total × (1 − mem_fraction_static)` with "
-                  "`total` the free memory before the weights and `avail` after them (MIN over ranks). "
-                  "`rest ≤ 0` is \"Not enough memory\"; the break-even fraction is `1 − avail/total`. "
-                  "`logged_agrees` compares with a `DEBUG profile_max_num_token` line when the server "
-                  "printed one."),
+                  "`total` the free memory before the weights and `avail` after them (\"Load weight end\", MIN over "
+                  "ranks); `rest ≤ 0` is \"Loaded weights leave no GPU memory for the KV cache\" (0.5.17) or "
+                  "\"Not enough memory\", and the break-even fraction is `1 − avail/total`. SGLang 0.5.17 measures "
+                  "`total` before something else takes memory, so \"Load weight begin\" understates it; "
+                  "`total_from` says which numbers gave it: on a failed launch, the minimum viable share SGLang's "
+                  "error states (then the break-even is SGLang's own); on a ready one, the KV pool it allocated "
+                  "(K + V, printed to 0.01 GB); otherwise \"Load weight begin\". `logged_agrees` compares `rest` "
+                  "with an instrumentation line (`DEBUG profile_available_bytes` or `DEBUG profile_max_num_token`) "
+                  "when the server printed one. A multimodal CUDA IPC pool (`ipc_reserve_gib`, up to 1 GiB) is "
+                  "reserved before the sizing, so it is already outside `avail`."),
     break_even=BreakEven(arg="mem_fraction_static", column="break_even_fraction", formula="1 − avail/total"),
     custom_ar_off="--disable-custom-all-reduce",
     arg_aliases={"tp": "tp_size", "tp-size": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size",

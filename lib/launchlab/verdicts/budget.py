@@ -28,6 +28,9 @@ def summarize(budget: pd.DataFrame) -> pd.DataFrame:
     if "agrees" in budget:
         out["logged_agrees"] = budget.groupby("variant", sort=False)["agrees"].agg(
             lambda s: None if s.isna().all() else bool(s.dropna().all()))
+    if "total_from" in budget:  # which numbers gave a kind's total (SGLang: logparse/sglang.py _total)
+        out["total_from"] = budget.groupby("variant", sort=False)["total_from"].agg(
+            lambda s: "; ".join(dict.fromkeys(s.dropna())))
     if "borrowed_from" in budget:
         out["profile_from"] = budget.groupby("variant", sort=False)["borrowed_from"].agg(_profile_from)
     return out.reset_index()
