@@ -150,11 +150,14 @@ def test_the_shipped_demo_search_takes_four_launches_per_stratum_for_the_interva
         in proc.stderr
 
 
-def test_a_server_whose_log_lies_about_its_memory_is_searched_by_bisection_and_the_prediction_said_to_fail(
+def test_a_server_whose_log_lies_about_its_memory_is_searched_by_bisection_and_its_figures_said_to_disagree(
         tmp_path, sim_root):
     """The simulated server's fault injection (SIM_FAULT_AVAIL_OFFSET_GIB): its log prints 2 GiB more free memory
-    after the weights than it has, so its numbers predict a break-even ≈ 0.021 too low. The guided probes show it
-    wrong (not ready above the prediction); the search bisects on to the true threshold and says so."""
+    after the weights than it has, while it sizes its KV pool from the truth. Its probes' figures then disagree —
+    a failed one's break-even from the "Load weight" lines is ≈ 0.021 too low, a ready one's total from its pool is
+    off by 2 GiB / (1 − fraction) — so the prediction is not followed (issue 38: before, a ready probe trusted the
+    lie too, the guided probes failed and the search fell back to bisection); the search bisects to the true
+    threshold and says why."""
     path = demo_search(tmp_path, "0.50", "0.95", "0.005", more=(('    "on": {}\n', ""),
                                                                  ("env: {}", 'env: {SIM_FAULT_AVAIL_OFFSET_GIB: "2"}')))
     proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path)], capture_output=True, text=True, timeout=900)
@@ -163,20 +166,18 @@ def test_a_server_whose_log_lies_about_its_memory_is_searched_by_bisection_and_t
     [row] = json.loads((run_dir / "verdict.json").read_text())["thresholds"]["strata"]
     assert row["state"] == "converged" and row["interval_low"] < sim_break_even(False) <= row["interval_high"]
     assert row["interval_high"] - row["interval_low"] <= 0.005 + 1e-9
-    assert abs(row["predicted_break_even"] - (sim_break_even(False) - 2 / row["pre_load_free_gib"])) < 0.0005
-    assert row["predicted_in_interval"] is False and row["prediction_held"] is False
-    assert "failed" in row["prediction_note"] and "not ready at" in row["prediction_note"]
-    assert row["launches"] > 4  # the ends, the two guided values, then bisection
+    assert row["prediction_held"] is None and "disagrees with the stratum's other probes" in row["prediction_note"]
+    assert "probe 0.50" in row["flagged_probes"] and "probe 0.95" in row["flagged_probes"]
+    assert row["launches"] == row["blind_launches"]  # bisection alone, from the ends on
     manifest = json.loads((run_dir / "manifest.json").read_text())
     whys = [e["why"] for e in manifest["runs"]]
-    assert [w.split(" the break-even")[0] for w in whys[2:4]] == ["just below", "just above"]
-    assert whys[4:] and all(w.startswith("bisects (") and "the prediction is not followed: the predicted break-even"
-                            in w for w in whys[4:]), whys
+    assert whys[2:] and all(w.startswith("bisects (") and "the prediction is not followed: probe " in w
+                            for w in whys[2:]), whys
     # the interval is one that probes on both sides established, never the prediction
     probed = {float(e["levels"]["mem_fraction_static"]) for e in manifest["runs"]}
     assert {row["interval_low"], row["interval_high"]} <= probed
     report = (run_dir / "report.md").read_text()
-    assert "**The prediction failed**, so the search bisected" in report
+    assert "The prediction was not followed (the search bisected): probe " in report
     assert "SIMULATED FAULT" in (run_dir / "runs" / manifest["run_ids"][0] / "server.log").read_text()
 
 

@@ -74,6 +74,13 @@ class Report:
         return list(self.exp.factors) + ([self.exp.search.factor] if self.exp.search else [])
 
     @property
+    def varied(self) -> list[str]:
+        """The factors the verdict decides: those the params give two levels or more, and a search's flag. A factor
+        of one level (a label for a search's one stratum, say) is a constant of the design, never a question; a
+        level left out with --only still counts, and leaves its factor undetermined."""
+        return [f for f in self.factors if f not in self.exp.factors or len(self.exp.factors[f]) > 1]
+
+    @property
     def baseline_levels(self) -> dict[str, str]:
         """The baseline's levels; in a search, its flag at the high end (probed in every stratum, ready there
         when the search's assumption holds)."""
@@ -150,7 +157,7 @@ class Report:
 
     def computed_verdict(self) -> Verdict:
         rows = [{k: plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
-        built = verdict.build(self.frames.runs, self.frames.events, self.factors, self.baseline_levels,
+        built = verdict.build(self.frames.runs, self.frames.events, self.varied, self.baseline_levels,
                               baseline_variant=self.baseline_name, facts=self.facts, budget_rows=rows,
                               tolerance_mib=self.exp.drain.tolerance_mib, planned=self.planned,
                               level_checks=self.level_checks, parsed=self.parsed,

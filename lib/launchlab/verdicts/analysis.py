@@ -87,7 +87,11 @@ _NOUNS = {KIT_ERROR: "kit error", INTERRUPTED: "interrupted run", MISSING: "miss
 
 
 def _counted(kind: str, n: int) -> str:
-    return f"{n} {_NOUNS[kind]}{'s' if n != 1 else ''}"
+    noun = _NOUNS[kind]
+    if n == 1:
+        return f"1 {noun}"
+    head, _, tail = noun.partition(" of ")  # "runs of another level", not "run of another levels"
+    return f"{n} {head}s" + (f" of {tail}" if tail else "")
 
 
 def _tally(rows: pd.DataFrame) -> str:
@@ -96,7 +100,10 @@ def _tally(rows: pd.DataFrame) -> str:
     for kind, group in rows.groupby("invalid_kind", sort=False):
         text = _counted(kind, len(group))
         if kind == CONTRADICTED:
-            text += f" — the server's log shows another level than the run's: {', '.join(group['run_id'])}"
+            shown = group["invalid_detail"].fillna("").value_counts()
+            what = shown.index[0] if len(shown) == 1 and "contradicts its" not in shown.index[0] else ""
+            text += (f" — the server's log shows another level than the run's{f' ({what})' if what else ''}: "
+                     f"{', '.join(group['run_id'])}")
         elif kind in (KIT_ERROR, UNKNOWN_OUTCOME, MISFILED):
             common = group["invalid_detail"].fillna("").value_counts()
             if len(common) and common.index[0]:
@@ -226,7 +233,7 @@ def _comparisons(per: dict[str, dict], compared: list[str], reference: str | Non
 
 
 def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | None = None,
-           *, drop: set[str] = frozenset()) -> dict:
+           *, drop: set[str] = frozenset(), drop_why: str = "") -> dict:
     """Whether changing only `factor` changes the share of ready runs, stratum by stratum.
 
     status: `decides` (in every stratum), `decides_in_some` (in some, not in others where it was compared),
@@ -236,11 +243,15 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     Fisher's exact test of each level against `reference` (the baseline level); a deciding status carries the
     weakest of its strata's p-values and the repetitions per side that would make such a split significant;
     `runs_per_side` is the fewest valid runs a side has in the comparisons it rests on (1: one run of each level).
-    drop: runs that are no observations of this factor (their log contradicts their level)."""
+    drop: runs that are no observations of this factor (their log contradicts their level); drop_why: what their
+    logs showed instead (levelchecks.contradiction_reasons)."""
     if drop:
-        obs = _dropped(obs, drop, factor)
+        obs = _dropped(obs, drop, factor, drop_why)
     levels = list(dict.fromkeys(obs[factor]))
-    detail = [_stratum(group, held, factor, levels, reference=reference) for held, group in strata(obs, factor, factors)]
+    # a stratum where the design planned one level of the factor (declared `variants:` that vary another factor
+    # there) compares nothing of it: it neither decides nor leaves it undetermined
+    detail = [_stratum(group, held, factor, levels, reference=reference) for held, group in strata(obs, factor, factors)
+              if group[factor].nunique() > 1 or len(levels) < 2]
     changed = [s for s in detail if s["changes"]]
     status = _status(detail, changed)
     deciding = [c for s in changed for c in s["comparisons"] if _rate(c) != _rate(c, "reference_")]
@@ -260,13 +271,13 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
             "repetitions_to_settle": settle, "runs_per_side": per_side}
 
 
-def _dropped(obs: pd.DataFrame, drop: set[str], factor: str) -> pd.DataFrame:
+def _dropped(obs: pd.DataFrame, drop: set[str], factor: str, why: str = "") -> pd.DataFrame:
     """The observations with `drop`'s runs made invalid for this factor: their log contradicts their level."""
     obs = obs.copy()
     gone = obs["run_id"].isin(drop) & obs["valid"]
     obs.loc[gone, "valid"] = False
     obs.loc[gone, "invalid_kind"] = CONTRADICTED
-    obs.loc[gone, "invalid_detail"] = f"the server's log contradicts its {factor} level"
+    obs.loc[gone, "invalid_detail"] = why or f"the server's log contradicts its {factor} level"
     return obs
 
 
@@ -354,6 +365,8 @@ def _undetermined_why(factor: str, detail: list[dict]) -> str:
         for level, per in s["levels"].items():
             if per["valid"] == 0:
                 reasons.append(f"no valid runs of {factor}={level}{where}: {per['invalid']}")
+    if not detail:
+        return f"the design never plans two levels of {factor} with the other factors held"
     if not reasons:
         return "no comparison had both of its levels"
     if any(s["changes"] is False for s in detail):

@@ -42,7 +42,9 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     contradicted = levelchecks.contradicted_runs(checks)
     found, derived = _confounds(obs, runs, factors, checks, baseline_variant=baseline_variant, facts=facts,
                                 tolerance_mib=tolerance_mib, parsed=parsed or {}, declared_args=set(declared_args))
-    decisions = [analysis.decide(obs, f, factors, baseline.get(f), drop=contradicted.get(f, set())) for f in factors]
+    why = levelchecks.contradiction_reasons(checks)
+    decisions = [analysis.decide(obs, f, factors, baseline.get(f), drop=contradicted.get(f, set()), drop_why=why.get(f, ""))
+                 for f in factors]
     decisions = [analysis.confounded(d, _touching(found, checks)) for d in decisions]
     effects = analysis.factor_effects(runs, events, factors, baseline, planned=planned, drop=contradicted)
     reasons = inconclusive_reasons(obs, decisions)
