@@ -7,7 +7,7 @@ A search whose hosts are all simulated runs twice on the simulated host, through
 runs it (batch.run_batch, in this process): guided, as shipped, then blind — the same kit with `searchbatch.guides`
 answering nothing, which is the search before issue 30. Each prints its launches, the interval, the prediction and
 what became of it, and the wall time of the whole search. A search that needs a real server (vLLM on a GPU) cannot
-run here: it is replayed over the runs of its committed example (examples/, made by bisection alone on a real GPU),
+run here: it is replayed over the runs of its committed example (examples/: vLLM's made by bisection alone, SGLang's by the guided search),
 asking search.step with the guides its runs' logs give (thresholds.guides over the runs made so far) for each next
 probe, and taking that probe's recorded outcome — while every value it asks for was recorded.
 """
@@ -128,10 +128,11 @@ def bench_replayed(path: Path, work: Path) -> None:
     guided = replay(run_dir)
     blind = {r["stratum"]: r for r in rundir.read_json(run_dir / "verdict.json")["thresholds"]["strata"]}
     print(f"{path.relative_to(ROOT)}: a real server ({exp.server.kind}), not runnable here — replayed over "
-          f"{example.relative_to(ROOT)} (run by bisection alone on a real GPU)")
+          f"{example.relative_to(ROOT)} (its recorded outcomes on a real GPU; blind: what bisection alone takes on "
+          "them, search.blind_probes)")
     print(f"  {'stratum':<16} {'guided':>6} {'blind':>6}  guided search")
     for stratum, (launches, said) in guided.items():
-        print(f"  {stratum:<16} {launches:>6} {len(blind[stratum]['runs'].split(', ')):>6}  {said}")
+        print(f"  {stratum:<16} {launches:>6} {blind[stratum]['blind_launches']:>6}  {said}")
 
 
 def main() -> int:
