@@ -7,7 +7,8 @@ A search whose hosts are all simulated runs twice on the simulated host, through
 runs it (batch.run_batch, in this process): guided, as shipped, then blind — the same kit with `searchbatch.guides`
 answering nothing, which is the search before issue 30. Each prints its launches, the interval, the prediction and
 what became of it, and the wall time of the whole search. A search that needs a real server (vLLM on a GPU) cannot
-run here: it is replayed over the runs of its committed example (examples/: vLLM's made by bisection alone, SGLang's by the guided search),
+run here: it is replayed over the runs of its committed example (examples/: vLLM's made by bisection alone,
+SGLang's by the guided search),
 asking search.step with the guides its runs' logs give (thresholds.guides over the runs made so far) for each next
 probe, and taking that probe's recorded outcome — while every value it asks for was recorded.
 """
