@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from launchlab import safefiles
+
 MASK = "****"
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|AUTH|CREDENTIAL|(?:^|_)PAT(?:$|_)", re.IGNORECASE)
 SECRET_FLAG = re.compile(r"^--?(?:[\w-]*[-_])?(?:api[-_]?key|token|key|secret|password|passwd|pass|auth|credentials?)$",
@@ -129,15 +131,10 @@ class Masker:
         """Mask a file in place, line by line (a log can be hundreds of MB)."""
         if not self.values:
             return
-        tmp = path.with_name(f".{path.name}.masking")
-        try:
-            with open(path, "rb") as src, open(tmp, "wb") as dst:
-                for line in src:
-                    dst.write(self.bytes(line))
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with safefiles.replacing(path, mode=path.stat().st_mode & 0o777) as tmp, open(path, "rb") as src, \
+                open(tmp, "xb") as dst:
+            for line in src:
+                dst.write(self.bytes(line))
 
     def record(self, obj: object) -> object:
         """A JSON-like record with every string masked (dict keys included)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from launchlab import masking, params
+from launchlab import masking, params, safefiles
 from launchlab.errors import HostError, LaunchlabError
 from launchlab.gpu import telemetry
 from launchlab.hosts import Host, ProcessRef, commands, patching, reaper
@@ -117,23 +117,21 @@ def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord, deadline: 
     logs = (node.log_name, *node.host.extra_logs)
     names = (*logs, node.csv_name) if node.sampled else logs
     for name in names:
-        partial = folder.path / f".{name}.fetching"
         try:
-            if name in logs:
-                node.kept[name] = copy_log(node.host, f"{node.dir}/{name}", partial, node.masker, deadline=deadline)
-            else:
-                node.host.fetch(f"{node.dir}/{name}", str(partial))
-                node.masker.mask_file(partial)
-            partial.replace(folder.path / name)  # only a complete copy replaces what was mirrored during the run
+            # only a complete copy replaces what was mirrored during the run (safefiles: never through a link)
+            with safefiles.replacing(folder.path / name) as partial:
+                if name in logs:
+                    node.kept[name] = copy_log(node.host, f"{node.dir}/{name}", partial, node.masker, deadline=deadline)
+                else:
+                    node.host.fetch(f"{node.dir}/{name}", str(partial))
+                    node.masker.mask_file(partial)
             collected += 1
         except _Late as exc:
-            partial.unlink(missing_ok=True)
             late = (f"collecting the raw files of {node.label} ran past its deadline ({collect_s:.0f} s): {exc}; the "
                     "run's outcome cannot be told from its log, so it is an error. The server's log is still on the "
                     f"host in {node.dir}; what was seen during the run is kept as {name}")
             result.notes.append(late)
         except (OSError, LaunchlabError) as exc:
-            partial.unlink(missing_ok=True)
             local_failure = local_failure or not isinstance(exc, HostError)
             kept = " (the part seen during the run is kept)" if (folder.path / name).exists() else ""
             result.notes.append(f"could not collect {name}{kept}: {exc}")

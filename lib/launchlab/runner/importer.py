@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from launchlab import __version__, logparse, masking, params
+from launchlab import __version__, logparse, masking, params, safefiles
 from launchlab.errors import ImportFailed, ParamsError, ParseError
 from launchlab.gpu import smitext, telemetry
 from launchlab.logparse.kinds import KINDS
@@ -174,15 +174,9 @@ def _sha256(path: Path) -> str:
 def _copy_masked(src: Path, dst: Path, masker: masking.Masker) -> None:
     """A copy of a file with every secret value masked, renamed into place when whole."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.importing")
-    try:
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            for line in fin:
-                fout.write(masker.bytes(line))
-        tmp.replace(dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with safefiles.replacing(dst, mode=0o600) as tmp, open(src, "rb") as fin, open(tmp, "xb") as fout:
+        for line in fin:
+            fout.write(masker.bytes(line))
 
 
 def _import_run(directory: rundir.RunDir, s: Source, parsed: logparse.ParsedLog, *, exp: params.Experiment,

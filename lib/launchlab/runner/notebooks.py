@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launchlab import config, interrupts, masking, params
+from launchlab import config, interrupts, masking, params, safefiles
 from launchlab.errors import NotebookFailed, RunDirError
 from launchlab.run import recovery
 from launchlab.runner import kernels, liveprogress
@@ -64,6 +64,14 @@ def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKern
     silenced so the progress lines stay readable. Cell errors still land in the executed notebook. With a pool,
     the notebook runs in a kernel the pool started beforehand and stops afterwards (kernels.py); with a server, in
     a kernel forked from it; with neither, papermill starts and shuts down one of its own."""
+    # papermill writes the executed notebook in a private folder, renamed into place however it ends (a failed
+    # cell's notebook is the evidence): a `summary.ipynb` someone linked elsewhere is replaced, never written through
+    with safefiles.replacing(output, keep_on_error=True) as tmp:
+        _execute(template, tmp, parameters, pool, server=server)
+
+
+def _execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None,
+             *, server: kernels.ForkServer | None) -> None:
     import papermill  # here, not at the top: the run kernel imports this module, and papermill costs it seconds
 
     if pool is None and server is None:

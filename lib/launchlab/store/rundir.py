@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launchlab import config
+from launchlab import config, safefiles
 from launchlab.errors import RunDirError
 from launchlab.store.verdictrecord import Verdict
 
@@ -357,7 +357,7 @@ def _headline(run_dir: RunDir) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Atomic writes
+# Atomic writes (safefiles.replacing: no write follows a planted link)
 
 
 def write_text(path: Path, text: str) -> None:
@@ -421,13 +421,8 @@ def read_json(path: Path) -> dict:
 
 def write_frame(path: Path, frame: pd.DataFrame) -> None:
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
+        with safefiles.replacing(path) as tmp:
+            frame.to_parquet(tmp, index=False)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise _disk_error(path, exc) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -1,0 +1,89 @@
+"""Issue 39, part 2 and 6: a run directory others can write to (a shared outputs/) is untrusted. Every file the kit
+writes there goes to a private folder first and is renamed into place: a name someone linked to a file elsewhere
+(`summary.ipynb`, `runs.parquet`, the old fixed temporary `.runs.parquet.tmp`, a run's `parsed.json`) is replaced,
+never written through; two `launchlab report`s of one run directory both finish with whole files. Each test fails
+on the code before (which wrote summary.ipynb through the link and the frames through `.NAME.tmp`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import LAUNCHLAB, ROOT
+from launchlab import safefiles
+
+EXAMPLE = ROOT / "examples/h200-transformers-kv/20261129-232709"  # small (1.3 MB), written by an older kit
+
+
+def _copy(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "shared-outputs" / EXAMPLE.name
+    shutil.copytree(EXAMPLE, run_dir)
+    return run_dir
+
+
+def test_replacing_renames_over_a_planted_link_and_leaves_its_target_alone(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("theirs")
+    (tmp_path / "out").mkdir()
+    target = tmp_path / "out" / "report.md"
+    target.symlink_to(victim)
+    with safefiles.replacing(target) as tmp:
+        tmp.write_text("ours")
+    assert victim.read_text() == "theirs" and not target.is_symlink() and target.read_text() == "ours"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["report.md"]  # no temporary left
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_and_a_notebook_is_kept_however_it_ends(tmp_path):
+    target = tmp_path / "runs.parquet"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), safefiles.replacing(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("disk gone")
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["runs.parquet"]
+    notebook = tmp_path / "summary.ipynb"
+    with pytest.raises(RuntimeError), safefiles.replacing(notebook, keep_on_error=True) as tmp:
+        tmp.write_text("executed up to the failing cell")
+        raise RuntimeError("a cell failed")
+    assert notebook.read_text() == "executed up to the failing cell"
+
+
+@pytest.mark.slow
+def test_report_never_writes_through_links_planted_in_a_shared_run_directory(tmp_path):
+    run_dir = _copy(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    first_run = sorted((run_dir / "runs").iterdir())[0].name
+    planted = ["summary.ipynb", "runs.parquet", "report.md", "verdict.json", ".runs.parquet.tmp",
+               f"runs/{first_run}/parsed.json"]
+    for i, name in enumerate(planted):
+        victim = outside / f"victim-{i}"
+        victim.write_text(f"someone else's file {i}")
+        (run_dir / name).unlink(missing_ok=True)
+        (run_dir / name).symlink_to(victim)
+    res = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for i, _ in enumerate(planted):
+        assert (outside / f"victim-{i}").read_text() == f"someone else's file {i}"
+    for name in planted:
+        if name != ".runs.parquet.tmp":  # no longer a name the kit writes
+            assert not (run_dir / name).is_symlink() and (run_dir / name).is_file(), name
+    assert pd.read_parquet(run_dir / "runs.parquet")["run_id"].str.startswith("0").all()
+    assert json.loads((run_dir / "summary.ipynb").read_text())["cells"]
+
+
+@pytest.mark.slow
+def test_two_reports_of_one_run_directory_both_finish_with_whole_files(tmp_path):
+    run_dir = _copy(tmp_path)
+    procs = [subprocess.Popen([*LAUNCHLAB, "report", "--no-html", str(run_dir)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+    assert len(pd.read_parquet(run_dir / "runs.parquet")) == 8
+    assert json.loads((run_dir / "verdict.json").read_text())["outcome_factors"] == ["num_blocks"]
+    assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]  # no temporary left behind
