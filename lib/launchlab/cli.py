@@ -118,8 +118,11 @@ def _ls(args: argparse.Namespace) -> int:
         print(f"no run directory under {root}", file=sys.stderr)
         return 0
     for row in rows:
-        print(f"{row['path']}  {row['experiment']}  {row['created_at']}  {row['done']}/{row['planned']} runs  "
-              f"{row['headline']}")
+        if "unreadable" in row:
+            print(f"{visible(row['path'])}  UNREADABLE: {visible(row['unreadable'])}")
+            continue
+        print(visible(f"{row['path']}  {row['experiment']}  {row['created_at']}  {row['done']}/{row['planned']} "
+                               f"runs  {row['headline']}"))
     return 0
 
 

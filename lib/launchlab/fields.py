@@ -68,8 +68,11 @@ class Alphabet:
         return AfterValidator(check)
 
 
-def shown(value: str, limit: int = 40) -> str:
-    """A user's value for a message: clipped, control characters escaped (`\\x0a`)."""
+def shown(value: object, limit: int = 40) -> str:
+    """A user's value for a message: clipped, control characters escaped (`\\x0a`); what is no string (a number,
+    null in a JSON file someone else wrote) as JSON writes it."""
+    if not isinstance(value, str):
+        value = "null" if value is None else repr(value)
     return one_line(value if len(value) <= limit else value[:limit] + "…")
 
 
@@ -77,6 +80,10 @@ def shown(value: str, limit: int = 40) -> str:
 SLUG = Alphabet("a slug", r"[A-Za-z0-9][A-Za-z0-9._-]*",
                 "a letter or digit, then letters, digits, '.', '_' or '-' (it names folders and run ids)",
                 MAX_NAME_CHARS)
+# a run's id: the name of its folder under runs/, read back from a manifest others may have written, so never a path
+RUN_ID = Alphabet("a run id", r"[A-Za-z0-9][A-Za-z0-9._-]*",
+                  "a letter or digit, then letters, digits, '.', '_' or '-' (a folder name under runs/, never a path)",
+                  200)
 # factor names (columns of the frames, keys of the baseline)
 IDENTIFIER = Alphabet("an identifier", r"[A-Za-z_][A-Za-z0-9_]*", "a letter or '_', then letters, digits or '_'",
                       MAX_NAME_CHARS)

@@ -104,7 +104,7 @@ def recorded(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict[str, H
     folder = rundir.RunDir(run_dir).run(run.run_id)
     found = make(exp, run, run_dir, hosts)
     try:
-        processes = rundir.read_json(folder.processes)
+        processes = rundir.read_json(folder.processes, expect=list)
     except rundir.RunDirError:
         processes = []
     for p in processes:

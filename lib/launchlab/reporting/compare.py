@@ -44,7 +44,12 @@ def load_side(path: str | Path, label: str) -> compare.Side:
     manifest = directory.manifest()
     try:
         tables = frames.load(directory.path)
-        verdict = Verdict.from_json(rundir.read_json(directory.verdict_file))
+        data = rundir.read_json(directory.verdict_file)
+        try:
+            verdict = Verdict.from_json(data)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a verdict.json the kit did not write
+            raise RunDirError(f"{directory.verdict_file} is not a verdict the kit wrote ({type(exc).__name__}: "
+                              f"{str(exc)[:120]})") from None
     except RunDirError as exc:
         raise RunDirError(f"{label}: {exc} (`launchlab report {path}` writes the frames and verdict.json)") from None
     if set(tables.runs["run_id"]) != set(manifest.run_ids):

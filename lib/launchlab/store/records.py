@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from launchlab import __version__
 from launchlab.errors import RunDirError
-from launchlab.store import rundir
+from launchlab.store import jsontypes, rundir
 
 if TYPE_CHECKING:  # annotations only: the store does not import the params model or the search
     from launchlab.params import Variant
@@ -121,9 +121,12 @@ class RunRecord:
     ESSENTIAL = ("run_id", "variant", "repetition", "host", "levels", "status", "failure_message", "stopped_with")
 
     @classmethod
-    def from_json(cls, data: dict) -> RunRecord:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def from_json(cls, data: dict, path: Path | str = "status.json") -> RunRecord:
+        """A record read back: every known field of the type the kit writes (jsontypes), else RunDirError."""
+        try:
+            return cls(**jsontypes.checked(cls, data, path))
+        except TypeError as exc:  # a required field missing
+            raise RunDirError(f"{path} is not a run record the kit wrote ({exc})") from None
 
     @property
     def job_node(self) -> str | None:
@@ -156,14 +159,13 @@ class StatusFile:
 
 def read_status(folder: rundir.RunFolder) -> StatusFile | None:
     """A run folder's status, or None when it has none (not started, or an earlier attempt was archived)."""
-    try:
-        data = rundir.read_json(folder.status)
-    except RunDirError:
+    if not folder.status.is_file():
         return None
+    data = rundir.read_json(folder.status)  # one of the wrong shape is an error that names it, never "not started"
     state = data.get("state")
     if state not in STATES:
         raise RunDirError(f"{folder.status} has an unknown state {state!r}; rebuild the run with --resume")
-    return StatusFile(state, RunRecord.from_json(data) if state == "done" else None, data.get("elapsed_s"),
+    return StatusFile(state, RunRecord.from_json(data, folder.status) if state == "done" else None, data.get("elapsed_s"),
                       data.get("detail"))
 
 

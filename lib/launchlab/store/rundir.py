@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from launchlab import config, safefiles
 from launchlab.errors import RunDirError
+from launchlab.fields import RUN_ID
 from launchlab.store.verdictrecord import Verdict
 
 if TYPE_CHECKING:  # pandas costs the run kernel half a second; only the report writes frames
@@ -56,9 +57,10 @@ class ManifestEntry:
     imported: bool = False  # made by `launchlab import` from a log run by hand
 
     @classmethod
-    def from_json(cls, data: dict) -> ManifestEntry:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def from_json(cls, data: dict, path: Path | str = "manifest.json") -> ManifestEntry:
+        from launchlab.store import jsontypes  # a sibling module that imports nothing of the store
+
+        return cls(**jsontypes.checked(cls, data, path))
 
     def to_json(self) -> dict:
         """The entry as manifest.json holds it: a key only where it says something (a probe's stratum and why, a
@@ -72,6 +74,19 @@ class ManifestEntry:
         if self.imported:
             entry["imported"] = True
         return entry
+
+
+def _check_run_ids(manifest: Manifest, path: Path | str) -> None:
+    """A manifest read back is untrusted (a shared outputs/): its run ids must be a list of plain names, each a folder
+    under runs/ — never a path (`/abs`, `../x`) that would make the report read or write elsewhere."""
+    where = {"run_ids": manifest.run_ids, "runs": [e.run_id for e in manifest.runs],
+             "warmup_runs": [e.run_id for e in manifest.warmup_runs]}
+    if not isinstance(manifest.run_ids, list):
+        raise RunDirError(f"{path}: `run_ids` must be a list of run ids, not a {type(manifest.run_ids).__name__}")
+    for key, ids in where.items():
+        for i, run_id in enumerate(ids):
+            if problem := RUN_ID.problem("run id", run_id):
+                raise RunDirError(f"{path}: {key}[{i}]: {problem}")
 
 
 @dataclass(frozen=True)
@@ -125,6 +140,8 @@ class Manifest:
     @classmethod
     def from_json(cls, data: dict, path: Path | str = "manifest.json") -> Manifest:
         """A manifest read back; keys a newer kit added are ignored, a missing required one is a RunDirError."""
+        if not isinstance(data, dict):
+            raise RunDirError(f"{path} is not a launchlab manifest (a JSON {type(data).__name__}, not an object)")
         known = {f.name for f in fields(cls)}
         try:
             manifest = cls(**{k: v for k, v in data.items() if k in known})
@@ -137,6 +154,7 @@ class Manifest:
             manifest.search = ManifestSearch.from_json(manifest.search) if manifest.search else None
         except (TypeError, AttributeError) as exc:
             raise RunDirError(f"{path} is not a launchlab manifest ({exc})") from None
+        _check_run_ids(manifest, path)
         return manifest
 
     def to_json(self) -> dict:
@@ -248,6 +266,8 @@ class RunDir:
         return self.path / f"{name}.parquet"
 
     def run(self, run_id: str) -> RunFolder:
+        if problem := RUN_ID.problem("run id", run_id):
+            raise RunDirError(f"{self.path}: {problem}")
         return RunFolder(self.path / "runs" / run_id)
 
     def comparison(self, before: RunDir) -> CompareFolder:
@@ -327,25 +347,30 @@ def latest(root: Path) -> RunDir:
 
 
 def list_run_dirs(root: Path) -> list[dict]:
-    """Every run directory under root, oldest first: experiment, date, runs done/planned, verdict headline."""
+    """Every run directory under root, oldest first: experiment, date, runs done/planned, verdict headline — or, for
+    one whose files cannot be read as the kit writes them (someone else's, in a shared outputs/), `unreadable`: why.
+    One such directory never hides the others."""
     rows = []
     for manifest_path in sorted(Path(root).glob("*/*/manifest.json"), key=lambda p: p.stat().st_mtime):
         run_dir = RunDir(manifest_path.parent)
         try:
-            manifest = run_dir.manifest()
-        except RunDirError:
-            continue
-        planned = manifest.run_ids
-        done = 0
-        for run_id in planned:
-            try:
-                done += read_json(run_dir.run(run_id).status).get("state") == "done"
-            except RunDirError:
-                pass
-        rows.append({"path": str(run_dir.path), "experiment": manifest.experiment,
-                     "created_at": manifest.created_at or "?", "done": done, "planned": len(planned),
-                     "headline": _headline(run_dir)})
+            rows.append(_listed(run_dir))
+        except RunDirError as exc:
+            rows.append({"path": str(run_dir.path), "unreadable": str(exc)})
     return rows
+
+
+def _listed(run_dir: RunDir) -> dict:
+    manifest = run_dir.manifest()
+    done = 0
+    for run_id in manifest.run_ids:
+        try:
+            status = read_json(run_dir.run(run_id).status)
+        except RunDirError:
+            continue  # not run yet
+        done += isinstance(status, dict) and status.get("state") == "done"
+    return {"path": str(run_dir.path), "experiment": manifest.experiment, "created_at": manifest.created_at or "?",
+            "done": done, "planned": len(manifest.run_ids), "headline": _headline(run_dir)}
 
 
 def _headline(run_dir: RunDir) -> str:
@@ -353,7 +378,10 @@ def _headline(run_dir: RunDir) -> str:
         v = read_json(run_dir.verdict_file)
     except RunDirError:
         return "no verdict yet (`launchlab report RUN_DIR`)"
-    return Verdict.from_json(v).headline(width=160)
+    try:
+        return Verdict.from_json(v).headline(width=160)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a verdict.json the kit did not write
+        return f"verdict.json unreadable ({type(exc).__name__}): `launchlab report RUN_DIR` writes it again"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -410,13 +438,19 @@ def update_json(path: Path, changes: dict) -> None:
     write_json(path, {**read_json(path), **changes})
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path, *, expect: type = dict) -> dict:
+    """A JSON file of a run directory, which must hold what the kit writes there: an object (a list for
+    processes.json) — a run directory others wrote is untrusted input; RunDirError naming the file otherwise."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RunDirError(f"{path} is missing") from None
-    except ValueError as exc:
-        raise RunDirError(f"{path} is not valid JSON ({exc}); rebuild it with `launchlab report`") from None
+    except (ValueError, RecursionError) as exc:
+        raise RunDirError(f"{path} is not valid JSON ({str(exc)[:200]}); rebuild it with `launchlab report`") from None
+    if not isinstance(data, expect):
+        raise RunDirError(f"{path} holds a JSON {type(data).__name__} where the kit writes a "
+                          f"{'list' if expect is list else 'JSON object'}: it was not written by this kit")
+    return data
 
 
 def write_frame(path: Path, frame: pd.DataFrame) -> None:
