@@ -6,7 +6,8 @@
     ├── ParseError         a log or telemetry file cannot be read at all
     ├── RunDirError        a run directory is missing, incomplete or not ours
     ├── NotebookFailed     papermill could not execute a notebook
-    └── ImportFailed       `launchlab import` cannot use a file it was given (nothing is written)
+    ├── ImportFailed       `launchlab import` cannot use a file it was given (nothing is written)
+    └── NotYours           a folder the kit would use (under a shared temp directory) is not this user's own
 
 Messages say what happened, where, and what to do; the CLI prints them without a traceback.
 """
@@ -60,3 +61,8 @@ class ImportFailed(LaunchlabError):
         self.problems = list(problems)
         lines = "\n".join(f"  {p}" for p in self.problems)
         super().__init__(f"import of {experiment!r}: {len(self.problems)} problem(s), nothing was written:\n{lines}")
+
+
+class NotYours(LaunchlabError):
+    """A folder the kit would put its files in is not this user's alone (another user's, writable by others, or a
+    link): anyone else who can write there could plant what the kit then runs or writes through."""

@@ -9,7 +9,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,7 +24,9 @@ def open_host(name: str, spec: local_spec.LocalSpec, *, sim_box: Path | None = N
 
 
 def default_workdir() -> str:
-    return os.path.join(tempfile.gettempdir(), f"launchlab-host-{os.getuid()}")
+    """In the user's home, as for SSH and Slurm hosts (not the shared temp directory, where another user could
+    make the folder first; the work folder is checked to be the user's alone either way: claim_workdir)."""
+    return os.path.expanduser("~/.launchlab/work")
 
 
 class LocalHost(ShellHost):
@@ -35,7 +36,7 @@ class LocalHost(ShellHost):
 
     def __init__(self, name: str, workdir: str | None = None, env: dict[str, str] | None = None):
         self.name = name
-        self.workdir = workdir or default_workdir()
+        self.workdir = os.path.expanduser(workdir) if workdir else default_workdir()
         self.env = dict(env or {})
 
     def execute(self, command: str, *, timeout: float, idempotent: bool) -> CommandResult:

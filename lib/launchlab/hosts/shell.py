@@ -175,9 +175,24 @@ class ShellHost(abc.ABC):
     def clock(self) -> str:
         return self.run(commands.host_clock(), timeout=30).stdout.strip()
 
+    def claim_workdir(self) -> None:
+        """Before anything is launched: the work folder is the user's alone (made 0700 when missing). Another
+        user's folder, or one others can write, could hold what they planted: a Python package the server would
+        import from its working folder, a link where the env file with its secrets goes."""
+        self._owned(self.run(commands.own_folder(self.workdir, "the work folder"), timeout=30, check=False))
+
+    def _owned(self, result: CommandResult) -> CommandResult:
+        if result.exit_code == commands.NOT_YOURS:
+            raise HostError(self.name, f"{result.stderr.strip()}; nothing was launched. Set the host's `workdir:` "
+                                       "to a folder of your own, or remove that one if it is yours")
+        return self.check(result)
+
     def make_dir(self, path: str) -> None:
-        """A run folder: every folder this creates is 0700 (the env file inside holds secrets)."""
-        self.run(commands.make_private_dir(path), timeout=30)
+        """A run folder: every folder this creates is 0700 (the env file inside holds secrets), inside a work
+        folder checked to be the user's alone (claim_workdir, again: between runs is time enough to swap it)."""
+        root = self.workdir.rstrip("/")
+        inside = root if path == root or path.startswith(root + "/") else None
+        self._owned(self.run(commands.make_private_dir(path, inside), timeout=30, check=False))
 
     def remove_dir(self, path: str) -> None:
         self.run(commands.remove_tree(path), check=False)

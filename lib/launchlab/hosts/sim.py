@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import launchlab
-from launchlab import config
+from launchlab import config, safefiles
 from launchlab.hosts import commands, sim_spec
 from launchlab.hosts.local import LocalHost
 from launchlab.sim import state
@@ -25,14 +25,15 @@ def open_host(name: str, spec: sim_spec.SimSpec, *, sim_box: Path | None = None)
 
 
 def sim_root() -> Path:
-    return config.sim_root()
+    """The simulated boxes' folder, made 0700 and refused unless it is this user's alone (safefiles.own_folder):
+    its default lies in the shared temp directory, and a box's bin/ is first on its commands' PATH."""
+    return safefiles.own_folder(config.sim_root(), "the simulated boxes' folder (LAUNCHLAB_SIM_ROOT)")
 
 
 def new_box() -> Path:
     """A simulated machine of its own for one batch: its GPUs' state, nvidia-smi, locks and run folders live
     here, so two batches (two demos from two clones) never see each other. The batch removes it at the end."""
     root = sim_root()
-    root.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix="box-", dir=root))
 
 

@@ -71,8 +71,8 @@ class SlurmHost(ShellHost):
         self.simulated = spec.simulated
         if spec.login == "local":
             if spec.simulate is not None:
-                from launchlab import config
-                self.state_dir = (box or config.sim_root()) / name  # the batch's locks live here (locks.lock_dir)
+                from launchlab.hosts.sim import sim_root
+                self.state_dir = (box or sim_root()) / name  # the batch's locks live here (locks.lock_dir)
                 self.state_dir.mkdir(parents=True, exist_ok=True)
             default = str(self.state_dir / "work") if spec.simulate is not None else "~/.launchlab/work"
             self.workdir = os.path.expanduser(spec.workdir or default)

@@ -229,6 +229,7 @@ def _check_reachable(host, sampler: str) -> None:
         host.run(commands.answer(), timeout=30)
     except HostError as exc:
         raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
+    host.claim_workdir()
     host.check_launchable(sampler)
 
 

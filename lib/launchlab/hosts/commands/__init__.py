@@ -15,7 +15,7 @@ unit-tested as strings (tests/test_commands.py). Transports only execute them; c
                    (imported as `from launchlab.hosts.commands import slurm`)
 """
 
-from launchlab.hosts.commands.files import make_private_dir, remove_tree
+from launchlab.hosts.commands.files import NOT_YOURS, make_private_dir, own_folder, remove_tree
 from launchlab.hosts.commands.gpus import (
     OWNERS_END,
     OWNERS_MARK,
@@ -56,6 +56,7 @@ __all__ = [
     "gpu_apps", "gpu_indices", "gpu_owners", "gpu_sampler",
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
     "interpreter_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
-    "make_private_dir", "package_integrity", "patch_apply", "patch_check", "patch_revert", "process_group",
+    "NOT_YOURS", "make_private_dir", "own_folder", "package_integrity", "patch_apply", "patch_check", "patch_revert",
+    "process_group",
     "remove_tree", "server_python", "signal_tagged", "start_detached", "user_id", "which", "wrapper_script",
 ]
