@@ -150,7 +150,7 @@ def test_a_file_that_cannot_be_read_is_named_with_the_reason_and_nothing_is_writ
         importer.import_runs(path, tmp_path / "out", summarize=False)
     text = str(err.value)
     assert "missing-smi.csv" in text and "No such file or directory" in text
-    assert "a-folder.log" in text and "Is a directory" in text and "nothing was written" in text
+    assert "a-folder.log" in text and "it is a folder, not a regular file" in text and "nothing was written" in text
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*"))
 
 

@@ -1,6 +1,7 @@
 """Hostile or broken params files are refused with a ParamsError naming the file and the line, never crash the
 loader: binary and non-UTF-8 files, deep nesting, alias bombs, NUL, surrogates and values past the limits."""
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -53,9 +54,21 @@ def test_a_utf16_file_is_named_as_such(tmp_path):
     assert "UTF-16" in problem
 
 
-def test_an_endless_file_is_read_only_up_to_the_limit():
+def test_an_endless_file_is_read_only_up_to_the_limit(tmp_path):
+    with pytest.raises(ParamsError, match="it is a character device, not a regular file"):
+        params.load("/dev/zero")  # refused at once, without reading it
+    huge = tmp_path / "huge.yaml"
+    with open(huge, "wb") as fh:
+        fh.truncate(300 * 2**20)  # sparse: 300 MB that cost nothing to make
     with pytest.raises(ParamsError, match="larger than 256 KiB"):
-        params.load("/dev/zero")
+        params.load(huge)
+
+
+def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path):
+    fifo = tmp_path / "params.yaml"
+    os.mkfifo(fifo)  # no writer ever comes: reading it would wait forever
+    with pytest.raises(ParamsError, match="it is a FIFO \\(named pipe\\), not a regular file"):
+        params.load(fifo)
 
 
 def test_a_directory_is_a_params_error(tmp_path):

@@ -63,7 +63,7 @@ def _import(args: argparse.Namespace) -> int:
     from launchlab.runner import importer
     from launchlab.store import rundir
 
-    run_dir = importer.import_runs(args.imports, out_root=args.out)
+    run_dir = importer.import_runs(args.imports, out_root=args.out, follow_symlinks=args.follow_symlinks)
     print(run_dir)
     print(f"report: {rundir.RunDir(run_dir).summary_html}", file=sys.stderr)
     return 0
@@ -208,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     im = sub.add_parser("import", help="make a run directory and its report from server logs of runs made by hand")
     im.add_argument("imports", help="an imports file: experiment, factors, baseline and runs ({levels, log, smi, command})")
     im.add_argument("--out", type=Path, default=None, help="root of run directories (default: outputs/)")
+    im.add_argument("--follow-symlinks", action="store_true",
+                    help="import the files that symbolic links lead to outside the imports file's folder (refused "
+                         "without it: a shared folder of logs could link to someone's private file)")
     im.set_defaults(func=_import)
     rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory")
     rep.add_argument("run_dir")

@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from launchlab import safefiles
 
@@ -38,6 +39,7 @@ _URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][\w+.-]*://)(?P<user>[^:/@\s]*):
 # the words of a secret JSON key in a request body, as a whole word of the key (`api_key`, `x-auth-token`; not `max_tokens`)
 SECRET_KEY = re.compile(r"^(?:[\w-]*[-_])?(?:api[-_]?key|token|key|secret|password|passwd|pass|auth|authorization|"
                         r"credentials?|cookie)$", re.IGNORECASE)
+_ASSIGNMENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.+)$", re.DOTALL)
 MIN_VALUE_LEN = 4  # shorter values ("1", "on") would mask every digit of a log; they are masked by name only
 MIN_INHERITED_LEN = 8  # an inherited value found by its name alone (not set by the params, nor declared secret)
 
@@ -68,6 +70,14 @@ def pieces(value: str, shortest: int = MIN_VALUE_LEN) -> set[str]:
     return {p for p in found if len(p) >= shortest}
 
 
+def _copy(src: BinaryIO, dst: BinaryIO, chunk_bytes: int) -> int:
+    total = 0
+    while block := src.read(chunk_bytes):
+        total += len(block)
+        dst.write(block)
+    return total
+
+
 @dataclass(frozen=True)
 class Masker:
     """Replaces every known secret value, longest first, in text, bytes and nested records."""
@@ -86,6 +96,8 @@ class Masker:
                 found.add(token.split("=", 1)[1])
             elif secret_flag(token, extra) and token.startswith("-") and i + 1 < len(argv):
                 found.add(argv[i + 1])
+            elif (m := _ASSIGNMENT.match(token)) and secret_name(m["name"], extra):
+                found.add(m["value"])  # `env HF_TOKEN=… python3 …`, `HF_TOKEN=… python3 …` (an imported command)
         for text in [*env.values(), *argv]:
             found.update(url_passwords(text))
         found.update(more)
@@ -127,14 +139,39 @@ class Masker:
                 data = data.replace(raw, MASK.encode())
         return data
 
+    def stream(self, src: BinaryIO, dst: BinaryIO, chunk_bytes: int = 1 << 20) -> int:
+        """Copy src to dst with every secret value masked, in memory bounded by chunk_bytes whatever its lines
+        (a 2 GB log without a newline is one line). One pass of all the values at once (longest first at each
+        place), decided up to where the chunk's end cannot change a match; the rest, shorter than the longest
+        value, waits for the next chunk: the copy is the same as that pass over the whole file. The bytes read."""
+        raws = sorted((v.encode() for v in self.values), key=len, reverse=True)
+        if not raws:
+            return _copy(src, dst, chunk_bytes)
+        pattern, mask = re.compile(b"|".join(re.escape(r) for r in raws)), MASK.encode()
+        keep, carry, total = len(raws[0]) - 1, b"", 0
+        while block := src.read(chunk_bytes):
+            total += len(block)
+            data = carry + block
+            cut, done, out = max(0, len(data) - keep), 0, []
+            for match in pattern.finditer(data):
+                if match.start() >= cut:  # it might be longer, or another value, once more bytes come
+                    break
+                out += [data[done:match.start()], mask]
+                done = match.end()
+            cut = max(cut, done)
+            out.append(data[done:cut])
+            dst.write(b"".join(out))
+            carry = data[cut:]
+        dst.write(pattern.sub(mask, carry))
+        return total
+
     def mask_file(self, path: Path) -> None:
-        """Mask a file in place, line by line (a log can be hundreds of MB)."""
+        """Mask a file in place (a log can be hundreds of MB, and any of its lines as long: Masker.stream)."""
         if not self.values:
             return
         with safefiles.replacing(path, mode=path.stat().st_mode & 0o777) as tmp, open(path, "rb") as src, \
                 open(tmp, "xb") as dst:
-            for line in src:
-                dst.write(self.bytes(line))
+            self.stream(src, dst)
 
     def record(self, obj: object) -> object:
         """A JSON-like record with every string masked (dict keys included)."""

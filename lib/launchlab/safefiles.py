@@ -10,6 +10,7 @@ of their own, never one half-written by the other.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pwd
 import shutil
@@ -17,6 +18,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from launchlab.errors import NotYours
 
@@ -74,3 +76,42 @@ def own_folder(path: Path, what: str) -> Path:
         raise NotYours(f"{what} {path} is writable by other users (mode {stat.filemode(st.st_mode)}): "
                        f"`chmod go-w {path}` or point the kit to a folder of your own")
     return path
+
+
+def size_text(n: int) -> str:
+    """A size as people write it: 300 bytes, 256 KiB, 1.5 GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} bytes"
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def open_regular(path: str | Path, *, follow_symlinks: bool = True, max_bytes: int | None = None) -> BinaryIO:
+    """`path` opened for reading when it is a regular file, else OSError whose strerror says what it is: a FIFO,
+    device or socket is refused at once (opened without waiting for a writer, then looked at), a symbolic link
+    when not follow_symlinks, a file larger than max_bytes. What is checked is what was opened: a name swapped
+    after a check cannot slip another file in."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_symlinks else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise OSError(errno.ELOOP, "it is a symbolic link", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        what = next((name for test, name in _KINDS if test(st.st_mode)), None)
+        if what or not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"it is {what or 'not a regular file'}, not a regular file", str(path))
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"it is {size_text(st.st_size)}, larger than the limit of "
+                                       f"{size_text(max_bytes)}", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -16,6 +16,7 @@ from launchlab.errors import ParseError
 from launchlab.logparse.common import PHASES, REASONS, Event, Failure, LineParser, ParsedLog, line_blocks, scan_file
 from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import ReadyRules, ServerKind
+from launchlab.safefiles import open_regular
 
 SERVERS = tuple(KINDS)
 DETECT_BYTES = 4 * 2**20  # 2000 lines of a real startup are well under 1 MiB
@@ -25,7 +26,7 @@ def detect(path: str | Path, sample_lines: int = 2000, sample_bytes: int = DETEC
     """Which server wrote a log, from the evidence in its first lines (the kind with the most wins), read from its
     first `sample_bytes` (a first line of 500 MB is not read to its end to be cut)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             first = io.BytesIO(fh.read(sample_bytes))
     except OSError as exc:
         raise ParseError(f"{path}: cannot read the log: {exc.strerror}") from None
@@ -44,10 +45,13 @@ def parser_for(kind: str, rules: ReadyRules | None = None) -> LineParser:
 
 def parse_file(path: str | Path, server: str = "auto", rules: ReadyRules | None = None) -> ParsedLog:
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ParseError(f"{path}: no such log file")
     kind = detect(path) if server == "auto" else server
-    return scan_file(parser_for(kind, rules), path)
+    try:
+        return scan_file(parser_for(kind, rules), path)
+    except OSError as exc:  # a folder, a FIFO, a device: said at once (detect says it first when it reads)
+        raise ParseError(f"{path}: cannot read the log: {exc.strerror or exc}") from None
 
 
 __all__ = ["KINDS", "PHASES", "REASONS", "SERVERS", "Event", "Failure", "ParsedLog", "ReadyRules", "ServerKind",

@@ -26,6 +26,7 @@ import ahocorasick_rs
 
 from launchlab.escaping import without_escapes
 from launchlab.logparse.patterns import SlowPattern
+from launchlab.safefiles import open_regular
 
 PHASES = ("startup", "dist_init", "weights", "kv_cache", "cuda_graph", "warmup", "http", "ready")
 REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_failed", "custom_allreduce_failed",
@@ -306,7 +307,7 @@ def scan_file(parser: LineParser, path: str | Path, chunk_bytes: int = CHUNK_BYT
     number = 0
     rest = b""
     skipping = False  # inside a line already cut: its rest is looked at only for its end
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:  # a FIFO or a device is refused at once, never waited on
         while block := fh.read(chunk_bytes):
             if skipping:
                 end = block.find(b"\n")
@@ -368,7 +369,7 @@ def line_blocks(fh: BinaryIO, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]
 def open_lines(path: str | Path) -> Iterator[str]:
     """Lines of a log file, decoded leniently (a server can print any bytes), each cut at LINE_BYTES (and any
     length of line)."""
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         for line in line_blocks(fh):
             yield line.decode("utf-8", errors="replace")
 

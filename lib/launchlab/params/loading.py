@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from launchlab import masking
+from launchlab import masking, safefiles
 from launchlab.errors import ParamsError
 from launchlab.hosts import TRANSPORTS
 from launchlab.params import yamlfile
@@ -31,8 +31,8 @@ def load(path: str | Path) -> Experiment:
     """Read and validate a params file; raise ParamsError listing every problem."""
     path = Path(path)
     try:
-        with path.open("rb") as f:
-            raw = f.read(yamlfile.MAX_FILE_BYTES + 1)  # bounded: the path may be /dev/zero or a huge file
+        with safefiles.open_regular(path) as f:  # a FIFO or device is refused at once, never waited on
+            raw = f.read(yamlfile.MAX_FILE_BYTES + 1)  # bounded: the path may be a huge file
     except OSError as exc:
         raise ParamsError(str(path), [f"cannot read the file: {exc.strerror or exc}"]) from None
     return loads(_decode(raw, str(path)), str(path))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import shlex
 import shutil
 from datetime import datetime
@@ -39,6 +40,7 @@ from launchlab.store import records, rundir
 from launchlab.verdicts import levelchecks
 
 HOST = "imported"
+MAX_FILE_BYTES = 2**30  # an imported log or capture: a launch's log is MBs; a file larger is most likely not one
 NOT_OBSERVED = ("preflight GPU state", "installed files and package versions", "environment", "startup time")
 # how the phase a log ends in reads in "unknown: the log ends during …"
 PHASE_WORDS = {"startup": "startup (before distributed init)", "dist_init": "distributed init",
@@ -85,14 +87,15 @@ class Source:
 
     n: int
     entry: ImportedRun
-    log: Path
+    log: Path  # the file itself (links resolved, once checked)
     smi: Path | None
     kind: str | None = None
 
 
 def _read_file(path: Path) -> tuple[ImportsFile, str]:
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # bounded, and a FIFO or device refused at once (an imports file is short hand-written YAML, as params are)
+        with safefiles.open_regular(path, max_bytes=yamlfile.MAX_FILE_BYTES) as fh:
+            text = fh.read().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ParamsError(str(path), [f"cannot read the imports file: {getattr(exc, 'strerror', None) or exc}"]) from None
     try:
@@ -109,24 +112,41 @@ def _read_file(path: Path) -> tuple[ImportsFile, str]:
     return imports, text
 
 
-def _check_sources(imports: ImportsFile, base: Path) -> list[Source]:
-    """Every run's files readable, or ImportFailed naming each one that is not and why."""
+def _check_sources(imports: ImportsFile, base: Path, follow_symlinks: bool) -> list[Source]:
+    """Every run's files regular, readable and within MAX_FILE_BYTES, or ImportFailed naming each one that is not
+    and why. A link leading out of the imports file's folder is refused unless follow_symlinks: a shared folder of
+    logs could hold a link to someone's private file, which the import would copy into a report."""
     sources, problems = [], []
     for n, entry in enumerate(imports.runs, 1):
-        log = (base / entry.log).resolve()
-        smi = (base / entry.smi).resolve() if entry.smi else None
-        for what, path in (("log", log), ("smi", smi)):
-            if path is None:
+        found = {}
+        for what, name in (("log", entry.log), ("smi", entry.smi)):
+            if name is None:
                 continue
             try:
-                with open(path, "rb") as fh:
-                    fh.read(1)
+                found[what] = _source_file(base, name, follow_symlinks)
             except OSError as exc:
-                problems.append(f"run {n} ({what}: {path}): {exc.strerror or exc}")
-        sources.append(Source(n, entry, log, smi))
+                problems.append(f"run {n} ({what}: {base / name}): {exc.strerror or exc}")
+        sources.append(Source(n, entry, found.get("log", base / entry.log), found.get("smi")))
     if problems:
         raise ImportFailed(imports.experiment, problems)
     return sources
+
+
+def _source_file(base: Path, name: str, follow_symlinks: bool) -> Path:
+    """The file an imports entry names, checked (see _check_sources); OSError saying why it cannot be used."""
+    given = Path(os.path.abspath(base / name))
+    real = given.resolve()
+    if real != given and not follow_symlinks and not real.is_relative_to(base.resolve()):
+        raise OSError(f"a symbolic link to {real}, outside the imports file's folder: copy the file there, or pass "
+                      "--follow-symlinks to import what links point to")
+    with _open(real) as fh:
+        fh.read(1)
+    return real
+
+
+def _open(path: Path):
+    """A checked source file opened for reading (links are resolved by then: a link now is one swapped in)."""
+    return safefiles.open_regular(path, follow_symlinks=False, max_bytes=MAX_FILE_BYTES)
 
 
 def _server_kind(imports: ImportsFile, sources: list[Source]) -> str:
@@ -165,18 +185,18 @@ def experiment_of(imports: ImportsFile, kind: str, repetitions: int, source: str
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with _open(path) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
 
 
 def _copy_masked(src: Path, dst: Path, masker: masking.Masker) -> None:
-    """A copy of a file with every secret value masked, renamed into place when whole."""
+    """A copy of a file with every secret value masked (in bounded memory, whatever its lines), 0600 like the
+    run's other files, renamed into place when whole."""
     dst.parent.mkdir(parents=True, exist_ok=True)
-    with safefiles.replacing(dst, mode=0o600) as tmp, open(src, "rb") as fin, open(tmp, "xb") as fout:
-        for line in fin:
-            fout.write(masker.bytes(line))
+    with safefiles.replacing(dst, mode=0o600) as tmp, _open(src) as fin, open(tmp, "xb") as fout:
+        masker.stream(fin, fout)
 
 
 def _import_run(directory: rundir.RunDir, s: Source, parsed: logparse.ParsedLog, *, exp: params.Experiment,
@@ -217,8 +237,8 @@ def _secret_args(parsed: logparse.ParsedLog, extra: list[str]) -> list[str]:
 
 
 def _is_table(path: Path) -> bool:
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        head = fh.read(4096)
+    with _open(path) as fh:
+        head = fh.read(4096).decode("utf-8", errors="replace")
     return "NVIDIA-SMI" in head or head.lstrip().startswith("+---")
 
 
@@ -264,11 +284,12 @@ def _first_time(parsed: logparse.ParsedLog) -> str | None:
     return min(times).isoformat() if times else None
 
 
-def import_runs(imports_path: str | Path, out_root: Path | None = None, summarize: bool = True) -> Path:
+def import_runs(imports_path: str | Path, out_root: Path | None = None, summarize: bool = True, *,
+                follow_symlinks: bool = False) -> Path:
     """Build a run directory from an imports file and render its report; return the run directory."""
     imports_path = Path(imports_path).resolve()
     imports, text = _read_file(imports_path)
-    sources = _check_sources(imports, imports_path.parent)
+    sources = _check_sources(imports, imports_path.parent, follow_symlinks)
     kind = _server_kind(imports, sources)
     counts: dict[tuple, int] = {}
     for s in sources:
