@@ -16,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launchlab.errors import ParseError
+
 if TYPE_CHECKING:  # pandas is imported where a frame is built: the run kernel needs none (half a second)
     import pandas as pd
 
@@ -222,9 +224,14 @@ def _is_header(cells: list[str]) -> bool:
 
 
 def tidy(frame: pd.DataFrame, run_id: str, t0: datetime | None) -> pd.DataFrame:
-    """The telemetry.parquet rows of one run: t_s is seconds since the server was started (host clock)."""
+    """The telemetry.parquet rows of one run: t_s is seconds since the server was started (host clock). ParseError
+    when the capture has no `timestamp` or `index` column (a sampler of another version, a file edited by hand):
+    no sample of it can be placed in time or on a GPU."""
     import pandas as pd
 
+    if missing := [c for c in ("timestamp", "index") if c not in frame]:
+        raise ParseError(f"its header has no {' or '.join(missing)} column (it has: "
+                         f"{', '.join(map(str, frame.columns[:12])) or 'none'})")
     out = frame.rename(columns=TIDY_COLUMNS)
     keep = [c for c in TIDY_COLUMNS.values() if c in out]
     out = out[["timestamp", *keep]].dropna(subset=["timestamp"]).copy()

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from launchlab import __version__, hosts, interrupts, masking, params
 from launchlab.errors import HostError, LaunchlabError, ParamsError, RunDirError
+from launchlab.fields import MAX_GPUS
 from launchlab.hosts import commands, locks, patching, sim
 from launchlab.run import recovery
 from launchlab.runner import kernels, liveprogress, notebooks, searchbatch
@@ -135,7 +136,7 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
                      for name in exp.host_names}
         for name, host in connected.items():
             _check_reachable(host, exp.sampler.kind)
-            _check_slots(host, exp.hosts[name].gpu_slots)
+            _check_gpus(host, getattr(exp.hosts[name], "gpus", None), exp.hosts[name].gpu_slots)
         fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
         run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume=resume, box=box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
@@ -233,14 +234,24 @@ def _check_reachable(host, sampler: str) -> None:
     host.check_launchable(sampler)
 
 
-def _check_slots(host, slots: list[list[int]] | None) -> None:
-    """Every GPU the host's `gpu_slots` name is one its nvidia-smi lists (a host whose params give no `gpus:`
-    count, so validation could not tell): else the runs of that slot would start on GPUs that are not there and
-    fail one by one. A host whose GPUs cannot be listed (no nvidia-smi, `sampler: {kind: none}`) is not checked."""
-    listed = host.gpu_indices() if slots else None
+def _check_gpus(host, declared: int | None, slots: list[list[int]] | None) -> None:
+    """What the host's nvidia-smi lists (read up to commands.SMI_OUTPUT_BYTES) fits the params: no more GPUs than
+    its `gpus:` (at most fields.MAX_GPUS without one) — a broken or hostile nvidia-smi listing a million GPUs
+    made every snapshot, sample and provenance.json of the batch that large — and every GPU its `gpu_slots` name
+    is one it lists (a host whose params give no `gpus:` count, so validation could not tell): else the runs of that
+    slot would start on GPUs that are not there and fail one by one. A host whose GPUs cannot be listed (no
+    nvidia-smi, a scheduler's nodes) is not checked."""
+    listed = host.gpu_indices()
     if not listed:
         return
-    for n, slot in enumerate(slots):
+    most = declared if declared is not None else MAX_GPUS
+    if len(listed) > most:
+        said = f"the {declared} its params declare (`gpus: {declared}`)" if declared is not None else \
+            f"the {MAX_GPUS} a host may have"
+        raise HostError(host.name, f"nvidia-smi there lists {len(listed)}{'+' if len(listed) > MAX_GPUS else ''} GPUs, "
+                                   f"more than {said}; nothing was launched. Give the host's real count in `gpus:`, "
+                                   "or check its nvidia-smi (`nvidia-smi --query-gpu=index --format=csv`)")
+    for n, slot in enumerate(slots or []):
         if missing := [g for g in slot if g not in listed]:
             raise HostError(host.name, f"gpu_slots[{n}] {slot} names GPU(s) {', '.join(map(str, missing))}, but "
                                        f"nvidia-smi there lists GPU(s) {', '.join(map(str, sorted(listed)))}; nothing "

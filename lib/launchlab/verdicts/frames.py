@@ -19,14 +19,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from launchlab import logparse, params
-from launchlab.errors import RunDirError
+from launchlab import logparse, params, safefiles
+from launchlab.errors import ParseError, RunDirError
 from launchlab.gpu import telemetry
 from launchlab.logparse import logfacts
 from launchlab.logparse.common import rank_order
 from launchlab.store import records, rundir
 
 RUN_COLUMNS = list(records.RunRecord.ROW)
+# a GPU trace larger is not read (its run says so): 10 minutes of 8 GPUs sampled every 5 ms are about 100 MB
+MAX_CAPTURE_BYTES = 512 * 2**20
 EVENT_COLUMNS = ["run_id", "t_s", "rank", "field", "value"]
 TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "mem_free_mib",
                      "util_gpu_pct"]
@@ -53,24 +55,13 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         record = status.record
         row = {**record.row(), **{f: record.levels.get(f) for f in factors}}
         run_rows.append(row)
-        t0 = record.started
-        summary: dict | None = None
-        peaks: list[float] = []
-        for node in range(max(1, len(record.nodes or []))):
-            log, csv = folder.log(node), folder.samples(node)
-            if log.exists():  # TP ranks are global across nodes, so events of every node share one frame
-                data, events = _node_log(log, exp, rules, run_id=run_id, node=node, t0=t0)
-                summary = _merge_parsed(summary, data)
-                event_frames.append(events)
-            if csv.exists():
-                samples = telemetry.tidy(telemetry.read_query_csv(csv), run_id, t0)
-                samples.insert(2, "node", node)
-                telemetry_frames.append(samples)
-                if samples["mem_used_mib"].notna().any():
-                    peaks.append(float(samples["mem_used_mib"].max()))
+        summary, peaks, unread = _nodes(folder, record, exp, rules, event_frames=event_frames,
+                                       telemetry_frames=telemetry_frames)
         # from the samples, like every derived figure: no sample is no peak (NaN), never 0
         row["peak_mem_used_mib"] = max(peaks) if peaks else None
         if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
+            if unread:
+                summary["telemetry_unread"] = unread
             rundir.write_json(folder.parsed, summary)
     runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + factors)
     for col in ("startup_s", "peak_mem_used_mib", "queue_s"):
@@ -79,6 +70,40 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
     events["t_s"] = pd.to_numeric(events["t_s"])
     events["value"] = pd.to_numeric(events["value"])
     return Frames(runs, events, _concat(telemetry_frames, TELEMETRY_COLUMNS))
+
+
+def _nodes(folder: rundir.RunFolder, record: records.RunRecord, exp: params.Experiment, rules, *,
+           event_frames: list[pd.DataFrame], telemetry_frames: list[pd.DataFrame]) -> tuple[dict | None, list, list]:
+    """Each node's log and GPU trace of a run, their frames appended: (parsed.json's summary, the nodes' peak
+    memory, the traces that could not be read: no peak, no timeline from them)."""
+    summary: dict | None = None
+    peaks: list[float] = []
+    unread: list[str] = []
+    for node in range(max(1, len(record.nodes or []))):
+        log, csv = folder.log(node), folder.samples(node)
+        if log.exists():  # TP ranks are global across nodes, so events of every node share one frame
+            data, events = _node_log(log, exp, rules, run_id=record.run_id, node=node, t0=record.started)
+            summary = _merge_parsed(summary, data)
+            event_frames.append(events)
+        if csv.exists():
+            try:
+                samples = _samples(csv, record.run_id, record.started)
+            except (ParseError, OSError) as exc:  # the run says so; the batch's report stands
+                unread.append(f"{csv.name}: {getattr(exc, 'strerror', None) or exc}")
+                continue
+            samples.insert(2, "node", node)
+            telemetry_frames.append(samples)
+            if samples["mem_used_mib"].notna().any():
+                peaks.append(float(samples["mem_used_mib"].max()))
+    return summary, peaks, unread
+
+
+def _samples(csv: Path, run_id: str, t0: datetime | None) -> pd.DataFrame:
+    """One node's GPU trace as telemetry rows, read only up to MAX_CAPTURE_BYTES (OSError past it; ParseError when
+    its header cannot place a sample: telemetry.tidy)."""
+    with safefiles.open_regular(csv, max_bytes=MAX_CAPTURE_BYTES):
+        pass  # checked on what was opened: a regular file within the limit
+    return telemetry.tidy(telemetry.read_query_csv(csv), run_id, t0)
 
 
 def _node_log(log: Path, exp: params.Experiment, rules, *, run_id: str, node: int,

@@ -69,7 +69,7 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
         level_checks=[LevelCheck(**c) for c in checks],
         excluded_runs=[ExcludedRun(**r) for r in analysis.excluded(obs)],
         budget=budget_rows,
-        warnings=_warnings(obs, facts, effects, found),
+        warnings=_warnings(obs, facts, effects, found) + _unread_traces(parsed or {}, list(obs["run_id"])),
     )
 
 
@@ -112,6 +112,13 @@ def _warnings(obs: pd.DataFrame, facts: dict[str, dict], effects: list[dict], fo
     if found:
         warnings.insert(0, f"{len(found)} confound(s): the comparison is not controlled — see `confounds`")
     return warnings
+
+
+def _unread_traces(parsed: dict[str, dict], ids: list[str]) -> list[str]:
+    """The runs whose GPU trace could not be read (frames.build): missing samples, said, never a zero."""
+    return [f"run {r}: its GPU trace could not be read ({'; '.join(map(str, parsed[r]['telemetry_unread']))}): "
+            "no peak memory and no memory timeline for it" for r in ids
+            if isinstance(parsed.get(r), dict) and isinstance(parsed[r].get("telemetry_unread"), list)]
 
 
 def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:

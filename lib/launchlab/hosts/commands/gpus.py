@@ -15,9 +15,19 @@ def _select(gpus: list[int] | None) -> list[str]:
     return ["-i", ",".join(str(int(g)) for g in gpus)] if gpus else []
 
 
+SMI_OUTPUT_BYTES = 1 << 20  # what the kit reads of one nvidia-smi listing: 1,024 GPUs (the most a host may declare)
+#                            are 50 KB of indices and 1 MB of `nvidia-smi topo -m`; a host's output past it is not read
+
+
+def bounded(command: str) -> str:
+    """The command's output cut at SMI_OUTPUT_BYTES (for a command whose exit status is not looked at): a broken or
+    hostile nvidia-smi listing a million GPUs must not cost the kit gigabytes."""
+    return f"{{ {command}; }} | head -c {SMI_OUTPUT_BYTES}"
+
+
 def gpu_indices() -> str:
-    """The host's GPU indices, one per line (nothing when nvidia-smi is missing or fails)."""
-    return "nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true"
+    """The host's GPU indices, one per line (nothing when nvidia-smi is missing or fails), up to SMI_OUTPUT_BYTES."""
+    return bounded("nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true")
 
 
 def gpu_sampler(interval_ms: int, gpus: list[int] | None = None, kind: str = "nvidia-smi") -> list[str]:

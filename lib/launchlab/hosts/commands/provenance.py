@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import shlex
 
+from launchlab.hosts.commands.gpus import bounded
+
 _SECTIONS = {
     "hostname": "hostname",
     "kernel": "uname -srm",
@@ -135,7 +137,7 @@ def host_facts(skip: tuple[str, ...] = (), only: tuple[str, ...] | None = None) 
     error instead); skip: sections left out (STEADY_SECTIONS known from an earlier run), only: just those."""
     sections = {**_SECTIONS, **_KEY_SECTIONS}
     names = [n for n in (only if only is not None else sections) if n not in skip]
-    return "; ".join(f"echo {shlex.quote(SECTION_MARK + name)}; {sections[name]} 2>&1" for name in names)
+    return "; ".join(f"echo {shlex.quote(SECTION_MARK + name)}; {bounded(sections[name] + ' 2>&1')}" for name in names)
 
 
 def interpreter_facts(python: str) -> str:
