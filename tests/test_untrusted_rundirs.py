@@ -46,6 +46,7 @@ CASES = {  # name: (file, change, what the one line must say)
     "status-list": (f"{RUN}/status.json", lambda d: [], "status.json holds a JSON list"),
     "startup-text": (f"{RUN}/status.json", _field("startup_s", "abc"), "`startup_s` is 'abc'"),
     "provenance-list": (f"{RUN}/provenance.json", lambda d: [], "provenance.json holds a JSON list"),
+    "startup-infinite": (f"{RUN}/status.json", _field("startup_s", float("inf")), "`startup_s` is 'inf'"),
 }
 
 
@@ -69,3 +70,13 @@ def test_crafted_run_directories_get_one_line_naming_the_file_and_ls_names_them(
     assert any(line.startswith(str(outputs / "good")) and "8/8 runs" in line for line in lines), lines
     for name in ("absolute-path", "dot-dot", "string", "number", "null", "list-manifest"):
         assert any(line.startswith(f"{outputs / name}  UNREADABLE: ") for line in lines), (name, lines)
+
+
+def test_json_nested_past_the_interpreters_depth_is_one_line_too(tmp_path):
+    run_dir = tmp_path / "outputs" / "exp" / "deep"
+    shutil.copytree(EXAMPLE, run_dir)
+    manifest = run_dir / "manifest.json"
+    manifest.write_text(manifest.read_text().rstrip()[:-1] + ', "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    res = subprocess.run([*LAUNCHLAB, "report", "--no-html", str(run_dir)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-1500:]
+    assert "manifest.json is not valid JSON (maximum recursion depth exceeded" in res.stderr

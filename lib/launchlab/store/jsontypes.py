@@ -5,6 +5,7 @@ in a RunDirError that names the file and the field, never in a traceback somewhe
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -24,8 +25,8 @@ def _accepts(hint: object, value: object) -> bool:
         return isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:  # NaN too: pandas writes a missing number so
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is float:  # NaN too (pandas writes a missing number so), never ±inf (1e999 in a file): no figure is
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) != math.inf
     if hint is str:
         return isinstance(value, str)
     if origin is list or hint is list:
