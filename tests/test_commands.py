@@ -101,10 +101,10 @@ def test_the_shell_host_asks_http_from_the_host_with_these_commands(http_server,
 
 
 def test_nvidia_smi_commands_select_the_run_s_gpus():
-    assert commands.gpu_snapshot([0, 3]) == ("nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,memory.free "
-                                            "--format=csv,noheader,nounits -i 0,3")
-    assert commands.gpu_apps() == ("nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory "
-                                   "--format=csv,noheader,nounits")
+    assert commands.gpu_snapshot([0, 3]) == commands.bounded_checked(
+        "nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,memory.free --format=csv,noheader,nounits -i 0,3")
+    assert commands.gpu_apps() == commands.bounded_checked(
+        "nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv,noheader,nounits")
     assert commands.gpu_indices() == ("{ nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true; } "
                                       "| head -c 1048576")  # a million GPUs listed cost at most 1 MiB
     assert commands.gpu_sampler(50, [2]) == [

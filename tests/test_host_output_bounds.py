@@ -42,6 +42,18 @@ def test_a_host_facts_section_is_cut_at_the_limit(tmp_path, hostile_path):
     out = host.run(commands.host_facts(only=("gpus", "table")), timeout=60).stdout
     assert len(out) <= 2 * (commands.SMI_OUTPUT_BYTES + 100) and out.count(commands.SECTION_MARK) == 2
     assert len(host.gpu_indices()) < 200_000  # the first MiB of the listing, not a million
+    for command in (commands.gpu_snapshot([0]), commands.gpu_apps([0])):
+        cut = host.run(command, timeout=60, check=False)
+        assert cut.exit_code == 141 and len(cut.stdout) == commands.SMI_OUTPUT_BYTES  # cut, and said to have failed
+
+
+def test_a_bounded_command_keeps_its_exit_status(tmp_path):
+    host = LocalHost("box", workdir=str(tmp_path / "work"))
+    assert host.run(commands.bounded_checked("printf 'a,b\\n'"), timeout=30).stdout == "a,b\n"
+    failed = host.run(commands.bounded_checked("sh -c 'echo partial; exit 9'"), timeout=30, check=False)
+    assert (failed.exit_code, failed.stdout) == (9, "partial\n")
+    inside = host.run(f"a=$({commands.gpu_apps()}) || exit 2; echo \"[$a]\"", timeout=30, check=False)
+    assert inside.exit_code in (0, 2)  # composes inside $(…) as gpu_owners uses it: no arithmetic `$((`
 
 
 @pytest.mark.parametrize("declared", [2, None], ids=["gpus-2", "undeclared"])

@@ -20,6 +20,7 @@ from launchlab.hosts.commands.gpus import (
     OWNERS_END,
     OWNERS_MARK,
     SMI_OUTPUT_BYTES,
+    bounded_checked,
     gpu_apps,
     gpu_indices,
     gpu_owners,
@@ -57,8 +58,7 @@ __all__ = [
     "gpu_apps", "gpu_indices", "gpu_owners", "gpu_sampler",
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
     "interpreter_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
-    "NOT_YOURS", "SMI_OUTPUT_BYTES", "make_private_dir", "own_folder", "package_integrity", "patch_apply", "patch_check",
-    "patch_revert",
-    "process_group",
+    "NOT_YOURS", "SMI_OUTPUT_BYTES", "bounded_checked", "make_private_dir", "own_folder", "package_integrity",
+    "patch_apply", "patch_check", "patch_revert", "process_group",
     "remove_tree", "server_python", "signal_tagged", "start_detached", "user_id", "which", "wrapper_script",
 ]

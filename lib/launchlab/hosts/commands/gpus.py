@@ -25,6 +25,13 @@ def bounded(command: str) -> str:
     return f"{{ {command}; }} | head -c {SMI_OUTPUT_BYTES}"
 
 
+def bounded_checked(command: str) -> str:
+    """bounded(), keeping the command's exit status (POSIX sh has no pipefail: the status comes back on fd 3 while
+    the output goes through `head` to fd 4, the group's stdout). Cut, the command ends on SIGPIPE: status 141."""
+    return (f"{{ exec 4>&1; rc=$( {{ {{ {command}; echo $? >&3; }} | head -c {SMI_OUTPUT_BYTES} >&4; }} 3>&1 ); "
+            "(exit ${rc:-1}); }")
+
+
 def gpu_indices() -> str:
     """The host's GPU indices, one per line (nothing when nvidia-smi is missing or fails), up to SMI_OUTPUT_BYTES."""
     return bounded("nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null || true")
@@ -39,15 +46,15 @@ def gpu_sampler(interval_ms: int, gpus: list[int] | None = None, kind: str = "nv
 
 
 def gpu_snapshot(gpus: list[int] | None = None) -> str:
-    """Each GPU's memory now (SNAPSHOT_FIELDS, no header)."""
-    return shlex.join(["nvidia-smi", f"--query-gpu={','.join(SNAPSHOT_FIELDS)}", "--format=csv,noheader,nounits",
-                       *_select(gpus)])
+    """Each GPU's memory now (SNAPSHOT_FIELDS, no header), up to SMI_OUTPUT_BYTES."""
+    return bounded_checked(shlex.join(["nvidia-smi", f"--query-gpu={','.join(SNAPSHOT_FIELDS)}",
+                                       "--format=csv,noheader,nounits", *_select(gpus)]))
 
 
 def gpu_apps(gpus: list[int] | None = None) -> str:
-    """The processes holding GPU memory now (APP_FIELDS, no header)."""
-    return shlex.join(["nvidia-smi", f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits",
-                       *_select(gpus)])
+    """The processes holding GPU memory now (APP_FIELDS, no header), up to SMI_OUTPUT_BYTES."""
+    return bounded_checked(shlex.join(["nvidia-smi", f"--query-compute-apps={','.join(APP_FIELDS)}",
+                                       "--format=csv,noheader,nounits", *_select(gpus)]))
 
 
 OWNERS_MARK = "# owners"  # gpu_owners: the compute apps above it, each app's run id below it
