@@ -137,6 +137,7 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
         for name, host in connected.items():
             _check_reachable(host, exp.sampler.kind)
             _check_gpus(host, getattr(exp.hosts[name], "gpus", None), exp.hosts[name].gpu_slots)
+            host.claim_workdir()  # last: it makes the work folder, which a refused batch leaves unmade
         fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
         run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume=resume, box=box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
@@ -230,7 +231,6 @@ def _check_reachable(host, sampler: str) -> None:
         host.run(commands.answer(), timeout=30)
     except HostError as exc:
         raise HostError(host.name, f"cannot run commands on the host, nothing was launched: {exc}") from None
-    host.claim_workdir()
     host.check_launchable(sampler)
 
 
