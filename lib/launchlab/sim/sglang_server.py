@@ -53,6 +53,12 @@ FAULT_AVAIL_OFFSET = "SIM_FAULT_AVAIL_OFFSET_GIB"  # fault injection: the log's 
 # Kimi-K2 / DeepSeek-V3 MLA: (kv_lora_rank 512 + qk_rope_head_dim 64) × 61 layers × 2 bytes (bf16) per token.
 CELL_SIZE_BYTES = (512 + 64) * 61 * 2
 CONTEXT_LEN = 262144
+class _OutOfMemoryError(RuntimeError):
+    """Named as PyTorch's is in a traceback's last line (torch.OutOfMemoryError)."""
+
+
+_OutOfMemoryError.__module__, _OutOfMemoryError.__qualname__ = "torch", "OutOfMemoryError"
+
 MIB = {"cuda_context": 512, "nccl": 1024, "custom_ar": 640, "req_to_token": 300, "graphs": 820, "graphs_custom_ar": 110}
 
 
@@ -218,6 +224,12 @@ class _Rank:
         graph_mib = MIB["graphs"] + (MIB["graphs_custom_ar"] if custom_ar else 0)
         for _ in range(4):
             self.sleep(0.12)
+            if state.free_mib(self.root, self.gpu) < graph_mib / 4:  # a pool that left the graphs no room
+                total = self.host["gpus"][self.gpu]["mem_total_mib"] / 1024
+                raise _OutOfMemoryError(
+                    f"CUDA out of memory. Tried to allocate {graph_mib / 4:.2f} MiB. GPU {self.gpu} has a total "
+                    f"capacity of {total:.2f} GiB of which {state.free_mib(self.root, self.gpu):.2f} MiB is free. "
+                    f"Process {os.getpid()} has {self.held_mib / 1024:.2f} GiB memory in use.")
             self.hold(graph_mib / 4, 90)
         graph_after = self.free_gib()
         self.log(f"Capture cuda graph end. Time elapsed: {time.monotonic() - tic:.2f} s. "

@@ -63,6 +63,9 @@ class Comparison:
     # the repetitions per side at which these shares of ready runs would be significant (None: already are, the
     # shares are equal, or it takes more than 100; a verdict.json of an older kit: not said)
     repetitions_to_settle: int | None = None
+    # what the test counts: "ready", or — where both levels start alike but end differently — the reference
+    # level's usual outcome ("failed: kv_cache_no_memory in kv_cache"), each side's share of it
+    tested: str = "ready"
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,8 @@ class Stratum:
     levels: dict[str, dict]
     flaky: list[str] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
+    # the same share of ready runs, but the levels end differently (their failure reasons or phases): a change
+    fails_differently: bool = False
 
     @classmethod
     def from_json(cls, data: dict) -> Stratum:

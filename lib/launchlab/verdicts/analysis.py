@@ -10,6 +10,7 @@ contributes nothing.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pandas as pd
 
@@ -164,15 +165,28 @@ def _left_out(group: pd.DataFrame) -> str:
     return " (left out: " + ", ".join(_counted(k, len(g)) for k, g in left.groupby("invalid_kind", sort=False)) + ")"
 
 
+def outcome_label(row) -> str:
+    """What a valid run's launch came to, the way a failure is told apart from another: `ready`, or how it did not
+    start — `failed: REASON in PHASE` (a KV-sizing failure and a CUDA-graph OOM are two outcomes), `timeout`, …"""
+    status = row.get("status")
+    if status != "failed":
+        return str(status)
+    reason, phase = row.get("failure_reason"), row.get("failure_phase")
+    reason = reason if isinstance(reason, str) and reason else "unknown reason"
+    return f"failed: {reason}" + (f" in {phase}" if isinstance(phase, str) and phase else "")
+
+
 def _level_outcomes(group: pd.DataFrame, factor: str, levels: list[str]) -> dict[str, dict]:
     out = {}
     for level in levels:
         runs = group[group[factor] == level]
         valid = runs[runs["valid"]]
         ready = valid["status"] == "ready"
+        labels = [outcome_label(r) for r in valid.to_dict("records")]
         out[level] = {"planned": len(runs), "valid": len(valid), "ready": int(ready.sum()),
                       "invalid": _tally(runs[~runs["valid"]]) if len(valid) < len(runs) else "",
-                      "runs": list(valid["run_id"]), "odd_runs": _odd_runs(valid, ready)}
+                      "runs": list(valid["run_id"]), "odd_runs": _odd_runs(valid, ready),
+                      "outcomes": dict(sorted(Counter(labels).items()))}
     return out
 
 
@@ -224,11 +238,18 @@ def _comparisons(per: dict[str, dict], compared: list[str], reference: str | Non
         if level == ref:
             continue
         a, b = per[level], per[ref]
-        p = exact_p(a["ready"], a["valid"], b["ready"], b["valid"])
-        settle = None if p < SIGNIFICANCE else settling_repetitions(a["ready"] / a["valid"], b["ready"] / b["valid"])
+        tested, hits, ref_hits = "ready", a["ready"], b["ready"]
+        if hits / a["valid"] == ref_hits / b["valid"] and a["outcomes"] != b["outcomes"]:
+            # the same share starts, but they end differently: tested on the reference level's usual outcome
+            tested = max(b["outcomes"], key=lambda k: (b["outcomes"][k], k))
+            hits, ref_hits = a["outcomes"].get(tested, 0), b["outcomes"][tested]
+        p = exact_p(hits, a["valid"], ref_hits, b["valid"])
+        share, ref_share = hits / a["valid"], ref_hits / b["valid"]
+        settle = None if p < SIGNIFICANCE else settling_repetitions(share, ref_share)
         out.append({"level": level, "reference": ref, "ready": a["ready"], "valid": a["valid"],
-                    "reference_ready": b["ready"], "reference_valid": b["valid"], "p_value": p,
-                    "significant": p < SIGNIFICANCE, "repetitions_to_settle": settle})
+                    "reference_ready": b["ready"], "reference_valid": b["valid"], "tested": tested,
+                    "share": share, "reference_share": ref_share, "differs": share != ref_share,
+                    "p_value": p, "significant": p < SIGNIFICANCE, "repetitions_to_settle": settle})
     return out
 
 
@@ -254,13 +275,13 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
               if group[factor].nunique() > 1 or len(levels) < 2]
     changed = [s for s in detail if s["changes"]]
     status = _status(detail, changed)
-    deciding = [c for s in changed for c in s["comparisons"] if _rate(c) != _rate(c, "reference_")]
+    deciding = [c for s in changed for c in s["comparisons"] if c["differs"]]
     if status == NEUTRAL:  # the same share of ready runs in every stratum: each exact test gives p = 1
         deciding = [c for s in detail for c in s["comparisons"]]
     p = max((c["p_value"] for c in deciding), default=None)
     settle = None
     if p is not None and p >= SIGNIFICANCE and status != NEUTRAL:  # the weakest split needs the most runs
-        needed = [settling_repetitions(_rate(c), _rate(c, "reference_")) for c in deciding]
+        needed = [settling_repetitions(c["share"], c["reference_share"]) for c in deciding]
         settle = None if None in needed else max(needed)
     runs = [r for s in detail for lv in s["compared"] for r in s["levels"][lv]["runs"]]
     # how many runs a side the decision rests on (1: what one run of each level did, not how reliably)
@@ -290,8 +311,12 @@ def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *,
     flaky = [lv for lv in compared if per[lv]["odd_runs"]]
     rates = {lv: per[lv]["ready"] / per[lv]["valid"] for lv in compared}
     changes = (len(set(rates.values())) > 1) if len(compared) >= 2 and not flaky else None
-    return {"held": held, "levels": per, "compared": compared, "changes": changes, "flaky": flaky,
-            "complete": len(compared) == len(present), "comparisons": _comparisons(per, compared, reference)}
+    # the same share ready, but the levels fail differently (KV sizing at one, CUDA-graph OOM at the other): the
+    # failure is part of the outcome, so the factor changes it — never "does not change the launch outcome"
+    fails_differently = changes is False and len({tuple(per[lv]["outcomes"].items()) for lv in compared}) > 1
+    return {"held": held, "levels": per, "compared": compared, "changes": True if fails_differently else changes,
+            "fails_differently": fails_differently, "flaky": flaky, "complete": len(compared) == len(present),
+            "comparisons": _comparisons(per, compared, reference)}
 
 
 def _status(detail: list[dict], changed: list[dict]) -> DecisionStatus:
@@ -308,16 +333,34 @@ def _summary(factor: str, status: DecisionStatus, detail: list[dict], changed: l
     if status == FLAKY:
         return f"{factor} is flaky: its repetitions disagree " + "; ".join(
             _flaky_why(factor, s) for s in detail if s["flaky"])
+    differently = "; ".join(_fails_how(factor, s) for s in changed if s.get("fails_differently"))
+    if differently:
+        differently = " — " + differently
     if status == DECIDES_IN_SOME:
         same = [s for s in detail if s["changes"] is False]
         summary = f"{factor} decides the launch only at {', '.join(_label(s['held']) for s in changed)}"
-        return summary + (f" (not at {', '.join(_label(s['held']) for s in same)})" if same else "")
+        return summary + (f" (not at {', '.join(_label(s['held']) for s in same)})" if same else "") + differently
     if status == DECIDES:
         others = list(detail[0]["held"]) if detail else []
-        return f"{factor} decides the launch" + (f" at every level of {', '.join(others)}" if len(detail) > 1 else "")
+        if changed and all(s.get("fails_differently") for s in changed):
+            return f"{factor} changes how the launch fails" + (
+                f" at every level of {', '.join(others)}" if len(detail) > 1 else "") + differently
+        return f"{factor} decides the launch" + (
+            f" at every level of {', '.join(others)}" if len(detail) > 1 else "") + differently
     if status == NEUTRAL:
         return f"{factor} does not change the launch outcome"
     return f"{factor} is undetermined: " + _undetermined_why(factor, detail)
+
+
+def _fails_how(factor: str, stratum: dict) -> str:
+    """`both fail, differently: …` for a stratum whose levels start alike but end differently."""
+    where = f" (at {_label(stratum['held'])})" if stratum["held"] else ""
+    ends = "; ".join(f"{factor}={lv}: " + ", ".join(f"{k} ({n}/{stratum['levels'][lv]['valid']})" if n !=
+                                                     stratum["levels"][lv]["valid"] else k
+                                                     for k, n in stratum["levels"][lv]["outcomes"].items())
+                     for lv in stratum["compared"])
+    every = all(stratum["levels"][lv]["ready"] == 0 for lv in stratum["compared"])
+    return f"{'both fail' if every else 'the same share start'}, differently{where}: {ends}"
 
 
 def _rate(c: dict, side: str = "") -> float:

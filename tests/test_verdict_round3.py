@@ -1,0 +1,59 @@
+"""Issue 40: verdict truth, round 3 — real batches on the simulated host, where the truth is known by construction.
+
+Point 1: failure reasons are part of the outcome. On 96 GB cards with 70 GiB of weights per rank, SGLang fails at
+--mem-fraction-static 0.55 in KV sizing (no room for a pool) and at 0.99 in CUDA-graph capture (the pool left the
+graphs no room): both levels fail, differently. The kit before said "mem_fraction does not change the launch
+outcome", the difference only in the Outcomes table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import LAUNCHLAB, write_params
+
+FAILS_DIFFERENTLY = """\
+experiment: fails-differently
+hosts:
+  box: {{transport: sim, gpus: 2, mem_total_mib: 97887, weights_gib_per_rank: 70.0, pace: 0.05, workdir: {work}}}
+server:
+  kind: sglang
+  command: [python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}"]
+  ready: {{timeout_s: 60, health_url: "http://127.0.0.1:{{port}}/health"}}
+  stop_grace_s: 5
+factors:
+  mem_fraction:
+    "0.55": {{flags: {{--mem-fraction-static: "0.55"}}}}
+    "0.99": {{flags: {{--mem-fraction-static: "0.99"}}}}
+baseline: {{mem_fraction: "0.55"}}
+repetitions: 2
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+
+
+def run_batch(params: Path) -> Path:
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_two_levels_that_both_fail_but_differently_are_a_change_said_in_the_verdicts_sentence(tmp_path, sim_root):
+    run_dir = run_batch(write_params(tmp_path, FAILS_DIFFERENTLY.format(work=tmp_path / "work")))
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    decision = verdict["factors"]["mem_fraction"]
+    assert decision["status"] == "decides" and verdict["outcome_factors"] == ["mem_fraction"]
+    assert verdict["neutral_factors"] == []
+    summary = decision["summary"]
+    assert summary.startswith("mem_fraction changes how the launch fails — both fail, differently")
+    assert "mem_fraction=0.55: failed: kv_cache_no_memory in kv_cache" in summary
+    assert "mem_fraction=0.99: failed: cuda_oom in cuda_graph" in summary
+    [stratum] = decision["strata"]
+    [comparison] = stratum["comparisons"]
+    assert stratum["fails_differently"] is True and comparison["tested"] == "failed: kv_cache_no_memory in kv_cache"
+    assert comparison["p_value"] == pytest.approx(1 / 3) and comparison["repetitions_to_settle"] == 4
+    report = (run_dir / "report.md").read_text()
+    assert "does not change the launch outcome" not in report and "both fail, differently" in report
