@@ -57,3 +57,31 @@ def test_two_levels_that_both_fail_but_differently_are_a_change_said_in_the_verd
     assert comparison["p_value"] == pytest.approx(1 / 3) and comparison["repetitions_to_settle"] == 4
     report = (run_dir / "report.md").read_text()
     assert "does not change the launch outcome" not in report and "both fail, differently" in report
+
+
+@pytest.mark.slow
+def test_a_signal_after_a_runs_final_status_leaves_it_finished(tmp_path, small_params):
+    """Point 6: SIGTERM after a run's final status is written, before its notebook returns: the batch's interrupt
+    leaves that run as it ended (it re-recorded it as interrupted, and --resume ran it again)."""
+    from launchlab import hosts, params
+    from launchlab.runner import batch
+    from launchlab.runner.plan import make_plan
+    from launchlab.store import records, rundir
+
+    path = small_params(pace=0.05)
+    run_dir = run_batch(path)
+    exp = params.load(path)
+    [run] = [r for r in make_plan(exp) if r.run_id.startswith("02_")]
+    folder = rundir.RunDir(run_dir).run(run.run_id)
+    before = folder.status.read_text()
+    said = []
+    workers = batch._Workers(exp, [run], run_dir, {"box": hosts.connect("box", exp.hosts["box"])}, total=2,
+                             say=said.append, params_file=path, server=None)
+    workers.in_flight[("box", 0)] = run  # its notebook is still returning when the signal comes
+    for done in workers.finished.values():
+        done.set()
+    workers.interrupt("interrupted by SIGTERM")
+    assert folder.status.read_text() == before and records.finished(folder)
+    [line] = said
+    assert line.startswith(f"{run.run_id}  ready at ")
+    assert line.endswith("(it had ended before the batch was interrupted by SIGTERM)")

@@ -352,22 +352,41 @@ class _Workers:
         while not all(e.is_set() for e in self.finished.values()):
             time.sleep(0.2)
 
+    def _final_status(self, run: Run):
+        return _final_status_of(self.run_dir, run)
+
     def interrupt(self, why: str) -> None:
         """Stop what the runs in flight started, wait for their notebooks, and record each as interrupted."""
         with self.lock:
             self.stop.set()
             self.interrupted.set()
             current = dict(self.in_flight)
+        # a run whose final status is written has ended (its notebook is only returning): it stays as it ended,
+        # never re-recorded as interrupted — --resume would run it again
+        ended = {run.run_id: status.record for run in current.values()
+                 if (status := self._final_status(run)) is not None}
+        current = {key: run for key, run in current.items() if run.run_id not in ended}
         # stopping first, saying after: a line to a terminal that closed (SIGHUP) must not come before the stop
         stopped = {run.run_id: recovery.stop_recorded(self.exp, run, self.run_dir, self.connected)
                    for run in current.values()}
         for run in current.values():
             self.say(f"{notebooks.run_label(run, self.total)}  {why}: the kit stopped what the run started")
         self.wait_all()  # the notebooks end quickly once their servers are gone
+        for run_id, record in ended.items():
+            self.say(f"{run_id}  {liveprogress.outcome_line(record)} (it had ended before the batch was {why})")
         for run in current.values():
             record = recovery.recover(self.exp, run, self.run_dir, self.connected, reason=interrupts.REASON,
                                       message=f"{why}; the kit stopped the server", stopped=stopped[run.run_id])
             self.say(f"{notebooks.run_label(run, self.total)}  {liveprogress.outcome_line(record)}")  # error (interrupted)
+
+
+def _final_status_of(run_dir: Path, run: Run):
+    """The run's status when its final one is written (done), else None."""
+    try:
+        status = records.read_status(rundir.RunDir(run_dir).run(run.run_id))
+    except (RunDirError, OSError):
+        return None
+    return status if status is not None and status.done else None
 
 
 def new_run_dir(params_path: str | Path) -> Path:
