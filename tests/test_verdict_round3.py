@@ -49,11 +49,11 @@ def test_two_levels_that_both_fail_but_differently_are_a_change_said_in_the_verd
     assert verdict["neutral_factors"] == []
     summary = decision["summary"]
     assert summary.startswith("mem_fraction changes how the launch fails — both fail, differently")
-    assert "mem_fraction=0.55: failed: kv_cache_no_memory in kv_cache" in summary
-    assert "mem_fraction=0.99: failed: cuda_oom in cuda_graph" in summary
+    assert "mem_fraction=0.55: fails: kv_cache_no_memory in kv_cache" in summary
+    assert "mem_fraction=0.99: fails: cuda_oom in cuda_graph" in summary
     [stratum] = decision["strata"]
     [comparison] = stratum["comparisons"]
-    assert stratum["fails_differently"] is True and comparison["tested"] == "failed: kv_cache_no_memory in kv_cache"
+    assert stratum["fails_differently"] is True and comparison["tested"] == "fails: kv_cache_no_memory in kv_cache"
     assert comparison["p_value"] == pytest.approx(1 / 3) and comparison["repetitions_to_settle"] == 4
     report = (run_dir / "report.md").read_text()
     assert "does not change the launch outcome" not in report and "both fail, differently" in report
@@ -85,3 +85,43 @@ def test_a_signal_after_a_runs_final_status_leaves_it_finished(tmp_path, small_p
     [line] = said
     assert line.startswith(f"{run.run_id}  ready at ")
     assert line.endswith("(it had ended before the batch was interrupted by SIGTERM)")
+
+
+STARTS_THEN_BREAKS = """\
+experiment: starts-then-breaks
+hosts:
+  box: {{transport: sim, gpus: 2, mem_total_mib: 97887, weights_gib_per_rank: 70.0, pace: 0.05, workdir: {work}}}
+server:
+  kind: sglang
+  command: [python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}",
+            --mem-fraction-static, "0.85"]
+  ready: {{timeout_s: 60, health_url: "http://127.0.0.1:{{port}}/health"}}
+  smoke: {{url: "http://127.0.0.1:{{port}}/generate", body: {{text: hi}}, timeout_s: 10}}
+  stop_grace_s: 5
+factors:
+  kernel:
+    "ok": {{}}
+    "request-oom": {{env: {{SIM_FAULT_REQUEST_OOM: "1"}}}}
+    "crashes": {{env: {{SIM_FAULT_CRASH_AFTER_READY: "1"}}}}
+baseline: {{kernel: "ok"}}
+repetitions: 2
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+
+
+@pytest.mark.slow
+def test_a_server_that_starts_and_then_breaks_is_said_so_never_ready_nor_not_started(tmp_path, sim_root):
+    """Point 3: one level's servers answer health and die on the first request (smoke on), another's become ready
+    and then exit by themselves before the kit stops them (an illegal memory access after the first health
+    answer). Before, the second counted as ready, and the sentence said only "0/2 vs 2/2 ready"."""
+    run_dir = run_batch(write_params(tmp_path, STARTS_THEN_BREAKS.format(work=tmp_path / "work")))
+    status = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("runs/*/status.json")}
+    crashed = [s for name, s in status.items() if "crashes" in name]
+    assert [s["status"] for s in crashed] == ["degraded", "degraded"]
+    assert all(s["failure_reason"] == "exited_after_ready" and s["stopped_with"] == "gone" for s in crashed)
+    assert all("then exited by itself before the kit stopped it: RuntimeError: CUDA error: an illegal memory access"
+               in s["failure_message"] for s in crashed)
+    summary = json.loads((run_dir / "verdict.json").read_text())["factors"]["kernel"]["summary"]
+    assert summary.startswith("kernel decides the launch — ")
+    assert "kernel=ok: starts;" in summary and "kernel=crashes: starts, then exits by itself" in summary
+    assert "kernel=request-oom: starts but its first request fails" in summary

@@ -50,6 +50,8 @@ GIB = 1 << 30
 # the versions its log names (SIM_SGLANG_VERSION, SIM_NCCL_VERSION change them: an older install, by hand)
 SGLANG_VERSION, NCCL_VERSION = "0.5.8", "2.27.3"
 FAULT_AVAIL_OFFSET = "SIM_FAULT_AVAIL_OFFSET_GIB"  # fault injection: the log's post-weights free memory is off by N GiB
+FAULT_CRASH_AFTER_READY = "SIM_FAULT_CRASH_AFTER_READY"  # fault injection: an illegal memory access once it serves
+FAULT_REQUEST_OOM = "SIM_FAULT_REQUEST_OOM"  # fault injection: every request runs out of GPU memory
 # Kimi-K2 / DeepSeek-V3 MLA: (kv_lora_rank 512 + qk_rope_head_dim 64) × 61 layers × 2 bytes (bf16) per token.
 CELL_SIZE_BYTES = (512 + 64) * 61 * 2
 CONTEXT_LEN = 262144
@@ -275,6 +277,7 @@ def _handler_class():
     class _Handler(BaseHTTPRequestHandler):
         server_version = "uvicorn"
         warmed = threading.Event()
+        answered = threading.Event()  # the first health answer 200 (FAULT_CRASH_AFTER_READY waits for it)
 
         def _reply(self, code: int, body: dict) -> None:
             data = json.dumps(body).encode()
@@ -287,6 +290,8 @@ def _handler_class():
         def do_GET(self) -> None:  # http.server's naming
             if self.path in ("/health", "/health_generate"):
                 self._reply(200 if self.warmed.is_set() else 503, {})
+                if self.warmed.is_set():
+                    self.answered.set()
             elif self.path in ("/get_model_info", "/model_info"):
                 self._reply(200, {"model_path": self.server.model_path, "simulated": True})
             else:
@@ -295,7 +300,11 @@ def _handler_class():
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
-            if self.path in ("/generate", "/v1/completions"):
+            if self.path in ("/generate", "/v1/completions") and os.environ.get(FAULT_REQUEST_OOM):
+                _log(" TP0", "Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                             "2.00 GiB. GPU 0 has a total capacity of 95.59 GiB of which 1.02 GiB is free.")
+                self._reply(500, {"error": "CUDA out of memory"})
+            elif self.path in ("/generate", "/v1/completions"):
                 self._reply(200, {"text": " simulated", "meta_info": {"simulated": True}})
             else:
                 self._reply(404, {"detail": "Not Found"})
@@ -383,6 +392,14 @@ def _main(argv: list[str]) -> int:
     _log("", f'INFO:     {args.host}:0 - "POST /generate HTTP/1.1" 200')
     handler.warmed.set()
     _log("", "The server is fired up and ready to roll!")
+    if os.environ.get(FAULT_CRASH_AFTER_READY):  # a kernel that breaks once the server serves
+        handler.answered.wait()
+        _log(" TP0", "Scheduler hit an exception: Traceback (most recent call last):\n"
+                     '  File "scheduler.py", line 1, in event_loop_overlap\n'
+                     "RuntimeError: CUDA error: an illegal memory access was encountered")
+        for c in children:
+            c.kill()
+        os.kill(os.getpid(), signal.SIGKILL)  # SGLang kills its own process tree this way
     while True:
         time.sleep(3600)
 

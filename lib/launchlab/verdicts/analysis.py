@@ -166,14 +166,24 @@ def _left_out(group: pd.DataFrame) -> str:
 
 
 def outcome_label(row) -> str:
-    """What a valid run's launch came to, the way a failure is told apart from another: `ready`, or how it did not
-    start — `failed: REASON in PHASE` (a KV-sizing failure and a CUDA-graph OOM are two outcomes), `timeout`, …"""
-    status = row.get("status")
-    if status != "failed":
-        return str(status)
-    reason, phase = row.get("failure_reason"), row.get("failure_phase")
-    reason = reason if isinstance(reason, str) and reason else "unknown reason"
-    return f"failed: {reason}" + (f" in {phase}" if isinstance(phase, str) and phase else "")
+    """What a valid run's launch came to, in the words the verdict's sentences use, so that a KV-sizing failure and
+    a CUDA-graph OOM are two outcomes, and a server that starts and then breaks is neither "ready" nor "does not
+    start": `starts`, `starts but its first request fails`, `starts, then exits by itself`, `fails: REASON in
+    PHASE`, `is not ready in time`."""
+    status, reason, phase = row.get("status"), row.get("failure_reason"), row.get("failure_phase")
+    reason = reason if isinstance(reason, str) and reason else None
+    if status == "ready":
+        return "starts"
+    if status == "degraded":
+        if reason == "exited_after_ready":
+            return "starts, then exits by itself"
+        return "starts but its first request fails" + (f" ({reason})" if reason and reason != "smoke_request_failed"
+                                                       else "")
+    if status == "failed":
+        return f"fails: {reason or 'unknown reason'}" + (f" in {phase}" if isinstance(phase, str) and phase else "")
+    if status == "timeout":
+        return "is not ready in time"
+    return str(status)
 
 
 def _level_outcomes(group: pd.DataFrame, factor: str, levels: list[str]) -> dict[str, dict]:
@@ -333,7 +343,8 @@ def _summary(factor: str, status: DecisionStatus, detail: list[dict], changed: l
     if status == FLAKY:
         return f"{factor} is flaky: its repetitions disagree " + "; ".join(
             _flaky_why(factor, s) for s in detail if s["flaky"])
-    differently = "; ".join(_fails_how(factor, s) for s in changed if s.get("fails_differently"))
+    differently = "; ".join(_fails_how(factor, s) if s.get("fails_differently") else _ends(factor, s)
+                            for s in changed if s.get("fails_differently") or _breaks(s))
     if differently:
         differently = " — " + differently
     if status == DECIDES_IN_SOME:
@@ -352,19 +363,25 @@ def _summary(factor: str, status: DecisionStatus, detail: list[dict], changed: l
     return f"{factor} is undetermined: " + _undetermined_why(factor, detail)
 
 
+def _ends(factor: str, stratum: dict) -> str:
+    """How each level's runs ended in a stratum: `f=a: starts; f=b: starts, then exits by itself (1/2), starts (1/2)`."""
+    def counted(level: str) -> str:
+        per = stratum["levels"][level]
+        return ", ".join(k if n == per["valid"] else f"{k} ({n}/{per['valid']})" for k, n in per["outcomes"].items())
+    where = f" (at {_label(stratum['held'])})" if stratum["held"] else ""
+    return "; ".join(f"{factor}={lv}: {counted(lv)}" for lv in stratum["compared"]) + where
+
+
 def _fails_how(factor: str, stratum: dict) -> str:
     """`both fail, differently: …` for a stratum whose levels start alike but end differently."""
-    where = f" (at {_label(stratum['held'])})" if stratum["held"] else ""
-    ends = "; ".join(f"{factor}={lv}: " + ", ".join(f"{k} ({n}/{stratum['levels'][lv]['valid']})" if n !=
-                                                     stratum["levels"][lv]["valid"] else k
-                                                     for k, n in stratum["levels"][lv]["outcomes"].items())
-                     for lv in stratum["compared"])
     every = all(stratum["levels"][lv]["ready"] == 0 for lv in stratum["compared"])
-    return f"{'both fail' if every else 'the same share start'}, differently{where}: {ends}"
+    return f"{'both fail' if every else 'the same share start'}, differently: {_ends(factor, stratum)}"
 
 
-def _rate(c: dict, side: str = "") -> float:
-    return c[f"{side}ready"] / c[f"{side}valid"]
+def _breaks(stratum: dict) -> bool:
+    """Some run of the stratum started and then broke (degraded): the count of ready runs alone would hide it."""
+    return any(k.startswith(("starts but", "starts, then")) for lv in stratum["compared"]
+               for k in stratum["levels"][lv]["outcomes"])
 
 
 def _flaky_why(factor: str, stratum: dict) -> str:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from launchlab.logparse import ParsedLog
 from launchlab.store.records import Outcome, RunRecord
 
+EXITED_AFTER_READY = "exited_after_ready"  # the failure reason of a server that was ready, then exited by itself
+
 
 @dataclass(frozen=True)
 class NodeLog:
@@ -28,8 +30,11 @@ def conclude(record: RunRecord, outcome: Outcome | None, logs: list[NodeLog], pe
     if outcome is None:
         record.status, record.failure_message = "error", "the run stopped before the server was watched"
         return
-    record.status = outcome.status
     failing = next((log for log in logs if log.parsed.failure is not None), None)
+    if outcome.status in ("ready", "degraded") and record.stopped_with == "gone":
+        outcome = _exited_after_ready(outcome, failing)
+        failing = None  # the reason is the exit after ready; the log's own failure is in the message
+    record.status = outcome.status
     if outcome.status in ("ready", "degraded"):
         record.startup_s = round(outcome.ready_after_s, 2)
     if outcome.status == "degraded":
@@ -54,3 +59,12 @@ def conclude(record: RunRecord, outcome: Outcome | None, logs: list[NodeLog], pe
             record.failure_reason = outcome.reason
         if outcome.status == "timeout":
             record.failure_phase = record.phase_reached
+
+
+def _exited_after_ready(outcome: Outcome, failing: NodeLog | None) -> Outcome:
+    """Ready, then gone before the kit stopped it: it started and broke, which is neither "ready" nor "failed" (a
+    smoke request it no longer answered failed because it was gone: said after)."""
+    said = f": {failing.where}{failing.parsed.failure.message}" if failing is not None else ""
+    then = f" ({outcome.message})" if outcome.status == "degraded" else ""
+    return Outcome("degraded", EXITED_AFTER_READY, f"ready at {outcome.ready_after_s:.1f} s, then exited by itself "
+                   f"before the kit stopped it{said}{then}", outcome.ready_after_s)
