@@ -237,6 +237,11 @@ def settling_repetitions(share: float, reference_share: float, most: int = 100) 
     return None
 
 
+def _shares(level: dict) -> frozenset:
+    """How a level's valid runs ended, as shares (2 of 2 and 1 of 1 starting are the same ends)."""
+    return frozenset((k, n / level["valid"]) for k, n in level["outcomes"].items())
+
+
 def _comparisons(per: dict[str, dict], compared: list[str], reference: str | None) -> list[dict]:
     """Each compared level against the reference level of the stratum (the baseline's, else the first compared):
     its counts and Fisher's exact p-value."""
@@ -249,7 +254,7 @@ def _comparisons(per: dict[str, dict], compared: list[str], reference: str | Non
             continue
         a, b = per[level], per[ref]
         tested, hits, ref_hits = "ready", a["ready"], b["ready"]
-        if hits / a["valid"] == ref_hits / b["valid"] and a["outcomes"] != b["outcomes"]:
+        if hits / a["valid"] == ref_hits / b["valid"] and _shares(a) != _shares(b):
             # the same share starts, but they end differently: tested on the reference level's usual outcome
             tested = max(b["outcomes"], key=lambda k: (b["outcomes"][k], k))
             hits, ref_hits = a["outcomes"].get(tested, 0), b["outcomes"][tested]
@@ -323,7 +328,7 @@ def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *,
     changes = (len(set(rates.values())) > 1) if len(compared) >= 2 and not flaky else None
     # the same share ready, but the levels fail differently (KV sizing at one, CUDA-graph OOM at the other): the
     # failure is part of the outcome, so the factor changes it — never "does not change the launch outcome"
-    fails_differently = changes is False and len({tuple(per[lv]["outcomes"].items()) for lv in compared}) > 1
+    fails_differently = changes is False and len({_shares(per[lv]) for lv in compared}) > 1
     return {"held": held, "levels": per, "compared": compared, "changes": True if fails_differently else changes,
             "fails_differently": fails_differently, "flaky": flaky, "complete": len(compared) == len(present),
             "comparisons": _comparisons(per, compared, reference)}
