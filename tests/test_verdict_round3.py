@@ -8,6 +8,7 @@ outcome", the difference only in the Outcomes table."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -125,3 +126,29 @@ def test_a_server_that_starts_and_then_breaks_is_said_so_never_ready_nor_not_sta
     assert summary.startswith("kernel decides the launch — ")
     assert "kernel=ok: starts;" in summary and "kernel=crashes: starts, then exits by itself" in summary
     assert "kernel=request-oom: starts but its first request fails" in summary
+
+
+@pytest.mark.slow
+def test_what_the_params_changed_before_a_resume_is_named_as_changed_at_the_resume(tmp_path, small_params):
+    """Point 4: half a batch runs; its params file gains a server environment variable (one that disables custom
+    all-reduce); --resume runs the other half. Before: "Controlled comparison". Now each run records the batch
+    that ran it, the variable the params set is compared within each variant, and the difference is said to have
+    changed at the resume, naming the resumed runs."""
+    path = small_params(pace=0.05)
+    path.write_text(path.read_text().replace("repetitions: 1", "repetitions: 2"))
+    run_dir = run_batch(path)
+    later = sorted(p for p in (run_dir / "runs").iterdir() if p.name.endswith("_rep2"))
+    for folder in later:  # as if the batch had been stopped before them
+        shutil.rmtree(folder)
+    path.write_text(path.read_text().replace("server:\n", "server:\n  env: {SGLANG_DISABLE_CUSTOM_AR: \"1\"}\n", 1))
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["controlled"] is False
+    [changed] = [c for c in verdict["confounds"] if "SGLANG_DISABLE_CUSTOM_AR" in c["detail"]]
+    assert changed["runs"] == [f.name for f in later]
+    assert changed["detail"].startswith(f"changed at the resume (runs resumed: {', '.join(f.name for f in later)}): "
+                                        "environment variable SGLANG_DISABLE_CUSTOM_AR, which the params set, differs")
+    batches = {json.loads((p / "provenance.json").read_text())["batch"] for p in (run_dir / "runs").iterdir()}
+    assert len(batches) == 2

@@ -132,9 +132,17 @@ def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: ru
         for node, record in zip(run_nodes, per_node, strict=True):
             node.preflight = preflights[node.rank].result() if node.rank in preflights else None
             record["preflight"] = node.preflight
-    rundir.write_json(folder.provenance, provenance.run_record(KIT_VERSION, exp.server.kind, per_node,
-                                                               nodes.masker_of(run_nodes)))
+    facts = provenance.run_record(KIT_VERSION, exp.server.kind, per_node, nodes.masker_of(run_nodes))
+    # the batch that ran it (manifest.batch, set anew by every --resume): what changed at a resume is named so
+    rundir.write_json(folder.provenance, {**facts, "batch": _batch_of(run_dir)})
     return launches
+
+
+def _batch_of(run_dir: Path) -> str | None:
+    try:
+        return rundir.RunDir(run_dir).manifest().batch
+    except (LaunchlabError, OSError):
+        return None  # a run notebook run on its own, outside a batch
 
 
 def _done(value) -> Future:

@@ -189,6 +189,50 @@ def env_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
     return found
 
 
+def params_env_differences(runs: pd.DataFrame, facts: dict[str, dict]) -> list[dict]:
+    """The environment the params set for the server (provenance `env`: the run's env file, the params' own and its
+    level's) differs between runs of one variant: the design says they are the same, so the params file was edited
+    between them — before a --resume. Runs of different variants differ by design (their levels' `env:`)."""
+    if "variant" not in runs:
+        return []
+    ids = [r for r in runs["run_id"] if r in facts]
+    variant = dict(zip(runs["run_id"], runs["variant"], strict=True))
+    env = {r: facts[r].get("env") if isinstance(facts[r].get("env"), dict) else {} for r in ids}
+    found = []
+    for name in sorted({k for r in ids for k in env[r]}):
+        odd, parts = [], []
+        for v in dict.fromkeys(variant[r] for r in ids):
+            groups = _groups({r: env[r].get(name) for r in ids if variant[r] == v})
+            if groups:
+                odd += [r for rs in list(groups.values())[1:] for r in rs]
+                parts.append(f"{v}: " + "; ".join(f"{t}: {', '.join(rs)}" for t, rs in
+                                                  zip(shown([repr(x) for x in groups]), groups.values(), strict=True)))
+        if odd:
+            found.append({"kind": "environment", "runs": sorted(odd),
+                          "detail": f"environment variable {name}, which the params set, differs between runs of one "
+                                    f"variant (the params file was edited between them): {' | '.join(parts)}"})
+    return found
+
+
+def at_the_resume(found: list[dict], ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """Each difference that sets exactly the runs on one side of a --resume apart from the others (provenance
+    `batch`: the batch that ran each run) said as such — 'changed at the resume: …' — rather than as odd runs out
+    (the majority's value is not the right one because more runs ran after the resume)."""
+    batch = {r: facts[r].get("batch") for r in ids if facts[r].get("batch")}
+    order = list(dict.fromkeys(batch[r] for r in ids if r in batch))
+    if len(order) < 2 or len(batch) < len(ids):
+        return found
+    before = {r for r in ids if batch[r] == order[0]}
+    after = set(ids) - before
+    out = []
+    for c in found:
+        if set(c["runs"]) in (before, after):
+            c = {**c, "detail": f"changed at the resume (runs resumed: {', '.join(r for r in ids if r in after)}): "
+                                f"{c['detail']}"}
+        out.append(c)
+    return out
+
+
 def busy_gpus(ids: list[str], facts: dict[str, dict], tolerance_mib: float) -> list[dict]:
     found = []
     for r in ids:
@@ -346,9 +390,10 @@ def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tole
     baseline_ids = [r for r in runs.loc[runs["variant"] == baseline_variant, "run_id"] if r in facts] \
         if "variant" in runs else []
     found += less_free_at_start(ids, facts, baseline_ids or ids, tolerance_mib, skip={r for c in busy for r in c["runs"]})
+    found += params_env_differences(runs, facts)
     found += unbalanced_hosts(runs)
     found += unreproducible_baseline(runs, baseline_variant)
-    return found
+    return at_the_resume(found, ids, facts)
 
 
 def provenance_notes(facts: dict[str, dict]) -> list[str]:
