@@ -152,3 +152,35 @@ def test_what_the_params_changed_before_a_resume_is_named_as_changed_at_the_resu
                                         "environment variable SGLANG_DISABLE_CUSTOM_AR, which the params set, differs")
     batches = {json.loads((p / "provenance.json").read_text())["batch"] for p in (run_dir / "runs").iterdir()}
     assert len(batches) == 2
+
+
+@pytest.mark.slow
+def test_other_weights_at_the_same_model_path_are_a_confound(tmp_path, small_params):
+    """Point 5: the weights at the model path were replaced between repetitions (another build). The kit recorded
+    the model's path only: "Controlled comparison". Now the provenance records what the path holds (config.json's
+    digest, each weight file's name, size and time; nothing read) and a difference is a confound."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"num_hidden_layers": 61}')
+    (model / "model-00001.safetensors").write_bytes(b"\0" * 70_000)
+    path = small_params(pace=0.05)
+    text = path.read_text().replace("repetitions: 1", "repetitions: 2")
+    assert '--tp, "2",' in text
+    path.write_text(text.replace('--tp, "2",', f'--tp, "2", --model-path, "{model}",'))
+    run_dir = run_batch(path)
+    later = sorted(p for p in (run_dir / "runs").iterdir() if p.name.endswith("_rep2"))
+    for folder in later:
+        shutil.rmtree(folder)
+    (model / "config.json").write_text('{"num_hidden_layers": 62}')  # a rebuilt checkpoint, one layer more
+    (model / "model-00001.safetensors").write_bytes(b"\0" * 72_000)
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = json.loads(next((run_dir / "runs").glob("01_*/provenance.json")).read_text())["model"]
+    assert first["path"] == str(model) and first["kind"] == "dir" and len(first["config_sha256"]) == 64
+    assert [f[:2] for f in first["files"]] == [["model-00001.safetensors", 70_000]]
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    [changed] = [c for c in verdict["confounds"] if c["kind"] == "model"]
+    assert changed["runs"] == [f.name for f in later] and verdict["controlled"] is False
+    assert f"what the model path {model} holds differs between runs" in changed["detail"]
+    assert changed["detail"].startswith("changed at the resume")

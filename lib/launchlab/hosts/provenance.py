@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from launchlab.errors import LaunchlabError
 from launchlab.gpu import smitext, telemetry
 from launchlab.hosts import CommandResult, Host, commands
+from launchlab.logparse.kinds import model_flags
 from launchlab.masking import Masker
 from launchlab.store import rundir
 
@@ -49,6 +50,42 @@ def _integrity_of(res: CommandResult, package: str | None) -> dict:
         return json.loads(res.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"package": package, "error": (res.stderr or res.stdout).strip()[-500:]}
+
+
+def model_path(argv: list[str] | tuple[str, ...]) -> str | None:
+    """The model the launch names (a folder, a file, or a hub id) with a kind's model flag (ServerKind.model_flags),
+    or as the word after `serve` (vLLM, `transformers serve`); None when it names none."""
+    for i, token in enumerate(argv):
+        for flag in model_flags():
+            if token == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if token.startswith(flag + "="):
+                return token.split("=", 1)[1]
+    return next((argv[i + 1] for i, t in enumerate(argv[:-1]) if t == "serve" and not argv[i + 1].startswith("-")),
+                None)
+
+
+def model_facts(host: Host, argv: list[str] | tuple[str, ...]) -> dict | None:
+    """What the model path holds on the host (commands.model_facts: config.json's sha256, each weight file's name,
+    size and modification time; no weight is read), or None when the launch names no model. Two runs that name one
+    path but found other weights there (a rebuilt checkpoint) are not the same experiment."""
+    path = model_path(argv)
+    if path is None:
+        return None
+    return parse_model(path, host.run(commands.model_facts(path), timeout=TIMEOUTS_S["host_env"], check=False).stdout)
+
+
+def parse_model(path: str, text: str) -> dict:
+    found: dict = {"path": path, "kind": None, "config_sha256": None, "files": []}
+    for line in text.splitlines():
+        if line.startswith("kind "):
+            found["kind"] = line[5:].strip()
+        elif line.startswith("config "):
+            found["config_sha256"] = line[7:].strip()
+        elif len(parts := line.rsplit(" ", 2)) == 3 and parts[1].isdigit():
+            with contextlib.suppress(ValueError):
+                found["files"].append([parts[0], int(parts[1]), int(float(parts[2]))])
+    return found
 
 
 def host_env(host: Host) -> dict[str, str]:
@@ -219,17 +256,20 @@ def node_record(host: Host, rank: int, launch, *, preflight: dict | None, masker
     ran already (inside a scheduler's job, on its node), read instead of running them here; one missing is
     unknown."""
     if recorded is None:
-        workers = 3 if host.concurrent_commands else 1
+        workers = 4 if host.concurrent_commands else 1
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
             facts_f = pool.submit(host_facts, host, earlier)
             python_f = pool.submit(python_facts, host, launch.argv)
             env_f = pool.submit(host_env, host)
+            model_f = pool.submit(model_facts, host, launch.argv)
         facts, (interpreter, installed), inherited = facts_f.result(), python_f.result(), env_f.result()
+        model = model_f.result()
     else:
         sections = split_sections(recorded["host_facts"].stdout if "host_facts" in recorded else "")
         facts = {**_facts(sections, sections.get("table", ""), sections.get("topo", "")), "steady_from": None}
         interpreter, installed = _python_of(recorded["python"], launch.argv) if "python" in recorded else (None, None)
         inherited = _env_of(recorded["host_env"]) if "host_env" in recorded else {}
+        model = None  # not read inside a scheduler's job
     masker = masker.merge(Masker.inherited(inherited, secret_names))
     env = masker.env(inherited, secret_names)
     return masker.record({
@@ -248,6 +288,7 @@ def node_record(host: Host, rank: int, launch, *, preflight: dict | None, masker
         "env": masker.env(launch.env, secret_names),
         "health_url": masker.text(launch.health_url) if launch.health_url else None,
         "preflight": preflight,
+        "model": model,
     }), masker
 
 

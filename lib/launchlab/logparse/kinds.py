@@ -28,3 +28,9 @@ def kinds_of(servers: Iterable[str | None]) -> list[ServerKind]:
 def volatile_args(servers: Iterable[str | None]) -> set[str]:
     """The arguments that are no confound in the logs of these kinds (ServerKind.volatile_args)."""
     return {arg for kind in kinds_of(servers) for arg in kind.volatile_args}
+
+
+def model_flags() -> tuple[str, ...]:
+    """Every kind's flags that name the model (ServerKind.model_flags), once each: a command's model is found
+    whichever kind its params name."""
+    return tuple(dict.fromkeys(f for kind in KINDS.values() for f in kind.model_flags))

@@ -91,4 +91,5 @@ KIND = ServerKind(
     # "build: 4524 (6171c9d2) with cc … for x86_64-linux-gnu"; `--version`: "version: 5172 (eb1776b1)"
     log_facts=LogFacts(version=re.compile(r"\b(?:build|version): (\d+ \((?:[0-9a-f]+|unknown)\))")),
     memory_fields=("weights_mem_gib", "kv_gib"),
+    model_flags=("--model",),
 )  # no budget: the buffers it allocates are printed, not the free memory it sized them against

@@ -428,4 +428,5 @@ KIND = ServerKind(
     free_memory=_free_memory,
     graph_capture=GraphCapture(fields=("graph_end_avail_gib", "graph_mem_gib", "graph_s"),
                                registered="`Registering … cuda graph addresses`"),
+    model_flags=("--model-path", "--model"),
 )

@@ -125,4 +125,5 @@ KIND = ServerKind(
                        package="text_generation_server", model="model_id", tp_size="num_shard"),
     volatile_args=frozenset({"port", "api_key"}),
     memory_fields=("kv_tokens",),
+    model_flags=("--model-id",),
 )  # no budget: TGI prints its KV capacity (kv_tokens) but not the memory figures it sized it from

@@ -508,4 +508,5 @@ KIND = ServerKind(
                              "data_parallel_size", "download_dir", "api_key"}),
     memory_fields=("weights_mem_gib", "kv_tokens", "kv_gib", "graph_mem_gib"),
     graph_capture=GraphCapture(fields=("graph_mem_gib", "graph_s"), registered="`Registering … cuda graph addresses`"),
+    model_flags=("--model",),
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from datetime import datetime
 
 import pandas as pd
 
@@ -233,6 +234,31 @@ def at_the_resume(found: list[dict], ids: list[str], facts: dict[str, dict]) -> 
     return out
 
 
+def _model_text(model: dict) -> str:
+    if model.get("kind") == "none":
+        return "nothing there"
+    files = model.get("files") or []
+    size = sum(f[1] for f in files) / 2**30
+    newest = max((f[2] for f in files), default=None)
+    when = datetime.fromtimestamp(newest).isoformat(timespec="seconds") if newest is not None else "?"
+    config = (model.get("config_sha256") or "none")[:12]
+    return f"config.json {config}, {len(files)} weight file(s), {size:.2f} GiB, newest modified {when}"
+
+
+def model_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
+    """What the model path held (provenance `model`: config.json's digest, the weight files' names, sizes and
+    modification times) differs between runs: other weights at the same path are another experiment."""
+    models = {r: facts[r].get("model") for r in ids if isinstance(facts[r].get("model"), dict)}
+    groups = _groups(models) if len(models) > 1 else None
+    if groups is None:
+        return []
+    texts = [_model_text(models[rs[0]]) for rs in groups.values()]
+    path = next(iter(models.values())).get("path")
+    return [{"kind": "model", "runs": sorted(r for rs in list(groups.values())[1:] for r in rs),
+             "detail": f"what the model path {path} holds differs between runs: "
+                       + "; ".join(f"{t}: {', '.join(rs)}" for t, rs in zip(texts, groups.values(), strict=True))}]
+
+
 def busy_gpus(ids: list[str], facts: dict[str, dict], tolerance_mib: float) -> list[dict]:
     found = []
     for r in ids:
@@ -374,7 +400,7 @@ Check = Callable[[list[str], dict[str, dict]], list[dict]]
 # the checks of what each run's provenance records (host, versions, files, environment, GPUs): the same rules judge
 # runs of one batch (find) and two batches before and after (verdicts/compare.py)
 PROVENANCE_CHECKS: tuple[Check, ...] = (host_differences, node_differences, version_differences, file_differences,
-                                       notebook_differences, env_differences, gpu_differences)
+                                       notebook_differences, env_differences, gpu_differences, model_differences)
 
 
 def find(runs: pd.DataFrame, facts: dict[str, dict], baseline_variant: str, tolerance_mib: float = 256) -> list[dict]:

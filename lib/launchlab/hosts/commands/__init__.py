@@ -48,6 +48,7 @@ from launchlab.hosts.commands.provenance import (
     host_environment,
     host_facts,
     interpreter_facts,
+    model_facts,
     package_integrity,
     server_python,
 )
@@ -57,7 +58,7 @@ __all__ = [
     "TAGGED_END", "answer", "env_file_text", "env_value", "find_launchlab_processes", "find_tagged", "free_port",
     "gpu_apps", "gpu_indices", "gpu_owners", "gpu_sampler",
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
-    "interpreter_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
+    "interpreter_facts", "model_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
     "NOT_YOURS", "SMI_OUTPUT_BYTES", "bounded_checked", "make_private_dir", "own_folder", "package_integrity",
     "patch_apply", "patch_check", "patch_revert", "process_group",
     "remove_tree", "server_python", "signal_tagged", "start_detached", "user_id", "which", "wrapper_script",

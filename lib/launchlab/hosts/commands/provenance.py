@@ -160,3 +160,19 @@ def package_integrity(python: str, package: str) -> str:
 def host_environment() -> str:
     """The environment of a process the host's shell starts, as one JSON line."""
     return f"python3 -c {shlex.quote(_ENV)}"
+
+
+MODEL_FILES = 2000  # the weight files listed of a model folder, at most (names sorted)
+
+
+def model_facts(path: str) -> str:
+    """What a model path holds, without reading the weights: `kind dir|file|none`, then for a folder the sha256 of
+    its config.json (`config HEX`) and one `NAME SIZE MTIME` line per weight file (up to two folders down, sorted,
+    at most MODEL_FILES), for a single file (a GGUF) its own line."""
+    q = shlex.quote(path)
+    return bounded(
+        f"if [ -d {q} ]; then echo 'kind dir'; "
+        f"[ -f {q}/config.json ] && echo \"config $(sha256sum {q}/config.json | cut -c1-64)\"; "
+        f"find {q} -maxdepth 2 -type f \\( -name '*.safetensors' -o -name '*.bin' -o -name '*.pt' -o -name '*.pth' "
+        f"-o -name '*.gguf' \\) -printf '%P %s %T@\\n' 2>/dev/null | LC_ALL=C sort | head -n {MODEL_FILES}; "
+        f"elif [ -f {q} ]; then echo 'kind file'; stat -c '%n %s %Y' -- {q}; else echo 'kind none'; fi")
