@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import LAUNCHLAB, write_params
 
@@ -184,3 +185,54 @@ def test_other_weights_at_the_same_model_path_are_a_confound(tmp_path, small_par
     assert changed["runs"] == [f.name for f in later] and verdict["controlled"] is False
     assert f"what the model path {model} holds differs between runs" in changed["detail"]
     assert changed["detail"].startswith("changed at the resume")
+
+
+CARD = """\
+experiment: card-{name}
+hosts:
+  box: {{transport: sim, gpus: 2, mem_total_mib: {mib}, weights_gib_per_rank: 70.0, pace: 0.05, workdir: {work}}}
+server:
+  kind: sglang
+  command: [python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}",
+            --mem-fraction-static, "0.85"]
+  ready: {{timeout_s: 60, health_url: "http://127.0.0.1:{{port}}/health"}}
+  stop_grace_s: 5
+factors:
+  custom_ar:
+    "on": {{}}
+    "off": {{flags: {{--disable-custom-all-reduce: true}}}}
+baseline: {{custom_ar: "off"}}
+repetitions: 2
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+
+
+@pytest.mark.slow
+def test_logs_from_other_cards_are_a_confound_with_the_budgets_break_evens(tmp_path, sim_root):
+    """Point 2: an import of one level's logs from a box of 96 GB cards and the other's from 80 GB cards, at one
+    fraction. Before: "Controlled comparison. Decides the launch: custom_ar", while the kit's own budget showed
+    93.5 against 77 GiB before the weights. Now the memory each server measured before its weights is compared
+    across the runs: the 80 GB runs are named, with the break-even per variant."""
+    runs = {}
+    for name, mib in (("96", 97887), ("80", 81559)):
+        run_dir = run_batch(write_params(tmp_path, CARD.format(name=name, mib=mib, work=tmp_path / f"work{name}"),
+                                         name=f"card{name}.yaml"))
+        runs[name] = sorted(run_dir.glob("runs/*/server.log"))
+    logs = [(p, "off") for p in runs["96"] if "custom_ar-off" in p.parent.name] + \
+           [(p, "on") for p in runs["80"] if "custom_ar-on" in p.parent.name]
+    imports = tmp_path / "imports.yaml"
+    imports.write_text(yaml.safe_dump({
+        "experiment": "two-boxes", "server": {"kind": "sglang"},
+        "factors": {"custom_ar": {"on": {}, "off": {"flags": {"--disable-custom-all-reduce": True}}}},
+        "baseline": {"custom_ar": "off"},
+        "runs": [{"levels": {"custom_ar": level}, "log": str(p)} for p, level in logs]}))
+    proc = subprocess.run([*LAUNCHLAB, "import", str(imports), "--out", str(tmp_path / "imported")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["controlled"] is False and verdict["factors"]["custom_ar"]["status"] == "confounded"
+    [card] = [c for c in verdict["confounds"] if "before the weights" in c["detail"]]
+    assert card["kind"] == "host" and all("custom_ar-on" in r for r in card["runs"]) and len(card["runs"]) == 2
+    assert "differs by more than 5%: 93.5 GiB: 01_custom_ar-off" in card["detail"]
+    assert "the budget's break-even per variant: custom_ar=off: 0.748; custom_ar=on: 0.909" in card["detail"]

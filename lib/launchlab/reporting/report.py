@@ -129,6 +129,14 @@ class Report:
         return budget.recompute(self.exp.server.kind, self.frames.events, self.valid_runs, self.frames.telemetry)
 
     @cached_property
+    def before_weights(self) -> dict[str, float]:
+        """Each run's GPU memory before its weights, as the budget read it from the run's own log (GiB)."""
+        own = budget.own_figures(self.budget)
+        if own.empty or "total_gib" not in own:
+            return {}
+        return {r: float(t) for r, t in zip(own["run_id"], own["total_gib"], strict=True) if pd.notna(t)}
+
+    @cached_property
     def level_checks(self) -> list[dict]:
         runs = [{"run_id": r, "levels": {f: self.frames.runs.loc[i, f] for f in self.factors}}
                 for i, r in self.frames.runs["run_id"].items()]
@@ -161,7 +169,8 @@ class Report:
                               baseline_variant=self.baseline_name, facts=self.facts, budget_rows=rows,
                               tolerance_mib=self.exp.drain.tolerance_mib, planned=self.planned,
                               level_checks=self.level_checks, parsed=self.parsed,
-                              declared_args=levelchecks.declared_args(self.exp))
+                              declared_args=levelchecks.declared_args(self.exp),
+                              before_weights=self.before_weights)
         if self.exp.search is not None:
             built.thresholds = self.threshold_verdict
         # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's

@@ -318,6 +318,40 @@ def less_free_at_start(ids: list[str], facts: dict[str, dict], reference: list[s
     return found
 
 
+OTHER_CARD_SHARE = 0.05  # memory before the weights that differs by more than this share is another card's
+
+
+def memory_before_weights(ids: list[str], before: dict[str, float], *, break_evens: dict[str, float] | None = None,
+                          named: set[str] = frozenset()) -> list[dict]:
+    """The GPU memory the server had before its weights (the budget's `total_gib`, from its own log: what it
+    measured, imports included) differs between runs by more than OTHER_CARD_SHARE: they ran on other cards (80 GB
+    against 96 GB is 17 %), or on a card something else held — and a KV budget sized from it is another budget.
+    What a level allocates before the weights (custom all-reduce's buffers, well under a GiB) is not. Values within
+    that share of each other are one group; the largest group is the reference (of two as large, the one with more
+    memory: less is a smaller card or one something else held), the others are named. named: runs
+    other confounds name already (a busy GPU at the start): not named twice. break_evens: the budget's break-even
+    per variant, shown with it (they differ with the memory)."""
+    values = sorted((before[r], r) for r in ids if before.get(r) is not None and before[r] == before[r])
+    groups: list[list[tuple[float, str]]] = []
+    for value, r in values:
+        if groups and value - groups[-1][0][0] <= OTHER_CARD_SHARE * value:
+            groups[-1].append((value, r))
+        else:
+            groups.append([(value, r)])
+    if len(groups) < 2:
+        return []
+    groups.sort(key=lambda g: (len(g), g[0][0]), reverse=True)  # a tie: the most memory is the reference
+    odd = sorted(r for g in groups[1:] for _, r in g if r not in named)
+    if not odd:
+        return []
+    text = "; ".join(f"{sum(v for v, _ in g) / len(g):.1f} GiB: {', '.join(r for _, r in g)}" for g in groups)
+    shown_be = "; ".join(f"{v}: {b:.3g}" for v, b in (break_evens or {}).items() if b == b)
+    return [{"kind": "host", "runs": odd,
+             "detail": f"GPU memory before the weights (as each server's log measured it) differs by more than "
+                       f"{OTHER_CARD_SHARE:.0%}: {text} — other cards, or a card something else held"
+                       + (f"; the budget's break-even per variant: {shown_be}" if shown_be else "")}]
+
+
 def unbalanced_hosts(runs: pd.DataFrame) -> list[dict]:
     if "host" not in runs or runs["host"].nunique() <= 1:
         return []

@@ -33,7 +33,8 @@ from launchlab.verdicts import analysis, budget, confounds, derivedargs, levelch
 def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
           *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
           planned: list[ManifestEntry] | None = None, level_checks: list[dict] | None = None,
-          parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset()) -> Verdict:
+          parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset(),
+          before_weights: dict[str, float] | None = None) -> Verdict:
     """verdict.json: see verdictrecord.Verdict and the README for every key."""
     obs = analysis.observations(runs, factors, planned)
     valid = obs[obs["valid"]]
@@ -42,6 +43,7 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
     contradicted = levelchecks.contradicted_runs(checks)
     found, derived = _confounds(obs, runs, factors, checks, baseline_variant=baseline_variant, facts=facts,
                                 tolerance_mib=tolerance_mib, parsed=parsed or {}, declared_args=set(declared_args))
+    found += _memory_before_weights(obs, found, before_weights or {}, budget_rows=budget_rows)
     why = levelchecks.contradiction_reasons(checks)
     decisions = [analysis.decide(obs, f, factors, baseline.get(f), drop=contradicted.get(f, set()), drop_why=why.get(f, ""))
                  for f in factors]
@@ -71,6 +73,18 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
         budget=budget_rows,
         warnings=_warnings(obs, facts, effects, found) + _unread_traces(parsed or {}, list(obs["run_id"])),
     )
+
+
+def _memory_before_weights(obs: pd.DataFrame, found: list[dict], before: dict[str, float], *,
+                           budget_rows: list[dict]) -> list[dict]:
+    """The machine as the servers' logs measured it (confounds.memory_before_weights), over the runs compared (the
+    valid ones and the imported ones left out), the runs other confounds name already apart."""
+    compared = list(obs.loc[obs["valid"] | obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME]),
+                            "run_id"])
+    named = {r for c in found for r in c["runs"]}
+    break_evens = {row["variant"]: row.get("break_even_fraction") for row in budget_rows
+                   if isinstance(row.get("break_even_fraction"), float)}
+    return confounds.memory_before_weights(compared, before, break_evens=break_evens, named=named)
 
 
 def _confounds(obs: pd.DataFrame, runs: pd.DataFrame, factors: list[str], checks: list[dict], *,
