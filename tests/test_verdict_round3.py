@@ -185,6 +185,10 @@ def test_other_weights_at_the_same_model_path_are_a_confound(tmp_path, small_par
     assert changed["runs"] == [f.name for f in later] and verdict["controlled"] is False
     assert f"what the model path {model} holds differs between runs" in changed["detail"]
     assert changed["detail"].startswith("changed at the resume")
+    # the budget never averages over the two builds: a row per variant and weights
+    rows = [(r["variant"], r["weights"], r["n"]) for r in verdict["budget"]]
+    assert len(rows) == 4 and {n for *_, n in rows} == {1}
+    assert len({w for _, w, _ in rows}) == 2 and all(w.startswith("as in 0") for _, w, _ in rows)
 
 
 CARD = """\

@@ -126,7 +126,8 @@ class Report:
 
     @cached_property
     def budget(self) -> pd.DataFrame:
-        return budget.recompute(self.exp.server.kind, self.frames.events, self.valid_runs, self.frames.telemetry)
+        found = budget.recompute(self.exp.server.kind, self.frames.events, self.valid_runs, self.frames.telemetry)
+        return budget.with_weights(found, self.facts)
 
     @cached_property
     def before_weights(self) -> dict[str, float]:

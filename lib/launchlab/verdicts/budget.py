@@ -16,23 +16,44 @@ from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import BreakEven
 
 
-def summarize(budget: pd.DataFrame) -> pd.DataFrame:
-    """One row per variant: mean of the budget figures, and whether logged and recomputed values agreed."""
+def with_weights(budget: pd.DataFrame, facts: dict[str, dict]) -> pd.DataFrame:
+    """The budget rows with a `weights` column where the runs' model paths held different weights (provenance
+    `model`, confounds.model_differences): each build named by the first run that had it, so that summarize never
+    averages figures across two builds. Unchanged when every run had the same weights (or none was recorded)."""
     if budget.empty:
         return budget
-    numeric = [c for c in budget.columns if c not in ("run_id", "variant", "status", "agrees", "gap_note", "borrowed_from")
+    import json
+
+    key = {r: json.dumps(m, sort_keys=True) for r in budget["run_id"]
+           if isinstance(m := (facts.get(r) or {}).get("model"), dict)}
+    if len(set(key.values())) < 2:
+        return budget
+    first: dict[str, str] = {}
+    for r in budget["run_id"]:
+        if r in key:
+            first.setdefault(key[r], f"as in {r}")
+    return budget.assign(weights=[first.get(key.get(r), "not recorded") for r in budget["run_id"]])
+
+
+def summarize(budget: pd.DataFrame) -> pd.DataFrame:
+    """One row per variant (per variant and weights, where the model path held other weights in some runs: never an
+    average over two builds): mean of the budget figures, and whether logged and recomputed values agreed."""
+    if budget.empty:
+        return budget
+    by = ["variant", "weights"] if "weights" in budget else ["variant"]
+    numeric = [c for c in budget.columns if c not in ("run_id", "variant", "status", "agrees", "gap_note", "borrowed_from",
+                                                      "weights")
                and pd.api.types.is_numeric_dtype(budget[c])]
-    out = budget.groupby("variant", sort=False)[numeric].mean()
-    out.insert(0, "n", budget.groupby("variant", sort=False)["run_id"].count())
-    out["outcome"] = budget.groupby("variant", sort=False)["status"].agg(lambda s: ", ".join(sorted(set(s))))
+    groups = budget.groupby(by, sort=False)
+    out = groups[numeric].mean()
+    out.insert(0, "n", groups["run_id"].count())
+    out["outcome"] = groups["status"].agg(lambda s: ", ".join(sorted(set(s))))
     if "agrees" in budget:
-        out["logged_agrees"] = budget.groupby("variant", sort=False)["agrees"].agg(
-            lambda s: None if s.isna().all() else bool(s.dropna().all()))
+        out["logged_agrees"] = groups["agrees"].agg(lambda s: None if s.isna().all() else bool(s.dropna().all()))
     if "total_from" in budget:  # which numbers gave a kind's total (SGLang: logparse/sglang.py _total)
-        out["total_from"] = budget.groupby("variant", sort=False)["total_from"].agg(
-            lambda s: "; ".join(dict.fromkeys(s.dropna())))
+        out["total_from"] = groups["total_from"].agg(lambda s: "; ".join(dict.fromkeys(s.dropna())))
     if "borrowed_from" in budget:
-        out["profile_from"] = budget.groupby("variant", sort=False)["borrowed_from"].agg(_profile_from)
+        out["profile_from"] = groups["borrowed_from"].agg(_profile_from)
     return out.reset_index()
 
 
