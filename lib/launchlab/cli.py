@@ -287,7 +287,11 @@ def _visible_output() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     with _visible_output():
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        if not (sys.argv[1:] if argv is None else argv):  # bare `launchlab`: what it does, not a usage error
+            parser.print_help()
+            return 0
+        args = parser.parse_args(argv)
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
         logging.getLogger("traitlets").setLevel(logging.ERROR)  # nbconvert's per-export accessibility hints
         try:

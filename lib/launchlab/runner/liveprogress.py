@@ -39,7 +39,7 @@ class Snapshot:
     outcome: str | None = None  # the final line, once the run is done
 
 
-class _LogFollower:
+class LogFollower:
     """Feeds the new complete lines of the mirrored server log to the kind's parser (for the phase reached) and
     keeps the last few for the display. One tick reads at most FOLLOW_BYTES, and feeds the parser only a piece
     where a line can matter to it (its anchors, as logparse.common.scan_file): this thread shares the interpreter
@@ -119,7 +119,7 @@ class LiveProgress:
     def __init__(self, folder: rundir.RunFolder, kind: str, rules: logparse.ReadyRules, interval_s: float = 0.5):
         self.folder, self.interval_s = folder, interval_s
         self.snap = Snapshot(folder.run_id)
-        self.log = _LogFollower(folder.log(), logparse.parser_for(kind, rules))
+        self.log = LogFollower(folder.log(), logparse.parser_for(kind, rules))
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.handle = None

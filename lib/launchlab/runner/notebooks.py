@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from launchlab import config, interrupts, masking, params, safefiles
-from launchlab.errors import NotebookFailed, RunDirError
+from launchlab import config, interrupts, logparse, masking, params, safefiles
+from launchlab.errors import LaunchlabError, NotebookFailed, RunDirError
 from launchlab.run import recovery
 from launchlab.runner import kernels, liveprogress
 from launchlab.store import keptlog, records, rundir, workspace
@@ -34,17 +34,24 @@ def notebooks_dir() -> Path:
     return workspace.notebook_templates()
 
 
-class _StatePrinter(threading.Thread):
-    """Prints a line whenever the run's state changes (from the status.json the lifecycle keeps current)."""
+HEARTBEAT_S = 10.0  # the longest the CLI stays quiet while a run goes: a real server's start takes minutes
 
-    def __init__(self, label: str, folder: rundir.RunFolder, say: Say):
+
+class _StatePrinter(threading.Thread):
+    """Prints a line whenever the run's state changes (from the status.json the lifecycle keeps current), and at
+    least every HEARTBEAT_S while it does not: the phase the server's log has reached, the time, and its GPUs'
+    memory as last sampled (a real server sat at "watching" for minutes with nothing said)."""
+
+    def __init__(self, label: str, folder: rundir.RunFolder, say: Say, exp: params.Experiment | None = None):
         super().__init__(daemon=True)
         self.label, self.folder, self.say = label, folder, say
         self.stop_event = threading.Event()
         self.t0 = time.monotonic()
+        self.log = liveprogress.LogFollower(folder.log(), logparse.parser_for(exp.server.kind, exp.server.rules())) \
+            if exp is not None else None
 
     def run(self) -> None:
-        last = None
+        last, said_at = None, time.monotonic()
         while not self.stop_event.wait(0.5):
             try:
                 status = records.read_status(self.folder)
@@ -53,9 +60,28 @@ class _StatePrinter(threading.Thread):
             state = status.state if status is not None else "kernel starting"
             if status is not None and status.detail:  # e.g. `queued (Priority)`: the scheduler's reason
                 state = f"{state} ({status.detail})"
-            if state != last and not state.startswith("done"):
-                self.say(f"{self.label}  {state}  {time.monotonic() - self.t0:.1f} s")
-                last = state
+            now = time.monotonic()
+            if state.startswith("done"):
+                continue
+            if state != last:
+                self.say(f"{self.label}  {state}  {now - self.t0:.1f} s")
+                last, said_at = state, now
+            elif now - said_at >= HEARTBEAT_S:
+                self.say(f"{self.label}  {state}  {now - self.t0:.1f} s — {self.where()}")
+                said_at = now
+
+    def where(self) -> str:
+        """The log's phase and the GPUs' memory now, as the notebook's live display shows them."""
+        parts = []
+        if self.log is not None:
+            with contextlib.suppress(OSError, LaunchlabError):
+                parts.append(f"log at {self.log.poll()}")
+        with contextlib.suppress(OSError, ValueError):
+            gpus = liveprogress.latest_memory(self.folder.samples())
+            if gpus:
+                parts.append("GPU memory " + ", ".join(f"{i}: {used / 1024:.1f}/{total / 1024:.0f} GiB"
+                                                       for i, used, total in gpus))
+        return "; ".join(parts) or "nothing logged yet"
 
 
 def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None,
@@ -105,7 +131,7 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, *
     folder.path.mkdir(parents=True, exist_ok=True)
     folder.archive_attempt()  # a repeated run (--resume) keeps the earlier attempt's raw files
     label = run_label(run, total) + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
-    progress = _StatePrinter(label, folder, say)
+    progress = _StatePrinter(label, folder, say, exp)
     progress.start()
     problem = None
     try:

@@ -1,0 +1,48 @@
+"""Issue 41, point 4 (in part): the CLI never goes quiet. A real server's start sat at "watching 4.0 s" until
+"stopping 229.2 s" with nothing said; bare `launchlab` was an argparse error."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import LAUNCHLAB, write_params
+
+SLOW_START = """\
+experiment: slow-start
+hosts:
+  box: {{transport: sim, gpus: 2, mem_total_mib: 97887, weights_gib_per_rank: 70.0, pace: 8.0, workdir: {work}}}
+server:
+  kind: sglang
+  command: [python3, -m, launchlab.sim.sglang_server, --tp, "2", --host, 127.0.0.1, --port, "{{port}}",
+            --mem-fraction-static, "0.85"]
+  ready: {{timeout_s: 120, health_url: "http://127.0.0.1:{{port}}/health"}}
+  stop_grace_s: 5
+factors:
+  f: {{"a": {{}}}}
+baseline: {{f: "a"}}
+repetitions: 1
+drain: {{timeout_s: 10, tolerance_mib: 64}}
+"""
+
+
+@pytest.mark.slow
+def test_a_run_that_watches_a_slow_start_says_where_it_is_at_least_every_ten_seconds(tmp_path, sim_root):
+    params = write_params(tmp_path, SLOW_START.format(work=tmp_path / "work"))
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("[1/1]")]
+    beats = [line for line in lines if " — " in line]
+    assert beats, lines  # a pipe, not a terminal: said all the same
+    assert re.search(r"watching  1\d\.\d s — log at \w+; GPU memory 0: \d+\.\d/96 GiB, 1: \d+\.\d/96 GiB", beats[0])
+    times = [float(m.group(1)) for line in lines if (m := re.search(r"  (\d+\.\d) s", line))]
+    assert all(b - a <= 11 for a, b in zip(times, times[1:], strict=False)), lines
+
+
+def test_bare_launchlab_prints_its_help():
+    proc = subprocess.run([sys.executable, "-m", "launchlab.cli"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: launchlab") and "run" in proc.stdout
+    assert proc.stderr == ""
