@@ -46,3 +46,16 @@ def test_bare_launchlab_prints_its_help():
     proc = subprocess.run([sys.executable, "-m", "launchlab.cli"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: launchlab") and "run" in proc.stdout
     assert proc.stderr == ""
+
+
+def test_every_positional_has_help_and_every_subcommand_ends_with_an_example():
+    from launchlab.cli import build_parser
+
+    parser = build_parser()
+    [sub] = [a for a in parser._actions if a.dest == "command"]
+    for name, command in sub.choices.items():
+        for action in command._actions:
+            if not action.option_strings:  # a positional
+                assert action.help, (name, action.dest)
+        text = command.format_help()
+        assert re.search(r"\nexamples?:\n  launchlab " + name, text), (name, text[-300:])

@@ -77,6 +77,9 @@ def test_a_signal_to_launchlab_run_stops_the_runs_in_flight_records_them_and_pri
     assert processes_using(str(sim_root)) == []  # server, sampler and kernels all gone
     assert f"{run_id}  error (interrupted), stopped by the kit" in err, err[-3000:]
     assert f"launchlab: interrupted by {name}" in err and f"--resume {run_dir}" in err
+    # said once (the CLI said it a second time), and the command repeats the options given (it dropped them)
+    assert err.count("launchlab: interrupted by") == 1, err[-2000:]
+    assert f"--resume {run_dir} --no-html`" in err
     assert "had exited by itself" not in err and "Traceback" not in err
 
 

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -172,6 +173,12 @@ def _parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _example(*commands: str) -> dict:
+    """A subcommand's help ends with examples of it (kept as written: the formatter leaves the epilog's lines)."""
+    return {"epilog": "example" + ("s" if len(commands) > 1 else "") + ":\n" + "\n".join(f"  {c}" for c in commands),
+            "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launchlab", description=(
         "Controlled experiments on inference-server launches: run the variants of a params file on its hosts, "
@@ -181,14 +188,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"launchlab {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the kit does")
     sub = p.add_subparsers(dest="command", required=True)
-    i = sub.add_parser("init", help="make a workspace: params/, notebooks/, outputs/ (keeps files that exist)")
+    i = sub.add_parser("init", help="make a workspace: params/, notebooks/, outputs/ (keeps files that exist)",
+                       **_example("launchlab init my-experiments"))
     i.add_argument("dir", nargs="?", default=".", help="the workspace folder (default: the current one)")
     i.set_defaults(func=_init)
-    v = sub.add_parser("validate", help="check a params file; print every problem")
-    v.add_argument("params")
+    v = sub.add_parser("validate", help="check a params file; print every problem",
+                       **_example("launchlab validate params/demo.yaml"))
+    v.add_argument("params", help="the params file (YAML): hosts, server, factors, baseline")
     v.set_defaults(func=_validate)
-    r = sub.add_parser("run", help="run every variant of a params file and render the report")
-    r.add_argument("params")
+    r = sub.add_parser("run", help="run every variant of a params file and render the report",
+                       **_example("launchlab run params/demo.yaml",
+                                  "launchlab run params/demo.yaml --resume outputs/demo-custom-ar-vs-mem-fraction/"
+                                  "20261203-120000"))
+    r.add_argument("params", help="the params file (YAML) whose variants to run")
     r.add_argument("--out", type=Path, default=None, help="root of run directories (default: outputs/)")
     r.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                    help="continue an interrupted run directory: runs that finished are skipped")
@@ -205,39 +217,48 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write verdict.json and report.md but not summary.html (no summary kernel, no export); "
                         "`launchlab report RUN_DIR` renders it later")
     r.set_defaults(func=_run)
-    im = sub.add_parser("import", help="make a run directory and its report from server logs of runs made by hand")
+    im = sub.add_parser("import", help="make a run directory and its report from server logs of runs made by hand",
+                        **_example("launchlab import params/demo-import.yaml"))
     im.add_argument("imports", help="an imports file: experiment, factors, baseline and runs ({levels, log, smi, command})")
     im.add_argument("--out", type=Path, default=None, help="root of run directories (default: outputs/)")
     im.add_argument("--follow-symlinks", action="store_true",
                     help="import the files that symbolic links lead to outside the imports file's folder (refused "
                          "without it: a shared folder of logs could link to someone's private file)")
     im.set_defaults(func=_import)
-    rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory")
-    rep.add_argument("run_dir")
+    rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory",
+                         **_example("launchlab report outputs/demo-custom-ar-vs-mem-fraction/20261203-120000"))
+    rep.add_argument("run_dir", help="a run directory (what `launchlab run` printed)")
     rep.add_argument("--no-html", action="store_true",
                      help="judge again only: frames, verdict.json and report.md, not summary.html (no summary kernel)")
     rep.set_defaults(func=_report)
     cmp = sub.add_parser("compare", help="before and after: what changed between two run directories of one question",
-                         description="Compare RUN_B (after) with RUN_A (before): whether they ask the same question "
+                         description=textwrap.fill("Compare RUN_B (after) with RUN_A (before): whether they ask the same "
+                                                   "question "
                                      "(factors and levels), what differs outside the factors (versions, driver, GPUs, "
                                      "packages, files, environment, params), and per variant the outcome (Fisher's "
                                      "exact test), KV tokens, peak memory and the break-even (Welch intervals), and "
                                      "a search's thresholds. Prints the comparison and the folder of compare.json "
-                                     "and compare.html.")
+                                     "and compare.html.", 100),
+                         **_example("launchlab compare outputs/demo-custom-ar-vs-mem-fraction/20261201-090000 "
+                                    "outputs/demo-custom-ar-vs-mem-fraction/20261203-120000"))
     cmp.add_argument("run_a", metavar="RUN_A", help="the run directory before (the reference)")
     cmp.add_argument("run_b", metavar="RUN_B", help="the run directory after")
     cmp.add_argument("--out", type=Path, default=None, metavar="DIR",
                      help="where compare.json and compare.html go (default: RUN_B/compare/<RUN_A's experiment>-<name>)")
     cmp.set_defaults(func=_compare)
-    ls = sub.add_parser("ls", help="list run directories: experiment, date, runs done/planned, the verdict")
+    ls = sub.add_parser("ls", help="list run directories: experiment, date, runs done/planned, the verdict",
+                        **_example("launchlab ls", "launchlab ls /shared/team-outputs"))
     ls.add_argument("dir", nargs="?", default=None, help="root of run directories (default: outputs/)")
     ls.set_defaults(func=_ls)
-    sc = sub.add_parser("schema", help="print the params files' JSON Schema")
+    sc = sub.add_parser("schema", help="print the params files' JSON Schema",
+                        **_example("launchlab schema > params/params.schema.json"))
     sc.add_argument("--markdown", action="store_true", help="the README's params reference, from the same schema")
     sc.set_defaults(func=_schema)
-    pa = sub.add_parser("parse", help="parse a server log")
-    pa.add_argument("log")
-    pa.add_argument("--server", default="auto", choices=["auto", *KINDS])
+    pa = sub.add_parser("parse", help="parse a server log",
+                        **_example("launchlab parse server.log --json", "launchlab parse server.log --server sglang"))
+    pa.add_argument("log", help="a server's log file")
+    pa.add_argument("--server", default="auto", choices=["auto", *KINDS],
+                    help="the server that wrote it (default: auto, detected from its lines)")
     pa.add_argument("--json", action="store_true",
                     help="print one JSON object: server, ready, phase_reached, failure, ranks, custom_ar, debug")
     pa.set_defaults(func=_parse)
@@ -303,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"launchlab: {exc}", file=sys.stderr)
             return EXIT_KIT_ERROR
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a batch (interrupts.py)
-            print(f"launchlab: {interrupts.describe(exc)}.", file=sys.stderr)  # the batch said how to continue
+            if not getattr(exc, "told", False):  # a batch said it already, with how to continue
+                print(f"launchlab: {interrupts.describe(exc)}.", file=sys.stderr)
             return interrupts.exit_code(exc)
 
 

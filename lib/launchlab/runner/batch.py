@@ -117,8 +117,11 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
         # the batch's kernels (runs, summary) are forked from one server, whose imports overlap the checks below
         server = kernels.fork_server(notebooks.notebooks_dir())
         try:
+            # what --resume must repeat of this command, should the batch be interrupted
+            again = (*(("--only", *only) if only else ()), *(("--repetitions", str(repetitions)) if repetitions else ()),
+                     *(("--wait",) if wait else ()), *(() if html else ("--no-html",)))
             run_dir = _run_batch(exp, plan, params_path, out_root, resume=resume, say=say, stop_leftovers=stop_leftovers,
-                                 wait=wait, only=only, repetitions=repetitions, confirm=confirm, server=server)
+                                 wait=wait, again=again, confirm=confirm, server=server)
             notebooks.summarize(run_dir, say, html, server)
         finally:
             server.close()
@@ -126,8 +129,8 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
 
 
 def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path, out_root: Path | None,
-               *, resume: Path | None, say: Say, stop_leftovers: bool, wait: bool, only: tuple[str, ...],
-               repetitions: int | None, confirm: Confirm | None, server: kernels.ForkServer) -> Path:
+               *, resume: Path | None, say: Say, stop_leftovers: bool, wait: bool, again: tuple[str, ...],
+               confirm: Confirm | None, server: kernels.ForkServer) -> Path:
     """The batch up to its summary: hosts, run directory, locks, leftovers, patches, the runs (run_batch)."""
     box = sim.new_box() if any(exp.hosts[h].simulated for h in exp.host_names) else None
     opened = contextlib.ExitStack()  # closes every host opened below (an SSH connection) when the batch ends
@@ -159,7 +162,8 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
                     run_all(exp, _to_do(plan, run_dir, resume=resume, total=total, say=say), total=total)
             except KeyboardInterrupt as exc:
                 say(f"launchlab: {interrupts.describe(exc)}; every process the runs in flight started was stopped "
-                    f"by the kit. Continue with `{_resume_command(params_path, run_dir, only, repetitions)}`")
+                    f"by the kit. Continue with `{_resume_command(params_path, run_dir, again)}`")
+                exc.told = True  # the CLI says nothing more of it: one line, not two
                 raise
     finally:
         opened.close()
@@ -193,10 +197,9 @@ def _to_do(plan: list[Run], run_dir: Path, *, resume: Path | None, total: int, s
     return todo
 
 
-def _resume_command(params_path: str | Path, run_dir: Path, only: tuple[str, ...], repetitions: int | None) -> str:
-    return (f"launchlab run {shlex.quote(str(params_path))} --resume {shlex.quote(str(run_dir))}"
-            + "".join(f" --only {shlex.quote(t)}" for t in only)
-            + (f" --repetitions {repetitions}" if repetitions is not None else ""))
+def _resume_command(params_path: str | Path, run_dir: Path, again: tuple[str, ...]) -> str:
+    """The command that continues the batch: its params, the run directory, and the options it was given."""
+    return shlex.join(["launchlab", "run", str(params_path), "--resume", str(run_dir), *again])
 
 
 @contextlib.contextmanager
