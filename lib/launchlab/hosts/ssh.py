@@ -9,6 +9,7 @@ command is given up, and a host that stays unreachable raises HostError.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
@@ -112,8 +113,11 @@ class SshHost(ShellHost):
 
     def close(self) -> None:
         if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            conn, self._conn = self._conn, None
+            # closing a connection that dropped can fail itself (paramiko sends a goodbye down the dead socket:
+            # EOFError): it is closed all the same, and the caller is reconnecting or done with it
+            with contextlib.suppress(*_DROPPED):
+                conn.close()
 
     def _with_reconnect(self, what: str, action):
         """Run action(connection); on a dropped connection reopen it and retry until reconnect_s has passed."""
