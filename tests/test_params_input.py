@@ -203,3 +203,17 @@ def test_an_unquoted_flag_value_is_one_problem_named_once(tmp_path):
     demo = (ROOT / "params/demo.yaml").read_text()
     found = problems_of(tmp_path, demo.replace('--mem-fraction-static: "0.55"', "--mem-fraction-static: 0.55"))
     assert len(found) == 1 and "--mem-fraction-static: must be a quoted string, got the number 0.55" in found[0]
+
+
+def test_a_misspelt_enum_value_or_params_path_gets_a_did_you_mean(tmp_path):
+    """Issue 41, point 4: `server.kind: sglan` got pydantic's "Input should be 'sglang', …", and a params path
+    that does not exist "No such file or directory"; key typos already got a did-you-mean."""
+    path = tmp_path / "typo.yaml"
+    path.write_text(DEMO_TEXT.replace("kind: sglang", "kind: sglan").replace("transport: sim", "transport: simm"))
+    with pytest.raises(ParamsError) as err:
+        params.load(path)
+    text = str(err.value)
+    assert "server.kind: 'sglan' is not one of: sglang, vllm" in text and "(did you mean `sglang`?)" in text
+    assert "unknown transport 'simm' (did you mean `sim`?)" in text
+    with pytest.raises(ParamsError, match=r"cannot read the file: no such file; did you mean .*demo\.yaml\?"):
+        params.load(ROOT / "params" / "dem.yaml")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,11 @@ def load(path: str | Path) -> Experiment:
     try:
         with safefiles.open_regular(path) as f:  # a FIFO or device is refused at once, never waited on
             raw = f.read(yamlfile.MAX_FILE_BYTES + 1)  # bounded: the path may be a huge file
+    except FileNotFoundError:
+        near = [p.name for p in path.parent.glob("*.y*ml")] if path.parent.is_dir() else []
+        close = difflib.get_close_matches(path.name, near, n=1)
+        hint = f"; did you mean {path.parent / close[0]}?" if close else ""
+        raise ParamsError(str(path), [f"cannot read the file: no such file{hint}"]) from None
     except OSError as exc:
         raise ParamsError(str(path), [f"cannot read the file: {exc.strerror or exc}"]) from None
     return loads(_decode(raw, str(path)), str(path))
@@ -171,7 +177,11 @@ def _describe(err: dict, data: Any, text: str) -> list[str]:
         msg = (f"must be a quoted string, got the number {value!r}: YAML reads unquoted numbers as numbers "
                f"(0.10 becomes 0.1); write it in quotes")
     elif kind == "union_tag_invalid":
-        msg = f"unknown transport {str(err.get('ctx', {}).get('tag'))[:40]!r}; use one of: {', '.join(TRANSPORTS)}"
+        tag = str(err.get("ctx", {}).get("tag"))[:40]
+        msg = f"unknown transport {tag!r}{_did_you_mean(tag, TRANSPORTS)}; use one of: {', '.join(TRANSPORTS)}"
+    elif kind == "literal_error" and isinstance(value, str):  # an enum: a server kind, a sampler, …
+        options = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        msg = f"{_shown(value)} is not one of: {', '.join(options)}{_did_you_mean(value, options)}"
     elif kind == "union_tag_not_found":
         *first, last = TRANSPORTS
         msg = f"needs `transport:` ({', '.join(first)} or {last})"
@@ -180,6 +190,11 @@ def _describe(err: dict, data: Any, text: str) -> list[str]:
     else:
         msg = err["msg"].removeprefix("Value error, ")
     return [_located(path, msg, text)]
+
+
+def _did_you_mean(word: str, options) -> str:
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 def _located(path: tuple, message: str, text: str) -> str:
