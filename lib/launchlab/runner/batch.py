@@ -355,9 +355,6 @@ class _Workers:
         while not all(e.is_set() for e in self.finished.values()):
             time.sleep(0.2)
 
-    def _final_status(self, run: Run):
-        return _final_status_of(self.run_dir, run)
-
     def interrupt(self, why: str) -> None:
         """Stop what the runs in flight started, wait for their notebooks, and record each as interrupted."""
         with self.lock:
@@ -367,7 +364,7 @@ class _Workers:
         # a run whose final status is written has ended (its notebook is only returning): it stays as it ended,
         # never re-recorded as interrupted — --resume would run it again
         ended = {run.run_id: status.record for run in current.values()
-                 if (status := self._final_status(run)) is not None}
+                 if (status := _final_status_of(self.run_dir, run)) is not None}
         current = {key: run for key, run in current.items() if run.run_id not in ended}
         # stopping first, saying after: a line to a terminal that closed (SIGHUP) must not come before the stop
         stopped = {run.run_id: recovery.stop_recorded(self.exp, run, self.run_dir, self.connected)
