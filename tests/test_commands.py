@@ -11,6 +11,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -65,9 +66,28 @@ def test_the_do_nothing_probe_is_true():
     assert commands.answer() == "true"
 
 
-def test_free_port_prints_a_port_number():
-    out = sh(commands.free_port())
-    assert out.returncode == 0 and 0 < int(out.stdout) < 65536
+def _ephemeral_low() -> int:
+    return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+
+
+def test_free_port_prints_a_port_below_the_ephemeral_range_that_no_client_connection_can_hold():
+    # a port of the range could be some outgoing connection's source port by the time the server binds it
+    ports = {int(sh(commands.free_port()).stdout) for _ in range(5)}
+    assert all(10000 <= port < _ephemeral_low() for port in ports), ports
+    assert len(ports) > 1, "picked at random: two runs started at once do not race for one port"
+
+
+def test_free_port_skips_a_port_a_listener_holds(monkeypatch):
+    import socket
+
+    from launchlab.hosts import ports
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        held.listen()
+        monkeypatch.setattr(ports.random, "sample", lambda population, k: [taken, taken])
+        assert ports.pick() not in (taken, 0), "the kernel's choice when every candidate is taken"
 
 
 def test_http_status_is_asked_with_its_values_in_argv_and_prints_the_status(http_server):

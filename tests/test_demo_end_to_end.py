@@ -178,6 +178,17 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
     assert time.monotonic() - t0 < 300
 
 
+def _why_not_ready(run_dir: Path) -> str:
+    """Each run's final status and its log's last lines: a failure that happens once in many suites explains itself
+    (this test failed once in CI with no more than the statuses to read)."""
+    parts = []
+    for folder in sorted((run_dir / "runs").iterdir()):
+        log = folder / "server.log"
+        tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else ["(no server.log)"]
+        parts += [f"== {folder.name}: {(folder / 'status.json').read_text()}", *tail]
+    return "\n".join(parts)
+
+
 def test_gpu_slots_run_two_variants_at_once_on_different_gpus(tmp_path, sim_root):
     from datetime import datetime
 
@@ -203,7 +214,7 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip())
     runs = pd.read_parquet(run_dir / "runs.parquet")
-    assert list(runs["status"]) == ["ready", "ready"]
+    assert list(runs["status"]) == ["ready", "ready"], _why_not_ready(run_dir)
     telemetry = pd.read_parquet(run_dir / "telemetry.parquet")
     seen = {run_id: sorted(g["gpu_index"].unique()) for run_id, g in telemetry.groupby("run_id")}
     assert sorted(seen.values()) == [[0, 1], [2, 3]]

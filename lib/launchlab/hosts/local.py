@@ -7,13 +7,12 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from launchlab.hosts import commands, local_spec
+from launchlab.hosts import commands, local_spec, ports
 from launchlab.hosts.base import CommandResult
 from launchlab.hosts.shell import ShellHost
 
@@ -137,10 +136,8 @@ class LocalHost(ShellHost):
         shutil.rmtree(path, ignore_errors=True)
 
     def free_port(self) -> int:
-        """A TCP port free on 127.0.0.1 right now (the server binds it a moment later)."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
+        """A TCP port free on 127.0.0.1 right now (the server binds it a moment later): ports.py."""
+        return ports.pick()
 
     def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]:
         """POST a JSON body from this machine: (status or None when nothing answered, response text)."""

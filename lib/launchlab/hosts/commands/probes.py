@@ -4,10 +4,12 @@ environment variable, a free TCP port, and HTTP requests sent from the host itse
 
 from __future__ import annotations
 
+import inspect
 import json
 import shlex
 
 from launchlab.fields import ENV_NAME
+from launchlab.hosts import ports
 
 
 def answer() -> str:
@@ -37,9 +39,9 @@ def env_value(name: str) -> str:
 
 
 def free_port() -> str:
-    """Print a TCP port free on the host's 127.0.0.1 right now (the server binds it a moment later)."""
-    return ("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); "
-            "print(s.getsockname()[1])'")
+    """Print a TCP port free on the host's 127.0.0.1 right now (the server binds it a moment later): ports.py."""
+    source = inspect.getsource(ports)  # the module the local host calls, so both pick alike
+    return f"python3 -c {shlex.quote(source + 'print(pick())')}"
 
 
 # Each prints one line; the values (URL, timeout, body) arrive in argv, never inside the code.
