@@ -39,11 +39,74 @@ class BreakEven:
              name gets the prediction
     column   the budget frame's column that holds it, per run (`break_even_fraction`)
     formula  how it is computed from the log, for the reader (`1 − avail/total`)
+    flag     the command-line flag that sets the argument (`--mem-fraction-static`)
+    margin   how far past the break-even a level must sit to start for sure (a share of the memory): the drift of
+             the logged numbers between launches
     """
 
     arg: str
     column: str
     formula: str
+    flag: str = ""
+    margin: float = 0.01
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A feature of a kind that a failing launch may owe its failure to: `launchlab diagnose` proposes it as an
+    on/off factor where the log shows it switched on.
+
+    name       the factor's name in the draft (custom_ar)
+    arg        the argument (ParsedLog.args) whose value shows the state
+    on         a regex the argument's whole value matches when the feature is on ("False" for a disable_ switch)
+    absent_on  whether an argument dump that leaves the argument out means on (a dump of non-default arguments
+               only, as vLLM's, where the feature is on by default); None: an absent argument says nothing
+    off_flags, off_env   what the "off" level sets (a flag set to false is removed from the command)
+    needs_tp   the feature only takes effect with tensor parallelism > 1 (custom all-reduce)
+    what       the feature in words, for the diagnosis and the factor's comment
+    """
+
+    name: str
+    arg: str
+    on: str
+    off_flags: dict[str, str | bool]
+    what: str
+    off_env: dict[str, str] = field(default_factory=dict)
+    absent_on: bool | None = None
+    needs_tp: bool = False
+
+
+@dataclass(frozen=True)
+class Instrumentation:
+    """A patch that makes a kind's log print the numbers it sizes its KV cache from (a file of the package's
+    templates/params/patches), for the server versions it applies to; `prints` is the line it adds."""
+
+    patch: str
+    versions: tuple[str, ...]
+    prints: str
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    """How `launchlab diagnose` rebuilds a launch command from a log's own argument dump.
+
+    launcher      the words before the flags; `{model}` is the model's path (`vllm serve {model}`)
+    args          the logged arguments that become flags (model and parallel sizes included); None: every logged
+                  argument (a dump of non-default arguments only)
+    skip          logged arguments never put back (the port, the host: the draft sets its own)
+    simulated     the launcher of the kit's simulator of this kind (sim/), which takes the same flags; None: the
+                  simulated host cannot run it
+    sim_card_mib  (free GiB before the weights, reserved_mib=, custom_ar=) → the memory of a simulated card on
+                  which the simulator's rank sees that much free: a box shaped like a log's GPUs
+    compiles      its first start on a machine compiles kernels that later starts reuse (a warm-up run is due)
+    """
+
+    launcher: tuple[str, ...]
+    args: tuple[str, ...] | None = None
+    skip: frozenset[str] = frozenset({"host", "port"})
+    simulated: tuple[str, ...] | None = None
+    sim_card_mib: Callable[..., int] | None = None
+    compiles: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,6 +176,9 @@ class ServerKind:
                     all-reduce. None: it does not say
     model_flags     the flags its command names the model's weights with (the provenance records what that path
                     holds); a command of `… serve MODEL` names it as the word after `serve` whatever the kind
+    relaunch        how `launchlab diagnose` rebuilds its command from a log (Relaunch). None: it cannot
+    suspects        features a failing launch may owe its failure to (Suspect), as diagnose proposes them
+    instrumentation its patch that prints the KV sizing's numbers (Instrumentation). None: it has none
     """
 
     name: str
@@ -131,6 +197,9 @@ class ServerKind:
     free_memory: Callable[[pd.DataFrame], pd.Series] | None = None
     graph_capture: GraphCapture | None = None
     model_flags: tuple[str, ...] = ()
+    relaunch: Relaunch | None = None
+    suspects: tuple[Suspect, ...] = ()
+    instrumentation: Instrumentation | None = None
 
     def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
         """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""

@@ -32,7 +32,7 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
-from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, ServerKind
+from launchlab.logparse.serverkind import BreakEven, GraphCapture, Instrumentation, LogFacts, Relaunch, ServerKind, Suspect
 from launchlab.logparse.tracebacks import Attribution
 
 if TYPE_CHECKING:  # annotations only: parsing a log never loads pandas
@@ -387,6 +387,13 @@ def _free_memory(memory: pd.DataFrame) -> pd.Series | None:
     return memory["graph_end_avail_gib"].fillna(memory.get("weights_end_avail_gib", 0) - memory.get("kv_gib", 0).fillna(0))
 
 
+def _sim_card_mib(free_before_weights_gib: float, *, reserved_mib: int, custom_ar: bool) -> int:
+    """The simulator's own arithmetic (imported when a box is shaped, never to parse a log)."""
+    from launchlab.sim.sglang_server import card_mib
+
+    return card_mib(free_before_weights_gib, reserved_mib=reserved_mib, custom_ar=custom_ar)
+
+
 KIND = ServerKind(
     name="sglang",
     evidence=re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*\] "
@@ -413,7 +420,8 @@ KIND = ServerKind(
                   "with an instrumentation line (`DEBUG profile_available_bytes` or `DEBUG profile_max_num_token`) "
                   "when the server printed one. A multimodal CUDA IPC pool (`ipc_reserve_gib`, up to 1 GiB) is "
                   "reserved before the sizing, so it is already outside `avail`."),
-    break_even=BreakEven(arg="mem_fraction_static", column="break_even_fraction", formula="1 − avail/total"),
+    break_even=BreakEven(arg="mem_fraction_static", column="break_even_fraction", formula="1 − avail/total",
+                         flag="--mem-fraction-static", margin=0.01),
     custom_ar_off="--disable-custom-all-reduce",
     arg_aliases={"tp": "tp_size", "tp-size": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size",
                  "model": "model_path"},
@@ -429,4 +437,23 @@ KIND = ServerKind(
     graph_capture=GraphCapture(fields=("graph_end_avail_gib", "graph_mem_gib", "graph_s"),
                                registered="`Registering … cuda graph addresses`"),
     model_flags=("--model-path", "--model"),
+    relaunch=Relaunch(launcher=("python3", "-m", "sglang.launch_server"),
+                      args=("model_path", "tp_size", "dp_size", "trust_remote_code", "context_length",
+                            "chunked_prefill_size", "cuda_graph_max_bs", "kv_cache_dtype", "quantization",
+                            "attention_backend", "disable_cuda_graph", "disable_custom_all_reduce",
+                            "enable_torch_compile", "speculative_algorithm", "speculative_draft_model_path"),
+                      simulated=("python3", "-m", "launchlab.sim.sglang_server"), sim_card_mib=_sim_card_mib,
+                      compiles=True),
+    suspects=(
+        Suspect("custom_ar", "disable_custom_all_reduce", on="False", what="custom all-reduce", needs_tp=True,
+                off_flags={"--disable-custom-all-reduce": True}, off_env={"SGLANG_FORCE_CUSTOM_AR_PCIE": "0"}),
+        Suspect("cuda_graphs", "disable_cuda_graph", on="False", what="CUDA graphs",
+                off_flags={"--disable-cuda-graph": True}),
+        Suspect("torch_compile", "enable_torch_compile", on="True", what="torch.compile",
+                off_flags={"--enable-torch-compile": False}),
+        Suspect("draft_model", "speculative_algorithm", on=r"(?!None$).+", what="speculative decoding (a draft model)",
+                off_flags={"--speculative-algorithm": False, "--speculative-draft-model-path": False}),
+    ),
+    instrumentation=Instrumentation(patch="sglang-0.5.17-profile-debug.diff", versions=("0.5.17",),
+                                    prints="DEBUG profile_available_bytes: avail=… total=… fraction=… reserved=… rest=…"),
 )

@@ -33,7 +33,7 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
-from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, ServerKind
+from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, Relaunch, ServerKind, Suspect
 from launchlab.logparse.tracebacks import FRAME, Attribution, method_phase
 
 BLOCK_SIZE = 16  # vLLM's default tokens per KV block
@@ -494,7 +494,8 @@ KIND = ServerKind(
                   "(`profile_from`), with its own utilization, weights and logged KV memory; a search's predicted "
                   "break-even leaves such rows out."),
     break_even=BreakEven(arg="gpu_memory_utilization", column="break_even_utilization",
-                         formula="(weights + non-torch + activation peak) / total"),
+                         formula="(weights + non-torch + activation peak) / total", flag="--gpu-memory-utilization",
+                         margin=0.01),
     custom_ar_off="--disable-custom-all-reduce",
     arg_aliases={"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"},
     # "vLLM API server version 0.7.3", "Initializing a V1 LLM engine (v0.8.5) with config", "vLLM version 0.9"
@@ -509,4 +510,20 @@ KIND = ServerKind(
     memory_fields=("weights_mem_gib", "kv_tokens", "kv_gib", "graph_mem_gib"),
     graph_capture=GraphCapture(fields=("graph_mem_gib", "graph_s"), registered="`Registering … cuda graph addresses`"),
     model_flags=("--model",),
+    # its arguments are read from the non-default dump and the engine's config line (every setting, defaults and
+    # internal objects included): only those a command sets are put back; a feature on by default is on where the
+    # non-default dump leaves its switch out
+    relaunch=Relaunch(launcher=("vllm", "serve", "{model}"),
+                      args=("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "max_model_len",
+                            "max_num_seqs", "quantization", "kv_cache_dtype", "trust_remote_code", "enforce_eager",
+                            "disable_custom_all_reduce", "speculative_config"),
+                      compiles=True),
+    suspects=(
+        Suspect("custom_ar", "disable_custom_all_reduce", on="False", absent_on=True, what="custom all-reduce",
+                needs_tp=True, off_flags={"--disable-custom-all-reduce": True}),
+        Suspect("cuda_graphs", "enforce_eager", on="False", absent_on=True, what="CUDA graphs (and torch.compile)",
+                off_flags={"--enforce-eager": True}),
+        Suspect("draft_model", "speculative_config", on=r"(?!None$).+", what="speculative decoding (a draft model)",
+                off_flags={"--speculative-config": False}),
+    ),
 )

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -90,6 +91,14 @@ def _fault_offset_gib() -> float:
     """The fault injected by SIM_FAULT_AVAIL_OFFSET_GIB (0 without it): how far the printed free memory after the
     weights is off what the rank really has."""
     return float(os.environ.get(FAULT_AVAIL_OFFSET) or 0)
+
+
+def card_mib(free_before_weights_gib: float, *, reserved_mib: int, custom_ar: bool) -> int:
+    """The memory of a simulated card on which a rank has `free_before_weights_gib` free when it starts loading its
+    weights ("Load weight begin" avail): what the box reserves, then the rank's CUDA context, NCCL and custom
+    all-reduce buffers (as _Rank.run holds them) come on top (launchlab diagnose shapes a box like a log's)."""
+    held = MIB["cuda_context"] + MIB["nccl"] + (MIB["custom_ar"] if custom_ar else 0)
+    return math.ceil(free_before_weights_gib * 1024 + held + reserved_mib)
 
 
 def _auto_mem_fraction(args: argparse.Namespace, total_mib: int) -> float:

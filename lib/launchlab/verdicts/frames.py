@@ -114,6 +114,11 @@ def _node_log(log: Path, exp: params.Experiment, rules, *, run_id: str, node: in
     data = parsed.to_json()
     if node == 0:
         data["log_facts"] = logfacts.read(log, parsed)
+    return data, events_of(parsed, run_id, t0)
+
+
+def events_of(parsed: logparse.ParsedLog, run_id: str, t0: datetime | None = None) -> pd.DataFrame:
+    """A parsed log's events as rows of the events frame, timed from t0 where both are known."""
     rows = [{"run_id": run_id, "t_s": (e.t - t0).total_seconds() if (e.t and t0) else None,
              "rank": e.rank, "field": e.field, "value": e.value} for e in parsed.events]
     seen = {(e.rank, e.field) for e in parsed.events}
@@ -122,7 +127,7 @@ def _node_log(log: Path, exp: params.Experiment, rules, *, run_id: str, node: in
     rows += [{"run_id": run_id, "t_s": None, "rank": rank, "field": name, "value": value}
              for rank, fields in parsed.ranks.items() for name, value in fields.items()
              if (rank, name) not in seen and isinstance(value, (int, float))]
-    return data, pd.DataFrame(rows, columns=EVENT_COLUMNS)
+    return pd.DataFrame(rows, columns=EVENT_COLUMNS)
 
 
 def _merge_parsed(first: dict | None, more: dict) -> dict:

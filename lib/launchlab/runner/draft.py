@@ -1,0 +1,292 @@
+"""The params file `launchlab diagnose` writes from a Diagnosis: the failing launch as the baseline; the kind's
+memory flag at the failing value and one value past the predicted break-even (or a `search:` around it); each
+suspect the log shows on as an on/off factor where it can take effect; the kind's instrumentation patch; three
+repetitions (and a warm-up where the kind compiles on its first start); the host given, or a simulated one shaped
+like the log's GPUs where the kit simulates the kind. Every factor carries a comment naming the log line behind it.
+
+YAML is written by hand so that it can carry those comments; every scalar is a JSON string (valid YAML), so a log's
+text cannot change the file's structure, and `{`/`}` from a log are doubled (params placeholders, template.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launchlab.errors import LaunchlabError
+from launchlab.hosts.sim_spec import SimSpec
+from launchlab.runner.diagnose import Diagnosis, quote
+from launchlab.store import workspace
+from launchlab.store.rundir import write_text
+
+SIM_HOST, REAL_HOST = "box", "gpu"
+PORT = ["--host", "127.0.0.1", "--port", "{port}"]
+TODO_COMMAND = ["TODO-the-server-command", "--port", "{port}"]
+_LOCAL = ("local", "localhost", "127.0.0.1")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line adds: the launch command as typed (--command), a host (--host), --search."""
+
+    command: str | None = None
+    host: str | None = None
+    search: bool = False
+
+
+@dataclass
+class Draft:
+    """The params text, the patch files it names (name → the kit's copy), and what the reader is told of it."""
+
+    text: str
+    patches: dict[str, Path] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Parts:
+    """What the draft's sections gather as they are made: its factors (name → comment, level → its entries), the
+    baseline's levels, and the notes for the reader."""
+
+    notes: list[str] = field(default_factory=list)
+    factors: dict[str, tuple[str, dict[str, list[str]]]] = field(default_factory=dict)
+    baseline: dict[str, str] = field(default_factory=dict)
+
+
+def make(found: Diagnosis, opts: Options) -> Draft:
+    """The draft of the experiment that isolates the diagnosed failure."""
+    parts = _Parts()
+    notes = parts.notes
+    simulated = opts.host is None and _simulable(found)
+    host = _host(found, opts, simulated, notes)
+    command = _command(found, opts, simulated, notes)
+    search, patches = _factors(found, opts, simulated, parts)
+    factors, baseline = parts.factors, parts.baseline
+    compiles = bool(found.kind and found.kind.relaunch and found.kind.relaunch.compiles)
+    lines = [*_header(found, notes), f"experiment: {_q(experiment_name(found))}",
+             f"question: {_q(_question(found, factors))}", "hosts:", *host, "server:",
+             f"  kind: {_q(found.kind.name if found.kind else 'generic')}",
+             f"  command: [{', '.join(_q(word) for word in command)}]", *_ready(found, simulated)]
+    lines += _factor_lines(factors) + [f"baseline: {{{', '.join(f'{_q(k)}: {_q(v)}' for k, v in baseline.items())}}}"]
+    if search:  # a search repeats each probe itself, and has no place for a warm-up among its probes
+        lines += search
+    else:
+        lines += ["repetitions: 3"] + (["warmup: 1                          # its first start compiles kernels"]
+                                       if compiles else [])
+    lines.append("drain: {timeout_s: 30, tolerance_mib: 64}" if simulated else
+                 "drain: {timeout_s: 120, tolerance_mib: 512}")
+    return Draft("\n".join(lines) + "\n", patches, notes)
+
+
+def write(draft: Draft, out: Path, *, force: bool) -> list[Path]:
+    """The params file and the patches it names (patches/ beside it); nothing over an existing file without force.
+    Checked before anything is written, so a refusal leaves no half."""
+    targets = [out] + [out.parent / "patches" / name for name in draft.patches]
+    existing = [t for t in targets if t.exists() or t.is_symlink()]
+    if existing and not force:
+        raise LaunchlabError(f"{existing[0]} exists: nothing written (--force replaces it, or -o names another file)")
+    write_text(out, draft.text)
+    for name, source in draft.patches.items():
+        write_text(out.parent / "patches" / name, source.read_text())
+    return targets
+
+
+def _simulable(found: Diagnosis) -> bool:
+    relaunch = found.kind.relaunch if found.kind else None
+    return bool(relaunch and relaunch.simulated and relaunch.sim_card_mib
+                and {"total_gib", "avail_gib"} <= found.memory.keys())
+
+
+def _host(found: Diagnosis, opts: Options, simulated: bool, notes: list[str]) -> list[str]:
+    gpus = found.tp * _int(found.args.get(found.kind.log_facts.dp_size or "", "1") if found.kind else "1")
+    if simulated:
+        total, avail = found.memory["total_gib"], found.memory["avail_gib"]
+        on = any(f.suspect.name == "custom_ar" and f.takes_effect for f in found.findings)
+        card_mib = found.kind.relaunch.sim_card_mib
+        reserved = SimSpec.model_fields["mem_reserved_mib"].default
+        notes.append(f"host: simulated, {gpus} GPU(s) shaped like the log's ({total:.2f} GiB free before the weights, "
+                     f"{total - avail:.2f} GiB of weights per rank); --host NAME runs it on a real one")
+        return [f"  {SIM_HOST}:", "    transport: sim                 # shaped like the log's GPUs (--host NAME: a real one)",
+                f"    gpus: {gpus}", f"    gpu_name: {_q('like the diagnosed log (simulated)')}",
+                f"    mem_total_mib: {card_mib(total, reserved_mib=reserved, custom_ar=on)}",
+                f"    weights_gib_per_rank: {round(total - avail, 3)}"]
+    if opts.host is None:
+        notes.append("host: TODO — this machine as written; --host NAME names the one that ran the log")
+        return [f"  {REAL_HOST}:", "    transport: local               # TODO: the machine of the log (--host NAME)",
+                f"    gpus: {gpus}"]
+    if opts.host in _LOCAL:
+        return [f"  {REAL_HOST}:", "    transport: local", f"    gpus: {gpus}"]
+    return [f"  {REAL_HOST}:", "    transport: ssh", f"    address: {_q(opts.host)}", f"    gpus: {gpus}"]
+
+
+def _int(text: str) -> int:
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
+def _command(found: Diagnosis, opts: Options, simulated: bool, notes: list[str]) -> list[str]:
+    """The launch: as typed (--command), else rebuilt from the log's argument dump by the kind's Relaunch, the
+    memory flag left to its factor; the simulator's launcher in front when the host is simulated."""
+    relaunch = found.kind.relaunch if found.kind else None
+    if opts.command:
+        words = _with_port(shlex.split(opts.command))
+    elif relaunch and found.args:
+        words = _rebuilt(found) + PORT
+        notes.append("command: reconstructed from the log's argument dump (a flag the log does not show is not "
+                     "there); --command \"…\" gives the one you ran")
+    else:
+        notes.append("command: TODO — the log has no argument dump to rebuild it from; give it with --command \"…\"")
+        return TODO_COMMAND
+    if simulated:  # the simulator takes the server's flags: only the words before them change
+        start = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
+        words = [*relaunch.simulated, *words[start:]]
+    return words
+
+
+def _with_port(words: list[str]) -> list[str]:
+    if "--port" in words[:-1]:
+        i = words.index("--port")
+        return [*words[: i + 1], "{port}", *words[i + 2:]]
+    return words + ["--port", "{port}"]
+
+
+def _rebuilt(found: Diagnosis) -> list[str]:
+    relaunch, kind = found.kind.relaunch, found.kind
+    memory_arg = kind.break_even.arg if kind.break_even else None
+    names = relaunch.args if relaunch.args is not None else tuple(found.args)
+    model = found.args.get(kind.log_facts.model or "", "TODO-model")
+    words = [w.replace("{model}", _escaped(model)) for w in relaunch.launcher]
+    for name in names:
+        value = found.args.get(name)
+        if value is None or name in relaunch.skip or name == memory_arg or value in ("None", "False", ""):
+            continue
+        if "{model}" in relaunch.launcher and name == kind.log_facts.model:
+            continue  # the launcher names it
+        words += [f"--{name.replace('_', '-')}"] + ([] if value == "True" else [_escaped(value)])
+    return words
+
+
+def _escaped(value: str) -> str:
+    """A log's value inside a params command: braces doubled, so that only the kit's placeholders are filled."""
+    return value.replace("{", "{{").replace("}", "}}")
+
+
+def _ready(found: Diagnosis, simulated: bool) -> list[str]:
+    timeout = 300 if simulated else 1800
+    if found.kind is not None and found.kind.ready_pattern:
+        return [f"  ready: {{timeout_s: {timeout}}}                # the kind's own ready line"]
+    return [f"  ready: {{timeout_s: {timeout}, health_url: {_q('http://127.0.0.1:{port}/health')}}}"]
+
+
+def _factors(found: Diagnosis, opts: Options, simulated: bool, parts: _Parts) -> tuple[list[str], dict[str, Path]]:
+    """The factors and baseline into parts; (the search block's lines, the patches named)."""
+    search = _memory(found, opts, parts)
+    for finding in found.findings:
+        s = finding.suspect
+        if not finding.takes_effect:
+            parts.notes.append(f"left out: {s.what} is on in the log but cannot take effect at tensor parallel "
+                               f"{found.tp}")
+            continue
+        where = f"line {finding.line}: " if finding.line else ""
+        off = ([f"flags: {_map(s.off_flags)}"] if s.off_flags else []) + ([f"env: {_map(s.off_env)}"] if s.off_env else [])
+        parts.factors[s.name] = (f"{s.what}, on in the log: {where}{finding.text}", {"on": [], "off": off})
+        parts.baseline[s.name] = "on"
+    return search, _instrumentation(found, simulated, parts)
+
+
+def _memory(found: Diagnosis, opts: Options, parts: _Parts) -> list[str]:
+    """The memory flag's factor (or search block) from the failing value and the break-even; [] when the log
+    gives no break-even (said, with a TODO)."""
+    be = found.kind.break_even if found.kind else None
+    if be is None or found.break_even is None or found.requested is None:
+        if be is not None:
+            parts.notes.append(f"{be.flag}: TODO — the log does not give the numbers of the break-even ({be.formula})")
+        return []
+    step = be.margin
+    past = max(math.ceil((found.break_even + step) / step - 1e-9) * step, step)
+    where = f"line {found.failure.line}: " if found.failure and found.failure.line else ""
+    comment = (f"{where}failed at {found.requested:g}; the log's numbers give the break-even "
+               f"{found.break_even:.3g} ({be.formula}); {past:g} is at least {step:g} past it")
+    if opts.search:
+        low, high = min(found.requested, found.break_even - step), min(past + step, 1.0)
+        return [f"search:                            # {comment}",
+                f"  flag: {_q(be.flag)}", f"  low: {_q(_fmt(low, step))}", f"  high: {_q(_fmt(high, step))}",
+                f"  resolution: {_q(_fmt(step / 2, step / 2))}", "  repetitions: 1"]
+    levels = dict.fromkeys([_fmt(found.requested, step), _fmt(past, step)])
+    if len(levels) < 2:
+        parts.notes.append(f"{be.flag}: the failing value is already past the break-even; one level only")
+    parts.factors[be.arg] = (comment, {v: [f"flags: {_map({be.flag: v})}"] for v in levels})
+    parts.baseline[be.arg] = _fmt(found.requested, step)
+    return []
+
+
+def _fmt(value: float, step: float) -> str:
+    """A value at the precision of the step it moves by (0.01 → "0.78"), never fewer digits than it has."""
+    places = max(0, -math.floor(math.log10(step))) if step > 0 else 3
+    text = f"{value:.{places}f}"
+    return text if float(text) == round(value, 9) or places >= 6 else f"{value:g}"
+
+
+def _instrumentation(found: Diagnosis, simulated: bool, parts: _Parts) -> dict[str, Path]:
+    inst, notes = (found.kind.instrumentation if found.kind else None), parts.notes
+    if inst is None:
+        return {}
+    if simulated:
+        notes.append(f"left out: the instrumentation patch {inst.patch} (the simulated host has no package to patch)")
+        return {}
+    if found.version not in inst.versions:
+        notes.append(f"left out: the instrumentation patch {inst.patch} is for {', '.join(inst.versions)}, the log's "
+                     f"server is {found.version or 'of an unknown version'}")
+        return {}
+    parts.factors["debug"] = (f"prints {inst.prints}",
+                              {"off": [], "print": [f"patches: [{_q('patches/' + inst.patch)}]"]})
+    parts.baseline["debug"] = "off"
+    return {inst.patch: workspace.template("params", "patches", inst.patch)}
+
+
+def _factor_lines(factors: dict) -> list[str]:
+    if not factors:
+        return ["factors: {}                        # TODO: what to vary (the log suggested nothing the kit knows)"]
+    lines = ["factors:"]
+    for name, (comment, levels) in factors.items():
+        lines.append(f"  {_q(name)}:  # {quote(comment)}")
+        lines += [f"    {_q(level)}: {{{', '.join(parts)}}}" for level, parts in levels.items()]
+    return lines
+
+
+def _header(found: Diagnosis, notes: list[str]) -> list[str]:
+    logs = ", ".join(p.name for p in found.logs)
+    failure = found.failure
+    what = f"{failure.reason} in {failure.phase}" if failure else "no failure"
+    lines = [f"# Drafted by `launchlab diagnose` from {quote(logs)}: {what}.",
+             "# Check it with `launchlab validate` and `launchlab run --dry-run` before you run it."]
+    lines += [f"# TODO: {quote(gap)}" for gap in found.missing]
+    return lines + [f"# {quote(note)}" for note in notes]
+
+
+def experiment_name(found: Diagnosis) -> str:
+    parts = ["diagnose", found.kind.name if found.kind else "server", found.failure.reason if found.failure else "launch"]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts))[:60]
+
+
+def _question(found: Diagnosis, factors: dict) -> str:
+    what = f"fails with {found.failure.reason} in {found.failure.phase}" if found.failure else "starts"
+    if not factors:
+        return f"What decides whether the launch {what}? (TODO: the factors)"
+    return f"Which of {', '.join(factors)} decides whether the launch {what}?"
+
+
+def _map(values: dict) -> str:
+    return "{" + ", ".join(f"{_q(k)}: {_scalar(v)}" for k, v in values.items()) + "}"
+
+
+def _scalar(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else _q(str(value))
+
+
+def _q(text: str) -> str:
+    """A YAML scalar that is a JSON string: quoted and escaped, whatever a log put in it."""
+    return json.dumps(str(text))

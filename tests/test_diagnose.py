@@ -1,0 +1,161 @@
+"""`launchlab diagnose LOG…`: from a failing launch's log to a params file that validates, on the real logs of every
+kind, the seed's own case, and the demo's failing launch run again as the experiment diagnose drafts."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launchlab import params
+from launchlab.logparse.kinds import KINDS
+from launchlab.runner import diagnose, draft
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+LAUNCHLAB = [str(ROOT / ".venv" / "bin" / "launchlab")]
+SEED = FIXTURES / "constructed-diagnose" / "sglang-seed-tp8-custom-ar-not-enough-memory.log"
+REAL_LOGS = sorted(p for p in FIXTURES.rglob("*.log"))
+
+
+def _diagnose(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*LAUNCHLAB, "diagnose", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd or tmp_path)
+
+
+def test_the_real_logs_cover_every_kind_the_issue_names():
+    kinds = {diagnose.diagnose([log]).kind.name for log in REAL_LOGS}
+    assert {"sglang", "vllm", "transformers", "tgi", "trtllm", "llamacpp"} <= kinds, kinds
+
+
+@pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("host", [None, "gpu-box"])
+def test_every_draft_of_a_real_log_validates(log, host, tmp_path):
+    found = diagnose.diagnose([log])
+    made = draft.make(found, draft.Options(host=host))
+    out = tmp_path / "params" / "draft.yaml"
+    draft.write(made, out, force=False)
+    exp = params.load(out)  # raises ParamsError naming every problem
+    assert exp.server.kind == (found.kind.name if found.kind else "generic")
+    assert diagnose.text(found)  # and the diagnosis prints, whatever the log lacked
+
+
+def test_the_seed_case_gives_the_break_even_0_769_and_crosses_custom_all_reduce_with_the_fraction_around_it(tmp_path):
+    out = tmp_path / "seed.yaml"
+    proc = _diagnose(tmp_path, str(SEED), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "kv_cache_no_memory in kv_cache (ranks 0, 1, 2, 3, 4, 5, 6, 7" in proc.stdout
+    assert "avail 21.697 GiB" in proc.stdout and "total 93.999 GiB" in proc.stdout
+    assert "mem_fraction_static: asked 0.55; break-even 0.769 (1 − avail/total)" in proc.stdout
+    exp = params.load(out)
+    fraction = exp.factors["mem_fraction_static"]
+    assert set(fraction) == {"0.55", "0.78"}, "the failing value, and one past the break-even by the kind's margin"
+    assert fraction["0.78"].flags == {"--mem-fraction-static": "0.78"}
+    custom_ar = exp.factors["custom_ar"]
+    assert custom_ar["on"].flags == {} and custom_ar["off"].flags == {"--disable-custom-all-reduce": True}
+    assert custom_ar["off"].env == {"SGLANG_FORCE_CUSTOM_AR_PCIE": "0"}
+    assert exp.baseline == {"mem_fraction_static": "0.55", "custom_ar": "on", "cuda_graphs": "on"}, "the failing launch"
+    assert exp.repetitions == 3 and exp.warmup == 1
+    host = exp.hosts["box"]
+    assert host.transport == "sim" and host.gpus == 8 and host.weights_gib_per_rank == pytest.approx(72.302)
+    text = out.read_text()
+    assert "# line 96: failed at 0.55" in text, "each factor's comment names the log line behind it"
+    assert "custom all-reduce, on in the log: line 1: disable_custom_all_reduce=False" in text
+    assert "python3\", \"-m\", \"launchlab.sim.sglang_server\", \"--model-path\", \"/models/kimi-k2-instruct\"" in text
+    assert "--mem-fraction-static\", \"0.55" not in text.split("factors:")[0], "the memory flag is the factor's alone"
+
+
+def test_with_search_the_draft_bisects_the_memory_flag_around_the_break_even(tmp_path):
+    out = tmp_path / "seed.yaml"
+    assert _diagnose(tmp_path, str(SEED), "--search", "-o", str(out)).returncode == 0
+    exp = params.load(out)
+    assert exp.search.flag == "--mem-fraction-static"
+    assert float(exp.search.low) <= 0.55 and 0.769 < float(exp.search.high) <= 0.80
+    assert "mem_fraction_static" not in exp.factors and set(exp.factors) == {"custom_ar", "cuda_graphs"}
+
+
+def test_custom_all_reduce_on_at_tensor_parallel_1_is_left_out_and_said_so(tmp_path):
+    log = FIXTURES / "sglang-0.5.17-h200" / "sglang-0.5.17-frac0.002-kv-error.log"
+    out = tmp_path / "d.yaml"
+    proc = _diagnose(tmp_path, str(log), "--host", "gpu-box", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "custom all-reduce" in proc.stdout and "cannot take effect at tensor parallel 1" in proc.stdout
+    exp = params.load(out)
+    assert "custom_ar" not in exp.factors and "cuda_graphs" in exp.factors
+    assert exp.hosts["gpu"].transport == "ssh" and exp.hosts["gpu"].address == "gpu-box"
+    assert "break-even 0.0029" in proc.stdout, "SGLang's own minimum viable share, from its error"
+    assert set(exp.factors["mem_fraction_static"]) == {"0.002", "0.02"}
+
+
+def test_the_instrumentation_patch_is_a_factor_on_a_real_host_for_its_version(tmp_path):
+    log = tmp_path / "v.log"
+    log.write_text("SGLang version 0.5.17\n" + SEED.read_text())
+    out = tmp_path / "params" / "d.yaml"
+    proc = _diagnose(tmp_path, str(log), "--host", "local", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    exp = params.load(out)
+    patch = KINDS["sglang"].instrumentation.patch
+    assert exp.factors["debug"]["print"].patches == [str(out.parent / "patches" / patch)]  # resolved beside it
+    assert exp.baseline["debug"] == "off" and f"patches: [\"patches/{patch}\"]" in out.read_text()
+    assert (out.parent / "patches" / patch).read_text() == (ROOT / "params" / "patches" / patch).read_text()
+
+
+def test_a_log_the_kit_cannot_read_enough_from_gets_a_skeleton_with_todo_comments(tmp_path):
+    log = tmp_path / "odd.log"
+    log.write_text("starting my own server\nsomething happened\n")
+    proc = _diagnose(tmp_path, str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "not read: the server kind" in proc.stdout and "not read: a failure" in proc.stdout
+    [out] = tmp_path.glob("*.yaml")  # no params/ here: beside the current folder
+    text = out.read_text()
+    assert "# TODO: the server kind" in text and "TODO-the-server-command" in text
+    assert params.load(out).server.kind == "generic"
+
+
+def test_an_existing_file_is_kept_unless_force_and_an_unreadable_log_is_a_message(tmp_path):
+    out = tmp_path / "d.yaml"
+    out.write_text("mine\n")
+    proc = _diagnose(tmp_path, str(SEED), "-o", str(out))
+    assert proc.returncode == 1 and "exists: nothing written (--force replaces it" in proc.stderr
+    assert out.read_text() == "mine\n"
+    assert _diagnose(tmp_path, str(SEED), "-o", str(out), "--force").returncode == 0
+    assert out.read_text() != "mine\n"
+    missing = _diagnose(tmp_path, str(tmp_path / "nope.log"))
+    assert missing.returncode == 1 and "no such log file" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_log_cannot_write_yaml_through_its_values(tmp_path):
+    log = tmp_path / "evil.log"
+    log.write_text(SEED.read_text().replace("model_path='/models/kimi-k2-instruct'",
+                                            "model_path='/m\"]\\nrepetitions: 999 # {port}'"))
+    out = tmp_path / "d.yaml"
+    assert _diagnose(tmp_path, str(log), "-o", str(out)).returncode == 0
+    exp = params.load(out)
+    assert exp.repetitions == 3
+    assert "/m\"]\nrepetitions: 999 # {{port}}" in exp.server.command, "braces doubled: no placeholder from a log"
+
+
+def test_diagnose_names_no_server_itself():
+    for module in ("diagnose.py", "draft.py"):
+        code = (ROOT / "lib" / "launchlab" / "runner" / module).read_text().lower()
+        named = [kind for kind in KINDS if kind != "generic" and kind in code]
+        assert named == [], f"{module} names {named}: that knowledge belongs to the kind (ServerKind)"
+
+
+@pytest.mark.slow
+def test_the_draft_of_the_demos_failing_launch_reaches_the_demos_verdict_on_the_simulated_host(demo_run, tmp_path):
+    run_dir, _ = demo_run
+    [failing] = [f for f in (run_dir / "runs").iterdir() if f.name.endswith("custom_ar-on.mem_fraction-0.55_rep1")]
+    out = tmp_path / "draft.yaml"
+    proc = _diagnose(tmp_path, str(failing / "server.log"), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert set(params.load(out).factors) == {"mem_fraction_static", "custom_ar"}
+    run = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(out), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    verdict = json.loads((Path(run.stdout.strip().splitlines()[-1]) / "verdict.json").read_text())
+    demo = json.loads((run_dir / "verdict.json").read_text())
+    assert demo["outcome_factors"] == ["mem_fraction"] and demo["neutral_factors"] == ["custom_ar"]
+    assert verdict["controlled"] and verdict["conclusive"], verdict["inconclusive_reasons"]
+    assert verdict["outcome_factors"] == ["mem_fraction_static"] and verdict["neutral_factors"] == ["custom_ar"]
