@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TEST_WORKERS ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo lab test check bench lint check-notebooks check-fixtures clean
+.PHONY: help setup demo lab test check docs bench lint check-notebooks check-fixtures clean
 
 # The tests run on every core in parallel (pytest-xdist; tests/conftest.py keeps the tests that share a fixture on
 # one worker) and list their 15 slowest. Python may cache bytecode while they run, whatever the caller's
@@ -35,16 +35,21 @@ lab: $(STAMP)  ## JupyterLab on notebooks/ (outputs stripped when a template is 
 	$(BIN)/jupyter lab --notebook-dir=notebooks --config=jupyter/jupyter_server_config.py \
 	  $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: $(STAMP) check-notebooks lint  ## run the test suite (and ruff, and the notebook check): about 4½ minutes here
+test: $(STAMP) check-notebooks lint docs  ## run the test suite (and ruff, and the notebook check): about 4½ minutes here
 	$(PYTEST) -n $(TEST_WORKERS) --durations=15
 
-check: $(STAMP) check-notebooks lint  ## the inner loop: ruff and the tests that start no real process (under a minute)
+check: $(STAMP) check-notebooks lint docs  ## the inner loop: ruff and the tests that start no real process (under a minute)
 	$(PYTEST) -n 2 -m "not slow"
 
 bench: $(STAMP)  ## benchmarks: parsing vs grep -E (200 MB; a 500 MB line, 2 GB logs), a process's import cost, the kit's cost per run, report at scale, a threshold search's launches guided vs blind
 	$(BIN)/python bench/parse_vs_grep.py
 	@# each bench exits 1 when it misses its target; the others still run, and make fails at the end
 	@status=0; for b in parse_huge import_cost run_overhead report_scale search_launches; do $(BIN)/python bench/$$b.py || status=1; done; exit $$status
+
+docs: $(STAMP)  ## the documentation site into site/ (open site/index.html; offline), strict: a broken link or anchor fails
+	@# Material prints a notice of its successor at every build: read once, it is noise in every `make check`.
+	@# Not --quiet: MkDocs 1.6 then stops counting warnings, and --strict passes a broken link.
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check lib tests bench
@@ -56,4 +61,4 @@ check-fixtures:  ## the fixture copies still match ../shared/data (where it is p
 	cd ../shared/data/real-logs && sha256sum --quiet -c $(CURDIR)/tests/fixtures/real-logs/SHA256SUMS
 
 clean:  ## remove the environment and caches (keeps outputs/)
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis site

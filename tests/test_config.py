@@ -1,4 +1,4 @@
-"""The environment the kit reads is read in config.py only and documented in the README."""
+"""The environment the kit reads is read in config.py only and documented in docs/getting-started.md."""
 
 import re
 from pathlib import Path
@@ -8,9 +8,9 @@ from launchlab import config
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_readme_documents_every_variable_config_reads():
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_document_every_variable_config_reads():
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    table = page.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     assert set(re.findall(r"`(LAUNCHLAB_[A-Z_]+)`", table)) == set(config.VARIABLES)
 
 

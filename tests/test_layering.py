@@ -1,4 +1,4 @@
-"""The import graph of lib/launchlab follows the layering of ARCHITECTURE.md: nothing imports upwards, and no
+"""The import graph of lib/launchlab follows the layering of docs/architecture.md: nothing imports upwards, and no
 module imports itself back through others (no cycles). Read from the source with `ast`, so a lazy import inside
 a function counts as much as one at the top."""
 
@@ -88,7 +88,7 @@ def layer_of(module: str) -> int:
     for i, layer in enumerate(LAYERS):
         if module in layer:
             return i
-    raise AssertionError(f"module {module!r} is in no layer of this test: place it in LAYERS (and ARCHITECTURE.md)")
+    raise AssertionError(f"module {module!r} is in no layer of this test: place it in LAYERS (and docs/architecture.md)")
 
 
 def test_every_module_has_a_layer_and_imports_nothing_above_it():

@@ -1,4 +1,4 @@
-"""The params schema documents itself: every key described, the README's reference and the committed schema file
+"""The params schema documents itself: every key described, the docs' params reference and the committed schema file
 generated from it, and the shipped params files naming that file for their editors."""
 
 import json
@@ -35,12 +35,12 @@ def test_every_key_of_the_params_schema_has_a_description():
         assert schema["$defs"][name]["properties"], name
 
 
-def test_the_readme_params_reference_is_the_one_generated_from_the_schema():
-    readme = (ROOT / "README.md").read_text()
-    assert reference.START in readme and reference.END in readme, "the README lost its generated params reference"
-    section = readme[readme.index(reference.START): readme.index(reference.END) + len(reference.END)]
+def test_the_docs_params_reference_is_the_one_generated_from_the_schema():
+    page = (ROOT / "docs" / "reference" / "params.md").read_text()
+    assert reference.START in page and reference.END in page, "docs/reference/params.md lost its generated reference"
+    section = page[page.index(reference.START): page.index(reference.END) + len(reference.END)]
     assert section == reference.markdown(params.json_schema()), (
-        "README.md's params reference is out of step with the schema: replace the block between the markers with "
+        "docs/reference/params.md is out of step with the schema: replace the block between the markers with "
         "the output of `launchlab schema --markdown`")
     for key in ("question", "variants", "smoke", "drain", "log_pattern", "fatal_patterns", "stop_grace_s", "sampler",
                 "gpu_slots", "nodes"):

@@ -1,4 +1,4 @@
-"""The "Adding things" recipes of ARCHITECTURE.md, followed in a copy of the project: a dummy server kind and a
+"""The "Adding things" recipes of docs/contributing.md, followed in a copy of the project: a dummy server kind and a
 dummy transport, added with exactly the steps the recipes write down; then the layering, params-reference and
 kinds tests run on the copy, a params file of the new kind on the new transport validates, and the new kind is
 detected in a log. A step the copy needs that the recipes do not say fails the first test (issue 26)."""
@@ -20,7 +20,8 @@ STEPS = {
     "kind module": "its module in `logparse/` exporting `KIND = ServerKind(",
     "kind registry": "its import and entry in `logparse/kinds.py` (`KINDS`)",
     "schema": "launchlab schema > params/params.schema.json",
-    "README reference": "`launchlab schema --markdown` in place of the README's block between its markers",
+    "params reference": "`launchlab schema --markdown` in place of the block between the markers of "
+                        "`docs/reference/params.md`",
     "transport modules": "`hosts/<name>.py` (a `Host`, usually a `ShellHost` implementing `execute`, plus `open_host`), "
                          "`hosts/<name>_spec.py` (its params entry, a `HostParams`)",
     "transport registry": "one line in `TRANSPORTS` (`hosts/__init__.py`, which imports the spec module)",
@@ -99,14 +100,16 @@ def edit(path: Path, old: str, new: str) -> None:
 
 
 def recipes() -> str:
-    text = (ROOT / "ARCHITECTURE.md").read_text()
-    return text[text.index("## Adding things"):text.index("\n## ", text.index("## Adding things") + 3)]
+    text = (ROOT / "docs" / "contributing.md").read_text()
+    start = text.index("## Adding things")
+    end = text.find("\n## ", start + 3)
+    return text[start:] if end < 0 else text[start:end]
 
 
 def test_the_recipes_write_down_every_step_the_copy_needs():
     text = " ".join(recipes().split())  # as read, not as wrapped
     missing = [name for name, words in STEPS.items() if words not in text]
-    assert missing == [], f"ARCHITECTURE.md's recipes no longer say: {missing}"
+    assert missing == [], f"docs/contributing.md's recipes no longer say: {missing}"
 
 
 @pytest.mark.slow  # a copy of the project, three CLI calls and a pytest of three modules: about 20 s
@@ -114,8 +117,7 @@ def test_a_dummy_kind_and_a_dummy_transport_added_by_the_recipes_pass_the_projec
     copy = tmp_path / "project"
     shutil.copytree(ROOT / "lib", copy / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copytree(ROOT / "params", copy / "params")
-    for name in ("README.md", "ARCHITECTURE.md"):
-        shutil.copy(ROOT / name, copy / name)
+    shutil.copytree(ROOT / "docs", copy / "docs")
     (copy / "tests").mkdir()
     for name in ("test_layering.py", "test_params_reference.py", "test_kinds_own.py"):
         shutil.copy(ROOT / "tests" / name, copy / "tests" / name)
@@ -146,13 +148,14 @@ def test_a_dummy_kind_and_a_dummy_transport_added_by_the_recipes_pass_the_projec
         return subprocess.run([sys.executable, "-m", "launchlab", *args], cwd=copy, env=env, capture_output=True,
                               text=True, timeout=120)
 
-    # then the generated schema and README reference
+    # then the generated schema and params reference
     (copy / "params" / "params.schema.json").write_text(launchlab("schema").stdout)
     from launchlab.params import reference
 
-    readme = (copy / "README.md").read_text()
-    block = readme[readme.index(reference.START): readme.index(reference.END) + len(reference.END)]
-    (copy / "README.md").write_text(readme.replace(block, launchlab("schema", "--markdown").stdout.rstrip("\n")))
+    page = copy / "docs" / "reference" / "params.md"
+    text = page.read_text()
+    block = text[text.index(reference.START): text.index(reference.END) + len(reference.END)]
+    page.write_text(text.replace(block, launchlab("schema", "--markdown").stdout.rstrip("\n")))
 
     assert "dummy" in json.loads((copy / "params" / "params.schema.json").read_text())["$defs"]["DummySpec"][
         "properties"]["transport"]["const"]

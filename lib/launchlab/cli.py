@@ -1,6 +1,6 @@
 """`launchlab init | validate | run | import | report | compare | diagnose | parse | ls | schema`: the stable
-interfaces of the shared ARCHITECTURE.md (section 4), in short in this repository's ARCHITECTURE.md ("The stable
-interfaces, in short"); `diagnose` is this kit's own addition."""
+interfaces, in short in docs/architecture.md ("The stable interfaces, in short"); `diagnose` is this kit's own
+addition to those of the shared design."""
 
 from __future__ import annotations
 
@@ -212,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launchlab", description=(
         "Controlled experiments on inference-server launches: run the variants of a params file on its hosts, "
         "collect their logs and GPU traces, and report which factor decides the launch. `launchlab COMMAND -h` "
-        "tells more of each; README.md shows them in use, and the section \"The stable interfaces, in short\" of "
-        "ARCHITECTURE.md gives what scripts may rely on."))
+        "tells more of each; README.md and docs/ show them in use, and the section \"The stable interfaces, in short\" "
+        "of docs/architecture.md gives what scripts may rely on."))
     p.add_argument("--version", action="version", version=f"launchlab {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the kit does")
     sub = p.add_subparsers(dest="command", required=True)
@@ -281,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=_ls)
     sc = sub.add_parser("schema", help="print the params files' JSON Schema",
                         **_example("launchlab schema > params/params.schema.json"))
-    sc.add_argument("--markdown", action="store_true", help="the README's params reference, from the same schema")
+    sc.add_argument("--markdown", action="store_true",
+                    help="the params reference of docs/reference/params.md, from the same schema")
     sc.set_defaults(func=_schema)
     dg = sub.add_parser("diagnose", help="from a failing launch's log to the params file of the experiment that "
                                          "isolates it", **_example(

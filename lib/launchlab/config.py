@@ -8,7 +8,7 @@
     LAUNCHLAB_KNOWN_HOSTS  known_hosts files (os.pathsep-separated) instead of ~/.ssh/known_hosts and the system's
     LAUNCHLAB_REQUIRE_SLURM  1: the tests that need a real Slurm fail (with how to install it) instead of skipping
 
-The README lists the same variables; a test keeps the two in step.
+docs/getting-started.md ("Configuration") lists the same variables; a test keeps the two in step.
 """
 
 from __future__ import annotations

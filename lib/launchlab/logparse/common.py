@@ -194,7 +194,7 @@ class ParsedLog:
         return self
 
     def to_json(self) -> dict:
-        """The stable `launchlab parse --json` object (ARCHITECTURE.md, "The stable interfaces, in short")."""
+        """The stable `launchlab parse --json` object (docs/architecture.md, "The stable interfaces, in short")."""
         return {
             "server": self.server,
             "ready": self.ready,

@@ -1,6 +1,6 @@
-"""The params reference of the README, generated from the JSON Schema (`launchlab schema --markdown`), so the
-documentation of every key is the description the editors and validators see (tests/test_params_reference.py
-keeps the README in step)."""
+"""The params reference of the documentation (docs/reference/params.md), generated from the JSON Schema (`launchlab
+schema --markdown`), so the documentation of every key is the description the editors and validators see
+(tests/test_params_reference.py keeps the page in step)."""
 
 from __future__ import annotations
 

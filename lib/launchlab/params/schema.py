@@ -233,14 +233,14 @@ class Experiment(_Strict):
         "--resume does not repeat finished ones; not with `search:`"))
     drain: DrainSpec = Field(DrainSpec(), description="after each run, wait for the GPUs' memory to come back")
     search: SearchSpec | None = Field(None, description="bisect a numeric flag per stratum instead of running a "
-                                      "fixed plan (see the README's threshold search)")
+                                      "fixed plan (see docs/threshold-search.md)")
     sampler: SamplerSpec = Field(SamplerSpec(), description="how GPU memory is sampled during a run")
     secrets: list[StrictStr] = Field(
         [], max_length=MAX_ENTRIES,
         description="env variable names and flag names whose values are secret, beyond the built-in name pattern "
                     "(TOKEN, KEY, SECRET, PASSWORD, …), e.g. [DB_URL, --my-password]: their values are masked in "
-                    "every file of a run directory, whole and line by line (see the README's secrets), also where "
-                    "the server inherits them from the caller's environment")
+                    "every file of a run directory, whole and line by line (see docs/writing-an-experiment.md, Secrets), "
+                    "also where the server inherits them from the caller's environment")
 
     @field_validator("hosts")
     @classmethod

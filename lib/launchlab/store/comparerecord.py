@@ -1,6 +1,6 @@
 """The comparison of two run directories, before and after, as a typed record: compare.json is written from it.
 
-Its field names are compare.json's keys (ARCHITECTURE.md, "compare.json"); keys are added, never renamed or given
+Its field names are compare.json's keys (docs/architecture.md, "compare.json"); keys are added, never renamed or given
 another meaning. The record is named `BeforeAfter`, not `Comparison`: verdictrecord.Comparison is one level against
 its reference level inside one batch, and one name keeps one meaning.
 """

@@ -35,7 +35,7 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
           planned: list[ManifestEntry] | None = None, level_checks: list[dict] | None = None,
           parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset(),
           before_weights: dict[str, float] | None = None) -> Verdict:
-    """verdict.json: see verdictrecord.Verdict and the README for every key."""
+    """verdict.json: see verdictrecord.Verdict and docs/reading-the-report.md for every key."""
     obs = analysis.observations(runs, factors, planned)
     valid = obs[obs["valid"]]
     checks = list(level_checks or [])
