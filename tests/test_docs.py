@@ -54,7 +54,8 @@ def nav_pages(nav) -> list[str]:
 def test_the_readme_fits_on_a_page_and_has_the_sections_a_newcomer_reads():
     assert len(README.splitlines()) <= 150
     headings = re.findall(r"^## (.+)$", README, re.M)
-    assert headings == ["Quickstart", "Install", "Your own server in ten lines", "Commands", "Layout", "Read on"]
+    assert headings == ["Quickstart", "Install", "Your own server in ten lines", "Commands",
+                        "Start from a failing launch", "Layout", "Read on"]
     quick = section(README, "Quickstart")
     assert "make demo" in quick and "make test" in quick
     install = section(README, "Install")
