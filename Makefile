@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TEST_WORKERS ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo lab test check bench lint check-notebooks check-fixtures clean
+.PHONY: help setup demo lab test check bench lint check-notebooks check-fixtures examples clean
 
 # The tests run on every core in parallel (pytest-xdist; tests/conftest.py keeps the tests that share a fixture on
 # one worker) and list their 15 slowest. Python may cache bytecode while they run, whatever the caller's
@@ -45,6 +45,9 @@ bench: $(STAMP)  ## benchmarks: parsing vs grep -E (200 MB; a 500 MB line, 2 GB 
 	$(BIN)/python bench/parse_vs_grep.py
 	@# each bench exits 1 when it misses its target; the others still run, and make fails at the end
 	@status=0; for b in parse_huge import_cost run_overhead report_scale search_launches; do $(BIN)/python bench/$$b.py || status=1; done; exit $$status
+
+examples: $(STAMP)  ## re-render every committed example (examples/*/<run dir>) with this kit: frames, verdict, report.md, summary.html
+	@status=0; for d in examples/*/2*/; do echo "== $$d"; $(BIN)/launchlab report "$$d" > /dev/null || status=1; done; exit $$status
 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check lib tests bench

@@ -111,6 +111,8 @@ class ServerKind:
                     that ran, for the budget chart's free bar. None: its log does not say
     graph_capture   how its log shows CUDA graphs captured (GraphCapture), for what that says of its custom
                     all-reduce. None: it does not say
+    units_note      Markdown: the units of its memory table as its log prints them (SGLang's `GB` is GiB), said
+                    under that table for this kind only
     model_flags     the flags its command names the model's weights with (the provenance records what that path
                     holds); a command of `… serve MODEL` names it as the word after `serve` whatever the kind
     """
@@ -131,6 +133,7 @@ class ServerKind:
     free_memory: Callable[[pd.DataFrame], pd.Series] | None = None
     graph_capture: GraphCapture | None = None
     model_flags: tuple[str, ...] = ()
+    units_note: str = "GiB"
 
     def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
         """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""

@@ -429,4 +429,5 @@ KIND = ServerKind(
     graph_capture=GraphCapture(fields=("graph_end_avail_gib", "graph_mem_gib", "graph_s"),
                                registered="`Registering … cuda graph addresses`"),
     model_flags=("--model-path", "--model"),
+    units_note="GiB as printed; SGLang's `GB` is GiB",
 )

@@ -509,4 +509,5 @@ KIND = ServerKind(
     memory_fields=("weights_mem_gib", "kv_tokens", "kv_gib", "graph_mem_gib"),
     graph_capture=GraphCapture(fields=("graph_mem_gib", "graph_s"), registered="`Registering … cuda graph addresses`"),
     model_flags=("--model",),
+    units_note="GiB as vLLM prints them",
 )
