@@ -4,7 +4,6 @@ example, measured by the page itself (issue 41, point 5)."""
 import html
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 

@@ -56,6 +56,7 @@ def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool
     bucket, `fullest_envelope`, so a long run draws hundreds of points, not thousands); the legend right of the
     data, the y axis up to the data (the card's capacity drawn only near it). sampler: what took the samples,
     as report.sampler_name says it."""
+    sampler = {"nvml": "NVML"}.get(sampler, sampler)  # a bare kind, as params name it
     variants = list(runs["variant"].drop_duplicates())
     rows = max(1, len(variants))
     fig, axes = plt.subplots(rows, 1, figsize=(FIGURE_WIDTH_IN, 0.9 + 2.3 * rows), sharex=True, sharey=True,
@@ -74,7 +75,7 @@ def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool
     axes.flat[-1].set_xlabel("time since server start [s]")
     capacity = ("dashed: card capacity" if capacity_drawn else
                 f"card capacity {total_gib:,.0f} GiB, off this scale" if total_gib else "")
-    title = (f"GPU memory over time ({sampler}; fullest GPU per sample,\nits min–max band per time bucket"
+    title = (f"GPU memory over time ({sampler}, fullest GPU per sample,\nits min–max band per time bucket"
              + (f"; {capacity})" if capacity else ")"))
     fig.suptitle(title + (" — SIMULATED host" if simulated else ""), fontsize=10)
     fig.tight_layout()
@@ -198,7 +199,7 @@ def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame,
     if not fig.axes:
         return fig
     low, high = fig.axes[0].get_ylim()
-    band = (high - low) * 0.45
+    band = (high - low) * 0.7  # four rows of 10 pt labels (MIN_FONT_PT) that never touch
     for ax in fig.axes:  # shared y: one headroom for all panels
         ax.set_ylim(low, high + band)
     renderer = fig.canvas.get_renderer()

@@ -55,6 +55,11 @@ def warmup_markdown(warmups: list[dict]) -> str:
             "fill cold caches; they are never compared:\n\n" + "\n".join(lines))
 
 
+def imported_banner() -> str:
+    """The quote that heads a report of imported runs; its own `code` spans stay code (md() showed backticks)."""
+    return f"> {md_spans(IMPORTED_NOTE)}"
+
+
 def sampler_name(sampler: params.SamplerSpec) -> str:
     """The GPU sampler as the runs had it: `NVML every 5 ms`, `nvidia-smi every 100 ms` (a chart or a sentence that
     said nvidia-smi every 100 ms for a 5 ms NVML sampler misdescribed the trace)."""
@@ -255,7 +260,7 @@ class Report:
                "not as evidence about a real server.") if self.exp.simulated else ""
         finished = f"{len(runs)} of {len(self.manifest.run_ids)} planned runs finished"
         if self.imported:
-            sim += f"\n\n> {md_spans(IMPORTED_NOTE)}"  # the note's own `code` spans stay code
+            sim += f"\n\n{imported_banner()}"
             finished = f"{len(runs)} imported run(s)"
         return Markdown(f"# {md(self.exp.experiment)}\n\n**Question:** {md(self.exp.question or '(none given)')}{sim}"
                         f"\n\n{finished} · run directory {md_code(self.run_dir.name)}")
