@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 TEST_WORKERS ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo lab test check docs bench lint check-notebooks check-fixtures clean
+.PHONY: help setup demo lab test check docs bench lint check-notebooks check-fixtures examples clean
 
 # The tests run on every core in parallel (pytest-xdist; tests/conftest.py keeps the tests that share a fixture on
 # one worker) and list their 15 slowest. Python may cache bytecode while they run, whatever the caller's
@@ -50,6 +50,9 @@ docs: $(STAMP)  ## the documentation site into site/ (open site/index.html; offl
 	@# Material prints a notice of its successor at every build: read once, it is noise in every `make check`.
 	@# Not --quiet: MkDocs 1.6 then stops counting warnings, and --strict passes a broken link.
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+examples: $(STAMP)  ## re-render every committed example (examples/*/<run dir>) with this kit: frames, verdict, report.md, summary.html
+	@status=0; for d in examples/*/2*/; do echo "== $$d"; $(BIN)/launchlab report "$$d" > /dev/null || status=1; done; exit $$status
 
 lint: $(STAMP)  ## ruff
 	$(BIN)/ruff check lib tests bench

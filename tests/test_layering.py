@@ -12,7 +12,8 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 # some of its submodules sit lower (the transport registry and specs, which params validates against, sit
 # below the transports that run commands).
 LAYERS = [
-    {"errors", "config", "escaping", "safefiles", "masking", "nbcheck", "sim", "fields", "polling", "interrupts", "tags"},
+    {"errors", "config", "escaping", "numtext", "safefiles", "masking", "nbcheck", "sim", "fields", "polling",
+     "interrupts", "tags"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.ports", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
      "hosts.slurm_spec", "params", "store", "gpu", "logparse", "nvml_sampler", "search"},
     {"verdicts"},

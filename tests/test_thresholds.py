@@ -55,7 +55,7 @@ def test_a_prediction_outside_the_interval_is_said_so():
     assert bool(found.loc[0, "predicted_in_interval"]) is False
     text = thresholds.markdown({"flag": "--mem-fraction-static", "low": "0.70", "high": "0.80", "resolution": "0.01",
                                 "strata": found.to_dict("records"), "differences": []})
-    assert "predict the break-even at 0.7000 (OUTSIDE the interval)" in text
+    assert "predict the break-even at 0.700 (OUTSIDE the interval)" in text
 
 
 def test_a_noisy_stratum_claims_no_interval_and_names_its_runs_in_escaped_markdown():

@@ -174,6 +174,8 @@ class ServerKind:
                     that ran, for the budget chart's free bar. None: its log does not say
     graph_capture   how its log shows CUDA graphs captured (GraphCapture), for what that says of its custom
                     all-reduce. None: it does not say
+    units_note      Markdown: the units of its memory table as its log prints them (SGLang's `GB` is GiB), said
+                    under that table for this kind only
     model_flags     the flags its command names the model's weights with (the provenance records what that path
                     holds); a command of `… serve MODEL` names it as the word after `serve` whatever the kind
     relaunch        how `launchlab diagnose` rebuilds its command from a log (Relaunch). None: it cannot
@@ -200,6 +202,7 @@ class ServerKind:
     relaunch: Relaunch | None = None
     suspects: tuple[Suspect, ...] = ()
     instrumentation: Instrumentation | None = None
+    units_note: str = "GiB"
 
     def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
         """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""

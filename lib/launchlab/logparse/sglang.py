@@ -456,4 +456,5 @@ KIND = ServerKind(
     ),
     instrumentation=Instrumentation(patch="sglang-0.5.17-profile-debug.diff", versions=("0.5.17",),
                                     prints="DEBUG profile_available_bytes: avail=… total=… fraction=… reserved=… rest=…"),
+    units_note="GiB as printed; SGLang's `GB` is GiB",
 )

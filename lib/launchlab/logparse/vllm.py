@@ -526,4 +526,5 @@ KIND = ServerKind(
         Suspect("draft_model", "speculative_config", on=r"(?!None$).+", what="speculative decoding (a draft model)",
                 off_flags={"--speculative-config": False}),
     ),
+    units_note="GiB as vLLM prints them",
 )

@@ -34,47 +34,73 @@ def fullest_envelope(telemetry: pd.DataFrame, buckets: int = ENVELOPE_BUCKETS) -
     return env[["run_id", "t_s", "lo_mib", "hi_mib"]]
 
 
+# The smallest text a chart draws (pt = px of the SVG). Figures are about FIGURE_WIDTH_IN wide with their legend
+# and labels (under 7.7 in = 555 px), so at 800 px (about 740 px of page) the page never shrinks them and this
+# text stays at 10 px or more.
+MIN_FONT_PT = 10
+FIGURE_WIDTH_IN = 6.2  # the axes of a timeline or budget chart; its legend right of them adds ~1.5 in
+# a card's capacity this many times the plotted data's top is said in words, not drawn: a 0–220 GiB axis for 2 GiB
+# of data showed nothing of the data
+CAPACITY_ON_SCALE = 2.0
+
+
+def capacity_on_scale(top: float, capacity: float | None) -> bool:
+    """Whether the card's capacity line belongs on an axis whose data reach `top`."""
+    return bool(capacity) and top > 0 and capacity <= CAPACITY_ON_SCALE * top
+
+
 def memory_timeline(telemetry: pd.DataFrame, runs: pd.DataFrame, simulated: bool = False,
                     sampler: str = "nvidia-smi") -> plt.Figure:
-    """GPU memory used over time, one panel per variant, one line per run (the fullest GPU at each sample; a band
-    from its min to its max per time bucket, `fullest_envelope`, so a long run draws hundreds of points, not
-    thousands). sampler: what took the samples, as the params' `sampler:` names it."""
+    """GPU memory used over time, one panel per variant (one under the other, so the figure keeps its width on a
+    narrow page), one line per run (the fullest GPU at each sample; a band from its min to its max per time
+    bucket, `fullest_envelope`, so a long run draws hundreds of points, not thousands); the legend right of the
+    data, the y axis up to the data (the card's capacity drawn only near it). sampler: what took the samples,
+    as report.sampler_name says it."""
+    sampler = {"nvml": "NVML"}.get(sampler, sampler)  # a bare kind, as params name it
     variants = list(runs["variant"].drop_duplicates())
-    cols = 2 if len(variants) > 1 else 1
-    rows = max(1, math.ceil(len(variants) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(6.5 * cols, 3.2 * rows), sharex=True, sharey=True, squeeze=False)
+    rows = max(1, len(variants))
+    fig, axes = plt.subplots(rows, 1, figsize=(FIGURE_WIDTH_IN, 0.9 + 2.3 * rows), sharex=True, sharey=True,
+                             squeeze=False)
     total_gib = telemetry["mem_total_mib"].max() / 1024 if len(telemetry) else None
-    envelopes = dict(tuple(fullest_envelope(telemetry).groupby("run_id", sort=False)))
+    envelope = fullest_envelope(telemetry)
+    top = float(envelope["hi_mib"].max()) / 1024 if len(envelope) else 0.0
+    envelopes = dict(tuple(envelope.groupby("run_id", sort=False)))
+    capacity_drawn = capacity_on_scale(top, total_gib)
     for ax, variant in zip(axes.flat, variants, strict=False):
-        for _, run in runs[runs["variant"] == variant].iterrows():
-            env = envelopes.get(run["run_id"])
-            if env is None:
-                continue
-            colour, alpha = STATUS_COLOURS.get(run["status"], "black"), 0.55 + 0.45 / run["repetition"]
-            ax.fill_between(env["t_s"], env["lo_mib"] / 1024, env["hi_mib"] / 1024, color=colour, alpha=alpha * 0.4,
-                            linewidth=0)
-            ax.plot(env["t_s"], env["hi_mib"] / 1024, color=colour, alpha=alpha,
-                    label=f"rep {run['repetition']}: {run['status']}")
-        if total_gib:
+        _timeline_panel(ax, runs[runs["variant"] == variant], envelopes)
+        if capacity_drawn:
             ax.axhline(total_gib, color="black", linestyle="--", linewidth=0.8)
         ax.set_title(variant, fontsize=10)
-        ax.set_ylabel("GPU memory used [GiB]")
-        handles, labels = ax.get_legend_handles_labels()
-        if len(labels) > 8:  # dozens of repetitions: one entry per status, not per run
-            by_status = {label.split(": ", 1)[1]: h for h, label in zip(handles, labels, strict=True)}
-            handles, labels = list(by_status.values()), [f"{n} run(s): {s}" for s, n in
-                                                         _count(label.split(": ", 1)[1] for label in labels).items()]
-        ax.legend(handles, labels, fontsize=8, loc="lower right")
-        ax.grid(alpha=0.3)
-    for ax in axes.flat[len(variants):]:
-        ax.set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel("time since server start [s]")
-    title = (f"GPU memory over time ({'NVML' if sampler == 'nvml' else sampler}, fullest GPU per sample, its min–max "
-             "band per time bucket; dashed: card capacity)")
-    fig.suptitle(title + (" — SIMULATED host" if simulated else ""), fontsize=11)
+        ax.set_ylabel("memory used [GiB]")
+    axes.flat[-1].set_xlabel("time since server start [s]")
+    capacity = ("dashed: card capacity" if capacity_drawn else
+                f"card capacity {total_gib:,.0f} GiB, off this scale" if total_gib else "")
+    title = (f"GPU memory over time ({sampler}, fullest GPU per sample,\nits min–max band per time bucket"
+             + (f"; {capacity})" if capacity else ")"))
+    fig.suptitle(title + (" — SIMULATED host" if simulated else ""), fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _timeline_panel(ax, runs: pd.DataFrame, envelopes: dict) -> None:
+    """One variant's runs; its legend right of the axes, never on the data."""
+    for _, run in runs.iterrows():
+        env = envelopes.get(run["run_id"])
+        if env is None:
+            continue
+        colour, alpha = STATUS_COLOURS.get(run["status"], "black"), 0.55 + 0.45 / run["repetition"]
+        ax.fill_between(env["t_s"], env["lo_mib"] / 1024, env["hi_mib"] / 1024, color=colour, alpha=alpha * 0.4,
+                        linewidth=0)
+        ax.plot(env["t_s"], env["hi_mib"] / 1024, color=colour, alpha=alpha,
+                label=f"rep {run['repetition']}: {run['status']}")
+    handles, labels = ax.get_legend_handles_labels()
+    if len(labels) > 8:  # dozens of repetitions: one entry per status, not per run
+        by_status = {label.split(": ", 1)[1]: h for h, label in zip(handles, labels, strict=True)}
+        handles, labels = list(by_status.values()), [f"{n} run(s): {s}" for s, n in
+                                                     _count(label.split(": ", 1)[1] for label in labels).items()]
+    if labels:
+        ax.legend(handles, labels, fontsize=MIN_FONT_PT, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.grid(alpha=0.3)
 
 
 def _count(items) -> dict[str, int]:
@@ -173,7 +199,7 @@ def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame,
     if not fig.axes:
         return fig
     low, high = fig.axes[0].get_ylim()
-    band = (high - low) * 0.45
+    band = (high - low) * 0.7  # four rows of 10 pt labels (MIN_FONT_PT) that never touch
     for ax in fig.axes:  # shared y: one headroom for all panels
         ax.set_ylim(low, high + band)
     renderer = fig.canvas.get_renderer()
@@ -182,6 +208,9 @@ def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame,
     ends = logged.groupby(["run_id", "field"])["t_s"].median().reset_index()  # a run's ranks: the middle one
     kv = kv_allocations(events, telemetry).assign(field="kv_gib")
     ends = pd.concat([ends, kv[["run_id", "field", "t_s"]]], ignore_index=True)
+    # a log's times are whole seconds, floored: a phase that ended within the server's first second reads as
+    # before its start; no phase ends before the server started
+    ends["t_s"] = pd.to_numeric(ends["t_s"]).clip(lower=0.0)
     for ax, variant in zip(fig.axes, variants, strict=False):
         mine = ends[ends["run_id"].isin(runs[runs["variant"] == variant]["run_id"]) & ends["t_s"].notna()]
         marks = []
@@ -201,7 +230,7 @@ def _label_marks(ax, marks: list[tuple[float, str]], high: float, band: float, r
     for t, label in marks:
         for row in range(len(PHASE_ENDS)):  # as many rows as labels: the last one is always free
             text = ax.text(t, high + band * (0.14 + 0.24 * row), f" {label} ", va="center",
-                           ha="left" if t <= middle else "right", fontsize=7, color="dimgray")
+                           ha="left" if t <= middle else "right", fontsize=MIN_FONT_PT, color="dimgray")
             box = text.get_window_extent(renderer)
             if not any(box.overlaps(other) for other in placed) or row == len(PHASE_ENDS) - 1:
                 break
@@ -209,24 +238,51 @@ def _label_marks(ax, marks: list[tuple[float, str]], high: float, band: float, r
         placed.append(box)
 
 
+# a budget part narrower than this share of the axis is not seen as a bar: its value is written at the bar's end
+BUDGET_VISIBLE_SHARE = 0.005  # ~2.5 px of a 500 px axis
+
+
 def memory_budget(rank_memory: pd.DataFrame, card_gib: float | None) -> plt.Figure:
-    """Stacked memory budget per variant (the mean rank, from the server's log): where the card's memory went."""
+    """Stacked memory budget per variant (the mean rank, from the server's log): where the card's memory went. The
+    axis ends at the longest bar (the card's capacity drawn only near it, else said in the axis label); a part too
+    narrow to see is written out at the end of its bar."""
     data = rank_memory.set_index("variant")
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.55 * len(data)))
+    # a long variant name (four factors) one level a line: on one line its label widened the figure past the page
+    data.index = [str(v).replace(", ", "\n") if len(str(v)) > 28 else str(v) for v in data.index]
+    lines = max((str(v).count("\n") + 1 for v in data.index), default=1)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 0.9 + (0.3 + 0.2 * lines) * len(data)))
     left = pd.Series(0.0, index=data.index)
+    parts = []
     for column, label, colour in BUDGET_PARTS:  # free_gib: the server kind's (ServerKind.free_memory), if any
         values = data[column] if column in data else pd.Series(0.0, index=data.index)
-        values = values.fillna(0.0)
-        ax.barh(data.index, values, left=left, color=colour, label=label)
+        values = values.fillna(0.0).clip(lower=0.0)
+        ax.barh(data.index, values, left=left, color=colour, label=label, gid=f"budget: {column}")
+        parts.append((PHASE_ENDS.get(column, label), values))
         left = left + values
-    if card_gib:
+    top = float(left.max()) if len(left) else 0.0
+    on_scale = capacity_on_scale(top, card_gib)
+    if on_scale:
         ax.axvline(card_gib, color="black", linestyle="--", linewidth=0.8, label="card capacity")
-    ax.set_xlabel("GiB per GPU (server log; free = what was left after the last phase that ran)")
+    ax.set_xlim(0, max(top, card_gib if on_scale else 0) * 1.02 or 1)
+    _annotate_narrow(ax, parts, left)
+    off = "" if on_scale or not card_gib else f"; card capacity {card_gib:,.0f} GiB, off this scale"
+    ax.set_xlabel(f"GiB per GPU (server log; free = what was left after the last phase that ran{off})")
     ax.invert_yaxis()
     # above the bars: below them the legend covered the axis label
-    ax.legend(fontsize=8, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.01), frameon=False)
+    ax.legend(fontsize=MIN_FONT_PT, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.01), frameon=False)
     fig.tight_layout()
     return fig
+
+
+def _annotate_narrow(ax, parts: list[tuple[str, pd.Series]], ends: pd.Series) -> None:
+    """Each bar's parts that are not zero but too narrow to see, as text right of the bar (gid "budget note")."""
+    span = ax.get_xlim()[1]
+    for y, variant in enumerate(ends.index):
+        narrow = [f"{label} {values[variant]:.2f}" for label, values in parts
+                  if 0 < values[variant] < BUDGET_VISIBLE_SHARE * span]
+        if narrow:
+            ax.text(ends[variant] + span * 0.01, y, "; ".join(narrow) + " GiB", va="center", fontsize=MIN_FONT_PT,
+                    color="dimgray", gid="budget note")
 
 
 GRID_CMAP = plt.get_cmap("RdYlGn")
@@ -280,32 +336,57 @@ def outcome_grid(runs: pd.DataFrame, factors: list[str]) -> plt.Figure | None:
     return fig
 
 
+# a stratum's row (height 1): the interval found below its probes, the predicted break-even above them, so the
+# three never sit on one another where the interval is narrow and the prediction falls inside it
+PROBE_BAND = 0.18  # repeated probes of one value spread over ± this
+INTERVAL_ROW = (-0.44, -0.26)
+PREDICTED_ROW = (0.26, 0.44)
+
+
+def probe_offsets(values: pd.Series) -> np.ndarray:
+    """A vertical offset per probe run that separates the runs of one value (repetitions, a probe run again):
+    spread evenly over ±PROBE_BAND, 0 for a value probed once."""
+    offsets = np.zeros(len(values))
+    positions = pd.Series(range(len(values)), index=values.index)
+    for _, same in positions.groupby(values.to_numpy()):
+        if len(same) > 1:
+            offsets[same.to_numpy()] = np.linspace(-PROBE_BAND, PROBE_BAND, len(same))
+    return offsets
+
+
 def threshold_outcomes(runs: pd.DataFrame, stratum_of: dict[str, str], factor: str, flag: str,
                        thresholds: pd.DataFrame, simulated: bool = False) -> plt.Figure:
-    """A threshold search: the outcome of every probe run against the flag's value, one row per stratum; the
-    interval found shaded, the break-even the server's numbers predict as a black tick."""
+    """A threshold search: the outcome of every probe run against the flag's value, one row per stratum (the runs
+    of one value side by side, probe_offsets); under them the interval found, above them the break-even the
+    server's numbers predict as a black tick."""
     strata = list(thresholds["stratum"])
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * max(1, len(strata))))
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 0.9 + 0.9 * max(1, len(strata))))
+    seen: set[str] = set()
     for y, row in enumerate(thresholds.itertuples(index=False)):
         mine = runs[runs["run_id"].map(stratum_of) == row.stratum]
-        for status, group in mine.groupby("status"):
-            ax.scatter(pd.to_numeric(group[factor]), [y] * len(group), color=STATUS_COLOURS.get(status, "black"),
-                       label=status if y == 0 or status not in ax.get_legend_handles_labels()[1] else None,
-                       alpha=0.8, zorder=3)
+        values = pd.to_numeric(mine[factor])
+        offsets = probe_offsets(values)
+        for status in mine["status"].drop_duplicates():
+            at = (mine["status"] == status).to_numpy()
+            ax.scatter(values[at], y + offsets[at], color=STATUS_COLOURS.get(status, "black"),
+                       label=None if status in seen else status, alpha=0.8, zorder=3)
+            seen.add(status)
         if row.interval_low is not None and not math.isnan(row.interval_low):
-            ax.axvspan(row.interval_low, row.interval_high, ymin=(y + 0.1) / len(strata), ymax=(y + 0.9) / len(strata),
-                       color="tab:blue", alpha=0.2)
+            ax.fill_between([row.interval_low, row.interval_high], y + INTERVAL_ROW[0], y + INTERVAL_ROW[1],
+                            color="tab:blue", alpha=0.35, linewidth=1, edgecolor="tab:blue",
+                            label=None if "interval" in seen else "interval found")
+            seen.add("interval")
         if row.predicted_break_even is not None and not math.isnan(row.predicted_break_even):
-            ax.plot([row.predicted_break_even] * 2, [y - 0.3, y + 0.3], color="black", linewidth=1.5, zorder=4)
+            ax.plot([row.predicted_break_even] * 2, [y + PREDICTED_ROW[0], y + PREDICTED_ROW[1]], color="black",
+                    linewidth=1.5, zorder=4, label=None if "predicted" in seen else "predicted break-even")
+            seen.add("predicted")
     ax.set_yticks(range(len(strata)), strata)
     ax.set_ylim(-0.5, len(strata) - 0.5)
     ax.set_xlabel(flag)
     ax.grid(alpha=0.3, axis="x")
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles, strict=False))
     # right of the axes: inside, at the upper left, it covered the low end's probe of the top stratum
-    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    title = "Outcome of every probe (shaded: the interval found; black tick: the break-even the log's numbers predict)"
+    ax.legend(fontsize=MIN_FONT_PT, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    title = "Outcome of every probe, the interval found (under them)\nand the break-even the log's numbers predict (over them)"
     fig.suptitle(title + (" — SIMULATED host" if simulated else ""), fontsize=10)
     fig.tight_layout()
     return fig

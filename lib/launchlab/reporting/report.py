@@ -55,6 +55,22 @@ def warmup_markdown(warmups: list[dict]) -> str:
             "fill cold caches; they are never compared:\n\n" + "\n".join(lines))
 
 
+def imported_banner() -> str:
+    """The quote that heads a report of imported runs; its own `code` spans stay code (md() showed backticks)."""
+    return f"> {md_spans(IMPORTED_NOTE)}"
+
+
+def sampler_name(sampler: params.SamplerSpec) -> str:
+    """The GPU sampler as the runs had it: `NVML every 5 ms`, `nvidia-smi every 100 ms` (a chart or a sentence that
+    said nvidia-smi every 100 ms for a 5 ms NVML sampler misdescribed the trace)."""
+    name = {"nvml": "NVML", "none": "no sampler"}.get(sampler.kind, sampler.kind)
+    return name if sampler.kind == "none" else f"{name} every {sampler.interval_ms:,} ms"
+
+
+# more runs than this draw the timeline as PNG: their SVG would weigh megabytes (bench/report_scale.py)
+TIMELINE_SVG_MAX_RUNS = 40
+
+
 def _command_html(argv: list[str]) -> str:
     """A command whose lines break only between its arguments: each is one unbreakable span (the page broke
     `--disable-custom-all-reduce` after its first dash), joined by the spaces a line may break at."""
@@ -223,7 +239,10 @@ class Report:
         if spec is None:
             return
         display(Markdown(THRESHOLD_INTRO + "\n\n" + thresholds.markdown(self.threshold_verdict)))
-        display(styled(self.thresholds, precision=4))
+        # each stratum's runs counted, not listed: a dozen ids made a wall of text in one cell (they are each
+        # named in the bullets above and in the table of every run)
+        shown = self.thresholds.assign(runs=[len(r.split(", ")) if r else 0 for r in self.thresholds["runs"]])
+        display(styled(shown, precision=4))
         if self.frames.runs.empty:
             return
         stratum_of = {p.run_id: p.stratum for p in self.planned}
@@ -241,7 +260,7 @@ class Report:
                "not as evidence about a real server.") if self.exp.simulated else ""
         finished = f"{len(runs)} of {len(self.manifest.run_ids)} planned runs finished"
         if self.imported:
-            sim += f"\n\n> {md(IMPORTED_NOTE)}"
+            sim += f"\n\n{imported_banner()}"
             finished = f"{len(runs)} imported run(s)"
         return Markdown(f"# {md(self.exp.experiment)}\n\n**Question:** {md(self.exp.question or '(none given)')}{sim}"
                         f"\n\n{finished} · run directory {md_code(self.run_dir.name)}")
@@ -254,7 +273,8 @@ class Report:
         effects = self.verdict.effects
         if self.exp.search is not None:  # each probed value against the high end answers nothing the thresholds
             effects = [e for e in effects if e.factor != self.exp.search.factor]  # above do not (8 bullets, issue 28)
-        said = question.markdown(self.exp.question, effects, self.baseline_levels)
+        said = question.markdown(self.exp.question, effects, self.baseline_levels,
+                                 sampler=sampler_name(self.exp.sampler))
         return verdict.markdown(self.verdict, self.budget_summary()) + (f"\n\n{said}" if said else "")
 
     def design(self) -> Markdown:
@@ -373,7 +393,8 @@ class Report:
         if (intro := KINDS[self.exp.server.kind].report_intro) is not None:
             return Markdown(intro)
         return Markdown(f"The `{self.exp.server.kind}` server prints no memory budget in its log; the GPU memory it "
-                        "took is in the effects above (`peak_mem_used_gib`, from nvidia-smi) and the timelines below.")
+                        f"took is in the effects above (`peak_mem_used_gib`, from {md(sampler_name(self.exp.sampler))}) "
+                        "and the timelines below.")
 
     def budget_table(self) -> Styler | Markdown:
         summary = self.budget_summary()
@@ -398,8 +419,9 @@ class Report:
         memory = self.memory
         if memory.empty:
             return Markdown("")
-        display(Markdown("Per-variant means of the memory lines the server printed (GiB as printed; SGLang's `GB` "
-                         "is GiB), with the ranks that disagree named."))
+        units = KINDS[self.exp.server.kind].units_note  # the kind's own: SGLang's `GB` is GiB, under SGLang only
+        display(Markdown(f"Per-variant means of the memory lines the server printed ({units}), with the ranks that "
+                         "disagree named."))
         return styled(memory)
 
     def budget_plot(self) -> None:
@@ -422,10 +444,10 @@ class Report:
             display(Markdown(f"No GPU trace: {why}. Peak memory figures are missing (not 0)."))
             return None
         fig = _plots().memory_timeline(self.frames.telemetry, self.frames.runs, simulated=self.exp.simulated,
-                                       sampler=self.exp.sampler.kind)
+                                       sampler=sampler_name(self.exp.sampler))
         show(_plots().mark_phases(fig, self.frames.events, self.frames.runs, self.frames.telemetry),
              "Line plots: GPU memory used over time, one panel per variant, one line per run coloured by outcome",
-             raster=True)
+             raster=len(self.frames.runs) > TIMELINE_SVG_MAX_RUNS)
 
     def failures(self) -> Styler:
         return styled(analysis.failures(self.frames.runs))

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from IPython.display import SVG, Image, display
 from pandas.io.formats.style import Styler
 
+from launchlab import numtext
 from launchlab.escaping import html_text, md
 
 
@@ -65,10 +69,67 @@ def effects_in_gib(effects: pd.DataFrame) -> pd.DataFrame:
 
 
 def styled(frame: pd.DataFrame, precision: int = 2) -> Styler:
-    """A table as the report shows it: no index column, fixed decimals, long texts in full, NaN as blank, and
-    every cell and header HTML-escaped (cells hold log lines and params values)."""
-    frame = frame.rename(columns=lambda c: html_text(c))
-    return frame.style.hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
+    """A table as the report shows it: no index column, no column that is empty in every row (a host that records
+    none of a field), numbers right-aligned at the precision that carries them (`column_formats`), text
+    left-aligned, a column of single tokens (run ids, levels) never broken inside one, NaN as blank, and every
+    cell and header HTML-escaped (cells hold log lines and params values)."""
+    frame = without_empty_columns(frame)
+    formats = column_formats(frame, precision)
+    names = {c: html_text(c) for c in frame.columns}
+    frame = frame.rename(columns=names)
+    styler = frame.style.hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
+    for column, format_value in formats.items():
+        styler = styler.format(format_value, subset=[names[column]], na_rep="")
+    return styler.set_table_styles({names[c]: _column_css(frame[names[c]], numeric=c in formats) for c in names},
+                                   overwrite=False)
+
+
+def _column_css(values: pd.Series, *, numeric: bool) -> list[dict]:
+    props = "text-align: right" if numeric else "text-align: left"
+    if not numeric and _tokens(values):
+        props += "; white-space: nowrap"
+    return [{"selector": "th", "props": props}, {"selector": "td", "props": props}]
+
+
+def _tokens(values: pd.Series) -> bool:
+    """Every cell is one token (an id, a level, a status): breaking one inside would cut the id in two."""
+    texts = [str(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return bool(texts) and all(len(t) <= 80 and not any(ch.isspace() for ch in t) for t in texts)
+
+
+def _is_blank(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value == ""
+
+
+def without_empty_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame without the columns that are blank in every row (a column the host that ran never fills is no
+    information); a frame without rows keeps its columns (its headers say what is missing)."""
+    if frame.empty:
+        return frame
+    return frame[[c for c in frame.columns if not all(_is_blank(v) for v in frame[c])]]
+
+
+def _numeric(values: pd.Series) -> bool:
+    present = [v for v in values if not _is_blank(v)]
+    return bool(present) and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+                                 and not isinstance(v, np.bool_) for v in present)
+
+
+def column_formats(frame: pd.DataFrame, precision: int = 2) -> dict[str, Callable[[object], str]]:
+    """How each numeric column is written: a break-even to numtext.BREAK_EVEN_DIGITS significant digits, a column
+    of whole numbers (counts, tokens, repetitions) as integers, the rest with `precision` decimals; never `-0.0`."""
+    formats: dict[str, Callable[[object], str]] = {}
+    for column in frame.columns:
+        values = frame[column]
+        if not _numeric(values):
+            continue
+        if numtext.is_break_even(str(column)):
+            formats[column] = numtext.significant
+        elif numtext.whole(values):
+            formats[column] = partial(numtext.fixed, decimals=0)
+        else:
+            formats[column] = partial(numtext.fixed, decimals=precision)
+    return formats
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
@@ -80,14 +141,15 @@ def log_tail(path: Path, lines: int = 20) -> str:
 
 def markdown(frame: pd.DataFrame) -> str:
     """A GitHub-flavoured Markdown table, every cell escaped (pandas' to_markdown needs an extra package)."""
-    def cell(v) -> str:
-        if v is None:
+    formats = column_formats(frame, precision=3)
+
+    def cell(column, v) -> str:
+        if _is_blank(v):
             return ""
-        if isinstance(v, float):
-            return "" if math.isnan(v) else f"{v:.3f}"
-        return md(v)
+        return formats[column](v) if column in formats else md(v)
 
     head = "| " + " | ".join(md(c) for c in frame.columns) + " |"
     rule = "|" + "---|" * len(frame.columns)
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    body = ["| " + " | ".join(cell(c, v) for c, v in zip(frame.columns, row, strict=True)) + " |"
+            for row in frame.itertuples(index=False)]
     return "\n".join([head, rule, *body])

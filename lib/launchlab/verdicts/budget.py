@@ -14,6 +14,7 @@ import pandas as pd
 from launchlab.escaping import md
 from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import BreakEven
+from launchlab.numtext import significant
 
 
 def with_weights(budget: pd.DataFrame, facts: dict[str, dict]) -> pd.DataFrame:
@@ -93,8 +94,8 @@ def break_even_markdown(summary: pd.DataFrame) -> str:
     by_value: dict[str, list[str]] = {}
     for name, value in zip(summary["variant"], summary[found.column], strict=True):
         if pd.notna(value):
-            # three decimals for a fraction of the card (0.744); three digits for a small share (vLLM's 0.00565)
-            by_value.setdefault(f"{value:.3f}" if abs(value) >= 0.1 else f"{value:.3g}", []).append(name)
+            # three significant digits: 0.744 of the card, vLLM's small share 0.00565 (numtext.BREAK_EVEN_DIGITS)
+            by_value.setdefault(significant(value), []).append(name)
     if not by_value:
         return ""
     head = f"**Break-even `{found.arg}`** (from the logged numbers: {md(found.formula)}): "

@@ -30,15 +30,19 @@ TOPICS: tuple[tuple[re.Pattern[str], str, str, Callable[[float], str], Callable[
 )
 
 
-def answer_lines(question: str | None, effects: list[Effect], baseline_levels: dict[str, str]) -> list[str]:
+def answer_lines(question: str | None, effects: list[Effect], baseline_levels: dict[str, str], *,
+                 sampler: str = "nvidia-smi") -> list[str]:
     """One Markdown line per factor level and asked-for metric, with its 95 % interval where both sides have two
-    or more runs; empty when the question asks for nothing the effects measured."""
+    or more runs; empty when the question asks for nothing the effects measured. sampler: what measured the peak
+    memory, as the runs had it (`NVML every 5 ms`)."""
     if not question:
         return []
     lines = []
     for asks, metric, label, value, diff in TOPICS:
         if not asks.search(question):
             continue
+        if metric == "peak_mem_used_mib":
+            label = f"peak GPU memory ({md(sampler)})"
         for e in effects:
             if e.metric != metric or e.mean is None or e.baseline_mean is None or e.signs_disagree:
                 continue
@@ -60,8 +64,9 @@ def answer_lines(question: str | None, effects: list[Effect], baseline_levels: d
     return lines
 
 
-def markdown(question: str | None, effects: list[Effect], baseline_levels: dict[str, str]) -> str:
-    lines = answer_lines(question, effects, baseline_levels)
+def markdown(question: str | None, effects: list[Effect], baseline_levels: dict[str, str], *,
+             sampler: str = "nvidia-smi") -> str:
+    lines = answer_lines(question, effects, baseline_levels, sampler=sampler)
     if not lines:
         return ""
     return ("**What the question asks, as measured** (means of the valid runs, each level against the baseline's "

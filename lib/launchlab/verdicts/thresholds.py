@@ -20,6 +20,7 @@ import pandas as pd
 
 from launchlab import search
 from launchlab.escaping import md, md_code
+from launchlab.numtext import significant
 from launchlab.store.rundir import ManifestEntry
 from launchlab.verdicts import budget as budget_mod
 from launchlab.verdicts import confounds, gpustate
@@ -114,8 +115,8 @@ def _flag(mine: list[dict], tolerance_mib: float) -> None:
         if middle is not None and p["predicted_break_even"] is not None and p["budget_total_gib"] is not None:
             off_mib = abs(p["predicted_break_even"] - middle) * p["budget_total_gib"] * 1024
             if off_mib > tolerance_mib:
-                why.append(f"its predicted break-even {p['predicted_break_even']:.4f} is {off_mib:.0f} MiB off the "
-                           f"median of the stratum's probes ({middle:.4f})")
+                why.append(f"its predicted break-even {significant(p['predicted_break_even'])} is {off_mib:.0f} MiB off the "
+                           f"median of the stratum's probes ({significant(middle)})")
         others = [q["free_at_start_mib"] for q in mine if q is not p and q["free_at_start_mib"] is not None]
         if p["free_at_start_mib"] is not None and others and max(others) - p["free_at_start_mib"] > tolerance_mib:
             why.append(f"its runs started with {max(others) - p['free_at_start_mib']:.0f} MiB less free GPU memory "
@@ -277,7 +278,7 @@ def _sentence(stratum, baseline, flag, base, *, other, low, high, per_gib, predi
             f"{base['interval_high']:g}] at {baseline} to ({other['interval_low']:g}, {other['interval_high']:g}]: "
             f"by {low:+.4g} to {high:+.4g}{gib}")
     if predicted is not None:
-        text += (f"; the server's own numbers predict {predicted:+.4f}"
+        text += (f"; the server's own numbers predict {significant(predicted, signed=True)}"
                  + ("" if per_gib is None else f" ≈ {predicted * per_gib:+.2f} GiB per GPU"))
     return text
 
@@ -289,7 +290,7 @@ def _spread(row: dict) -> str:
         return ""
     if n == 1:
         return ", from n=1 run"
-    return f", from n={n:.0f} runs ({row['predicted_min']:.4f} … {row['predicted_max']:.4f})"
+    return f", from n={n:.0f} runs ({significant(row['predicted_min'])} … {significant(row['predicted_max'])})"
 
 
 def _cost(row: dict) -> str:
@@ -312,7 +313,7 @@ def markdown(found: dict) -> str:
         if row["state"] == "converged":
             predicted = row["predicted_break_even"]
             side = ("" if predicted is None else f"; the server's own numbers predict the break-even at "
-                    f"{predicted:.4f} ({'inside' if row['predicted_in_interval'] else 'OUTSIDE'} the interval)"
+                    f"{significant(predicted)} ({'inside' if row['predicted_in_interval'] else 'OUTSIDE'} the interval)"
                     f"{_spread(row)}")
             lines.append(f"- **{md(row['stratum'])}**: ready from a value in ({row['interval_low']:g}, "
                          f"{row['interval_high']:g}] ({row['probes']} probed values{_cost(row)}){side}")
@@ -321,7 +322,7 @@ def markdown(found: dict) -> str:
                                    "search ended; --resume continues it" if row["state"] == "searching" else "")
             predicted = row.get("predicted_break_even")
             if predicted is not None and not _missing(predicted):
-                note += f"; the server's own numbers predict the break-even at {predicted:.4f}{_spread(row)}"
+                note += f"; the server's own numbers predict the break-even at {significant(predicted)}{_spread(row)}"
             cost = _cost(row).removeprefix("; ")
             lines.append(f"- **{md(row['stratum'])}**: {md(row['state'])}" + (f" — {md(note)}" if note else "")
                          + (f" ({cost})" if cost else ""))

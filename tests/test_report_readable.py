@@ -1,0 +1,111 @@
+"""Each point of issue 41's point 5, on the functions that make it: numbers, tables, the charts' geometry, the
+sampler's name, the kinds' units notes, the import banner."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd  # noqa: E402
+
+from launchlab import numtext, params  # noqa: E402
+from launchlab.logparse.kinds import KINDS  # noqa: E402
+from launchlab.reporting import plots, report  # noqa: E402
+from launchlab.reporting.reporttables import markdown, styled  # noqa: E402
+from launchlab.store.verdictrecord import Effect  # noqa: E402
+from launchlab.verdicts import budget, question  # noqa: E402
+
+
+def test_a_break_even_has_three_significant_digits_and_no_number_reads_minus_zero():
+    assert numtext.significant(0.0052214) == "0.00522"
+    assert numtext.significant(0.7444) == "0.744" and numtext.significant(0.1) == "0.100"
+    assert numtext.significant(0.0004, signed=True) == "+0.000400"
+    assert numtext.fixed(-0.0001, 2) == "0.00" and numtext.fixed(-0.5, 1) == "-0.5"
+    summary = pd.DataFrame({"variant": ["a"], "break_even_utilization": [0.0052214]})
+    assert "0.00522" in budget.break_even_markdown(summary.rename(columns={"break_even_utilization":
+                                                                           KINDS["vllm"].break_even.column}))
+
+
+def test_tables_write_whole_numbers_as_integers_drop_empty_columns_and_keep_ids_whole():
+    frame = pd.DataFrame({"run_id": ["01_a-b.c_rep1", "02_a-b.c_rep2"], "kv_tokens": [137178.0, 2.0],
+                          "repetitions_to_settle": [4.0, None], "diff_gib": [-0.0001, 1.5],
+                          "break_even_fraction": [0.0052214, 0.7444], "note": ["a free text", ""],
+                          "host_only": [None, None]})
+    html = styled(frame, precision=3).to_html()
+    assert "137,178<" in html and ">4<" in html and "137,178.000" not in html and "4.000" not in html
+    assert "-0.000" not in html and ">0.000<" in html
+    assert "0.00522" in html and "host_only" not in html
+    assert "text-align: left;\n  white-space: nowrap" in html  # the run ids' column
+    table = markdown(frame)
+    assert "137,178 |" in table and "0.00522" in table and "-0.000" not in table
+
+
+def test_the_sampler_is_named_as_the_runs_had_it():
+    assert report.sampler_name(params.SamplerSpec(kind="nvml", interval_ms=5)) == "NVML every 5 ms"
+    assert report.sampler_name(params.SamplerSpec()) == "nvidia-smi every 100 ms"
+    effect = Effect(factor="f", level="b", metric="peak_mem_used_mib", strata=[], n=2, mean=2048.0, sd=0.0,
+                    min=2048.0, max=2048.0, baseline_n=2, baseline_mean=1024.0, diff=1024.0, ci_low=None,
+                    ci_high=None, ratio=2.0, signs_disagree=False)
+    said = question.markdown("how much GPU memory?", [effect], {"f": "a"}, sampler="NVML every 5 ms")
+    assert "peak GPU memory (NVML every 5 ms)" in said and "nvidia-smi" not in said
+
+
+def test_each_kind_has_its_own_units_note():
+    assert "`GB` is GiB" in KINDS["sglang"].units_note
+    assert "SGLang" not in KINDS["vllm"].units_note and "vLLM" in KINDS["vllm"].units_note
+
+
+def test_the_import_banner_shows_code_not_backticks():
+    shown = report.imported_banner()
+    assert shown.startswith("> IMPORTED") and "`launchlab import`" in shown and "\\`" not in shown
+
+
+def _telemetry(peak_mib: float, total_mib: float = 143_771) -> tuple[pd.DataFrame, pd.DataFrame]:
+    t = [i * 0.1 for i in range(100)]
+    telemetry = pd.DataFrame({"run_id": "r1", "t_s": t, "gpu_index": 0, "mem_total_mib": total_mib,
+                              "mem_used_mib": [peak_mib * min(1, i / 50) for i in range(100)]})
+    runs = pd.DataFrame({"run_id": ["r1"], "variant": ["v"], "status": ["ready"], "repetition": [1]})
+    return telemetry, runs
+
+
+def _inside(inner, outer) -> bool:
+    return inner.x0 < outer.x1 and inner.x1 > outer.x0 and inner.y0 < outer.y1 and inner.y1 > outer.y0
+
+
+def test_the_timeline_scales_to_its_data_its_legend_is_outside_and_no_phase_is_marked_before_0():
+    telemetry, runs = _telemetry(2 * 1024)  # 2 GiB on a 140 GiB card
+    fig = plots.memory_timeline(telemetry, runs, sampler="NVML every 5 ms")
+    ax = fig.axes[0]
+    assert ax.get_ylim()[1] < 4, "the axis runs to the card's capacity, not the data"
+    assert "140 GiB, off this scale" in fig._suptitle.get_text() and "NVML every 5 ms" in fig._suptitle.get_text()
+    renderer = fig.canvas.get_renderer()
+    assert not _inside(ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer))
+    events = pd.DataFrame({"run_id": ["r1"], "field": ["dist_init_mem_gib"], "t_s": [-0.6], "value": [1.0]})
+    plots.mark_phases(fig, events, runs, telemetry)
+    marks = [line for line in ax.lines if (line.get_gid() or "").startswith("dist init")]
+    assert marks and all(x >= 0 for line in marks for x in line.get_xdata())
+    texts = [t for a in fig.axes for t in a.texts] + [ax.get_legend().get_texts()[0]]
+    assert min(t.get_fontsize() for t in texts) >= plots.MIN_FONT_PT
+
+
+def test_the_budget_scales_to_its_bars_and_writes_out_a_part_too_narrow_to_see():
+    memory = pd.DataFrame({"variant": ["low"], "dist_init_mem_gib": [0.001], "weights_mem_gib": [0.6],
+                           "kv_gib": [0.3], "graph_mem_gib": [0.0]})
+    fig = plots.memory_budget(memory, 140.0)
+    ax = fig.axes[0]
+    assert ax.get_xlim()[1] < 1.0, "the bars are drawn on the card's 140 GiB scale"
+    assert [t.get_text() for t in ax.texts] == ["dist init 0.00 GiB"]
+    assert "card capacity 140 GiB, off this scale" in ax.get_xlabel()
+
+
+def test_probe_runs_of_one_value_are_drawn_apart_and_the_interval_and_tick_beside_them():
+    offsets = plots.probe_offsets(pd.Series([0.005, 0.005, 0.005, 0.005, 0.006]))
+    assert len(set(offsets[:4])) == 4 and offsets[4] == 0
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(4)], "status": ["failed"] * 4, "flag": ["0.005"] * 4})
+    table = pd.DataFrame({"stratum": ["s"], "interval_low": [0.005], "interval_high": [0.006],
+                          "predicted_break_even": [0.0052]})
+    fig = plots.threshold_outcomes(runs, {f"r{i}": "s" for i in range(4)}, "flag", "--flag", table)
+    ax = fig.axes[0]
+    dots = ax.collections[0].get_offsets()
+    assert len({round(float(y), 3) for _, y in dots}) == 4
+    [tick] = [line for line in ax.lines if line.get_color() == "black"]
+    assert min(tick.get_ydata()) > max(float(y) for _, y in dots), "the predicted tick sits on the probes"
