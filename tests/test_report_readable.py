@@ -39,6 +39,15 @@ def test_tables_write_whole_numbers_as_integers_drop_empty_columns_and_keep_ids_
     assert "137,178 |" in table and "0.00522" in table and "-0.000" not in table
 
 
+def test_a_long_table_writes_a_quantity_of_whole_numbers_as_integers_beside_one_of_decimals():
+    # the effects table: one row per metric, its KV tokens beside its GiB (5,401,344.000 read as a measured fraction)
+    frame = pd.DataFrame({"metric": ["weights_mem_gib", "kv_tokens", "kv_tokens"], "mean": [0.3, 5401344.0, 137178.0],
+                          "sd": [0.0, 0.0, 12.0], "diff": [-0.0001, 0.0, -4.0]})
+    html = styled(frame, precision=3, rows_of="metric").to_html()
+    assert ">5,401,344<" in html and ">137,178<" in html and ">-4<" in html and "5,401,344.000" not in html
+    assert ">0.300<" in html and "-0.000" not in html, "the GiB row keeps its decimals"
+
+
 def test_the_sampler_is_named_as_the_runs_had_it():
     assert report.sampler_name(params.SamplerSpec(kind="nvml", interval_ms=5)) == "NVML every 5 ms"
     assert report.sampler_name(params.SamplerSpec()) == "nvidia-smi every 100 ms"

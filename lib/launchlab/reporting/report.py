@@ -370,7 +370,7 @@ class Report:
         effects = effects_in_gib(effects)
         return styled(effects[["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
                                "baseline_n", "baseline_mean", "diff", "ci_low", "ci_high", "diffs_identical", "ratio",
-                               "signs_disagree"]], precision=3)
+                               "signs_disagree"]], precision=3, rows_of="metric")
 
     def warnings(self) -> Markdown:
         items = self.verdict.warnings

@@ -68,11 +68,13 @@ def effects_in_gib(effects: pd.DataFrame) -> pd.DataFrame:
     return effects
 
 
-def styled(frame: pd.DataFrame, precision: int = 2) -> Styler:
+def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = None) -> Styler:
     """A table as the report shows it: no index column, no column that is empty in every row (a host that records
     none of a field), numbers right-aligned at the precision that carries them (`column_formats`), text
     left-aligned, a column of single tokens (run ids, levels) never broken inside one, NaN as blank, and every
-    cell and header HTML-escaped (cells hold log lines and params values)."""
+    cell and header HTML-escaped (cells hold log lines and params values). A long table whose rows hold different
+    quantities (`rows_of`: the column naming each row's, as an effect's metric) writes the rows of a quantity whose
+    every value is whole as integers (KV tokens), whatever the other rows of its columns hold."""
     frame = without_empty_columns(frame)
     formats = column_formats(frame, precision)
     names = {c: html_text(c) for c in frame.columns}
@@ -80,8 +82,18 @@ def styled(frame: pd.DataFrame, precision: int = 2) -> Styler:
     styler = frame.style.hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
     for column, format_value in formats.items():
         styler = styler.format(format_value, subset=[names[column]], na_rep="")
+    if rows_of is not None and rows_of in names:
+        styler = _whole_rows(styler, frame, names[rows_of], [names[c] for c in formats])
     return styler.set_table_styles({names[c]: _column_css(frame[names[c]], numeric=c in formats) for c in names},
                                    overwrite=False)
+
+
+def _whole_rows(styler: Styler, frame: pd.DataFrame, key: str, numeric: list[str]) -> Styler:
+    """The rows of each quantity (`key`'s value) whose numbers are all whole, written as integers."""
+    for _, rows in frame.groupby(key, sort=False):
+        if numtext.whole(rows[numeric].to_numpy().ravel().tolist()):
+            styler = styler.format(lambda v: numtext.fixed(v, 0), subset=pd.IndexSlice[rows.index, numeric], na_rep="")
+    return styler
 
 
 def _column_css(values: pd.Series, *, numeric: bool) -> list[dict]:
