@@ -104,6 +104,10 @@ def _compare(args: argparse.Namespace) -> int:
 
     record = compare.build(args.run_a, args.run_b)
     folder = compare.write(record, args.out)
+    if not record.comparable:  # a refusal: said last, and the exit status says it too
+        print(f"compare.json and compare.html (comparable: false): {folder.path}", file=sys.stderr, flush=True)
+        print(comparetext.terminal(record))
+        return 1
     print(comparetext.terminal(record))
     print(folder.path)
     print(f"compare.json and compare.html: {folder.path}", file=sys.stderr)
