@@ -31,8 +31,8 @@ setup: $(STAMP)  ## create .venv with the project and its tools
 demo: $(STAMP)  ## run the embedded default experiment (simulated 8-GPU host) and print where the report is
 	@$(BIN)/launchlab run params/demo.yaml > /dev/null  # progress and "report: …/summary.html" go to stderr
 
-lab: $(STAMP)  ## JupyterLab on notebooks/ (outputs stripped when a template is saved; --allow-root only as root)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --config=jupyter/jupyter_server_config.py \
+lab: $(STAMP)  ## JupyterLab at the repository root: notebooks/, params/, outputs/ (a template saved loses its outputs)
+	$(BIN)/jupyter lab --notebook-dir=. --config=jupyter/jupyter_server_config.py \
 	  $(if $(filter 0,$(shell id -u)),--allow-root)
 
 test: $(STAMP) check-notebooks lint docs  ## run the test suite (and ruff, and the notebook check): about 4½ minutes here

@@ -212,8 +212,12 @@ def test_what_the_logs_and_the_params_hold_is_escaped_in_the_terminal_and_in_com
 def test_two_run_directories_of_another_question_are_not_compared_and_it_says_why(imported_pair):
     before, _, other = imported_pair
     proc = cli("compare", str(before), str(other))
-    assert proc.returncode == 0, proc.stderr
-    assert "Not the same question — the comparison cannot be made: factor custom_ar only before." in proc.stdout
+    assert proc.returncode == 1, proc.stderr
+    # the refusal is the last thing said: no "the question is the same" after it, no differences, no folder
+    assert proc.stdout.rstrip().endswith("Not the same question — the comparison cannot be made: factor custom_ar "
+                                         "only before. Nothing is compared; run both with the same factors and levels.")
+    assert "the question is the same" not in proc.stdout and "Differs outside" not in proc.stdout
+    assert "comparable: false" in proc.stderr and "Traceback" not in proc.stderr
     record = record_of(before, other)
     assert record["comparable"] is False and record["question"]["differences"] == ["factor custom_ar only before"]
     assert record["outcomes"] == [] and record["shifts"] == [] and record["outcomes_unchanged"] is None
@@ -305,3 +309,33 @@ def test_the_interval_of_a_change_is_welch_s_for_after_minus_before():
     assert low == pytest.approx(mean_b - mean_a - half) and high == pytest.approx(mean_b - mean_a + half)
     assert compare.welch([5.0, 5.0], [7.0, 7.0]) == (2.0, 2.0, "no spread")
     assert compare.welch([5.0], [7.0, 8.0]) == (None, None, "none")
+
+
+# --- what is not a difference ------------------------------------------------------------------------------------
+
+def test_make_s_variables_and_the_environment_s_own_bin_folder_on_path_are_no_difference_and_unset_reads_unset():
+    """`make demo` (make's MAKEFLAGS, MAKELEVEL, MFLAGS; .venv/bin/launchlab) against `launchlab run` from a shell
+    with the environment's bin/ on PATH: the rule confounds.env_differences has for one run directory's verdict is
+    the one a comparison of two runs uses (confounds.PROVENANCE_CHECKS), and finds nothing; a variable a server
+    reads, set in one run only, is shown as written, and "unset" where it is not set."""
+    from launchlab.verdicts import confounds
+
+    venv = "/home/u/launchlab/.venv"
+    interpreter = {"python": "3.11.9", "prefix": venv, "executable": f"{venv}/bin/python3"}
+    by_make = {"host_env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "MAKEFLAGS": "", "MAKELEVEL": "1", "MFLAGS": "",
+                            "HOME": "/home/u"}, "interpreter": interpreter}
+    by_shell = {"host_env": {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/home/u"},
+                "interpreter": interpreter}
+    activated = {"host_env": {"PATH": f"/usr/local/bin:{venv}/bin/:/usr/bin:/bin", "VIRTUAL_ENV": venv,
+                              "VIRTUAL_ENV_PROMPT": "(.venv) ", "HOME": "/home/u"}}
+    facts = {"before:r1": by_make, "after:r1": by_shell, "after:r2": activated}
+    assert confounds.env_differences(list(facts), facts) == []
+    assert confounds.env_differences in confounds.PROVENANCE_CHECKS
+    other_bin = {**by_shell, "host_env": {**by_shell["host_env"], "PATH": "/opt/other/bin:/usr/local/bin:/usr/bin:/bin"}}
+    [path] = confounds.env_differences(["before:r1", "after:r1"], {"before:r1": by_make, "after:r1": other_bin})
+    assert "PATH" in path["detail"], "another folder in front of PATH is still a difference"
+    nccl = {**by_shell, "host_env": {**by_shell["host_env"], "NCCL_P2P_DISABLE": "1"}}
+    [found] = confounds.env_differences(["before:r1", "after:r1"], {"before:r1": by_make, "after:r1": nccl})
+    assert found["detail"] == ("undeclared environment variable NCCL_P2P_DISABLE differs between runs: unset: "
+                               "before:r1; 1: after:r1")
+    assert "None" not in found["detail"] and "'" not in found["detail"]

@@ -84,7 +84,8 @@ def test_the_wheel_and_the_sdist_carry_the_notebooks_the_params_and_the_report_t
     with tarfile.open(installed["sdist"]) as sdist:
         members = {m.name.split("/", 1)[1]: m for m in sdist.getmembers() if "/" in m.name}
     for needed in ("launchlab/templates/notebooks/run_variant.ipynb", "launchlab/templates/notebooks/summary.ipynb",
-                   "launchlab/templates/params/demo.yaml", "launchlab/templates/offline/index.html.j2",
+                   "launchlab/templates/params/demo.yaml", "launchlab/templates/params/params.schema.json",
+                   "launchlab/templates/offline/index.html.j2",
                    "launchlab/sim/sglang_server.py", "launchlab/__main__.py"):
         assert needed in wheel
         assert members[f"lib/{needed}"].isfile(), f"{needed}: a file in the sdist, not a link out of the package"
@@ -137,3 +138,40 @@ def test_papermill_runs_the_workspaces_notebook_with_the_installed_package(insta
     where = _run(installed, "python", "-c", code, cwd=workspace).stdout
     assert where.startswith(str(installed["env_dir"])), "the workspace imports the installed package, not a checkout"
     assert os.path.commonpath([where.strip(), str(ROOT)]) != str(ROOT)
+
+
+def _mentions(text: str) -> list[str]:
+    """What a workspace file says to a reader: a params file's comments, a notebook's markdown and code comments,
+    the README whole."""
+    if text.lstrip().startswith("{"):  # a notebook
+        cells = json.loads(text)["cells"]
+        return [line for c in cells for line in "".join(c["source"]).splitlines()
+                if c["cell_type"] == "markdown" or "#" in line]
+    return [line[line.index("#"):] for line in text.splitlines() if "#" in line]
+
+
+def test_a_workspace_from_init_is_whole_its_schema_there_and_every_file_it_names_in_it(tmp_path):
+    """`launchlab init` of the checkout's own environment (the package's templates, as installed): every
+    `$schema=` path resolves inside the workspace, no comment sends the reader to make or the kit's source tree or a
+    params file the workspace lacks, and each params file validates."""
+    import re
+
+    done = subprocess.run([sys.executable, "-m", "launchlab", "init", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    params_files = sorted((tmp_path / "params").glob("*.yaml"))
+    assert params_files
+    for path in params_files:
+        [schema] = re.findall(r"#\s*yaml-language-server:\s*\$schema=(\S+)", path.read_text())
+        target = (path.parent / schema).resolve()
+        assert target.is_file() and target.is_relative_to(tmp_path.resolve()), f"{path.name}: {schema}"
+        json.loads(target.read_text())
+        check = subprocess.run([sys.executable, "-m", "launchlab", "validate", str(path)], capture_output=True,
+                               text=True, cwd=tmp_path, timeout=120)
+        assert check.returncode == 0, f"{path.name}: {check.stderr}"
+    present = {p.name for p in (tmp_path / "params").iterdir()}
+    for path in [*params_files, *(tmp_path / "notebooks").glob("*.ipynb"), tmp_path / "README.md"]:
+        for line in _mentions(path.read_text()):
+            assert "make " not in line and "lib/" not in line, f"{path.name}: {line}"
+            for named in re.findall(r"[\w.-]+\.yaml\b", line):
+                assert named in present, f"{path.name} names {named}, which the workspace lacks: {line}"

@@ -24,20 +24,25 @@ def executed(source: str) -> dict:
 
 @pytest.mark.filterwarnings("error::UserWarning")  # `make lab` printed "Overriding existing pre_save_hook" (issue 28)
 def test_a_template_saved_from_lab_loses_its_outputs_and_a_copy_in_a_subfolder_keeps_them(tmp_path):
+    """`make lab` serves the repository root: the templates are notebooks/*.ipynb; a copy in a sub-folder and an
+    executed notebook under outputs/ are the user's own."""
     config = PyFileConfigLoader("jupyter_server_config.py", path=str(ROOT / "jupyter")).load_config()
     manager = FileContentsManager(root_dir=str(tmp_path), config=config)
-    (tmp_path / "mine").mkdir()
-    for path in ("run_variant.ipynb", "mine/copy.ipynb"):
+    for folder in ("notebooks/mine", "outputs/demo"):
+        (tmp_path / folder).mkdir(parents=True)
+    for path in ("notebooks/run_variant.ipynb", "notebooks/mine/copy.ipynb", "outputs/demo/summary.ipynb"):
         manager.save({"type": "notebook", "format": "json", "content": executed("print(1)")}, path)
-    assert nbcheck.dirty_cells(tmp_path / "run_variant.ipynb") == []
-    assert nbcheck.dirty_cells(tmp_path / "mine" / "copy.ipynb") == [0]
+    assert nbcheck.dirty_cells(tmp_path / "notebooks" / "run_variant.ipynb") == []
+    assert nbcheck.dirty_cells(tmp_path / "notebooks" / "mine" / "copy.ipynb") == [0]
+    assert nbcheck.dirty_cells(tmp_path / "outputs" / "demo" / "summary.ipynb") == [0]
 
 
-def test_make_lab_serves_the_notebooks_with_that_config_and_allows_root_only_for_root():
+def test_make_lab_serves_the_repository_root_with_that_config_and_allows_root_only_for_root():
+    """At the root, params/ and outputs/ are in the file browser next to notebooks/."""
     plan = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
     line = plan.stdout.replace("\\\n", " ")
-    assert "jupyter lab --notebook-dir=notebooks --config=jupyter/jupyter_server_config.py" in line
+    assert "jupyter lab --notebook-dir=. --config=jupyter/jupyter_server_config.py" in line
     assert ("--allow-root" in line) == (os.geteuid() == 0)
 
 

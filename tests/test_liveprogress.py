@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -97,9 +98,22 @@ def test_the_run_notebook_updates_one_progress_display_in_place_and_shows_its_gp
     assert "rank 0" in ranks and "rank 7" in ranks and "weights_mem_gib" in ranks
 
 
+def _outputs(path: Path) -> list[dict]:
+    return [o for c in json.loads(path.read_text())["cells"] for o in c.get("outputs", [])]
+
+
+def _shown(outputs: list[dict]) -> str:
+    return "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", ""))
+                   + "".join(o.get("data", {}).get("text/plain", "")) for o in outputs)
+
+
 @pytest.mark.slow
-def test_the_papermill_commands_of_the_readme_run_as_written(demo_env, tmp_path):
-    """The README's papermill block, run from a copy of the checkout's layout as a user types it."""
+def test_the_papermill_commands_of_the_readme_run_as_written_and_end_in_the_demo_s_verdict_or_say_why_not(
+        demo_env, demo_run, tmp_path):
+    """The README's papermill block, run from a copy of the checkout's layout as a user types it: the run notebook
+    names its run directory once, on no error stream; the summary, with no finished batch under outputs/, says so
+    and that the one-run folder is no batch (never "interrupted"); with the demo's finished batch there too, it
+    shows that batch's verdict and says it passed the newer one-run folder over."""
     _, env = demo_env
     block = re.search(r"```sh\n(papermill --help-notebook.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
     commands = [line.split("  #")[0].strip() for line in block.splitlines() if line.startswith("papermill")]
@@ -114,14 +128,26 @@ def test_the_papermill_commands_of_the_readme_run_as_written(demo_env, tmp_path)
         assert proc.returncode == 0, f"{command}\n{proc.stderr[-3000:]}"
         done.append(proc)
     assert "experiment: str" in done[0].stdout and "run_dir: str" in done[0].stdout, "typed parameters"
-    run = json.loads((tmp_path / "run.ipynb").read_text())
-    printed = "".join("".join(o.get("text", "")) for c in run["cells"] for o in c.get("outputs", []))
-    [run_dir] = re.findall(r"run directory: (\S+)", printed)
+    run = _outputs(tmp_path / "run.ipynb")
+    [run_dir] = re.findall(r"run directory: (\S+)", _shown(run))  # once
     assert Path(run_dir).parent.parent == outputs
-    # and on the terminal papermill ran in, where the user is (issue 28): papermill shows no cell output there
-    assert f"launchlab: run directory {run_dir}" in done[1].stderr, done[1].stderr[-2000:]
-    assert "kv_cache_no_memory" in json.dumps(run["cells"])  # the first demo run: custom_ar=off, mem_fraction=0.55
-    # the summary as it is picks that one-run folder and says what is missing instead of failing
-    summary = json.dumps(json.loads((tmp_path / "summary.ipynb").read_text())["cells"])
+    assert not [o for o in run if o.get("name") == "stderr"], "nothing of the run notebook on its error stream"
+    assert "kv_cache_no_memory" in _shown(run)  # the first demo run, failing as the notebook's introduction says
+    summary = _shown(_outputs(tmp_path / "summary.ipynb")).replace("\\_", "_")  # as Markdown renders it
     assert "1 of 8 planned runs finished" in summary and Path(run_dir).name in summary
-    assert "Inconclusive" in summary and "missing" in summary
+    assert "one run of run_variant.ipynb, not a batch" in summary and "No finished batch" in summary
+    assert "interrupted" not in summary
+
+    # the demo's finished batch, older than the one-run folder: the summary's default is that batch
+    batch, _ = demo_run
+    shutil.copytree(batch, outputs / batch.parent.name / batch.name)
+    os.utime(outputs / batch.parent.name / batch.name / "manifest.json", (0, 0))
+    again = subprocess.run(commands[2].replace("outputs/", f"{tmp_path}/"), shell=True, cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = _shown(_outputs(tmp_path / "summary.ipynb")).replace("\\_", "_")  # as Markdown renders it
+    assert "8 of 8 planned runs finished" in summary and batch.name in summary
+    assert "the newest run directory whose batch finished" in summary
+    assert f"{Path(run_dir).name}: one run of run_variant.ipynb (1 of 8 planned runs), not a batch" in summary
+    assert json.loads((batch / "verdict.json").read_text())["outcome_factors"] == ["mem_fraction"]
+    assert "Inconclusive" not in summary and "**Decides the launch:** mem_fraction" in summary

@@ -44,8 +44,16 @@ def test_converged_strata_have_their_interval_and_the_prediction_next_to_it():
     assert (diff["difference_low"], round(diff["difference_high"], 6)) == (0.0, 0.02)
     assert round(diff["predicted_difference"], 4) == 0.0049
     assert round(diff["predicted_difference_gib"], 3) == round(0.0049 * (93.54 + 92.92) / 2, 3)
-    assert diff["summary"].startswith("on does not lower the minimum --mem-fraction-static that starts, from "
-                                      "(0.74, 0.75] at off to (0.75, 0.76]: by +0 to +0.02")
+    # both ends excluded: a change in (0, 0.02) is a rise, said as one
+    assert diff["summary"].startswith("on raises the minimum --mem-fraction-static that starts, from "
+                                      "(0.74, 0.75] at off to (0.75, 0.76]: by 0 to 0.02 (≈ 0.00 to 1.86 GiB per GPU)")
+
+
+def test_a_threshold_change_reads_in_its_direction_with_sizes_not_signs():
+    assert (thresholds.direction(0.0, 0.007), thresholds.span(0.0, 0.007)) == ("up", "0 to 0.007")
+    assert (thresholds.direction(-0.01, -0.002), thresholds.span(-0.01, -0.002)) == ("down", "0.002 to 0.01")
+    assert (thresholds.direction(-0.01, 0.0), thresholds.span(-0.01, 0.0)) == ("down", "0 to 0.01")
+    assert (thresholds.direction(-0.003, 0.007), thresholds.span(-0.003, 0.007)) == ("either", "-0.003 to +0.007")
 
 
 def test_a_prediction_outside_the_interval_is_said_so():

@@ -105,6 +105,10 @@ def _compare(args: argparse.Namespace) -> int:
 
     record = compare.build(args.run_a, args.run_b)
     folder = compare.write(record, args.out)
+    if not record.comparable:  # a refusal: said last, and the exit status says it too
+        print(f"compare.json and compare.html (comparable: false): {folder.path}", file=sys.stderr, flush=True)
+        print(comparetext.terminal(record))
+        return 1
     print(comparetext.terminal(record))
     print(folder.path)
     print(f"compare.json and compare.html: {folder.path}", file=sys.stderr)
@@ -267,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "packages, files, environment, params), and per variant the outcome (Fisher's "
                                      "exact test), KV tokens, peak memory and the break-even (Welch intervals), and "
                                      "a search's thresholds. Prints the comparison and the folder of compare.json "
-                                     "and compare.html.", 100),
+                                     "and compare.html; two different questions are not compared (exit status 1).",
+                                                   100),
                          **_example("launchlab compare outputs/demo-custom-ar-vs-mem-fraction/20261201-090000 "
                                     "outputs/demo-custom-ar-vs-mem-fraction/20261203-120000"))
     cmp.add_argument("run_a", metavar="RUN_A", help="the run directory before (the reference)")

@@ -18,6 +18,11 @@ from __future__ import annotations
 class LaunchlabError(Exception):
     """Base of every error the kit raises on purpose."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows of it in a notebook (JupyterLab, papermill's output and terminal): its message alone,
+        as the CLI prints it — the message says what happened, where and what to do; the kit's frames buried it."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 class ParamsError(LaunchlabError):
     """A params file does not validate. ``problems`` lists every problem, one line each."""

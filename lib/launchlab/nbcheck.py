@@ -46,11 +46,13 @@ def as_template(nb: dict) -> dict:
 
 
 def pre_save_hook(model: dict, path: str, **kwargs) -> None:
-    """Jupyter's pre-save hook: a notebook saved at the top of the served folder (the kit's templates) is written as
-    a template is committed (as_template; Jupyter then writes it as nbformat does: sorted keys, one-space indent,
-    sources as lists of lines, the format the templates are committed in); one in a sub-folder is the user's own
-    copy and is kept as it is."""
-    if model.get("type") == "notebook" and "/" not in path.strip("/"):
+    """Jupyter's pre-save hook: a notebook saved in notebooks/ of the served folder (`make lab` serves the repository
+    root), or at the top of a served notebooks/ itself, is one of the kit's templates and is written as a template
+    is committed (as_template; Jupyter then writes it as nbformat does: sorted keys, one-space indent, sources as
+    lists of lines, the format the templates are committed in); one anywhere else (a sub-folder, outputs/) is the
+    user's own and is kept as it is."""
+    parts = path.strip("/").split("/")
+    if model.get("type") == "notebook" and (len(parts) == 1 or (len(parts) == 2 and parts[0] == "notebooks")):
         as_template(model["content"])
 
 

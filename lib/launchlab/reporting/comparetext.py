@@ -99,6 +99,8 @@ def terminal(record: BeforeAfter) -> str:
     lines = [f"before  {record.before.run_dir}", f"        {_batch_line(record.before)}",
              f"after   {record.after.run_dir}", f"        {_batch_line(record.after)}", ""]
     lines += record.summary
+    if not record.comparable:  # the refusal is the last word
+        return visible("\n".join(lines))
     if record.question.notes:
         lines += ["", "Also differs in the design (the question is the same):"]
         lines += [f"  - {n}" for n in record.question.notes]
@@ -127,6 +129,8 @@ def sections(record: BeforeAfter, *, heading: str = "#") -> list[Section]:
     """The comparison as the report shows it: its Markdown (escaped) and its tables (escaped HTML), in order.
     heading: the level of its title ("#" on its own page, "##" as a section of the summary)."""
     out: list[Section] = [("text/markdown", _head(record, heading))]
+    if not record.comparable:  # the refusal is the last word
+        return out
     if record.question.notes:
         out.append(("text/markdown", "**Also differs in the design** (the question is the same):\n\n"
                     + "\n".join(f"- {md(n)}" for n in record.question.notes)))

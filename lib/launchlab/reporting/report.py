@@ -83,6 +83,12 @@ class Report:
     exp: params.Experiment
     manifest: rundir.Manifest
     frames: frames.Frames
+    chosen: rundir.Chosen | None = None  # how load() picked it when no run directory was named
+
+    @property
+    def missing_why(self) -> str:
+        """Why a planned run has no final status: one run notebook's folder never meant to run the others."""
+        return analysis.NOT_RUN_ALONE if self.manifest.single_run else analysis.NOT_FINISHED
 
     @property
     def factors(self) -> list[str]:
@@ -132,7 +138,7 @@ class Report:
 
     @cached_property
     def observations(self) -> pd.DataFrame:
-        return analysis.observations(self.frames.runs, self.factors, self.planned)
+        return analysis.observations(self.frames.runs, self.factors, self.planned, missing_why=self.missing_why)
 
     @cached_property
     def valid_runs(self) -> pd.DataFrame:
@@ -187,7 +193,7 @@ class Report:
                               tolerance_mib=self.exp.drain.tolerance_mib, planned=self.planned,
                               level_checks=self.level_checks, parsed=self.parsed,
                               declared_args=levelchecks.declared_args(self.exp),
-                              before_weights=self.before_weights)
+                              before_weights=self.before_weights, missing_why=self.missing_why)
         if self.exp.search is not None:
             built.thresholds = self.threshold_verdict
         # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's
@@ -262,8 +268,31 @@ class Report:
         if self.imported:
             sim += f"\n\n{imported_banner()}"
             finished = f"{len(runs)} imported run(s)"
+        if self.manifest.single_run:
+            finished += (" — **one run of run_variant.ipynb, not a batch**: the plan's other runs were never to run "
+                         f"here, so this is no verdict of the experiment; {md_code('launchlab run ' + self.params_name)} "
+                         "runs them all")
         return Markdown(f"# {md(self.exp.experiment)}\n\n**Question:** {md(self.exp.question or '(none given)')}{sim}"
-                        f"\n\n{finished} · run directory {md_code(self.run_dir.name)}")
+                        f"\n\n{finished} · run directory {md_code(self.run_dir.name)}{self.chosen_markdown()}")
+
+    @property
+    def params_name(self) -> str:
+        """The params file as `launchlab run` takes it: the one the run directory was made from."""
+        return self.manifest.params_file or "PARAMS"
+
+    def chosen_markdown(self) -> str:
+        """Which run directory the summary picked when it was given none, and why it passed the newer ones over."""
+        if self.chosen is None:
+            return ""
+        skipped = "".join(f"\n- {md_spans(s)}" for s in self.chosen.skipped)
+        if self.chosen.finished:
+            head = "the newest run directory whose batch finished (`run_dir` was empty)"
+            return f"\n\n**Shown:** {head}." + (f" Newer ones passed over:{skipped}" if skipped else "")
+        why = "" if self.manifest.single_run else f" ({md_spans(self.chosen.why_not)})"  # the line above says it
+        return (f"\n\n> **No finished batch** under the outputs folder (`run_dir` was empty), so no verdict of a whole "
+                f"experiment: shown is the newest run directory{why}. A batch of the whole plan "
+                "(`launchlab run PARAMS`) makes one; then run this notebook again."
+                + (f" Also passed over:{skipped}" if skipped else ""))
 
     def verdict_text(self) -> Markdown:
         return Markdown(self.verdict_markdown())
@@ -483,12 +512,14 @@ SUMMARY_TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "mem_used_mib
 
 
 def load(run_dir: str | Path = "") -> Report:
-    """A run directory's report; an empty run_dir means the newest run directory under outputs/."""
-    directory = rundir.RunDir.check(run_dir) if run_dir else rundir.latest(rundir.default_root())
+    """A run directory's report; an empty run_dir means the newest one under outputs/ whose batch finished (the
+    newest of all where none did), and the report says which it took and why it passed the newer ones over."""
+    chosen = None if run_dir else rundir.newest_finished(rundir.default_root())
+    directory = chosen.run_dir if chosen else rundir.RunDir.check(run_dir)
     path = directory.path
     exp = params.load(directory.experiment_file)
     try:
         tables = frames.load(path, telemetry_columns=SUMMARY_TELEMETRY_COLUMNS)
     except RunDirError:  # a run notebook's own folder, or a batch still running: read what the runs left
         tables = frames.build(path, exp)
-    return Report(path, exp, directory.manifest(), tables)
+    return Report(path, exp, directory.manifest(), tables, chosen)

@@ -390,9 +390,12 @@ def _final_status_of(run_dir: Path, run: Run):
 
 
 def new_run_dir(params_path: str | Path) -> Path:
-    """A new run directory for the params file, as a batch opens it (a run notebook run on its own writes there)."""
+    """A new run directory for the params file, as a batch opens it, for a run notebook run on its own (marked
+    `single_run`: its other planned runs are not missing from an interrupted batch, they were never to run here)."""
     exp = params.load(params_path)
-    return _open_run_dir(exp, make_plan(exp), params_path, None, resume=None)[0]
+    path = _open_run_dir(exp, make_plan(exp), params_path, None, resume=None)[0]
+    rundir.RunDir(path).update_manifest(single_run=True)
+    return path
 
 
 def _check_patches(exp: params.Experiment, connected: dict) -> None:
@@ -429,18 +432,7 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
                   box: Path | None = None) -> tuple[Path, bool]:
     """The run directory (absolute) and whether this call created it."""
     if resume is not None:
-        directory = rundir.RunDir.check(resume)
-        run_dir, manifest = directory.path, directory.manifest()
-        searched = rundir.ManifestSearch.from_json(exp.search.model_dump()) if exp.search else None
-        warmups = [r.run_id for r in plan if r.warmup]
-        if manifest.experiment != exp.experiment or manifest.search != searched or (
-                searched is None and (manifest.run_ids != [r.run_id for r in compared(plan)]
-                                      or [w.run_id for w in manifest.warmup_runs] != warmups)):
-            raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
-                              "resume it with the params it was run with")
-        if searched is None and not manifest.runs:  # made by a kit that listed only run ids: the run notebooks
-            directory.update_manifest(runs=[r.manifest_entry() for r in compared(plan)])  # read their runs here
-        return run_dir, False
+        return _resumed(exp, plan, params_path, resume), False
     directory = rundir.RunDir.create(Path(out_root) if out_root else rundir.default_root(), exp.experiment)
     rundir.write_text(directory.experiment_file, params.dump_resolved(exp, masked=True))
     directory.write_manifest(rundir.Manifest(
@@ -468,5 +460,24 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         batch=None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)
         sim_box=str(box) if box else None))
     return directory.path, True
+
+
+def _resumed(exp: params.Experiment, plan: list[Run], params_path, resume) -> Path:
+    """The run directory a batch resumes, checked against the plan (RunDirError where it was made from another);
+    a run notebook's one-run folder becomes a batch's."""
+    directory = rundir.RunDir.check(resume)
+    run_dir, manifest = directory.path, directory.manifest()
+    searched = rundir.ManifestSearch.from_json(exp.search.model_dump()) if exp.search else None
+    warmups = [r.run_id for r in plan if r.warmup]
+    if manifest.experiment != exp.experiment or manifest.search != searched or (
+            searched is None and (manifest.run_ids != [r.run_id for r in compared(plan)]
+                                  or [w.run_id for w in manifest.warmup_runs] != warmups)):
+        raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
+                          "resume it with the params it was run with")
+    if manifest.single_run:  # one run notebook's folder, which a batch now completes
+        directory.update_manifest(single_run=False)
+    if searched is None and not manifest.runs:  # made by a kit that listed only run ids: the run notebooks
+        directory.update_manifest(runs=[r.manifest_entry() for r in compared(plan)])  # read their runs here
+    return run_dir
 
 

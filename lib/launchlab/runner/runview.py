@@ -24,16 +24,24 @@ from launchlab.store.records import Run, RunRecord
 
 
 def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
-    """The run directory a run notebook writes into: the given one (a batch's), or a new one for its params."""
+    """The run directory a run notebook writes into: the given one (a batch's), or a new one for its params (the
+    notebook prints it, once: a line on the kernel's own stderr showed twice in the notebook, once as an error)."""
     if run_dir:
         return rundir.RunDir.check(run_dir).path
     from launchlab.runner import batch  # only here: a batch's run kernels, which always name their directory, need none of it
 
-    path = batch.new_run_dir(params_path)
-    # papermill shows what a notebook prints only in the notebook it writes; the kernel's own stderr is papermill's,
-    # the terminal it was started from (in JupyterLab, the server's log)
-    print(f"launchlab: run directory {path}", file=sys.__stderr__, flush=True)
-    return path
+    return batch.new_run_dir(found_params(params_path))
+
+
+def found_params(params_path: str | Path) -> Path:
+    """The notebook's params file, or ParamsError: a relative path is the notebook's folder's, where JupyterLab
+    runs it but papermill only with `--cwd` (it runs a notebook in the folder it was started from)."""
+    path = Path(params_path)
+    if path.is_absolute() or path.exists():
+        return path
+    raise ParamsError(str(params_path), [f"no such file relative to {Path.cwd()}, where this notebook runs: the path is "
+                                         "relative to the notebook's folder: use `--cwd notebooks` (papermill) or an "
+                                         "absolute path"])
 
 
 def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: str = "",

@@ -136,6 +136,9 @@ class Manifest:
     imports_sha256: str | None = None
     batch: str | None = None  # the batch running it now (its lock owner id)
     sim_box: str | None = None  # the simulated machine of that batch
+    # made by run_variant.ipynb for its own one run (papermill or JupyterLab, no batch): the rest of the plan is
+    # listed but was never meant to run here
+    single_run: bool = False
 
     @classmethod
     def from_json(cls, data: dict, path: Path | str = "manifest.json") -> Manifest:
@@ -344,6 +347,45 @@ def latest(root: Path) -> RunDir:
     if not candidates:
         raise RunDirError(f"no run directory under {root}: run `make demo` or `launchlab run PARAMS` first")
     return RunDir(candidates[-1].parent.resolve())
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The run directory a summary shows by default (`newest_finished`), and why the newer ones were passed over."""
+
+    run_dir: RunDir
+    finished: bool  # False: no batch under the root finished, and run_dir is the newest of all
+    skipped: list[str]  # each newer run directory passed over: `<experiment>/<time>: why`
+    why_not: str = ""  # finished=False: why run_dir is no finished batch either
+
+
+def newest_finished(root: Path) -> Chosen:
+    """The newest run directory under root whose batch finished — a batch's, not one run of run_variant.ipynb's,
+    with every planned run's final status — and why each newer one was passed over; where none finished, the
+    newest of all (finished=False), so a summary still shows what there is and can say why it is not a verdict."""
+    newest = latest(root)  # raises, saying how to make one, when there is none at all
+    skipped = []
+    for manifest_path in sorted(Path(root).glob("*/*/manifest.json"), key=lambda p: p.stat().st_mtime, reverse=True):
+        run_dir = RunDir(manifest_path.parent.resolve())
+        try:
+            row, manifest = _listed(run_dir), run_dir.manifest()
+        except RunDirError as exc:
+            skipped.append(f"{_short(run_dir)}: unreadable ({exc})")
+            continue
+        if manifest.single_run:
+            skipped.append(f"{_short(run_dir)}: one run of run_variant.ipynb ({row['done']} of {row['planned']} "
+                           "planned runs), not a batch")
+        elif not row["planned"] or row["done"] < row["planned"]:
+            skipped.append(f"{_short(run_dir)}: its batch did not finish ({row['done']} of {row['planned']} "
+                           "planned runs have a final status; `launchlab run PARAMS --resume RUN_DIR` finishes it)")
+        else:
+            return Chosen(run_dir, True, skipped)
+    # none finished: the newest (the first passed over) is shown, said with why it is no finished batch either
+    return Chosen(newest, False, skipped[1:], why_not=skipped[0].split(": ", 1)[1] if skipped else "")
+
+
+def _short(run_dir: RunDir) -> str:
+    return f"{run_dir.path.parent.name}/{run_dir.path.name}"
 
 
 def list_run_dirs(root: Path) -> list[dict]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from launchlab.errors import LaunchlabError
 
 NOTEBOOKS = ("run_variant.ipynb", "summary.ipynb")
-PARAMS = ("demo.yaml", "my-server.yaml")
+PARAMS = ("demo.yaml", "my-server.yaml", "params.schema.json")  # the schema each file's first line names
 
 README = """\
 # A launchlab workspace

@@ -41,9 +41,17 @@ CONTRADICTED = "level contradicted"  # for one factor: the server's log shows an
 # Which runs are observations
 
 
-def observations(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:
+NOT_FINISHED = "listed in the manifest but it has no final status (the batch was interrupted or is still running)"
+# a run directory made by run_variant.ipynb for its own one run (the manifest's single_run)
+NOT_RUN_ALONE = ("not run: this run directory was made by run_variant.ipynb for one run of the plan, not by a "
+                 "batch; `launchlab run PARAMS` runs them all")
+
+
+def observations(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None, *,
+                 missing_why: str = NOT_FINISHED) -> pd.DataFrame:
     """Every planned run (finished or not) with `valid` and, for the others, `invalid_kind` (kit error,
-    interrupted, missing) and `invalid_detail`. planned: the manifest's runs (run_id, variant, levels)."""
+    interrupted, missing) and `invalid_detail`. planned: the manifest's runs (run_id, variant, levels);
+    missing_why: why a planned run has no final status (NOT_RUN_ALONE for one run notebook's folder)."""
     obs = runs.copy()
     message = obs["failure_message"].fillna("").astype(str) if "failure_message" in obs else pd.Series("", obs.index)
     reason = obs["failure_reason"].fillna("").astype(str) if "failure_reason" in obs else pd.Series("", obs.index)
@@ -66,8 +74,7 @@ def observations(runs: pd.DataFrame, factors: list[str], planned: list[ManifestE
     if missing:
         extra = pd.DataFrame([{"run_id": p.run_id, "variant": p.variant, **{f: p.levels.get(f) for f in factors},
                                "status": None, "valid": False, "invalid_kind": MISSING,
-                               "invalid_detail": "listed in the manifest but it has no final status (the batch was "
-                                                 "interrupted or is still running)"} for p in missing])
+                               "invalid_detail": missing_why} for p in missing])
         order = {p.run_id: i for i, p in enumerate(planned)}
         obs = pd.concat([obs, extra], ignore_index=True)
         obs = obs.sort_values("run_id", key=lambda s: s.map(order).fillna(len(order))).reset_index(drop=True)

@@ -37,7 +37,7 @@ from launchlab.store.comparerecord import (
 )
 from launchlab.store.rundir import Manifest, ManifestSearch
 from launchlab.store.verdictrecord import Verdict
-from launchlab.verdicts import analysis, budget, confounds, derivedargs
+from launchlab.verdicts import analysis, budget, confounds, derivedargs, thresholds
 
 METRICS = {"kv_tokens": "tokens", "peak_mem_used_mib": "MiB"}  # per run: analysis.run_metrics
 # what the resolved params of the two may differ in without it being a difference outside the factors: their
@@ -136,7 +136,7 @@ def question(before: Side, after: Side) -> Question:
         why.append(f"another server: {before.server_kind} before, {after.server_kind} after (their logs, budgets and "
                    "break-evens are not the same quantities)")
     why += _search_question(a.search, b.search)
-    notes = [f"{what} differs: {x!r} before, {y!r} after" for what, x, y in
+    notes = [f"{what} differs: {confounds.as_written(x)} before, {confounds.as_written(y)} after" for what, x, y in
              (("the experiment's name", a.experiment, b.experiment), ("the question's text", a.question, b.question),
               ("the baseline", a.baseline, b.baseline)) if x != y]
     if a.search and b.search:
@@ -230,7 +230,7 @@ def params_differences(before: dict, after: dict) -> list[Difference]:
     out = []
     for key in sorted(a.keys() | b.keys()):
         if a.get(key) != b.get(key):
-            x, y = confounds.shown([str(a.get(key, "(not set)")), str(b.get(key, "(not set)"))])
+            x, y = confounds.shown([confounds.as_written(a.get(key)), confounds.as_written(b.get(key))])
             out.append(Difference(kind="params", what=f"params {key}", detail=f"params {key} differs: {x} before, "
                                   f"{y} after", before_runs=[], after_runs=[]))
     return out
@@ -397,10 +397,10 @@ def _threshold_sentence(stratum: str, flag: str, intervals, shifted, *, states) 
                                                                                               states, strict=True)]
         return f"{stratum}: no interval on both sides to compare ({'; '.join(said)})"
     # a threshold lies in (low, high]: two intervals that do not overlap tell the direction, however close
-    verb = ("moved up" if ib[0] >= ia[1] else "moved down" if ib[1] <= ia[0]
-            else "did not move measurably (the intervals overlap)")
+    verb = {"up": "moved up", "down": "moved down",
+            "either": "may have moved up or down (the intervals overlap)"}[thresholds.direction(low, high)]
     return (f"{stratum}: the minimum {flag} that starts {verb}, from ({ia[0]:g}, {ia[1]:g}] before to "
-            f"({ib[0]:g}, {ib[1]:g}] after: a change between {low:+.4g} and {high:+.4g} (both excluded)")
+            f"({ib[0]:g}, {ib[1]:g}] after: by {thresholds.span(low, high)} (both ends excluded)")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -411,9 +411,9 @@ def summary(record: BeforeAfter) -> list[str]:
     """The comparison in plain sentences: the question first, then what differs, a search's thresholds, the
     outcomes, what decides the launch, the break-even and the KV capacity."""
     q = record.question
-    if not q.same:
+    if not q.same:  # the last word: nothing said after it (what else differs would read as a comparison made)
         return [f"Not the same question — the comparison cannot be made: {'; '.join(q.differences)}. Nothing is "
-                "compared per variant; run both with the same factors and levels."] + _differences_sentence(record)
+                "compared; run both with the same factors and levels."]
     factors = "; ".join(f"{f}: {', '.join(levels)}" for f, levels in q.factors.items())
     lines = [f"Same question: the same factors and levels ({factors})."]
     lines += _differences_sentence(record)

@@ -30,6 +30,13 @@ VOLATILE_ENV = {"SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "PWD", "OLDPWD", "SHL
 SCHEDULER_ENV_PREFIXES = ("SLURM_",)
 SCHEDULER_ENV = {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
                  "LAUNCHLAB_SIM_STATE"}
+# the kit's own launch context, which no server reads: what make exports to a recipe's commands (`make demo`), and
+# what activating a Python environment sets; the environment's packages are compared as versions, and its bin
+# folder in front of PATH is taken out of PATH (without_env_bins)
+LAUNCH_CONTEXT_ENV = {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE_TERMOUT", "MAKE_TERMERR",
+                      "VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "CONDA_PROMPT_MODIFIER",
+                      "CONDA_SHLVL"}
+ENV_PREFIXES = ("VIRTUAL_ENV", "CONDA_PREFIX")  # an active environment's folder: its bin/ may lead PATH
 HOST_FACTS = (("driver", "driver version"), ("cuda", "CUDA version"), ("os", "operating system"), ("kernel", "kernel"))
 
 
@@ -170,7 +177,28 @@ def inherited_env(node: dict) -> dict[str, str]:
             del env[name]
         elif name in env and env[name].startswith(value + os.pathsep):
             env[name] = env[name][len(value) + len(os.pathsep):]
-    return {k: v for k, v in env.items() if k not in config.VARIABLES}
+    env = without_env_bins(env, [env.get(n) for n in ENV_PREFIXES] + [_of(node, "interpreter", "prefix")])
+    return {k: v for k, v in env.items() if k not in config.VARIABLES and k not in LAUNCH_CONTEXT_ENV}
+
+
+def without_env_bins(env: dict[str, str], prefixes: list) -> dict[str, str]:
+    """The environment with the bin folders of the Python environments in `prefixes` (the active one's, VIRTUAL_ENV
+    or CONDA_PREFIX, and the server interpreter's) taken out of PATH: `launchlab run` with the environment's bin/
+    on PATH and `.venv/bin/launchlab` (what `make demo` runs) launch the same server, and the environment's packages
+    are compared as versions."""
+    bins = {str(p).rstrip("/") + "/bin" for p in prefixes if p and isinstance(p, str)}
+    if not bins or "PATH" not in env:
+        return env
+    kept = [e for e in env["PATH"].split(os.pathsep) if e.rstrip("/") not in bins]
+    return {**env, "PATH": os.pathsep.join(kept)}
+
+
+def as_written(value: str | None) -> str:
+    """A value as the user wrote it (an environment variable, a params setting): `unset` where it is not set,
+    `(empty)` for "" — never a Python repr."""
+    if value is None:
+        return "unset"
+    return value if value else "(empty)"
 
 
 def env_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
@@ -182,7 +210,7 @@ def env_differences(ids: list[str], facts: dict[str, dict]) -> list[dict]:
     for name in names:
         groups = _groups({r: inherited[r].get(name) for r in ids})
         if groups:
-            texts = shown([repr(v) for v in groups])
+            texts = shown([as_written(v) for v in groups])
             found.append({"kind": "environment", "runs": sorted(r for rs in list(groups.values())[1:] for r in rs),
                           "detail": f"undeclared environment variable {name} differs between runs: "
                                     + "; ".join(f"{t}: {', '.join(rs)}" for t, rs in zip(texts, groups.values(),
@@ -207,7 +235,7 @@ def params_env_differences(runs: pd.DataFrame, facts: dict[str, dict]) -> list[d
             if groups:
                 odd += [r for rs in list(groups.values())[1:] for r in rs]
                 parts.append(f"{v}: " + "; ".join(f"{t}: {', '.join(rs)}" for t, rs in
-                                                  zip(shown([repr(x) for x in groups]), groups.values(), strict=True)))
+                                                  zip(shown([as_written(x) for x in groups]), groups.values(), strict=True)))
         if odd:
             found.append({"kind": "environment", "runs": sorted(odd),
                           "detail": f"environment variable {name}, which the params set, differs between runs of one "

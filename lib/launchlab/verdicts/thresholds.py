@@ -263,20 +263,31 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
+def direction(low: float, high: float) -> str:
+    """Which way a change moves that lies in the open range (low, high) — both ends excluded, so a range from 0 up
+    is a rise: `up`, `down`, or `either` where the range holds 0."""
+    return "up" if low >= 0 else "down" if high <= 0 else "either"
+
+
+def span(low: float, high: float, digits: str = ".4g") -> str:
+    """The open range (low, high) of a change as its direction reads (`direction`): sizes without signs for a
+    rise or a fall ("0 to 0.007", "0.002 to 0.01" for −0.01 … −0.002), signed where it may go either way."""
+    way = direction(low, high)
+    if way == "up":
+        return f"{low + 0.0:{digits}} to {high + 0.0:{digits}}"  # + 0.0: a -0.0 reads 0
+    if way == "down":
+        return f"{-high + 0.0:{digits}} to {-low + 0.0:{digits}}"
+    return f"{low:+{digits}} to {high:+{digits}}"
+
+
 def _sentence(stratum, baseline, flag, base, *, other, low, high, per_gib, predicted) -> str:
-    """One line a reader can paste: the measured change as the range both intervals allow, then the prediction."""
-    if low > 0:
-        verb = "raises"
-    elif high < 0:
-        verb = "lowers"
-    elif low == 0:
-        verb = "does not lower"
-    else:
-        verb = "may not change"
-    gib = "" if per_gib is None else f" (≈ {low * per_gib:+.2f} to {high * per_gib:+.2f} GiB per GPU)"
+    """One line a reader can paste: the measured change as the range both intervals allow, in the direction it
+    moves ("raises … by 0 to 0.007"), then the prediction."""
+    verb = {"up": "raises", "down": "lowers", "either": "may raise or lower"}[direction(low, high)]
+    gib = "" if per_gib is None else f" (≈ {span(low * per_gib, high * per_gib, '.2f')} GiB per GPU)"
     text = (f"{stratum} {verb} the minimum {flag} that starts, from ({base['interval_low']:g}, "
             f"{base['interval_high']:g}] at {baseline} to ({other['interval_low']:g}, {other['interval_high']:g}]: "
-            f"by {low:+.4g} to {high:+.4g}{gib}")
+            f"by {span(low, high)}{gib}")
     if predicted is not None:
         text += (f"; the server's own numbers predict {significant(predicted, signed=True)}"
                  + ("" if per_gib is None else f" ≈ {predicted * per_gib:+.2f} GiB per GPU"))

@@ -34,9 +34,10 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
           *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
           planned: list[ManifestEntry] | None = None, level_checks: list[dict] | None = None,
           parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset(),
-          before_weights: dict[str, float] | None = None) -> Verdict:
-    """verdict.json: see verdictrecord.Verdict and docs/reading-the-report.md for every key."""
-    obs = analysis.observations(runs, factors, planned)
+          before_weights: dict[str, float] | None = None, missing_why: str = analysis.NOT_FINISHED) -> Verdict:
+    """verdict.json: see verdictrecord.Verdict and docs/reading-the-report.md for every key; missing_why:
+    analysis.observations'."""
+    obs = analysis.observations(runs, factors, planned, missing_why=missing_why)
     valid = obs[obs["valid"]]
     checks = list(level_checks or [])
     # a run whose log contradicts its level is no observation of that factor: it leaves the factor's comparisons
