@@ -14,6 +14,7 @@ from launchlab.escaping import inline_svg
 from launchlab.store import rundir
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+NOTEBOOK_ONLY = "notebook-only"  # a cell tag: shown in the notebook, left out of the exported page
 # Anything that would make a browser reach out: a remote script/style/image/frame, or a module import.
 REMOTE = re.compile(r"""(?:<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*["']?(?:https?:)?//)"""
                     r"""|(?:\bimport\s*\(\s*["'](?:https?:)?//)|(?:@import\s+(?:url\()?["']?(?:https?:)?//)""",
@@ -37,6 +38,8 @@ def node_to_html(nb: nbformat.NotebookNode, html_path: Path, *, title: str | Non
     exporter.register_filter("inline_svg", inline_svg)
     if title:
         nb.metadata["title"] = title  # the template escapes it
+    # a cell for the notebook's reader only (summary.ipynb's title: the page has its own, the experiment's)
+    nb.cells = [c for c in nb.cells if NOTEBOOK_ONLY not in c.get("metadata", {}).get("tags", [])]
     body, _ = exporter.from_notebook_node(nb, {"metadata": {"name": name}})
     remote = remote_references(body)
     if remote:
