@@ -159,3 +159,17 @@ def test_the_draft_of_the_demos_failing_launch_reaches_the_demos_verdict_on_the_
     assert demo["outcome_factors"] == ["mem_fraction"] and demo["neutral_factors"] == ["custom_ar"]
     assert verdict["controlled"] and verdict["conclusive"], verdict["inconclusive_reasons"]
     assert verdict["outcome_factors"] == ["mem_fraction_static"] and verdict["neutral_factors"] == ["custom_ar"]
+
+
+def test_one_log_per_rank_is_read_as_one_launch(tmp_path):
+    lines = SEED.read_text().splitlines(keepends=True)
+    head = [line for line in lines if " TP" not in line and not line.startswith((" ", "RuntimeError", "\n"))]
+    for rank in (0, 1):
+        tag = f" TP{rank}]"
+        own = [line for line in lines if tag in line]
+        (tmp_path / f"tp{rank}.log").write_text("".join(head[:1] + own + [
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n"]))
+    found = diagnose.diagnose([tmp_path / "tp0.log", tmp_path / "tp1.log"])
+    assert found.failed_ranks == ["0"] and found.tp == 8, "the failure is the first log's, its ranks tagged there"
+    assert round(found.break_even, 3) == 0.769 and found.memory["avail_gib"] == 21.697
+    assert [f.suspect.name for f in found.findings] == ["custom_ar", "cuda_graphs"]
