@@ -96,6 +96,8 @@ def test_the_imports_of_the_notebooks_run_directories_keep_still_resolve():
         for cell in json.loads(path.read_text())["cells"]:
             lines |= {m.group(0) for m in re.finditer(r"^from launchlab[\w.]* import [\w, ]+$", "".join(cell["source"]),
                                                        re.M)}
-    assert "from launchlab import runview" in lines and "from launchlab import report" in lines
+    assert "from launchlab import runview" in lines, "the runs' notebooks saved before the layers were packages"
+    # and what the summaries saved then imported (`make examples` renders them anew with today's imports)
+    lines |= {"from launchlab import report", "from launchlab import batch", "from launchlab import lifecycle"}
     for line in sorted(lines):
         exec(line, {})  # an ImportError names the line
