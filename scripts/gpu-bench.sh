@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a lent 2-GPU machine: the sampling-resolution and parallel-GPU benchmarks of bench/ (issue 6), results
+# On a machine with two GPUs: the sampling-resolution and parallel-GPU benchmarks of bench/ (issue 6), results
 # into OUT_DIR/bench.txt. Uses the same carried wheels and model as scripts/gpu-example.sh.
 set -euo pipefail
 out=${1:?usage: scripts/gpu-bench.sh OUT_DIR}

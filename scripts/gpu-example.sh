@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-GPU example, repeatable: on the lent GPU machine (see shared/gpu/README.md), from the project root:
+# The real-GPU example, repeatable: on a GPU machine, from the project root:
 #
 #   scripts/gpu-example.sh OUT_DIR
 #

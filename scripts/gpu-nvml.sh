@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the lent GPU machine: bench/nvml_run.py (the NVML sampler through whole `launchlab run`s next to
+# On a GPU machine: bench/nvml_run.py (the NVML sampler through whole `launchlab run`s next to
 # nvidia-smi's), results into OUT_DIR/nvml.txt. Same carried wheels and model as scripts/gpu-example.sh.
 set -euo pipefail
 out=${1:?usage: scripts/gpu-nvml.sh OUT_DIR}

@@ -2,7 +2,7 @@
 # Download, into .whl/ (git-ignored), the wheels scripts/gpu-example.sh installs on the GPU machine: the
 # kit's notebook stack and `transformers serve`'s extras, for Python 3.12 on x86-64 Linux. Packages that
 # machine already has (numpy, pandas, pyarrow, matplotlib, PyYAML, Jinja2, requests, …) are left out to
-# stay within what a device call may carry.
+# stay within what one transfer to a machine without network may carry.
 set -euo pipefail
 rm -rf .whl && mkdir .whl
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -6,7 +6,7 @@
 The default: about 0.85 B parameters (hidden 2048, 16 layers, 16 heads, 4 KV heads, vocab 32000), 1.7 GB in
 bf16: big enough for the KV-cache sizing of `transformers serve` to matter, small enough to write in a minute.
 `--small`: hidden 1024, 8 layers, 16 heads, 4 KV heads, 0.3 GiB in bf16, the model vLLM's numbers in
-shared/gpu/README.md were measured with (its break-even `--gpu-memory-utilization` on an H200 is about 0.0055,
+the examples were measured with (its break-even `--gpu-memory-utilization` on an H200 is about 0.0055,
 so the failing side of a vLLM experiment is reachable). The weights are random: the model serves, it does not
 say anything sensible.
 """

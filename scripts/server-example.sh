@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A real server (vLLM 0.26 or SGLang 0.5.17) under the kit on the lent GPU machine (see shared/gpu/README.md),
+# A real server (vLLM 0.26 or SGLang 0.5.17) under the kit on a GPU machine without network,
 # repeatable. First, here:
 #
 #   scripts/server-wheels.sh KIND     # the server, its runtime wheels and the kit's notebook stack → .KIND/parts/
 #
-# then on the machine, from the project root, one device call after the other while the machine stays warm
+# then on the machine, from the project root, one command after the other while the machine keeps its files
 # (it keeps /tmp only 30 s after a call), each carrying one part (.KIND/parts/part-NN and .KIND/parts/SHA256SUMS):
 #
 #   scripts/server-example.sh KIND OUT_DIR [PARAMS [SECONDS]]
@@ -17,7 +17,7 @@
 #      removed: carry it again) or a wheel pip cannot install stops the call with a line naming it, and exit 1;
 #   3. with PARAMS, once installed: runs `launchlab run PARAMS`, or continues with --resume the batch an earlier
 #      call stopped, and stops it (SIGINT: the runs in flight are recorded as interrupted) so that the whole
-#      call ends within SECONDS (default 560; a device call runs at most 600 s);
+#      call ends within SECONDS (default 560; a command there may be limited to 600 s);
 #   4. whatever happens (a trap), packs the run directory into OUT_DIR/<params stem>.tar.gz, with this call's
 #      log beside it, so a batch that ends early still brings back its evidence.
 # Two-GPU experiments (params/vllm-custom-ar-tp2*.yaml) are the same calls on the kind nvidia-h200-x2; the script

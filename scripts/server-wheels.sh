@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Download, here, what scripts/server-example.sh installs on the lent GPU machine (no network there), and cut it
-# into parts a device call may carry (at most 64 MiB with the working tree):
+# Download, here, what scripts/server-example.sh installs on a GPU machine without network, and cut it
+# into parts small enough for one transfer each (at most 64 MiB with the working tree):
 #
 #   scripts/server-wheels.sh KIND      # KIND: vllm or sglang → .KIND/parts/part-00 … part-NN and SHA256SUMS
 #
 # scripts/KIND-runtime-wheels.txt names the server and every runtime wheel the image lacks, one `name==version` a
 # line, each downloaded with --no-deps: vLLM 0.26.0 and the 66 that sufficed on the H200 (358 MB with the kit's
 # stack; jsonschema 4.24 rather than 4.26, see pyproject.toml); SGLang 0.5.17 and the 121 that resolve against the
-# image's own packages (1.17 GB; eight of them shadow the image's: shared/gpu/README.md). Then the kit's notebook
+# image's own packages (1.17 GB; eight of them shadow the image's). Then the kit's notebook
 # stack (papermill, nbconvert, ipykernel and what they need that the image lacks), one version of each project:
 # the server's pins win; and Debian's `patch`, for a machine without one. PART_MIB overrides the part size (default: what the working tree leaves of 64 MiB).
 set -euo pipefail
@@ -30,7 +30,7 @@ rm -rf "$dir/parts" "$dir/kit" && mkdir -p "$dir/wheels" "$dir/kit" "$dir/parts"
 grep -v '^#' "$list" > "$dir/wanted.txt"
 dl --no-deps -d "$dir/wheels" -r "$dir/wanted.txt"
 dl -d "$dir/kit" papermill nbconvert ipykernel nbclient nbformat jupyter_client ahocorasick-rs 'jsonschema<4.25'
-# what the image has (shared/gpu/README.md, the device's KINDS.md) or the server's list already pins stays out
+# what the image has (its package list) or the server's list already pins stays out
 have=" jinja2 markupsafe click packaging pyyaml requests attrs certifi charset_normalizer idna urllib3 tqdm \
 python_dateutil psutil tzdata six pygments regex numpy pandas pyarrow matplotlib setuptools filelock fsspec \
 typing_extensions anyio h11 httpx httpcore aiohttp aiosignal frozenlist multidict yarl propcache \
