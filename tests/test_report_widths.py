@@ -60,6 +60,12 @@ PROBE = """<script>window.addEventListener('load', () => { setTimeout(() => {
     if (px < %(min)s) found.small.push(t.textContent.trim().slice(0, 40) + ' (' + px.toFixed(1) + ' px, chart)');
   });
   found.rasters = document.querySelectorAll('.jp-RenderedImage img').length;
+  found.code = 0; found.proportional = [];  // commands and code spans: in the monospace face the page names
+  document.querySelectorAll('pre, code').forEach((el) => {
+    if (!el.textContent.trim() || !visible(el.getBoundingClientRect())) return;
+    found.code += 1;
+    if (!/mono/i.test(getComputedStyle(el).fontFamily)) found.proportional.push(el.textContent.trim().slice(0, 40));
+  });
   document.querySelectorAll('svg').forEach((svg) => {
     const legends = [...svg.querySelectorAll('g[id^=legend_]')].map((g) => g.getBoundingClientRect());
     found.legends += legends.length;
@@ -109,6 +115,7 @@ def assert_reads_well(found: dict, width: int) -> None:
     assert found["noCue"] == [], f"outputs that scroll sideways without saying so: {found['noCue']}"
     assert found["small"] == [], f"text under {MIN_TEXT_PX} px at {width} px: {found['small'][:20]}"
     assert found["onLegend"] == [], f"legends over plotted data: {found['onLegend']}"
+    assert found["code"] >= 1 and found["proportional"] == [], f"commands not in monospace: {found['proportional'][:5]}"
 
 
 @pytest.fixture(scope="session")
