@@ -125,6 +125,17 @@ def test_an_existing_file_is_kept_unless_force_and_an_unreadable_log_is_a_messag
     assert missing.returncode == 1 and "no such log file" in missing.stderr and "Traceback" not in missing.stderr
 
 
+def test_a_patches_folder_that_is_a_link_is_never_written_through(tmp_path):
+    log = tmp_path / "v.log"
+    log.write_text("SGLang version 0.5.17\n" + SEED.read_text())
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "patches").symlink_to(tmp_path / "elsewhere")
+    proc = _diagnose(tmp_path, str(log), "--host", "local", "-o", str(tmp_path / "params" / "d.yaml"), "--force")
+    assert proc.returncode == 1 and "is a symbolic link: nothing written" in proc.stderr
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and not (tmp_path / "params" / "d.yaml").exists()
+
+
 def test_a_log_cannot_write_yaml_through_its_values(tmp_path):
     log = tmp_path / "evil.log"
     log.write_text(SEED.read_text().replace("model_path='/models/kimi-k2-instruct'",

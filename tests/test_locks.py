@@ -167,3 +167,30 @@ def test_two_demos_on_one_machine_at_once_both_finish_with_the_demo_verdict(tmp_
         assert verdict["outcome_factors"] == ["mem_fraction"] and verdict["neutral_factors"] == ["custom_ar"]
     assert not (tmp_path / "sim").exists() or list((tmp_path / "sim").iterdir()) == []  # nothing left behind
     assert processes_using(str(tmp_path / "sim")) == []
+
+
+def test_the_lock_heartbeat_outlives_a_touch_that_fails_for_any_reason_the_kit_or_the_disk_gives(monkeypatch):
+    import errno
+    import threading
+
+    died: list = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    monkeypatch.setattr(locks, "HEARTBEAT_S", 0.01)
+
+    class FailingLock:  # a stand-in: a host whose touch fails (a full disk, a dropped connection) cannot be made here
+        touches = 0
+
+        def touch(self):
+            FailingLock.touches += 1
+            raise [OSError(errno.ENOSPC, "No space left on device"), HostError("box", "gone"),
+                   ValueError("I/O operation on closed file")][self.touches % 3]
+
+        def release(self):
+            pass
+
+    with locks.Heartbeat([FailingLock()]) as beat:
+        deadline = time.monotonic() + 10
+        while FailingLock.touches < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert beat.thread.is_alive()
+    assert FailingLock.touches >= 4 and died == [], "the heartbeat kept touching and never died with a traceback"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import os
 import socket
 import threading
@@ -28,6 +29,7 @@ from launchlab.errors import HostError
 from launchlab.hosts import Host, commands
 
 HEARTBEAT_S = 10
+log = logging.getLogger(__name__)
 STALE_S = 60
 WAIT_REPORT_S = 30
 
@@ -174,8 +176,10 @@ class Heartbeat:
             for lock in self.locks:
                 try:
                     lock.touch()
-                except HostError:
-                    pass  # the watch of the run on that host reports the lost connection
+                except Exception:  # whatever a touch meets, the lock only goes stale by itself
+                    # a lost connection (the run's watch reports it), a full disk, a host closed as the batch ends:
+                    # this thread must not die with a traceback on the batch's terminal (seen once in CI, full disk)
+                    log.debug("touching the locks of %s failed", lock, exc_info=True)
 
     def __enter__(self) -> Heartbeat:
         self.thread.start()

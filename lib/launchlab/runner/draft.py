@@ -89,6 +89,9 @@ def write(draft: Draft, out: Path, *, force: bool) -> list[Path]:
     existing = [t for t in targets if t.exists() or t.is_symlink()]
     if existing and not force:
         raise LaunchlabError(f"{existing[0]} exists: nothing written (--force replaces it, or -o names another file)")
+    linked = [f for f in (out.parent, out.parent / "patches") if f.is_symlink()]
+    if draft.patches and linked:  # a link planted in a shared params folder would take the patch elsewhere
+        raise LaunchlabError(f"{linked[0]} is a symbolic link: nothing written (-o names a file in a real folder)")
     write_text(out, draft.text)
     for name, source in draft.patches.items():
         write_text(out.parent / "patches" / name, source.read_text())
