@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -102,6 +103,27 @@ def test_summary_html_has_tables_and_embedded_plots_and_no_code_or_remote_fetche
     assert html.count("<svg") >= 3 and not re.search(r"<img[^>]+src=\"data:image/png", html)
     assert "SIMULATED" in html
     assert "rep.outcomes()" not in html and "import report" not in html
+
+
+def test_report_starts_the_summary_kernel_again_once_when_it_dies_before_it_answers(demo_run, demo_env, tmp_path):
+    # a kernel died at its start under load in a newcomer run ("Kernel died before replying to kernel_info"): here a
+    # real kernel spec, found first on JUPYTER_PATH, whose first start exits at once and whose second is ipykernel
+    run_dir, _ = demo_run
+    _, env = demo_env
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    spec = tmp_path / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    flag = tmp_path / "died-once"
+    start = 'if [ ! -e "$0" ]; then : > "$0"; exit 1; fi; py=$1 cf=$2; shift 2; exec "$py" -m ipykernel_launcher -f "$cf" "$@"'
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": ["/bin/sh", "-c", start, str(flag), sys.executable, "{connection_file}"],
+        "display_name": "dies once", "language": "python"}))
+    proc = subprocess.run([*LAUNCHLAB, "report", str(copy)], capture_output=True, text=True, timeout=300,
+                          env={**env, "JUPYTER_PATH": str(tmp_path / "jupyter")})
+    assert flag.exists(), "the first kernel started from the spec and died"
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and (copy / "summary.html").is_file()
 
 
 def test_report_rebuilds_everything_from_the_raw_files(demo_run, demo_env, tmp_path):

@@ -68,6 +68,23 @@ def fork_server(cwd: Path) -> ForkServer:
 STARTUP_S = 60.0  # how long a kernel may take to answer, as nbclient's own startup_timeout
 
 
+def start_answered(server: Callable[[], ForkServer], cwd: Path, args: list[str], *,
+                   discard: Callable[[RunKernel], None]) -> RunKernel:
+    """A started kernel that has answered: one that dies before it replies (seen under load: the run became a kit
+    error "Kernel died before replying to kernel_info" before any of its cells ran) is discarded and replaced, once;
+    a second such death is left for papermill to report."""
+    kernel = start(server(), cwd, args)
+    if answers(kernel):
+        return kernel
+    discard(kernel)
+    return start(server(), cwd, args)
+
+
+def died_at_start(exc: BaseException) -> bool:
+    """jupyter_client's error for a kernel that died before it replied to kernel_info (no cell of it ran)."""
+    return isinstance(exc, RuntimeError) and "died before replying to kernel_info" in str(exc)
+
+
 def answers(kernel: RunKernel) -> bool:
     """Whether the kernel replies to kernel_info (False: it died first); its client is closed again."""
     client = kernel.client()
@@ -104,17 +121,13 @@ class RunKernels:
         self.close()
 
     def _start(self) -> RunKernel:
-        """A started kernel that has answered: one that dies before it replies (seen under load: the run became a
-        kit error "Kernel died before replying to kernel_info" before any of its cells ran) is replaced, once; a
-        second such death is left for papermill to report to the run."""
-        for attempt in range(2):
-            if self.owns_server and (self.server is None or not self.server.alive()):
-                self.server = fork_server(self.cwd)
-            kernel = start(self.server, self.cwd, [*KERNEL_ARGS, *PRELOAD])
-            if attempt or answers(kernel):
-                return kernel
-            self.release(kernel)
-        raise AssertionError("unreachable")  # the loop returns on its second pass
+        return start_answered(self._server, self.cwd, [*KERNEL_ARGS, *PRELOAD], discard=self.release)
+
+    def _server(self) -> ForkServer:
+        """The server to fork from: the batch's, or the pool's own (forked again if it died)."""
+        if self.owns_server and (self.server is None or not self.server.alive()):
+            self.server = fork_server(self.cwd)
+        return self.server
 
     def take(self) -> RunKernel:
         """A started kernel for the next notebook. A spare that failed to start or died idle is replaced by one

@@ -101,11 +101,20 @@ def _execute(template: str, output: Path, parameters: dict, pool: kernels.RunKer
     import papermill  # here, not at the top: the run kernel imports this module, and papermill costs it seconds
 
     if pool is None and server is None:
-        papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
-                                   kernel_name=kernels.KERNEL_NAME, progress_bar=False, cwd=str(notebooks_dir()),
-                                   extra_arguments=kernels.KERNEL_ARGS)
+        for attempt in range(2):
+            try:
+                papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
+                                           kernel_name=kernels.KERNEL_NAME, progress_bar=False,
+                                           cwd=str(notebooks_dir()), extra_arguments=kernels.KERNEL_ARGS)
+                return
+            except RuntimeError as exc:
+                # a kernel that died before it replied ran no cell: started again, once, as a batch's kernels are
+                # (kernels.RunKernels._start; seen under load: `launchlab report` ended in this error)
+                if attempt or not kernels.died_at_start(exc):
+                    raise
         return
-    kernel = pool.take() if pool is not None else kernels.start(server, notebooks_dir(), kernels.KERNEL_ARGS)
+    kernel = pool.take() if pool is not None else kernels.start_answered(lambda: server, notebooks_dir(),
+                                                                         kernels.KERNEL_ARGS, discard=kernels.stop)
     try:
         papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
                                    kernel_name=kernels.KERNEL_NAME, progress_bar=False, km=kernel)
