@@ -15,7 +15,7 @@ from launchlab.reporting import comparetext
 from launchlab.store import records, rundir
 from launchlab.store.comparerecord import BeforeAfter
 from launchlab.store.verdictrecord import Verdict
-from launchlab.verdicts import budget, compare, frames, levelchecks
+from launchlab.verdicts import budget, compare, frames, ledger, levelchecks
 
 
 def _checked(path: str | Path, label: str) -> rundir.RunDir:
@@ -59,10 +59,11 @@ def load_side(path: str | Path, label: str) -> compare.Side:
     factors = (*exp.factors, *([exp.search.factor] if exp.search else []))
     per_run = {name: {r: rundir.read_json(p) for r in manifest.run_ids
                       if (p := getattr(directory.run(r), name)).is_file()} for name in ("provenance", "parsed")}
+    evidence = ledger.build(tables.runs, list(factors), exp=exp, planned=manifest.runs, parsed=per_run["parsed"])
     return compare.Side(
         label=label, run_dir=str(directory.path), manifest=manifest, verdict=verdict, factors=factors,
-        runs=tables.runs, events=tables.events,
-        budget=budget.recompute(exp.server.kind, tables.events, tables.runs, tables.telemetry),
+        runs=tables.runs, events=tables.events, ledger=evidence,
+        budget=budget.observed(exp.server.kind, evidence, tables.events, tables.runs, telemetry=tables.telemetry),
         facts=per_run["provenance"], parsed=per_run["parsed"],
         settings=yaml.safe_load(directory.experiment_file.read_text(encoding="utf-8")) or {},
         server_kind=exp.server.kind, declared_args=frozenset(levelchecks.declared_args(exp)))

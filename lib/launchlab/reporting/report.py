@@ -25,7 +25,6 @@ from launchlab.store.verdictrecord import Verdict, plain
 from launchlab.verdicts import (
     analysis,
     budget,
-    consistency,
     frames,
     ledger,
     levelchecks,
@@ -167,14 +166,9 @@ class Report:
     def budget(self) -> pd.DataFrame:
         """The kind's budget per run, over the runs that ran their variant as declared (a run whose level the server
         overrode ran another one: its figures would skew its variant's mean and break-even)."""
-        declared = {r.run_id: r.pool_capped for r in self.ledger.observations if r.as_declared}
-        runs = self.frames.runs[self.frames.runs["run_id"].isin(declared)]
-        runs = runs.assign(pool_capped=[declared[r] for r in runs["run_id"]])
-        found = budget.recompute(self.exp.server.kind, self.frames.events, runs, self.frames.telemetry)
-        # an instrumentation value its own run's outcome contradicts is no figure of the budget (the verdict's
-        # finding says what it printed and why it is wrong)
-        wrong = {r.run_id for r, _, _ in consistency.contradicted_instrumentation(self.ledger, self.frames.events)}
-        return budget.with_weights(budget.without_logged(found, wrong), self.facts)
+        found = budget.observed(self.exp.server.kind, self.ledger, self.frames.events, self.frames.runs,
+                                telemetry=self.frames.telemetry)
+        return budget.with_weights(found, self.facts)
 
     @cached_property
     def before_weights(self) -> dict[str, float]:

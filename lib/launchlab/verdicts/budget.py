@@ -15,6 +15,8 @@ from launchlab.escaping import md
 from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import BreakEven
 from launchlab.numtext import significant
+from launchlab.verdicts import consistency
+from launchlab.verdicts.ledger import Ledger
 
 
 def with_weights(budget: pd.DataFrame, facts: dict[str, dict]) -> pd.DataFrame:
@@ -93,6 +95,18 @@ def recompute(kind: str, events: pd.DataFrame, runs: pd.DataFrame, telemetry: pd
     """The server kind's budget, one row per run whose log gave the numbers; empty for a kind without one."""
     budget = KINDS[kind].budget
     return pd.DataFrame() if budget is None else budget(events, runs, telemetry)
+
+
+def observed(kind: str, led: Ledger, events: pd.DataFrame, runs: pd.DataFrame, *,
+             telemetry: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The kind's budget over the runs the ledger says ran their variant as declared — a run whose level the server
+    overrode ran another variant, and its figures would skew its own's mean and break-even — each knowing whether
+    a flag capped its pool (whose size then says nothing of the memory left); an instrumentation value its own
+    run's outcome contradicts is no figure of it (consistency.py's finding says what it printed and why)."""
+    declared = {r.run_id: r.pool_capped for r in led.observations if r.as_declared}
+    mine = runs[runs["run_id"].isin(declared)]
+    found = recompute(kind, events, mine.assign(pool_capped=[declared[r] for r in mine["run_id"]]), telemetry)
+    return without_logged(found, {r.run_id for r, _, _ in consistency.contradicted_instrumentation(led, events)})
 
 
 def break_even_of(frame: pd.DataFrame) -> BreakEven | None:

@@ -115,6 +115,10 @@ def summary(factor: str, status: str, claims: list[Claim]) -> str:
     texts = [c.text for c in claims]
     if not texts:
         return f"{factor} is undetermined: the design never plans two levels of {factor} with the other factors held"
+    whys = {n["why"] for c in claims for n in c.not_observed}
+    if status == UNDETERMINED and all(c.kind == UNCOMPARED for c in claims) and len(whys) == 1 and \
+            next(iter(whys)).startswith("only "):  # one level planned anywhere (--only): said once, as such
+        return f"{factor} is undetermined: {next(iter(whys))}, so it was never compared"
     if status == UNDETERMINED:
         return f"{factor} is undetermined: " + "; ".join(_lower_subject(factor, t) for t in texts)
     if status == FLAKY and claims[0].kind == DISAGREES:

@@ -38,6 +38,7 @@ from launchlab.store.comparerecord import (
 from launchlab.store.rundir import Manifest, ManifestSearch
 from launchlab.store.verdictrecord import Verdict
 from launchlab.verdicts import analysis, budget, confounds, derivedargs, effects, thresholds
+from launchlab.verdicts.ledger import Ledger
 
 METRICS = {"kv_tokens": "tokens", "peak_mem_used_mib": "MiB"}  # per run: effects.run_metrics
 # what the resolved params of the two may differ in without it being a difference outside the factors: their
@@ -56,6 +57,7 @@ class Side:
     factors: tuple[str, ...]  # the factors, and a search's flag (a column of runs.parquet)
     runs: pd.DataFrame  # runs.parquet
     events: pd.DataFrame  # events.parquet
+    ledger: Ledger  # the evidence of each run (ledger.build): which are observations, which ran as declared
     budget: pd.DataFrame  # the server kind's budget per run (budget.recompute; empty without one)
     facts: dict[str, dict]  # provenance.json by run id
     parsed: dict[str, dict]  # parsed.json by run id
@@ -68,9 +70,10 @@ class Side:
         return self.manifest.search
 
     def valid(self) -> pd.DataFrame:
-        """The runs that are observations of the server (analysis.observations), with their factor columns."""
-        obs = analysis.observations(self.runs, list(self.factors), self.manifest.runs)
-        return self.runs[self.runs["run_id"].isin(set(obs.loc[obs["valid"], "run_id"]))]
+        """The runs that are observations of the server and ran their variant as declared (the ledger's), with their
+        factor columns: a duplicate log, a censored launch or a run whose level the server overrode is none."""
+        kept = {r.run_id for r in self.ledger.observations if r.as_declared}
+        return self.runs[self.runs["run_id"].isin(kept)]
 
     def named(self, run_id: str) -> str:
         return f"{self.label}:{run_id}"
