@@ -31,6 +31,11 @@ SETTLED = (*OUTCOME, NEUTRAL)  # what the runs said for sure, unless a confound 
 INCONCLUSIVE = (UNDETERMINED, FLAKY, CONFOUNDED)  # each is a reason the verdict is not conclusive
 
 
+# a consistency finding's kind (consistency.py) as the verdict's headline and prose name it
+FINDINGS = {"instrumentation": "the server's own instrumentation contradicts the outcome",
+            "break-even": "a predicted break-even is contradicted by the runs"}
+
+
 def plain(value):
     """A value JSON can hold: numpy scalars → Python numbers, NaN → None."""
     if hasattr(value, "item"):
@@ -347,8 +352,7 @@ class Verdict:
             line = f"{control}; decides the launch: {', '.join(self._strength(f) for f in deciding) or 'no factor'}"
             if how:
                 line += f"; changes how it fails: {', '.join(self._strength(f) for f in how)}"
-            if self.findings:
-                line += f"; {len(self.findings)} finding(s): {self.findings[0]['kind']}"
+            line += "".join(f"; {FINDINGS.get(f.get('kind'), f.get('kind'))}" for f in self.findings)
         if width is None or len(line) <= width:
             return line
         cut = line[:width - 1]

@@ -99,11 +99,12 @@ def recompute(kind: str, events: pd.DataFrame, runs: pd.DataFrame, telemetry: pd
 
 def observed(kind: str, led: Ledger, events: pd.DataFrame, runs: pd.DataFrame, *,
              telemetry: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The kind's budget over the runs the ledger says ran their variant as declared — a run whose level the server
-    overrode ran another variant, and its figures would skew its own's mean and break-even — each knowing whether
+    """The kind's budget over the observations, less those the ledger says ran another variant than the rest of
+    their own (ran_otherwise: its figures would skew the variant's mean and break-even) — each knowing whether
     a flag capped its pool (whose size then says nothing of the memory left); an instrumentation value its own
     run's outcome contradicts is no figure of it (consistency.py's finding says what it printed and why)."""
-    declared = {r.run_id: r.pool_capped for r in led.observations if r.as_declared}
+    odd = {r.run_id for r in led.ran_otherwise()}
+    declared = {r.run_id: r.pool_capped for r in led.observations if r.run_id not in odd}
     mine = runs[runs["run_id"].isin(declared)]
     found = recompute(kind, events, mine.assign(pool_capped=[declared[r] for r in mine["run_id"]]), telemetry)
     return without_logged(found, {r.run_id for r, _, _ in consistency.contradicted_instrumentation(led, events)})

@@ -96,11 +96,13 @@ def _kind(stratum: dict) -> str:
 
 def _sentence(claim: Claim, group: list[dict], everywhere: bool, others: list[str]) -> str:
     factor, where = claim.subject, _where(claim.strata, everywhere, others)
+    placed = len(group) > 1  # one stratum is named in `where` already; several, each after its ends
     if claim.kind == DECIDES:
-        ends = "; ".join(_ends(factor, s) for s in group if _breaks(s))
+        ends = "; ".join(_ends(factor, s, placed=placed) for s in group if _breaks(s))
         return f"{factor} decides the launch{where}" + (f" — {ends}" if ends else "")
     if claim.kind == CHANGES_HOW:
-        return f"{factor} changes how the launch fails{where} — " + "; ".join(_fails_how(factor, s) for s in group)
+        return f"{factor} changes how the launch fails{where} — " + "; ".join(
+            _fails_how(factor, s, placed=placed) for s in group)
     if claim.kind == SAME:
         return f"{factor} does not change the launch outcome{where}"
     if claim.kind == DISAGREES:
@@ -148,19 +150,20 @@ def universal_ok(claim: Claim, n_strata: int) -> bool:
 # How a stratum's levels ended, in words
 
 
-def _ends(factor: str, stratum: dict) -> str:
-    """How each level's runs ended in a stratum: `f=a: starts; f=b: starts, then exits by itself (1/2), starts (1/2)`."""
+def _ends(factor: str, stratum: dict, *, placed: bool = True) -> str:
+    """How each level's runs ended in a stratum: `f=a: starts; f=b: starts, then exits by itself (1/2), starts (1/2)`,
+    and where (placed) when the stratum is one of several."""
     def counted(level: str) -> str:
         per = stratum["levels"][level]
         return ", ".join(k if n == per["valid"] else f"{k} ({n}/{per['valid']})" for k, n in per["outcomes"].items())
-    where = f" (at {label(stratum['held'])})" if stratum["held"] else ""
+    where = f" (at {label(stratum['held'])})" if stratum["held"] and placed else ""
     return "; ".join(f"{factor}={lv}: {counted(lv)}" for lv in stratum["compared"]) + where
 
 
-def _fails_how(factor: str, stratum: dict) -> str:
+def _fails_how(factor: str, stratum: dict, *, placed: bool = True) -> str:
     """`both fail, differently: …` for a stratum whose levels start alike but end differently."""
     every = all(stratum["levels"][lv]["ready"] == 0 for lv in stratum["compared"])
-    return f"{'both fail' if every else 'the same share start'}, differently: {_ends(factor, stratum)}"
+    return f"{'both fail' if every else 'the same share start'}, differently: {_ends(factor, stratum, placed=placed)}"
 
 
 def _breaks(stratum: dict) -> bool:

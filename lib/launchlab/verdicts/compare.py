@@ -70,9 +70,11 @@ class Side:
         return self.manifest.search
 
     def valid(self) -> pd.DataFrame:
-        """The runs that are observations of the server and ran their variant as declared (the ledger's), with their
-        factor columns: a duplicate log, a censored launch or a run whose level the server overrode is none."""
-        kept = {r.run_id for r in self.ledger.observations if r.as_declared}
+        """The runs that are observations of the server and ran what the rest of their variant ran (the ledger's),
+        with their factor columns: a duplicate log, a censored launch, a run whose level the server overrode alone
+        is none."""
+        odd = {r.run_id for r in self.ledger.ran_otherwise()}
+        kept = {r.run_id for r in self.ledger.observations if r.run_id not in odd}
         return self.runs[self.runs["run_id"].isin(kept)]
 
     def named(self, run_id: str) -> str:

@@ -145,10 +145,11 @@ def break_even_contradicted(led: Ledger, summary: pd.DataFrame, events: pd.DataF
         return []
     predicted = {v: float(b) for v, b in zip(summary["variant"], summary[found.column], strict=True) if pd.notna(b)}
     out = []
+    odd = {r.run_id for r in led.ran_otherwise()}  # another variant than their own: no test of its prediction
     for run in led.observations:
         b = predicted.get(run.variant)
         value = _arg(parsed.get(run.run_id) or {}, found.arg)
-        if b is None or value is None or not run.as_declared:
+        if b is None or value is None or run.run_id in odd:
             continue
         margin = max(1e-4, 0.005 * abs(b))
         started = _allocated(events, run.run_id) or run.outcome.status in ("ready", "degraded")

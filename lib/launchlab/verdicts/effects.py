@@ -15,7 +15,7 @@ import math
 import pandas as pd
 
 from launchlab.logparse.common import rank_order
-from launchlab.verdicts.claims import label
+from launchlab.verdicts.claims import label, places
 from launchlab.verdicts.ledger import Ledger
 
 EFFECT_METRICS = ("dist_init_mem_gib", "weights_mem_gib", "kv_tokens", "kv_gib", "graph_mem_gib", "peak_mem_used_mib",
@@ -77,10 +77,18 @@ def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseli
                 effect, skipped = _matched(table, factor, level, baseline[factor], others=others, metric=metric)
                 if effect is not None:
                     effects.append(effect)
-                notes += [f"{metric} of {factor}={level} is not compared with {factor}={baseline[factor]}"
-                          + (f" at {s['stratum']}" if s["stratum"] != "alone" else "") + f": {s['why']}"
-                          for s in skipped]
+                notes += _not_compared(f"{metric} of {factor}={level} is not compared with {factor}={baseline[factor]}",
+                                       skipped)
     return effects, notes
+
+
+def _not_compared(head: str, skipped: list[dict]) -> list[str]:
+    """One note per reason a metric was not compared, naming the strata it holds in."""
+    by_why: dict[str, list[str]] = {}
+    for s in skipped:
+        by_why.setdefault(s["why"], []).append(s["stratum"])
+    return [head + ("" if strata == ["alone"] else f" at {places(strata)}") + f": {why}"
+            for why, strata in by_why.items()]
 
 
 def _interval(diffs: list[float]) -> tuple[float | None, float | None]:

@@ -101,11 +101,6 @@ class RunEvidence:
         level = self.levels.get(factor)
         return self.observation and (level is None or level.state != OVERRIDDEN)
 
-    @property
-    def as_declared(self) -> bool:
-        """No factor's level was overridden: the run ran the variant it was planned as."""
-        return all(lv.state != OVERRIDDEN for lv in self.levels.values())
-
 
 def outcome_label(status: str | None, reason: str | None, phase: str | None) -> str:
     """What a run's launch came to, in the words the verdict's sentences use, so that a KV-sizing failure and a
@@ -178,6 +173,20 @@ class Ledger:
 
     def overridden(self, factor: str) -> list[RunEvidence]:
         return [r for r in self.observations if factor in r.levels and r.levels[factor].state == OVERRIDDEN]
+
+    def ran_otherwise(self) -> list[RunEvidence]:
+        """The observations that ran another variant than the other runs of their own: a level the server overrode
+        in them and not in another run of the variant. Their figures are no figures of the variant (its budget, its
+        break-even); a level overridden in every run of a variant (custom all-reduce at TP 1) is what the variant
+        ran, and stays."""
+        odd = []
+        for r in self.observations:
+            mates = [m for m in self.observations if m.variant == r.variant and m is not r]
+            if any(r.levels[f].state == OVERRIDDEN and any(m.levels.get(f) is not None and
+                                                           m.levels[f].state != OVERRIDDEN for m in mates)
+                   for f in r.levels):
+                odd.append(r)
+        return odd
 
     def level_checks(self) -> list[dict]:
         """verdict.json's `level_checks`: one row per (factor, level, check), the runs whose log confirms it (its

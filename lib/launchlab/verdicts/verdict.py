@@ -14,6 +14,7 @@ import pandas as pd
 from launchlab.escaping import md, md_code
 from launchlab.store.verdictrecord import (
     CONFOUNDED,
+    FINDINGS,
     FLAKY,
     INCONCLUSIVE,
     NEUTRAL,
@@ -80,13 +81,13 @@ def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline
 
 
 def _left_out_of_budget(led: ledger.Ledger) -> list[str]:
-    """The runs whose level of some factor did not take effect: they ran another variant than their own, so their
-    figures are in no variant's budget (and their break-even in none's mean)."""
-    odd = [r for r in led.observations if not r.as_declared]
+    """The runs whose level of some factor did not take effect where it did in the rest of their variant: they ran
+    another variant, so their figures are in no variant's budget (and their break-even in none's mean)."""
+    odd = led.ran_otherwise()
     if not odd:
         return []
-    return [f"{len(odd)} run(s) ran another level than declared and are left out of their variant's memory budget "
-            f"and break-even: {', '.join(r.run_id for r in odd)}"]
+    return [f"{len(odd)} run(s) ran another level than the rest of their variant (the server overrode it) and are "
+            f"left out of its memory budget and break-even: {', '.join(r.run_id for r in odd)}"]
 
 
 def _memory_before_weights(obs: pd.DataFrame, found: list[dict], before: dict[str, float], *,
@@ -230,8 +231,6 @@ def _decisions(v: Verdict) -> list[str]:
     return lines
 
 
-FINDING_TITLES = {"instrumentation": "The server's own instrumentation contradicts the outcome",
-                  "break-even": "A predicted break-even is contradicted by the runs"}
 HYPOTHESES = {"instrumentation": "the instrumentation itself is wrong", "code path": "another version or code path",
               "memory": "a factor's memory before the KV sizing"}
 
@@ -239,7 +238,8 @@ HYPOTHESES = {"instrumentation": "the instrumentation itself is wrong", "code pa
 def _finding(f: dict) -> str:
     """A consistency finding as a paragraph; the instrumentation's with which explanation the data support."""
     detail = f["detail"]
-    head = FINDING_TITLES.get(f["kind"], f["kind"])
+    title = FINDINGS.get(f["kind"], f["kind"])
+    head = title[0].upper() + title[1:]
     text = detail.split(": ", 1)[1] if detail.startswith("the server's own instrumentation") else detail
     line = f"**{head}:** {md(text)}."
     hypotheses = f.get("hypotheses") or {}
