@@ -169,9 +169,10 @@ class Masker:
         """Mask a file in place (a log can be hundreds of MB, and any of its lines as long: Masker.stream)."""
         if not self.values:
             return
-        with safefiles.replacing(path, mode=path.stat().st_mode & 0o777) as tmp, open(path, "rb") as src, \
-                open(tmp, "xb") as dst:
-            self.stream(src, dst)
+        with safefiles.open_regular(path, follow_symlinks=False) as src:
+            mode = os.fstat(src.fileno()).st_mode & 0o777
+            with safefiles.replacing(path, mode=mode) as tmp, open(tmp, "wb") as dst:
+                self.stream(src, dst)
 
     def record(self, obj: object) -> object:
         """A JSON-like record with every string masked (dict keys included)."""

@@ -9,6 +9,7 @@ on stdout) is skipped rather than breaking the frame.
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launchlab.errors import ParseError
+from launchlab.safefiles import open_regular
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: the run kernel needs none (half a second)
     import pandas as pd
@@ -123,7 +125,7 @@ def _read_plain(path: str | Path, fields: tuple[str, ...] | list[str] | None) ->
     Supported], values with units, text) by _cell, once per distinct value. None: a file this does not cover."""
     import pandas as pd
 
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace") as fh:
         text = fh.read()
     columns: list[str] | None = list(fields) if fields else None
     first, _, rest = text.partition("\n")
@@ -192,7 +194,7 @@ def read_query_rows(path: str | Path, fields: tuple[str, ...] | list[str] | None
     columns: list[str] | None = list(fields) if fields else None
     blocks: list[tuple[list[str], list[list[float | str]]]] = []
     records: list[list[float | str]] = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace") as fh:
         for line in fh:
             cells = line.rstrip("\n").split(", ")
             if _is_header(cells):

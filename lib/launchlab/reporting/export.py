@@ -30,7 +30,8 @@ def notebook_to_html(notebook: Path, html_path: Path, title: str | None = None) 
     return node_to_html(nbformat.read(str(notebook), as_version=4), html_path, title=title, name=notebook.stem)
 
 
-def node_to_html(nb: nbformat.NotebookNode, html_path: Path, *, title: str | None = None, name: str = "report") -> Path:
+def node_to_html(nb: nbformat.NotebookNode, html_path: Path, *, title: str | None = None, name: str = "report",
+                 mode: int = 0o644) -> Path:
     """A notebook held in memory as a page of the report's style (compare.html: outputs made without a kernel)."""
     exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
                             exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
@@ -45,5 +46,5 @@ def node_to_html(nb: nbformat.NotebookNode, html_path: Path, *, title: str | Non
     if remote:
         raise RunDirError(f"{html_path}: the report would fetch from the internet ({remote[:3]}); "
                           "the offline template needs updating for this nbconvert version")
-    rundir.write_text(html_path, body)
+    rundir.write_text(html_path, body, mode=mode)
     return html_path
