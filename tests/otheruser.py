@@ -2,8 +2,8 @@
 `os.lchown` for the links and files that user made. Only root can play them (the tests run as root, in CI too); a
 test that needs them is skipped elsewhere.
 
-`shared` is a folder every user can reach (under /tmp, not under pytest's 0700 tmp_path), as a shared outputs/ or
-temp folder is."""
+`shared` is a folder every user can reach and make names in, as /tmp is (1777: under /tmp, not under pytest's 0700
+tmp_path)."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ def needs_root() -> None:
 
 @pytest.fixture
 def shared() -> Path:
-    """A folder every user can reach and list (0755, this user's), removed after the test."""
+    """A folder every user can reach and make names in (1777, this user's), removed after the test."""
     needs_root()
     folder = Path(tempfile.mkdtemp(prefix="launchlab-shared-", dir="/tmp"))
-    os.chmod(folder, 0o755)
+    os.chmod(folder, 0o1777)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
