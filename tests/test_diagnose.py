@@ -221,3 +221,19 @@ def test_a_draft_scalar_holds_any_text_as_it_was():
     for text in ["plain", 'quote " and \\ back', "emoji \U0001f680", "nel \x85 ls \u2028 ps \u2029", "bell \x07 nul \x00",
                  "bom \ufeff", "tab\tnew\nline", "{port}"]:
         assert yaml.safe_load(f"v: {draft._q(text)}")["v"] == text, text
+
+
+def test_the_draft_of_a_private_log_is_private_too(tmp_path):
+    """Issue 50: the mode of what the kit writes follows the most private of its inputs — the draft quotes the log's
+    lines in its comments; a 0600 log's draft was 0644."""
+    log = tmp_path / "mine.log"
+    log.write_text(SEED.read_text())
+    log.chmod(0o600)
+    out = tmp_path / "d.yaml"
+    assert _diagnose(tmp_path, str(log), "-o", str(out)).returncode == 0
+    assert out.stat().st_mode & 0o777 == 0o600
+    shared = tmp_path / "shared.log"
+    shared.write_text(SEED.read_text())
+    shared.chmod(0o644)
+    assert _diagnose(tmp_path, str(shared), "-o", str(tmp_path / "s.yaml")).returncode == 0
+    assert (tmp_path / "s.yaml").stat().st_mode & 0o777 == 0o644

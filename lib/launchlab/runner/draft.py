@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from launchlab import safefiles
 from launchlab.errors import LaunchlabError
 from launchlab.fields import MAX_GPUS
 from launchlab.hosts.sim_spec import SimSpec
@@ -50,6 +51,7 @@ class Draft:
     text: str
     patches: dict[str, Path] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    mode: int = 0o644  # no more readable than the logs it quotes (safefiles.private_mode): a 0600 log, a 0600 draft
 
 
 @dataclass
@@ -84,7 +86,8 @@ def make(found: Diagnosis, opts: Options) -> Draft:
                                        if compiles else [])
     lines.append("drain: {timeout_s: 30, tolerance_mib: 64}" if simulated else
                  "drain: {timeout_s: 120, tolerance_mib: 512}")
-    return Draft("\n".join(lines) + "\n", patches, notes)
+    modes = [st.st_mode for log in found.logs if (st := safefiles.lstat(log)) is not None]
+    return Draft("\n".join(lines) + "\n", patches, notes, safefiles.private_mode(*modes))
 
 
 def write(draft: Draft, out: Path, *, force: bool) -> list[Path]:
@@ -97,7 +100,7 @@ def write(draft: Draft, out: Path, *, force: bool) -> list[Path]:
     linked = [f for f in (out.parent, out.parent / "patches") if f.is_symlink()]
     if draft.patches and linked:  # a link planted in a shared params folder would take the patch elsewhere
         raise LaunchlabError(f"{linked[0]} is a symbolic link: nothing written (-o names a file in a real folder)")
-    write_text(out, draft.text)
+    write_text(out, draft.text, mode=draft.mode)
     for name, source in draft.patches.items():
         write_text(out.parent / "patches" / name, source.read_text())
     return targets
