@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import logging
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -95,8 +96,8 @@ def _init(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from launchlab.runner import notebooks
 
-    # resolved: papermill runs the notebook from another folder
-    print(notebooks.summarize(Path(args.run_dir).resolve(), html=not args.no_html))
+    # absolute: papermill runs the notebook from another folder (resolved by RunDir.check, through no other user's link)
+    print(notebooks.summarize(Path(os.path.abspath(args.run_dir)), html=not args.no_html))
     return 0
 
 
