@@ -111,8 +111,9 @@ def _step(fd: int, name: str) -> int:
 def folder(path: str | Path, *, create: bool = False, mine: bool = False, mode: int = 0o777) -> Iterator[int]:
     """A descriptor of the folder `path` (closed when the block ends), reached as `_locate` reaches names. create:
     missing folders are made (`mode`, less the umask). mine: it must be this user's, and a folder is made only
-    inside one of this user's (NotYours naming the owner otherwise): the kit writes only into folders of its own,
-    so a run directory someone swapped for theirs mid-batch is refused, never written into."""
+    where no one else can move it — in one of this user's or root's that others cannot write, or that has the
+    sticky bit (/tmp) — NotYours naming the owner otherwise: the kit writes only into folders of its own, so a run
+    directory someone swapped for theirs mid-batch is refused, never written into (nor is a folder made in it)."""
     try:
         fd, name = _locate(path)
     except FileNotFoundError:
@@ -128,7 +129,7 @@ def folder(path: str | Path, *, create: bool = False, mine: bool = False, mode: 
             if not create:
                 raise
             if mine:
-                _check_mine(fd, os.path.dirname(os.path.abspath(os.fspath(path))), "the folder to make a folder in")
+                _check_parent(fd, os.path.dirname(os.path.abspath(os.fspath(path))))
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, mode, dir_fd=fd)
             fd = _step(fd, name)
@@ -144,6 +145,14 @@ def _check_mine(fd: int, path: str | Path, what: str) -> None:
     if st.st_uid != os.getuid():
         raise NotYours(f"{what}, {path}, belongs to {_user(st.st_uid)}, not to you ({_user(os.getuid())}): the kit "
                        "writes only into folders of your own (someone else may have made or swapped it). Use a "
+                       "folder of your own (--out DIR), or copy the run directory and use the copy")
+
+
+def _check_parent(fd: int, path: str) -> None:
+    st = os.fstat(fd)
+    if not _trusted(st.st_uid) or st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise NotYours(f"{path} belongs to {_user(st.st_uid)} (mode {stat.filemode(st.st_mode)}): a folder the kit "
+                       "made in it could be moved or swapped by another user, so the kit makes none there. Use a "
                        "folder of your own (--out DIR), or copy the run directory and use the copy")
 
 
