@@ -9,12 +9,15 @@
 #
 #   scripts/server-example.sh KIND OUT_DIR [PARAMS [SECONDS]]
 #
-# Every call does what it can with what has arrived:
-#   1. copies the carried parts to /tmp/KIND-parts;
-#   2. once every part SHA256SUMS names is there and checks: installs the wheels into /tmp/site (first on
-#      PYTHONPATH, so SGLang's pins shadow the image's numpy, transformers, …) and makes the model
-#      (scripts/make_model.py --small → /tmp/launchlab-KIND-model); a part that does not match SHA256SUMS (it is
-#      removed: carry it again) or a wheel pip cannot install stops the call with a line naming it, and exit 1;
+# Every call does what it can with what has arrived, in a private folder (TMP below: a `mktemp -d` of the first call,
+# 0700, named in .KIND/tmp-folder for the next calls; scripts/own-folders.sh) — never in fixed /tmp names another
+# user could make first and fill:
+#   1. copies the carried parts to TMP/KIND-parts;
+#   2. once every part SHA256SUMS names (part-NN, nothing else) is there and checks: installs the wheels into
+#      TMP/site (first on PYTHONPATH, so SGLang's pins shadow the image's numpy, transformers, …) and makes the model
+#      (scripts/make_model.py --small → /tmp/launchlab-KIND-model, where the params name it: used only when it is
+#      yours); a part that does not match SHA256SUMS (it is removed: carry it again) or a wheel pip cannot install
+#      stops the call with a line naming it, and exit 1;
 #   3. with PARAMS, once installed: runs `launchlab run PARAMS`, or continues with --resume the batch an earlier
 #      call stopped, and stops it (SIGINT: the runs in flight are recorded as interrupted) so that the whole
 #      call ends within SECONDS (default 560; a command there may be limited to 600 s);
@@ -22,8 +25,8 @@
 #      log beside it, so a batch that ends early still brings back its evidence.
 # Two-GPU experiments (params/vllm-custom-ar-tp2*.yaml) are the same calls on the kind nvidia-h200-x2; the script
 # itself does not depend on the number of GPUs (the params' host says `gpus: 2`).
-# SERVER_PARTS names another folder of parts (default .KIND/parts); SERVER_EXAMPLE_TMP another folder than /tmp for
-# KIND-parts/, site/, KIND-example/ and launchlab-outputs/ (tests/test_server_example_script.py).
+# SERVER_PARTS names another folder of parts (default .KIND/parts); SERVER_EXAMPLE_TMP the private folder itself (made
+# 0700; refused unless it is yours alone), the model then inside it too (tests/test_server_example_script.py).
 set -euo pipefail
 usage="usage: scripts/server-example.sh vllm|sglang OUT_DIR [PARAMS [SECONDS]]"
 kind=${1:?$usage}
@@ -32,9 +35,14 @@ params=${3:-}
 budget_s=${4:-560}
 case "$kind" in vllm|sglang) ;; *) echo "server-example: unknown server kind '$kind'; $usage" >&2; exit 2 ;; esac
 parts=${SERVER_PARTS:-.$kind/parts}
-tmp=${SERVER_EXAMPLE_TMP:-/tmp}
+. "$(dirname "$0")/own-folders.sh"
+if [ -n "${SERVER_EXAMPLE_TMP:-}" ]; then
+  tmp=$SERVER_EXAMPLE_TMP model=$SERVER_EXAMPLE_TMP/launchlab-$kind-model
+  own_folder "$tmp" made || exit 1
+else
+  tmp=$(private_tmp ".$kind/tmp-folder") model=/tmp/launchlab-$kind-model   # the params name the model there
+fi
 vch=$tmp/$kind-parts site=$tmp/site state=$tmp/$kind-example
-model=$tmp/launchlab-$kind-model
 root=$(pwd)
 started=$(date +%s)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -59,12 +67,20 @@ fail() { echo "server-example: $*" >&2; return 1; }
 install() {
   if [ -f "$state/installed" ]; then echo "$kind installed in $site"; return 0; fi
   [ -f "$vch"/SHA256SUMS ] || { echo "no SHA256SUMS yet: carry the parts"; return $WAITING; }
-  local missing bad
+  local missing bad strange
+  # SHA256SUMS is carried like the parts: it names part-NN files and nothing else (a name such as ../x or /home/…
+  # would have sha256sum read, and the clean-up below remove, a file outside the parts)
+  if grep -Evq '^[0-9a-f]{64}  part-[0-9]+$' "$vch"/SHA256SUMS; then
+    fail "SHA256SUMS must hold only lines '<sha256>  part-NN', as scripts/server-wheels.sh writes them; it has" \
+      "$(grep -Ev '^[0-9a-f]{64}  part-[0-9]+$' "$vch"/SHA256SUMS | head -n 1 | cut -c1-120 | tr -d '\000-\037');" \
+      "carry the SHA256SUMS that server-wheels.sh made; nothing installed or removed"
+    return
+  fi
   missing=$(cd "$vch" && awk '{print $2}' SHA256SUMS | while read -r p; do [ -f "$p" ] || echo "$p"; done)
   [ -z "$missing" ] || { echo "still to carry:" $missing; return $WAITING; }
-  bad=$(cd "$vch" && sha256sum -c SHA256SUMS 2>/dev/null | awk -F': ' '$NF != "OK" {print $1}')
+  bad=$(cd "$vch" && sha256sum -c SHA256SUMS 2>/dev/null | awk -F': ' '$NF != "OK" {print $1}' | grep -E '^part-[0-9]+$')
   if [ -n "$bad" ]; then
-    (cd "$vch" && rm -f $bad)
+    (cd "$vch" && for p in $bad; do rm -f -- "./$p"; done)
     fail "carried parts that do not match SHA256SUMS: $(echo $bad) (removed from $vch: carry them again); nothing" \
       "installed"
     return
@@ -105,7 +121,8 @@ experiment() {
   pack() { tar czf "$out/$stem.tar.gz" -C "$outs" . 2>/dev/null || true; }
   trap pack EXIT
   if [ -f "$state/$stem.done" ]; then echo "$params: finished in an earlier call"; return 0; fi
-  [ -d "$model" ] || python3 scripts/make_model.py --small "$model"
+  own_model "$model" > /dev/null || return 1
+  [ -f "$model/config.json" ] || python3 scripts/make_model.py --small "$model"
   python3 -m launchlab.cli validate "$params"
   run_dir=$(ls -d "$outs"/*/*/ 2>/dev/null | head -1 || true)
   local resume=()

@@ -184,3 +184,56 @@ def test_one_log_per_rank_is_read_as_one_launch(tmp_path):
     assert found.failed_ranks == ["0"] and found.tp == 8, "the failure is the first log's, its ranks tagged there"
     assert round(found.break_even, 3) == 0.769 and found.memory["avail_gib"] == 21.697
     assert [f.suspect.name for f in found.findings] == ["custom_ar", "cuda_graphs"]
+
+
+HOSTILE = {  # Issue 50: each made a draft that did not validate, said as a kit error
+    "emoji-model": ("model_path='/models/kimi-k2-instruct'", "model_path='/models/kimi-\U0001f680-k2\u2028\x85\x07'"),
+    "negative-fraction": ("mem_fraction_static=0.55", "mem_fraction_static=-0.5"),
+    "huge-tp": ("tp_size=8", "tp_size=99999999"),
+    "free-above-total": ("Load weight begin. avail mem=93.999 GB", "Load weight begin. avail mem=9.999 GB"),
+}
+
+
+@pytest.mark.parametrize("edits", [[name] for name in HOSTILE] + [list(HOSTILE)], ids=lambda e: "+".join(e))
+def test_hostile_log_values_give_a_draft_that_validates_and_say_what_was_left_out(tmp_path, edits):
+    text = SEED.read_text()
+    for name in edits:
+        text = text.replace(*HOSTILE[name])
+    log = tmp_path / "hostile.log"
+    log.write_text(text)
+    out = tmp_path / "d.yaml"
+    proc = _diagnose(tmp_path, str(log), "-o", str(out))
+    assert proc.returncode == 0 and "kit error" not in proc.stderr, proc.stdout + proc.stderr
+    exp = params.load(out)
+    if "emoji-model" in edits:
+        assert "/models/kimi-\U0001f680-k2\u2028\x85\x07" in exp.server.command  # the log's value, as it was
+    if {"negative-fraction", "free-above-total"} & set(edits):
+        assert "mem_fraction_static" not in exp.factors and "no share of the memory" in proc.stdout
+    if {"huge-tp", "free-above-total"} & set(edits):
+        assert exp.hosts["gpu"].transport == "local" and "host: not simulated" in proc.stdout
+    if "huge-tp" in edits:
+        assert exp.hosts["gpu"].gpus is None and "more than the 1024 a host may have" in proc.stdout
+
+
+def test_a_draft_scalar_holds_any_text_as_it_was():
+    import yaml
+
+    for text in ["plain", 'quote " and \\ back', "emoji \U0001f680", "nel \x85 ls \u2028 ps \u2029", "bell \x07 nul \x00",
+                 "bom \ufeff", "tab\tnew\nline", "{port}"]:
+        assert yaml.safe_load(f"v: {draft._q(text)}")["v"] == text, text
+
+
+def test_the_draft_of_a_private_log_is_private_too(tmp_path):
+    """Issue 50: the mode of what the kit writes follows the most private of its inputs — the draft quotes the log's
+    lines in its comments; a 0600 log's draft was 0644."""
+    log = tmp_path / "mine.log"
+    log.write_text(SEED.read_text())
+    log.chmod(0o600)
+    out = tmp_path / "d.yaml"
+    assert _diagnose(tmp_path, str(log), "-o", str(out)).returncode == 0
+    assert out.stat().st_mode & 0o777 == 0o600
+    shared = tmp_path / "shared.log"
+    shared.write_text(SEED.read_text())
+    shared.chmod(0o644)
+    assert _diagnose(tmp_path, str(shared), "-o", str(tmp_path / "s.yaml")).returncode == 0
+    assert (tmp_path / "s.yaml").stat().st_mode & 0o777 == 0o644

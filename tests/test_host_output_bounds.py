@@ -29,6 +29,23 @@ seq 0 999999
 """
 
 
+ROWS_200K = """#!/bin/sh
+# a hostile nvidia-smi (issue 50): 200,000 GPUs, each a CSV row of more columns than asked for, whatever it is asked
+python3 -c "
+for i in range(200000):
+    print(f'{i}, NVIDIA H200, GPU-{i:08x}-0000-0000-0000-000000000000, 00000000:{i % 256:02X}:00.0, 143771 MiB, 0 MiB')"
+"""
+
+
+@pytest.fixture
+def rows_path(tmp_path) -> str:
+    bin_dir = tmp_path / "bin-rows"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(ROWS_200K)
+    os.chmod(bin_dir / "nvidia-smi", 0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
 @pytest.fixture
 def hostile_path(tmp_path) -> str:
     bin_dir = tmp_path / "bin"
@@ -117,3 +134,35 @@ def test_a_capture_over_the_limit_is_not_read(tmp_path, monkeypatch):
     assert built.runs["peak_mem_used_mib"].isna().all() and built.telemetry.empty
     parsed = json.loads(next(Path(run_dir).glob("runs/01_*/parsed.json")).read_text())
     assert "larger than the limit of 1000 bytes" in parsed["telemetry_unread"][0]
+
+
+def test_a_listing_of_rows_that_are_no_bare_indices_is_counted_too(tmp_path, rows_path):
+    """Issue 50 (round 4's, still open): a listing of 200,000 GPUs as CSV rows ran (exit 0, 14 MiB of provenance):
+    the check counted only lines that were bare indices, and a listing with none was not checked at all."""
+    params = write_params(tmp_path, f"""\
+        experiment: hostile-smi-rows
+        hosts:
+          box: {{transport: local, workdir: {tmp_path / 'work'}}}
+        server:
+          kind: generic
+          command: [python3, -c, "print('READY', flush=True); import time; time.sleep(60)"]
+          ready: {{timeout_s: 5, log_pattern: "^READY"}}
+        factors:
+          f: {{"a": {{}}, "b": {{}}}}
+        baseline: {{f: "a"}}
+        repetitions: 1
+        """)
+    env = {**os.environ, "PATH": rows_path, "LAUNCHLAB_OUTPUTS": str(tmp_path / "out")}
+    proc = subprocess.run([sys.executable, "-m", "launchlab.cli", "run", str(params)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "nvidia-smi there lists" in proc.stderr and "more than the 1024 a host may have" in proc.stderr, proc.stderr
+    assert "nothing was launched" in proc.stderr and "Traceback" not in proc.stderr
+    assert not list((tmp_path / "out").rglob("provenance.json"))
+    from launchlab.gpu import telemetry
+    from launchlab.hosts import provenance
+
+    listing = subprocess.run(["sh", "-c", ROWS_200K], capture_output=True, text=True).stdout
+    assert len(provenance._facts({"gpus": listing}, "", "")["gpus"]) == 1024  # parsed, no more than a host may have
+    snapshot = "\n".join(f"{i}, GPU-{i}, H200, 0 MiB, 143771 MiB, 143771 MiB" for i in range(5000))
+    assert len(telemetry.parse_snapshot(snapshot)) == 1024

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from launchlab.errors import HostError
 from launchlab.hosts import locks
 from launchlab.hosts.local import LocalHost
 from launchlab.run import recovery
+from otheruser import as_other, plant_link, shared  # noqa: F401 (shared: the fixture)
 
 
 @pytest.fixture
@@ -194,3 +196,63 @@ def test_the_lock_heartbeat_outlives_a_touch_that_fails_for_any_reason_the_kit_o
             time.sleep(0.01)
         assert beat.thread.is_alive()
     assert FailingLock.touches >= 4 and died == [], "the heartbeat kept touching and never died with a traceback"
+
+
+# Issue 50: the lock folder is shared (/tmp, 1777 by design), so another user can put any name there first. Played
+# for real by uid 65534 (tests/otheruser.py); each test failed on the code before (f288ef9).
+
+
+def test_a_link_planted_at_the_lock_folder_is_refused_and_its_target_keeps_its_mode(shared, tmp_path, monkeypatch):  # noqa: F811
+    mine = shared / "my-private-folder"
+    mine.mkdir(mode=0o700)
+    folder = plant_link(shared / "launchlab-locks", mine)
+    monkeypatch.setenv("LAUNCHLAB_LOCK_DIR", str(folder))
+    host = LocalHost("box", workdir=str(tmp_path / "work"))
+    lock = locks.HostLock(host, ["gpu0"], owner("first"), locks.lock_dir(host))
+    with pytest.raises(HostError, match=r"lock folder .*launchlab-locks is a symbolic link \(made by nobody\).*Nothing "
+                                        r"was launched"):
+        lock.acquire(wait=False, say=print)
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o700 and list(mine.iterdir()) == []  # the kit made it 1777
+    folder.unlink()
+    as_other(f"mkdir -m 777 {folder}")  # open to all, without the sticky bit: anyone could remove a lock
+    with pytest.raises(HostError, match=r"is writable by other users without the sticky bit \(drwxrwxrwx\)"):
+        lock.acquire(wait=False, say=print)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o777  # not the kit's to change
+
+
+def test_a_lock_file_planted_as_a_link_to_dev_null_holds_the_gpu_for_every_batch(shared, tmp_path, monkeypatch):  # noqa: F811
+    folder = shared / "launchlab-locks"
+    folder.mkdir()
+    os.chmod(folder, 0o1777)
+    plant_link(folder / "gpu0.lock", "/dev/null")
+    monkeypatch.setenv("LAUNCHLAB_LOCK_DIR", str(folder))
+    host = LocalHost("box", workdir=str(tmp_path / "work"))
+    for name in ("first", "second"):  # before, both "took" gpu0: each wrote its lock into /dev/null
+        with pytest.raises(HostError, match=r"gpu0, lock .*gpu0.lock\) is held by a symbolic link made by nobody, not a "
+                                            r"lock file of the kit's"):
+            locks.HostLock(host, ["gpu0"], owner(name), locks.lock_dir(host)).acquire(wait=False, say=print)
+    assert locks.live_batches(locks.holders(host)) == set()
+
+
+def test_a_crafted_lock_file_is_read_up_to_its_limit_and_believed_only_field_by_field(tmp_path, lock_dir):
+    host = LocalHost("box", workdir=str(tmp_path / "work"))
+    lock_dir.mkdir()
+    here = {**owner("crafted").__dict__, "kit_host": locks.socket.gethostname()}  # an owner on this machine …
+    for pid in (10**30, -1, 0, "12", True):  # … with a pid no process has (os.kill(10**30) is an OverflowError)
+        (lock_dir / "gpu0.lock").write_text(json.dumps({**here, "kit_pid": pid}))
+        with pytest.raises(HostError, match=r"is held by an unreadable lock file"):
+            locks.HostLock(host, ["gpu0"], owner("mine"), locks.lock_dir(host)).acquire(wait=False, say=print)
+    with open(lock_dir / "gpu0.lock", "w") as fh:
+        fh.write(json.dumps(here) + " " * (64 * 2**20))  # a lock of 64 MiB: read up to its first 4 KiB
+    read: list[int] = []
+
+    def run(command: str, **kw):  # what the kit reads back of each lock command
+        res = LocalHost.run(host, command, **kw)
+        read.append(len(res.stdout))
+        return res
+
+    host.run = run
+    with pytest.raises(HostError, match="experiment crafted"):
+        locks.HostLock(host, ["gpu0"], owner("mine"), locks.lock_dir(host)).acquire(wait=False, say=print)
+    assert [h.owner.experiment for h in locks.holders(host)] == ["crafted"]
+    assert read and max(read) < 8192, read

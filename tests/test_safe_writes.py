@@ -7,14 +7,17 @@ on the code before (which wrote summary.ipynb through the link and the frames th
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import LAUNCHLAB, ROOT
+from conftest import LAUNCHLAB, LAUNCHLAB_EXEC, ROOT
 from launchlab import safefiles
 
 EXAMPLE = ROOT / "examples/h200-transformers-kv/20261129-232709"  # small (1.3 MB), written by an older kit
@@ -87,3 +90,24 @@ def test_two_reports_of_one_run_directory_both_finish_with_whole_files(tmp_path)
     assert len(pd.read_parquet(run_dir / "runs.parquet")) == 8
     assert json.loads((run_dir / "verdict.json").read_text())["outcome_factors"] == ["num_blocks"]
     assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+@pytest.mark.slow
+def test_a_report_killed_with_sigkill_leaves_no_temporary_file_behind(tmp_path):
+    """Issue 50 (round 4's, still open): `kill -9` of `launchlab report` while it renders the summary left its
+    `.summary.ipynb.*` folder in the run directory. The summary is written as an unnamed file (O_TMPFILE), which has
+    no name to leave until it is whole."""
+    run_dir = _copy(tmp_path)
+    page = (run_dir / "summary.html").stat().st_mtime_ns
+    proc = subprocess.Popen([*LAUNCHLAB_EXEC, "report", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    said = ""
+    while "rendering the summary" not in said and proc.poll() is None:
+        said += proc.stderr.readline()
+    assert proc.poll() is None, said + proc.stderr.read()
+    time.sleep(3)  # the summary notebook is being executed
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (run_dir / "summary.html").stat().st_mtime_ns == page  # killed before it rendered the page
+    left = [p.name for p in run_dir.rglob(".*")]
+    assert left == [], left

@@ -208,3 +208,40 @@ def test_secret_keys_of_a_smoke_body_are_found_at_any_depth_and_max_tokens_is_no
     assert sorted(masking.body_secrets(body)) == ["Bearer abc.def.ghi", "k-123456", "me", "pw-99887766"]
     assert masking.masked_body(body, Masker()) == {"max_tokens": 16, "Authorization": MASK, "x-api-key": MASK,
                                                    "messages": [{"role": "user", "content": "hi"}], "auth": MASK}
+
+
+# Issue 50: secrets the mask knew by neither name nor value reached provenance.json from the caller's shell.
+SHAPED = {
+    "MYSQL_PWD": "mysql-pw-2718281828",  # *_PWD: by name
+    "SENTRY_DSN": "https://0123456789abcdef0123456789abcdef@o450000.ingest.sentry.io/4500000",  # DSN: name and shape
+    "SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX",
+    "NOTIFY_TO": "https://hooks.slack.com/services/T11111111/B11111111/YYYYYYYYYYYYYYYYYYYYYYYY",  # by shape alone
+    "CI_BOT": "xoxb-1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUvWx",  # a Slack token under a plain name
+}
+
+
+def test_secrets_of_the_callers_shell_known_by_their_shape_or_a_pwd_name_are_masked_everywhere(tmp_path, sim_root):
+    env = {**os.environ, **SHAPED}
+    proc = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(spread_params(tmp_path)), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip())
+    values = [*SHAPED.values(), "0123456789abcdef0123456789abcdef", "XXXXXXXXXXXXXXXXXXXXXXXX", "YYYYYYYYYYYYYYYYYYYYYYYY"]
+    leaks = [(str(p.relative_to(run_dir)), v[:24]) for p, text in every_text(run_dir) for v in values if v in text]
+    assert leaks == []
+    prov = json.loads((run_dir / "runs" / "01_size-a_rep1" / "provenance.json").read_text())
+    assert {k: prov["host_env"][k] for k in ("MYSQL_PWD", "SENTRY_DSN", "SLACK_WEBHOOK_URL", "CI_BOT")} == dict.fromkeys(
+        ("MYSQL_PWD", "SENTRY_DSN", "SLACK_WEBHOOK_URL", "CI_BOT"), MASK)
+    assert prov["host_env"]["NOTIFY_TO"] == f"https://hooks.slack.com{MASK}"
+    assert prov["host_env"]["PWD"].startswith("/")  # the working folder is no secret (`PWD`, not `*_PWD`)
+
+
+def test_value_shapes_are_masked_in_any_text_and_ordinary_urls_and_words_are_not():
+    text = ("dsn https://0123456789abcdef0123456789abcdef@o1.ingest.sentry.io/42 hook "
+            "https://discord.com/api/webhooks/123456789/AbCdEfGhIjKl token ghp_0123456789abcdefghijABCDEFGHIJ0123 "
+            "keep https://github.com/org/repo ssh://git@github.com/org/repo hf_transfer sk-learn")
+    masked = Masker().text(text)
+    assert masked == (f"dsn https://{MASK}@o1.ingest.sentry.io/42 hook https://discord.com/api/webhooks{MASK} token "
+                      f"{MASK} keep https://github.com/org/repo ssh://git@github.com/org/repo hf_transfer sk-learn")
+    assert masking.secret_name("MYSQL_PWD") and masking.secret_name("SENTRY_DSN") and masking.secret_name("WEBHOOK")
+    assert not masking.secret_name("PWD") and not masking.secret_name("OLDPWD")

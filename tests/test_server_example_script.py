@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 import zipfile
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from otheruser import as_other, shared  # noqa: F401 (shared: the fixture)
 
 SCRIPT = ROOT / "scripts/server-example.sh"
 VERSIONS = {"vllm": "0.26.0", "sglang": "0.5.17"}
@@ -117,3 +119,57 @@ def test_a_wheel_pip_refuses_stops_the_call_with_pips_words(tmp_path, kind):
     assert not (tmp_path / "machine" / f"{kind}-example/installed").exists()
     again = _call(tmp_path, parts, kind)  # not taken as installed by the next call
     assert again.returncode == 1 and f"{kind} installed in" not in again.stdout
+
+
+# Issue 50: the script deleted what SHA256SUMS named (a carried file, as the parts are) and ran what another user of
+# the machine put in its fixed /tmp folders (site/ first on PYTHONPATH, the `installed` mark). Each test failed on
+# the code before (f288ef9).
+
+
+def test_sha256sums_naming_anything_but_parts_is_refused_and_nothing_is_removed(tmp_path, kind):
+    parts = _parts(tmp_path, kind)
+    victims = [tmp_path / "victim.txt", tmp_path / "machine-victim.txt"]
+    for victim in victims:
+        victim.write_text("not a part")
+    with open(parts / "SHA256SUMS", "a") as fh:  # wrong sums for files outside the parts: "do not match"
+        fh.write(f"{'0' * 64}  ../../victim.txt\n{'0' * 64}  {victims[1]}\n")
+    failed = _call(tmp_path, parts, kind)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "SHA256SUMS must hold only lines '<sha256>  part-NN'" in failed.stdout and "../../victim.txt" in failed.stdout
+    assert all(v.read_text() == "not a part" for v in victims)
+    assert not (tmp_path / "machine/site" / kind).exists()
+
+
+def test_a_folder_others_can_write_is_not_the_scripts_and_what_they_put_there_never_runs(tmp_path, kind, shared):  # noqa: F811
+    parts = _parts(tmp_path, kind)
+    # the other user, first on the machine, made the script's folders with a package and the mark that says installed
+    as_other(f"mkdir -p {shared}/site/{kind} {shared}/{kind}-example && echo 'raise SystemExit(\"planted\")' > "
+             f"{shared}/site/{kind}/__init__.py && touch {shared}/{kind}-example/installed")
+    env = {**os.environ, "SERVER_PARTS": str(parts), "SERVER_EXAMPLE_TMP": str(shared),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run(["bash", str(SCRIPT), kind, str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1 and f"{kind} installed in" not in done.stdout, done.stdout + done.stderr
+    assert f"{shared} is writable by other users" in done.stderr, done.stderr
+
+
+def test_by_default_the_script_works_in_a_private_folder_of_its_own_kept_across_calls(tmp_path, kind, shared):  # noqa: F811
+    parts = _parts(tmp_path, kind)
+    project = tmp_path / "project"  # the project root the script runs from (it records its folder there)
+    project.mkdir()
+    as_other(f"mkdir -p {shared}/site/{kind} {shared}/{kind}-example && touch {shared}/{kind}-example/installed")
+    env = {**os.environ, "SERVER_PARTS": str(parts), "TMPDIR": str(shared),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    out.mkdir()
+    calls = [subprocess.run(["bash", str(SCRIPT), kind, str(out)], cwd=project, env=env, capture_output=True,
+                            text=True, timeout=300) for _ in range(2)]
+    assert [c.returncode for c in calls] == [0, 0], calls[0].stdout + calls[0].stderr
+    folder = Path((project / f".{kind}" / "tmp-folder").read_text().strip())
+    assert folder.parent == shared and folder.stat().st_uid == os.getuid()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert (folder / "site" / kind / "__init__.py").exists() and "installed 1 packages into" in calls[0].stdout
+    assert f"{kind} installed in {folder}/site" in calls[1].stdout  # the same folder, found again
+    assert not list((shared / "site" / kind).iterdir())  # the other user's folder: never used

@@ -198,3 +198,19 @@ def test_each_task_fills_its_rank_the_node_count_and_the_first_node_into_argv_an
     assert (tmp_path / "server.log").read_text() == "--node-rank=0 gpu-a:5000&2 [0/2@gpu-a] [a&b $x]\n"
     assert (tmp_path / "server.node1.log").read_text() == "--node-rank=1 gpu-a:5000&2 [1/2@gpu-a] [a&b $x]\n"
     assert "@@LAUNCHLAB_" not in cmd.launch_script(["x"], env_file=None, log_name="log")  # the sampler: as is
+
+
+def test_sbatch_args_are_options_of_an_allow_list_matched_exactly():
+    """Issue 50: a deny-list of prefixes let through what sbatch reads as the options the kit sets: short options
+    (`-J x`, `-o /tmp/x`, `-D /`) and abbreviations (`--job=x`, `--out=/tmp/x`, `--chd=/`, `--wr=id`), and a bare
+    word sbatch takes for the job script."""
+    from launchlab.hosts.slurm_spec import SlurmSpec
+
+    ok = SlurmSpec(transport="slurm", partition="gpu", sbatch_args=["--qos=high", "--exclusive", "--mem=0",
+                                                                    "--constraint=h100|a100"])
+    assert ok.sbatch_args[0] == "--qos=high"
+    for bad in (["-J", "x"], ["-Jx"], ["-o", "/tmp/x"], ["-D/"], ["--job=x"], ["--out=/tmp/x"], ["--chd=/"],
+                ["--wr=id"], ["--wrap=id"], ["--export=NONE"], ["--uid=0"], ["--array=1-100"], ["--qo=high"],
+                ["--qos", "high"], ["--mem"], ["--contiguous=yes"], ["script.sh"], ["--parsable"], ["--output=/tmp/x"]):
+        with pytest.raises(ValueError, match=r"sbatch_args\[\d\]"):
+            SlurmSpec(transport="slurm", partition="gpu", sbatch_args=bad)

@@ -123,3 +123,23 @@ def test_provenance_over_ssh_names_the_host_gpus_driver_topology_and_packages(tm
     assert "pydantic" in interp["packages"] and interp["python"].startswith("3.")
     assert provenance.interpreter_facts(host, ["bash", "-c", "true"]) is None
     host.close()
+
+
+def test_a_proxyjump_hops_host_key_is_checked_as_the_hosts_own(tmp_path, sshd, monkeypatch):
+    """Issue 50: fabric makes each ProxyJump hop a Connection of its own that trusts any key; the hop's key was never
+    checked. The hop here is the same sshd reached as `localhost`, a name known_hosts does not list."""
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host jump\n  HostName localhost\n  Port {sshd.port}\n  IdentityFile {sshd.client_key}\n"
+                      f"Host behind\n  HostName 127.0.0.1\n  Port {sshd.port}\n  IdentityFile {sshd.client_key}\n"
+                      "  ProxyJump jump\n")
+    monkeypatch.setenv("LAUNCHLAB_SSH_CONFIG", str(config))
+    exp = params.load(ssh_params(tmp_path, sshd, HTTP_SERVER, address="behind"))
+    with pytest.raises(HostError, match=r"the host key of localhost \(port \d+\), a ProxyJump hop on the way to "
+                                        r"behind, is unknown.*ssh -p \d+ \S+@localhost"):
+        connect(exp).run("true")
+    known = tmp_path / "known_hosts"  # once the hop is trusted too, the jump works
+    known.write_text(sshd.known_hosts.read_text() + sshd.known_hosts.read_text().replace("[127.0.0.1]", "[localhost]"))
+    monkeypatch.setenv("LAUNCHLAB_KNOWN_HOSTS", str(known))
+    host = connect(exp)
+    assert host.run("echo through the hop").stdout.strip() == "through the hop"
+    host.close()

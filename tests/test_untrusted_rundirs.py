@@ -6,6 +6,7 @@ Each case ended in a traceback, or read `/abs/path`, on the code before."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -80,3 +81,44 @@ def test_json_nested_past_the_interpreters_depth_is_one_line_too(tmp_path):
     res = subprocess.run([*LAUNCHLAB, "report", "--no-html", str(run_dir)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-1500:]
     assert "manifest.json is not valid JSON (maximum recursion depth exceeded" in res.stderr
+
+
+@pytest.mark.slow
+def test_ls_lists_past_a_fifo_a_folder_and_huge_files_without_reading_them_whole(tmp_path):
+    """Issue 50: `launchlab ls` hung on a manifest.json that is a FIFO, ended in a traceback on one that is a folder,
+    and read every record whole (a 300 MB verdict.json). Each record is now opened as a regular file within a
+    limit (rundir.LISTED_BYTES), and one that is not is named, the others still listed."""
+    outputs = tmp_path / "outputs" / "exp"
+    shutil.copytree(EXAMPLE, outputs / "good")
+    for name in ("fifo", "folder", "huge"):
+        shutil.copytree(EXAMPLE, outputs / name)
+    (outputs / "fifo" / "manifest.json").unlink()
+    os.mkfifo(outputs / "fifo" / "manifest.json")
+    (outputs / "folder" / "manifest.json").unlink()
+    (outputs / "folder" / "manifest.json").mkdir()
+    with open(outputs / "huge" / "verdict.json", "r+b") as fh:
+        fh.truncate(300 * 2**20)  # sparse: costs no disk, but reading it whole costs 300 MB
+    res = subprocess.run([*LAUNCHLAB, "ls", str(tmp_path / "outputs")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    lines = res.stdout.splitlines()
+    assert any(line.startswith(str(outputs / "good")) and "8/8 runs" in line for line in lines), lines
+    [huge] = [line for line in lines if line.startswith(str(outputs / "huge"))]
+    assert "8/8 runs" in huge and "larger than the limit of 4 MiB" in huge, huge
+    for name, what in (("fifo", "a FIFO (named pipe)"), ("folder", "a folder")):
+        [line] = [line for line in lines if line.startswith(str(outputs / name))]
+        assert line.startswith(f"{outputs / name}  UNREADABLE: ") and f"it is {what}, not a regular file" in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, place", [("report", f"{RUN}/provenance.json"), ("compare", "verdict.json")])
+def test_a_folder_where_a_json_file_goes_is_one_line_naming_it(tmp_path, command, place):
+    """Issue 50: `launchlab report` and `launchlab compare` ended in a traceback (IsADirectoryError) on a run
+    directory holding a folder where the kit writes a JSON file."""
+    run_dir = tmp_path / "outputs" / "exp" / "crafted"
+    shutil.copytree(EXAMPLE, run_dir)
+    (run_dir / place).unlink()
+    (run_dir / place).mkdir()
+    args = ["report", "--no-html", str(run_dir)] if command == "report" else ["compare", str(EXAMPLE), str(run_dir)]
+    res = subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert f"{place.split('/')[-1]} cannot be read: it is a folder, not a regular file" in res.stderr, res.stderr

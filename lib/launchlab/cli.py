@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import logging
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -95,8 +96,8 @@ def _init(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from launchlab.runner import notebooks
 
-    # resolved: papermill runs the notebook from another folder
-    print(notebooks.summarize(Path(args.run_dir).resolve(), html=not args.no_html))
+    # absolute: papermill runs the notebook from another folder (resolved by RunDir.check, through no other user's link)
+    print(notebooks.summarize(Path(os.path.abspath(args.run_dir)), html=not args.no_html))
     return 0
 
 
@@ -191,9 +192,11 @@ def _diagnose(args: argparse.Namespace) -> int:
         print(f"draft: {note}")
     try:
         params.load(out)
-    except ParamsError as exc:  # the kit's own mistake, said as such: the file stays for the reader to fix
-        print(f"launchlab: the draft {out} does not validate (a kit error; please report it):\n{exc}", file=sys.stderr)
-        return EXIT_KIT_ERROR
+    except ParamsError as exc:  # the file stays, for the reader to fix the lines named
+        print(f"launchlab: the draft {out} does not validate — a value the log gave that the params cannot hold, most "
+              "likely (the draft leaves out the ones it knows to check): fix the lines named below, or give them with "
+              f"--command / --host; if none of them comes from the log, please report it.\n{exc}", file=sys.stderr)
+        return EXIT_INVALID_PARAMS
     print(f"wrote {out}; next: launchlab run {out} --dry-run")
     return 0
 

@@ -1,8 +1,10 @@
 """Secrets never reach a run directory: masking by name and by value.
 
 A value is secret when its environment variable's name says so (TOKEN, KEY, SECRET, PASS, AUTH, PAT,
-CREDENTIAL), when it follows a secret flag (`--api-key`, `--hf-token`, any `--…-token`, `--…-key`,
-`--…-secret`, `--…-password`), when it is the password of a URL (`scheme://user:password@host`), or when
+CREDENTIAL, DSN, WEBHOOK, `*_PWD`), when it follows a secret flag (`--api-key`, `--hf-token`, any `--…-token`,
+`--…-key`, `--…-secret`, `--…-password`), when its shape says so whatever its name (SHAPES: the password of a URL
+`scheme://user:password@host`, a key-like user of one as a Sentry DSN's `https://KEY@host/1`, a webhook's URL
+(Slack, Discord, Teams), a token of a known prefix: `ghp_…`, `xoxb-…`, `hf_…`, `sk-…`, `AKIA…`), or when
 the params file lists its name under `secrets:`, or when it sits under a secret-like key of the smoke
 request's body (`api_key`, `token`, `password`, `authorization`, … — not `max_tokens`). Masking by name is not
 enough — a server prints its own arguments (SGLang's `server_args=ServerArgs(… api_key='sk-…' …)`) and its
@@ -32,10 +34,22 @@ from typing import BinaryIO
 from launchlab import safefiles
 
 MASK = "****"
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|AUTH|CREDENTIAL|(?:^|_)PAT(?:$|_)", re.IGNORECASE)
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|AUTH|CREDENTIAL|DSN|WEBHOOK|(?:^|_)PAT(?:$|_)|_PWD$", re.IGNORECASE)
 SECRET_FLAG = re.compile(r"^--?(?:[\w-]*[-_])?(?:api[-_]?key|token|key|secret|password|passwd|pass|auth|credentials?)$",
                          re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][\w+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]+)@")
+# Secrets by their shape, whatever name holds them (the caller's MYSQL_PWD is a name; a webhook under NOTIFY is not):
+# each pattern's group `secret` is what is masked.
+SHAPES = (
+    # a URL's user that is a key (a Sentry DSN `https://<32 hex>@o1.ingest.sentry.io/42`), not a login name
+    re.compile(r"[A-Za-z][\w+.-]*://(?P<secret>[\w-]{16,})@"),
+    # a webhook's URL: its path is the credential
+    re.compile(r"https?://(?:hooks\.slack\.com|(?:[\w-]+\.)?discord(?:app)?\.com/api/webhooks|[\w.-]+\.webhook\.office"
+               r"\.com|hooks\.zapier\.com)(?P<secret>/[^\s'\"<>]{8,})"),
+    # tokens of known prefixes: GitHub, Slack, Hugging Face, OpenAI-style, GitLab, AWS access key ids
+    re.compile(r"(?<![\w-])(?P<secret>(?:gh[pousr]_|github_pat_)[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|"
+               r"hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|glpat-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16})(?![\w-])"),
+)
 # the words of a secret JSON key in a request body, as a whole word of the key (`api_key`, `x-auth-token`; not `max_tokens`)
 SECRET_KEY = re.compile(r"^(?:[\w-]*[-_])?(?:api[-_]?key|token|key|secret|password|passwd|pass|auth|authorization|"
                         r"credentials?|cookie)$", re.IGNORECASE)
@@ -59,6 +73,19 @@ def secret_key(key: str, extra: Iterable[str] = ()) -> bool:
 
 def url_passwords(text: str) -> list[str]:
     return [m["password"] for m in _URL_PASSWORD.finditer(text)]
+
+
+def shaped(text: str) -> list[str]:
+    """The secrets in a text by their shape (SHAPES): URL passwords, key-like URL users, webhook paths, tokens of
+    known prefixes."""
+    return url_passwords(text) + [m["secret"] for shape in SHAPES for m in shape.finditer(text)]
+
+
+def _mask_shapes(text: str) -> str:
+    for shape in SHAPES:
+        if shape.search(text):
+            text = shape.sub(lambda m: m.group(0).replace(m["secret"], MASK), text)
+    return text
 
 
 def pieces(value: str, shortest: int = MIN_VALUE_LEN) -> set[str]:
@@ -99,7 +126,7 @@ class Masker:
             elif (m := _ASSIGNMENT.match(token)) and secret_name(m["name"], extra):
                 found.add(m["value"])  # `env HF_TOKEN=… python3 …`, `HF_TOKEN=… python3 …` (an imported command)
         for text in [*env.values(), *argv]:
-            found.update(url_passwords(text))
+            found.update(shaped(text))
         found.update(more)
         return cls.of(found)
 
@@ -119,7 +146,7 @@ class Masker:
         extra = tuple(extra)
         declared = [v for k, v in env.items() if k in extra]
         for value in env.values():
-            declared += url_passwords(value)
+            declared += shaped(value)
         by_name = [v for k, v in env.items() if k not in extra and secret_name(k)]
         return cls.of(declared).merge(cls.of(by_name, MIN_INHERITED_LEN))
 
@@ -130,7 +157,7 @@ class Masker:
         for value in self.values:
             if value in text:
                 text = text.replace(value, MASK)
-        return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+        return _mask_shapes(_URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text))
 
     def bytes(self, data: bytes) -> bytes:
         for value in self.values:
@@ -169,9 +196,10 @@ class Masker:
         """Mask a file in place (a log can be hundreds of MB, and any of its lines as long: Masker.stream)."""
         if not self.values:
             return
-        with safefiles.replacing(path, mode=path.stat().st_mode & 0o777) as tmp, open(path, "rb") as src, \
-                open(tmp, "xb") as dst:
-            self.stream(src, dst)
+        with safefiles.open_regular(path, follow_symlinks=False) as src:
+            mode = os.fstat(src.fileno()).st_mode & 0o777
+            with safefiles.replacing(path, mode=mode) as tmp, open(tmp, "wb") as dst:
+                self.stream(src, dst)
 
     def record(self, obj: object) -> object:
         """A JSON-like record with every string masked (dict keys included)."""
@@ -216,7 +244,7 @@ def for_experiment(exp) -> Masker:
             more += [v for k, v in level.env.items() if secret_name(k, extra)]
             more += [v for f, v in level.flags.items() if isinstance(v, str) and secret_flag(f, extra)]
             for value in [*level.env.values(), *(v for v in level.flags.values() if isinstance(v, str))]:
-                more += url_passwords(value)
+                more += shaped(value)
     return Masker.collect(exp.server.env, exp.server.command, extra, more)
 
 
@@ -237,7 +265,7 @@ def body_secrets(body: object, extra: Iterable[str] = (), secret: bool = False) 
     if isinstance(body, bool) or body is None:
         return []
     text = str(body)
-    return [text] if secret else url_passwords(text)
+    return [text] if secret else shaped(text)
 
 
 def masked_body(body: object, masker: Masker, extra: Iterable[str] = ()) -> object:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from launchlab import safefiles
 from launchlab.errors import ParseError
+from launchlab.fields import MAX_GPUS
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: the run kernel needs none (half a second)
     import pandas as pd
@@ -83,7 +84,7 @@ def parse_snapshot(text: str) -> list[GpuState]:
     """Each GPU of a snapshot; memory.free is None where it was not printed or is not a number."""
     rows = _rows(text, len(SNAPSHOT_FIELDS)) or _rows(text, len(SNAPSHOT_FIELDS) - 1)
     return [GpuState(int(float(c[0])), c[1].strip(), c[2].strip(), _cell(c[3]), _cell(c[4]), _free(c[5:]))
-            for c in rows if c[0].strip().isdigit()]
+            for c in rows if c[0].strip().isdigit()][:MAX_GPUS]  # no host has more: a listing past it is not one
 
 
 def _free(cells: list[str]) -> float | None:

@@ -98,7 +98,7 @@ class Host(Protocol):
     # scheduler that would refuse the job)
     def check_launchable(self, sampler: str) -> None: ...
     def claim_workdir(self) -> None: ...  # before anything is launched: HostError unless `workdir` is the user's alone
-    def gpu_indices(self) -> set[int] | None: ...  # the GPUs nvidia-smi lists there; None: it cannot tell (no
+    def gpu_indices(self) -> list[int] | None: ...  # the GPUs nvidia-smi lists there; None: it cannot tell (no
     #                                                nvidia-smi, or a scheduler's host, whose GPUs are its nodes')
     # this user's process groups (a scheduler's: jobs) of launchlab runs whose batch is not in `live`:
     # [{pgid, pids, run, batch}] (recovery.leftovers)

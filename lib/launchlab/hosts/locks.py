@@ -1,13 +1,15 @@
 """Host locks: one batch at a time on each GPU of a shared host, and who holds it.
 
 A lock is a file per GPU (`gpu3.lock`, or `host.lock` where the GPUs cannot be listed) in a folder every
-user of the host can write (`/tmp/launchlab-locks`, or the simulated box's own folder), created atomically
-(`set -C`: the shell refuses to overwrite). It names its owner — user, the kit's pid and machine, the
-experiment, the run directory, since when — so a second batch can say who holds the host, wait for it
-(`--wait`) or refuse. The owner touches its files while it runs: a lock whose file has not been touched for
-STALE_S seconds on the host's own clock, or whose owner ran on this machine and is gone, is stale and taken
-over. A batch's processes carry its id (LAUNCHLAB_BATCH), so leftovers are only the processes of batches that
-no live lock accounts for — never another batch's live runs.
+user of the host can write (`/tmp/launchlab-locks`, or the simulated box's own folder), created atomically: a
+complete file hard-linked to the lock's name (hosts/commands/locks.py, where no name is followed or read whole, and
+a folder that is a link or open to all without the sticky bit is refused). It names its owner — user, the kit's
+pid and machine, the experiment, the run directory, since when — so a second batch can say who holds the host,
+wait for it (`--wait`) or refuse; being someone else's input, what it says is checked field by field before it is
+believed. The owner touches its files while it runs: a lock whose file has not been touched for STALE_S seconds on
+the host's own clock, or whose owner ran on this machine and is gone, is stale and taken over. A batch's processes
+carry its id (LAUNCHLAB_BATCH), so leftovers are only the processes of batches that no live lock accounts for —
+never another batch's live runs.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 
 from launchlab import config
 from launchlab.errors import HostError
+from launchlab.escaping import visible
 from launchlab.hosts import Host, commands
 
 HEARTBEAT_S = 10
@@ -56,11 +59,38 @@ class Owner:
                 f"run directory {self.run_dir}, since {self.since})")
 
 
+    @classmethod
+    def from_text(cls, text: str) -> Owner | None:
+        """The owner a lock file names, or None when it is not a record the kit wrote: every field there and of
+        its type, the pid one a process can have (os.kill(0 or -1, …) would reach a whole group)."""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(data, dict) or set(data) != {f.name for f in fields(cls)}:
+            return None
+        pid = data["kit_pid"]
+        if not (isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < 2**31):
+            return None
+        if not all(isinstance(data[f.name], str) for f in fields(cls) if f.name != "kit_pid"):
+            return None
+        return cls(**data)
+
+
 @dataclass(frozen=True)
 class Holder:
     owner: Owner | None  # None: the lock file could not be read as an owner record
     age_s: float  # seconds since the owner last touched the file (host clock)
     name: str
+    planted: str | None = None  # what is at the lock's name when it is no regular file (a link, a FIFO, a folder)
+
+    def describe(self) -> str:
+        if self.owner is not None:
+            return self.owner.describe()
+        if self.planted is not None:
+            return (f"{self.planted}, not a lock file of the kit's (someone put it there: remove it if it is yours, "
+                    "else ask its owner or the host's admin to)")
+        return "an unreadable lock file"
 
     @property
     def stale(self) -> bool:
@@ -81,19 +111,21 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _holder(name: str, text: str) -> Holder | None:
-    """Parse what the lock commands print (hosts/commands/locks.py): the file's JSON, then its mtime and the host's clock."""
-    lines = text.strip().splitlines()
+    """Parse what the lock commands print (hosts/commands/locks.py): what the name is and its owner, its mtime, the
+    host's clock, then the file's first bytes (a regular file's only)."""
+    lines = text.lstrip("\n").split("\n", 3)
     if len(lines) < 3:
         return None
+    kind, _, user = lines[0].partition(":")
     try:
-        mtime, now = int(lines[-2]), int(lines[-1])
+        mtime, now = int(lines[1]), int(lines[2])
     except ValueError:
         return None
-    try:
-        owner = Owner(**json.loads("\n".join(lines[:-2])))
-    except (ValueError, TypeError):
-        owner = None
-    return Holder(owner, max(0, now - mtime), name)
+    if kind == "missing":
+        return None
+    if kind != "regular file":
+        return Holder(None, max(0, now - mtime), name, planted=f"a {visible(kind or 'something')} made by {visible(user)}")
+    return Holder(Owner.from_text(lines[3] if len(lines) > 3 else ""), max(0, now - mtime), name)
 
 
 class HostLock:
@@ -111,7 +143,7 @@ class HostLock:
         out = self.host.run(commands.lock_list(self.dir), timeout=30, check=False).stdout
         found = []
         for block in out.split("\x1e"):
-            name, _, body = block.strip().partition("\n")
+            name, _, body = block.lstrip("\n").partition("\n")
             holder = _holder(name, body) if name else None
             if holder is not None:
                 found.append(holder)
@@ -122,6 +154,7 @@ class HostLock:
         text = json.dumps(asdict(self.owner))
         for name in self.names:
             out = self.host.run(commands.lock_take(self._path(name), text, STALE_S), timeout=30, check=False).stdout
+            self._usable(out)
             if out.startswith("ACQUIRED"):
                 self.held.append(name)
                 continue
@@ -137,11 +170,20 @@ class HostLock:
             return holder or Holder(None, 0, name)
         return None
 
+    def _usable(self, out: str) -> None:
+        """HostError when the lock command found the folder unfit for locks (a link, no folder, open to all)."""
+        if out.startswith(commands.LOCK_UNUSABLE):
+            why = visible(out.splitlines()[0][len(commands.LOCK_UNUSABLE):].strip())
+            raise HostError(self.host.name, f"the lock folder {self.dir} {why}: the kit keeps no locks there (another "
+                                            "user could make two batches share a GPU). Nothing was launched. Remove "
+                                            "it if it is yours (the kit makes it again, mode 1777), or set "
+                                            "LAUNCHLAB_LOCK_DIR to a folder that is one")
+
     def acquire(self, wait: bool, say: Callable[[str], None]) -> None:
         """Take the locks; while another batch holds one, wait (saying who, now and then) or refuse."""
         last = 0.0
         while (holder := self.try_acquire()) is not None:
-            who = holder.owner.describe() if holder.owner else "an unreadable lock file"
+            who = holder.describe()
             where = f"host {self.host.name!r} ({holder.name}, lock {self._path(holder.name)})"
             if not wait:
                 raise HostError(self.host.name, f"{where} is held by {who}. Nothing was launched. Wait for it with "

@@ -18,6 +18,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 from launchlab.errors import LaunchlabError
+from launchlab.fields import MAX_GPUS
 from launchlab.gpu import smitext, telemetry
 from launchlab.hosts import CommandResult, Host, commands
 from launchlab.logparse.kinds import model_flags
@@ -160,6 +161,8 @@ def _facts(sections: dict[str, str], table_text: str, topo_text: str) -> dict:
         if len(cells) == 6 and cells[0].strip().isdigit():
             gpus.append({"index": int(cells[0]), "name": cells[1], "uuid": cells[2], "bus_id": cells[3],
                          "mem_total_mib": telemetry.parse_number(cells[4])})
+        if len(gpus) == MAX_GPUS:  # no host has more: what a listing says past it is not kept
+            break
     topo = smitext.parse_topo(topo_text)
     return {
         "hostname": sections.get("hostname") or None,

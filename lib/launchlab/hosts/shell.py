@@ -73,10 +73,12 @@ class ShellHost(abc.ABC):
                                        "nvidia-smi reachable for non-interactive shells, or set `sampler: {kind: none}` "
                                        "to run without a GPU trace")
 
-    def gpu_indices(self) -> set[int] | None:
+    def gpu_indices(self) -> list[int] | None:
+        """Each GPU's index as the listing gives it, a GPU listed twice twice: the first cell of each line that starts
+        with one (a stand-in printing more columns than asked for is counted too; "No devices were found" is not)."""
         out = self.run(commands.gpu_indices(), timeout=60, check=False).stdout
-        listed = {int(line) for line in (s.strip() for s in out.splitlines()) if line.isdigit()}
-        return listed or None
+        firsts = (line.split(",", 1)[0].strip() for line in out.splitlines())
+        return [int(cell) for cell in firsts if cell.isdigit()] or None
 
     def leftovers(self, live: set[str]) -> list[dict]:
         """This user's process groups tagged with a launchlab run whose batch is not in `live`, on this machine (or

@@ -28,6 +28,36 @@ class SlurmSimulate(fields.StrictModel):
     pace: float = Field(1.0, gt=0, le=1000, description="time scale of the simulated server (1: its usual pace)")
 
 
+# The sbatch options `sbatch_args` may give, matched exactly as `--name=value` or `--name` (sbatch itself takes
+# `-J x`, `--job`, `--out` for --job-name and --output: getopt's short options and unambiguous abbreviations, so a
+# deny-list of prefixes let them through). Left out: what the kit sets for every job or what takes a run's job away
+# from it — its name, comment, output, folder, partition, account, gres, nodes, tasks, requeue, hold, test-only,
+# parsable — and what runs something else or as someone else (--wrap, --array, --uid, --gid, --export, --chdir).
+SBATCH_OPTIONS = frozenset({  # each with its value: `--name=value` (a bare `--mem` would take the job script for it)
+    "--qos", "--constraint", "--prefer", "--mem", "--mem-per-cpu", "--mem-per-gpu", "--cpus-per-task",
+    "--cpus-per-gpu", "--gpus", "--gpus-per-node", "--gpus-per-task", "--gpu-bind", "--gpu-freq", "--reservation",
+    "--exclude", "--licenses", "--mail-type", "--mail-user", "--nice", "--priority", "--tmp", "--begin",
+    "--deadline", "--time-min", "--dependency", "--kill-on-invalid-dep", "--hint", "--wckey", "--switches",
+    "--network", "--core-spec", "--thread-spec", "--threads-per-core", "--cores-per-socket", "--sockets-per-node",
+    "--distribution", "--mem-bind", "--cpu-freq", "--acctg-freq", "--gres-flags", "--propagate",
+})
+SBATCH_FLAGS = frozenset({"--exclusive", "--oversubscribe", "--contiguous", "--use-min-nodes", "--spread-job"})
+
+
+def sbatch_arg_problem(arg: str) -> str | None:
+    """Why `arg` is not an sbatch option `sbatch_args` may give, or None."""
+    name, value = arg.split("=", 1) if "=" in arg else (arg, None)
+    if name in SBATCH_OPTIONS and value is not None or name in SBATCH_FLAGS and (value is None or name == "--exclusive"):
+        return None
+    if name in SBATCH_OPTIONS:
+        return f"{name} takes its value in the same argument: `{name}=VALUE`"
+    if name in SBATCH_FLAGS:
+        return f"{name} takes no value"
+    return ("not one of the sbatch options the kit passes on, each written whole (no short options, no "
+            f"abbreviations): {', '.join(sorted(SBATCH_OPTIONS | SBATCH_FLAGS))}. The kit sets the job's name, "
+            "comment, output, folder, partition, account, gres and nodes itself")
+
+
 class SlurmSpec(HostParams):
     """A Slurm partition: each run is one job (`sbatch`), its server started with `srun` inside it."""
 
@@ -46,7 +76,9 @@ class SlurmSpec(HostParams):
     pin_node: bool = Field(True, description="every run on the node the first run got (the controlled choice)")
     max_jobs: int = Field(1, ge=1, le=64, description="runs in flight at once")
     sbatch_args: list[Annotated[StrictStr, Field(max_length=1000), no_control("sbatch_args")]] = Field(
-        default_factory=list, description="anything else for sbatch, each passed as one quoted argument")
+        default_factory=list, description="more sbatch options, each `--name=value` (or `--name`) of an allow-list "
+                                          "matched exactly (--qos, --constraint, --mem, --exclusive, …), passed as "
+                                          "one quoted argument")
     workdir: PathStr | None = Field(None, description="run folders on the cluster's shared filesystem "
                                                       "(default ~/.launchlab/work)")
     simulate: SlurmSimulate | None = Field(None, description="tests and demo: a simulated GPU box inside each job")
@@ -61,10 +93,9 @@ class SlurmSpec(HostParams):
     def _simulate_needs_local_login(self) -> SlurmSpec:
         if self.simulate is not None and self.login != "local":
             raise ValueError("`simulate` needs `login: local` (the simulated box is prepared on this machine)")
-        if any(a.startswith(("--parsable", "--comment", "--job-name", "--output", "--chdir", "--test-only"))
-               for a in self.sbatch_args):
-            raise ValueError("sbatch_args must not set --parsable, --comment, --job-name, --output, --chdir or "
-                             "--test-only: the kit sets them for every job")
+        for i, arg in enumerate(self.sbatch_args):
+            if problem := sbatch_arg_problem(arg):
+                raise ValueError(f"sbatch_args[{i}] {arg[:60]!r}: {problem}")
         return self
 
     def worker_slots(self) -> list[None]:

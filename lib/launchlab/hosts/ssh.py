@@ -1,7 +1,8 @@
 """The `ssh` transport: a GPU box reached over SSH with fabric, strict about host keys, robust to drops.
 
 Fabric accepts any host key unless told otherwise (it hard-codes paramiko's AutoAddPolicy and never reads
-known_hosts), so the connection loads the user's known_hosts files and rejects unknown or changed keys.
+known_hosts), so the connection loads the user's known_hosts files and rejects unknown or changed keys — and so
+does every ProxyJump hop of ~/.ssh/config (fabric makes each hop a Connection of its own, as trusting as the first).
 It also ignores ServerAliveInterval, so keepalive is set on the transport. Every command is one shell string
 built in hosts/commands/ and run with pty=False; a dropped connection is reopened (bounded) before a
 command is given up, and a host that stays unreachable raises HostError.
@@ -41,6 +42,24 @@ def _known_hosts_files() -> list[Path]:
     return [Path("~/.ssh/known_hosts").expanduser(), Path("/etc/ssh/ssh_known_hosts")]
 
 
+def _strict(client: paramiko.SSHClient) -> None:
+    for path in _known_hosts_files():
+        if path.is_file():
+            client.load_host_keys(str(path))
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+
+
+def _unknown_hop(message: str, conn: Connection) -> Connection | None:
+    """The ProxyJump hop whose key paramiko did not find (its message names the server), or None: not a hop's."""
+    hop = conn.gateway
+    while isinstance(hop, Connection):
+        for name in (hop.host, f"[{hop.host}]:{hop.port}"):
+            if f"'{name}' not found in known_hosts" in message:
+                return hop
+        hop = hop.gateway
+    return None
+
+
 def _no_exit_status(res) -> bool:
     """paramiko's exit status of a channel that closed without reporting one is -1."""
     return res.exited is None or res.exited < 0
@@ -68,11 +87,11 @@ class SshHost(ShellHost):
             kwargs["key_filename"] = [str(Path(self.spec.identity_file).expanduser())]
         conn = Connection(self.spec.address, user=self.spec.user, port=self.spec.port, config=config,
                           connect_kwargs=kwargs, connect_timeout=15)
-        # fabric would trust any key: load known_hosts and refuse what is not in it
-        for path in _known_hosts_files():
-            if path.is_file():
-                conn.client.load_host_keys(str(path))
-        conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        # fabric would trust any key, of the host and of every ProxyJump hop: load known_hosts, refuse what is not in it
+        hop = conn
+        while isinstance(hop, Connection):
+            _strict(hop.client)
+            hop = hop.gateway
         try:
             conn.open()
         except paramiko.BadHostKeyException as exc:
@@ -81,6 +100,12 @@ class SshHost(ShellHost):
                                        f"`ssh-keygen -R {self._known_name()}` and connect once with ssh to trust it again; "
                                        "otherwise someone may be intercepting the connection.") from None
         except paramiko.SSHException as exc:
+            if (hop := _unknown_hop(str(exc), conn)) is not None:
+                raise HostError(self.name, f"the host key of {hop.host} (port {hop.port}), a ProxyJump hop on the way "
+                                           f"to {self._where()}, is unknown, so the hop cannot be verified (a machine "
+                                           "in between could read and change everything). Trust it by connecting once "
+                                           f"with `ssh -p {hop.port} {hop.user}@{hop.host}` and checking its "
+                                           "fingerprint (it is then in ~/.ssh/known_hosts).") from None
             if "not found in known_hosts" in str(exc):
                 raise HostError(self.name, f"the host key of {self._where()} is unknown, so the host cannot be "
                                            f"verified. Trust it by connecting once with `ssh {self._ssh_args()}` "

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from launchlab import params
+from launchlab import params, safefiles
 from launchlab.errors import RunDirError
 from launchlab.reporting import comparetext
 from launchlab.store import records, rundir
@@ -65,7 +65,7 @@ def load_side(path: str | Path, label: str) -> compare.Side:
         runs=tables.runs, events=tables.events, ledger=evidence,
         budget=budget.observed(exp.server.kind, evidence, tables.events, tables.runs, telemetry=tables.telemetry),
         facts=per_run["provenance"], parsed=per_run["parsed"],
-        settings=yaml.safe_load(directory.experiment_file.read_text(encoding="utf-8")) or {},
+        settings=yaml.safe_load(rundir.read_text(directory.experiment_file)) or {},
         server_kind=exp.server.kind, declared_args=frozenset(levelchecks.declared_args(exp)))
 
 
@@ -78,12 +78,15 @@ def write(record: BeforeAfter, out: Path | None = None) -> rundir.CompareFolder:
     """compare.json and compare.html, in `out` (default: compare/<before> inside the after run directory)."""
     folder = rundir.CompareFolder(out) if out is not None else \
         rundir.RunDir(Path(record.after.run_dir)).comparison(rundir.RunDir(Path(record.before.run_dir)))
-    rundir.write_json(folder.record, record.to_json())
-    page(record, folder.page)
+    # no more readable than the more private of the two run directories (an imported 0600 log's lines are in it)
+    mode = safefiles.private_mode(*(rundir.RunDir(Path(side.run_dir)).share_mode()
+                                    for side in (record.before, record.after)))
+    rundir.write_json(folder.record, record.to_json(), mode=mode)
+    page(record, folder.page, mode=mode)
     return folder
 
 
-def page(record: BeforeAfter, path: Path) -> Path:
+def page(record: BeforeAfter, path: Path, *, mode: int = 0o644) -> Path:
     """compare.html: the comparison's sections as outputs of a notebook held in memory (no kernel runs), exported
     with the summary's offline template, so it reads and opens as summary.html does."""
     from launchlab.reporting import export  # nbconvert: only for the page
@@ -94,7 +97,7 @@ def page(record: BeforeAfter, path: Path) -> Path:
         cell.outputs = [nbformat.v4.new_output("display_data", data={mime: text})]
         nb.cells.append(cell)
     return export.node_to_html(nb, path, title=f"{record.after.experiment} — before and after — launchlab",
-                               name="compare")
+                               name="compare", mode=mode)
 
 
 def show(compare_with: str, run_dir: str | Path) -> None:

@@ -4,6 +4,7 @@ nothing fetched from the internet."""
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -16,14 +17,48 @@ from launchlab.store import rundir
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 NOTEBOOK_ONLY = "notebook-only"  # a cell tag: shown in the notebook, left out of the exported page
-# Anything that would make a browser reach out: a remote script/style/image/frame, or a module import.
-REMOTE = re.compile(r"""(?:<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*["']?(?:https?:)?//)"""
-                    r"""|(?:\bimport\s*\(\s*["'](?:https?:)?//)|(?:@import\s+(?:url\()?["']?(?:https?:)?//)""",
-                    re.IGNORECASE)
+# What would make a browser reach out, where a browser acts on it — an element's URL attribute, a style (an element's
+# or a <style> sheet's: @import, url()), a script's module import — never the page's text: a log line quoting
+# `@import url(http://…)` is shown as text (escaped), and a check that read the text too refused a whole report.
+_REMOTE_URL = re.compile(r"^\s*(?:https?:)?//", re.IGNORECASE)
+_REMOTE_CSS = re.compile(r"@import\b|url\(\s*[\"']?\s*(?:https?:)?//", re.IGNORECASE)
+_REMOTE_SCRIPT = re.compile(r"\bimport\s*\(\s*[\"'](?:https?:)?//|\bimport\s+[^;]*?from\s*[\"'](?:https?:)?//",
+                            re.IGNORECASE)
+_URL_ATTRIBUTES = {"src", "href", "srcset", "poster", "data", "action", "formaction", "background", "xlink:href",
+                   "lowsrc", "ping", "manifest", "codebase", "archive", "longdesc"}
+
+
+class _RemoteFinder(HTMLParser):
+    """The places of a page a browser would fetch from the internet."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: list[str] = []
+        self._in: str | None = None  # style or script: their text is CSS or code, not text
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            value = value or ""
+            if name in _URL_ATTRIBUTES and any(_REMOTE_URL.match(v) for v in value.split(",")):
+                self.found.append(f"<{tag} {name}={value[:80]!r}>")
+            elif name == "style" and _REMOTE_CSS.search(value):
+                self.found.append(f"<{tag} style={value[:80]!r}>")
+        self._in = tag if tag in ("style", "script") else None
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in = None
+
+    def handle_data(self, data: str) -> None:
+        if self._in == "style" and (m := _REMOTE_CSS.search(data)) or \
+                self._in == "script" and (m := _REMOTE_SCRIPT.search(data)):
+            self.found.append(f"<{self._in}> {data[m.start():m.start() + 80]!r}")
 
 
 def remote_references(html: str) -> list[str]:
-    return [m.group(0) for m in REMOTE.finditer(html)]
+    finder = _RemoteFinder()
+    finder.feed(html)
+    finder.close()
+    return finder.found
 
 
 def notebook_to_html(notebook: Path, html_path: Path, title: str | None = None) -> Path:
@@ -31,7 +66,8 @@ def notebook_to_html(notebook: Path, html_path: Path, title: str | None = None) 
     return node_to_html(nbformat.read(str(notebook), as_version=4), html_path, title=title, name=notebook.stem)
 
 
-def node_to_html(nb: nbformat.NotebookNode, html_path: Path, *, title: str | None = None, name: str = "report") -> Path:
+def node_to_html(nb: nbformat.NotebookNode, html_path: Path, *, title: str | None = None, name: str = "report",
+                 mode: int = 0o644) -> Path:
     """A notebook held in memory as a page of the report's style (compare.html: outputs made without a kernel)."""
     exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
                             exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
@@ -47,5 +83,5 @@ def node_to_html(nb: nbformat.NotebookNode, html_path: Path, *, title: str | Non
     if remote:
         raise RunDirError(f"{html_path}: the report would fetch from the internet ({remote[:3]}); "
                           "the offline template needs updating for this nbconvert version")
-    rundir.write_text(html_path, body)
+    rundir.write_text(html_path, body, mode=mode)
     return html_path

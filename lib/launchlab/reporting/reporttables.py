@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -15,7 +16,7 @@ import pandas as pd
 from IPython.display import SVG, Image, display
 from pandas.io.formats.style import Styler
 
-from launchlab import numtext
+from launchlab import numtext, safefiles
 from launchlab.escaping import html_text, md
 
 
@@ -146,8 +147,8 @@ def column_formats(frame: pd.DataFrame, precision: int = 2) -> dict[str, Callabl
 
 def log_tail(path: Path, lines: int = 20) -> str:
     """The last lines of a (possibly huge) log file."""
-    with open(path, "rb") as fh:
-        fh.seek(max(0, path.stat().st_size - 64 * 1024))
+    with safefiles.open_regular(path) as fh:  # no link another user made, no FIFO waited on
+        fh.seek(max(0, os.fstat(fh.fileno()).st_size - 64 * 1024))
         return "\n".join(fh.read().decode("utf-8", errors="replace").splitlines()[-lines:])
 
 

@@ -6,6 +6,7 @@ reaching its final status."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
@@ -122,9 +123,11 @@ def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord, deadline: 
             with safefiles.replacing(folder.path / name) as partial:
                 if name in logs:
                     node.kept[name] = copy_log(node.host, f"{node.dir}/{name}", partial, node.masker, deadline=deadline)
-                else:
-                    node.host.fetch(f"{node.dir}/{name}", str(partial))
-                    node.masker.mask_file(partial)
+                else:  # fetched into a private scratch folder, then masked into the unnamed file
+                    with tempfile.TemporaryDirectory(prefix="launchlab-fetch-") as scratch:
+                        node.host.fetch(f"{node.dir}/{name}", f"{scratch}/{name}")
+                        with safefiles.open_regular(f"{scratch}/{name}") as src, open(partial, "wb") as dst:
+                            node.masker.stream(src, dst)
             if name == node.csv_name:
                 folder.keep_samples(node.rank)
             collected += 1

@@ -40,7 +40,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     on a slot of the host's GPUs only."""
     hosts = nodes.by_name(hosts)
     folder = rundir.RunDir(run_dir).run(run.run_id)
-    folder.path.mkdir(parents=True, exist_ok=True)
+    rundir.make_folder(folder.path)
     _refuse_a_second_attempt(folder)
     run_nodes = nodes.make(exp, run, run_dir, hosts, gpus=gpus)
     record = RunRecord(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),

@@ -8,7 +8,7 @@ import re
 import time
 from pathlib import Path
 
-from launchlab import logparse, masking, params
+from launchlab import logparse, masking, params, safefiles
 from launchlab.errors import HostError, LaunchlabError
 from launchlab.hosts import Host, commands
 from launchlab.hosts.nodes import Node, masker_of
@@ -89,7 +89,7 @@ class Mirror:
     def __init__(self, host: Host, remote: str, local: Path, masker: masking.Masker):
         self.host, self.remote, self.local, self.offset, self.partial = host, remote, local, 0, b""
         self.masker = masker
-        local.write_bytes(b"")
+        safefiles.create(local).close()  # in the run's own folder, never through a link planted there
 
     def new_lines(self) -> list[str]:
         chunk = self.host.read_bytes(self.remote, self.offset, READ_BYTES)
@@ -100,7 +100,7 @@ class Mirror:
         cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
         complete, self.partial = self.masker.bytes(data[:cut]), data[cut:]
         if complete:
-            with open(self.local, "ab") as fh:
+            with safefiles.create(self.local, append=True) as fh:
                 fh.write(complete)
         return re.split(r"[\r\n]", complete.decode("utf-8", errors="replace"))[:-1]
 

@@ -248,7 +248,7 @@ def _check_gpus(host, declared: int | None, slots: list[list[int]] | None) -> No
     if not listed:
         return
     most = declared if declared is not None else MAX_GPUS
-    if len(listed) > most:
+    if len(listed) > most:  # every line counted: a listing of 200,000 rows that repeat or carry more columns too
         said = f"the {declared} its params declare (`gpus: {declared}`)" if declared is not None else \
             f"the {MAX_GPUS} a host may have"
         raise HostError(host.name, f"nvidia-smi there lists {len(listed)}{'+' if len(listed) > MAX_GPUS else ''} GPUs, "
@@ -257,7 +257,7 @@ def _check_gpus(host, declared: int | None, slots: list[list[int]] | None) -> No
     for n, slot in enumerate(slots or []):
         if missing := [g for g in slot if g not in listed]:
             raise HostError(host.name, f"gpu_slots[{n}] {slot} names GPU(s) {', '.join(map(str, missing))}, but "
-                                       f"nvidia-smi there lists GPU(s) {', '.join(map(str, sorted(listed)))}; nothing "
+                                       f"nvidia-smi there lists GPU(s) {', '.join(map(str, sorted(set(listed))))}; nothing "
                                        "was launched. Name GPUs the host has in `gpu_slots:`")
 
 

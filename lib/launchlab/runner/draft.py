@@ -4,20 +4,26 @@ suspect the log shows on as an on/off factor where it can take effect; the kind'
 repetitions (and a warm-up where the kind compiles on its first start); the host given, or a simulated one shaped
 like the log's GPUs where the kit simulates the kind. Every factor carries a comment naming the log line behind it.
 
-YAML is written by hand so that it can carry those comments; every scalar is a JSON string (valid YAML), so a log's
-text cannot change the file's structure, and `{`/`}` from a log are doubled (params placeholders, template.py).
+YAML is written by hand so that it can carry those comments; every scalar is a double-quoted YAML string (_q: every
+character the YAML reader would refuse or fold escaped), so a log's text cannot change the file's structure, and
+`{`/`}` from a log are doubled (params placeholders, template.py). A log is someone else's input: a value of it that
+the params could not hold (more GPUs than a host has, a memory share outside (0, 1], free memory above the total)
+is left out of the draft with a TODO saying why, so that the draft validates whatever the log says.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from launchlab import safefiles
 from launchlab.errors import LaunchlabError
+from launchlab.fields import MAX_GPUS
 from launchlab.hosts.sim_spec import SimSpec
 from launchlab.runner.diagnose import Diagnosis, quote
 from launchlab.store import workspace
@@ -45,6 +51,7 @@ class Draft:
     text: str
     patches: dict[str, Path] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    mode: int = 0o644  # no more readable than the logs it quotes (safefiles.private_mode): a 0600 log, a 0600 draft
 
 
 @dataclass
@@ -61,7 +68,7 @@ def make(found: Diagnosis, opts: Options) -> Draft:
     """The draft of the experiment that isolates the diagnosed failure."""
     parts = _Parts()
     notes = parts.notes
-    simulated = opts.host is None and _simulable(found)
+    simulated = opts.host is None and _simulable(found, parts.notes)
     host = _host(found, opts, simulated, notes)
     command = _command(found, opts, simulated, notes)
     search, patches = _factors(found, opts, simulated, parts)
@@ -79,7 +86,8 @@ def make(found: Diagnosis, opts: Options) -> Draft:
                                        if compiles else [])
     lines.append("drain: {timeout_s: 30, tolerance_mib: 64}" if simulated else
                  "drain: {timeout_s: 120, tolerance_mib: 512}")
-    return Draft("\n".join(lines) + "\n", patches, notes)
+    modes = [st.st_mode for log in found.logs if (st := safefiles.lstat(log)) is not None]
+    return Draft("\n".join(lines) + "\n", patches, notes, safefiles.private_mode(*modes))
 
 
 def write(draft: Draft, out: Path, *, force: bool) -> list[Path]:
@@ -92,38 +100,67 @@ def write(draft: Draft, out: Path, *, force: bool) -> list[Path]:
     linked = [f for f in (out.parent, out.parent / "patches") if f.is_symlink()]
     if draft.patches and linked:  # a link planted in a shared params folder would take the patch elsewhere
         raise LaunchlabError(f"{linked[0]} is a symbolic link: nothing written (-o names a file in a real folder)")
-    write_text(out, draft.text)
+    write_text(out, draft.text, mode=draft.mode)
     for name, source in draft.patches.items():
         write_text(out.parent / "patches" / name, source.read_text())
     return targets
 
 
-def _simulable(found: Diagnosis) -> bool:
+def _simulable(found: Diagnosis, notes: list[str]) -> bool:
+    """Whether the kit can simulate the log's launch: a kind it simulates, and a box shaped like the log's GPUs that
+    a `sim` host can be (SimSpec checks it: a log's 10⁸ GPUs or free memory above the total cannot; said why)."""
     relaunch = found.kind.relaunch if found.kind else None
-    return bool(relaunch and relaunch.simulated and relaunch.sim_card_mib
-                and {"total_gib", "avail_gib"} <= found.memory.keys())
+    if not (relaunch and relaunch.simulated and relaunch.sim_card_mib
+            and {"total_gib", "avail_gib"} <= found.memory.keys()):
+        return False
+    try:
+        SimSpec(transport="sim", **_sim_shape(found))
+    except (ValidationError, ValueError, OverflowError) as exc:
+        problem = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        notes.append(f"host: not simulated — the log's GPUs ({_gpus(found)} GPU(s), "
+                     f"{found.memory['total_gib']:.3g} GiB free before the weights, {found.memory['avail_gib']:.3g} "
+                     f"GiB after) are no box the simulator can be ({problem}); check the log's numbers")
+        return False
+    return True
+
+
+def _gpus(found: Diagnosis) -> int:
+    return found.tp * _int(found.args.get(found.kind.log_facts.dp_size or "", "1") if found.kind else "1")
+
+
+def _sim_shape(found: Diagnosis) -> dict:
+    total, avail = found.memory["total_gib"], found.memory["avail_gib"]
+    if not 0 < avail <= total:
+        raise ValueError(f"free memory after the weights {avail:.3g} GiB is not between 0 and the "
+                         f"{total:.3g} GiB before them")
+    on = any(f.suspect.name == "custom_ar" and f.takes_effect for f in found.findings)
+    reserved = SimSpec.model_fields["mem_reserved_mib"].default
+    return {"gpus": _gpus(found), "weights_gib_per_rank": round(total - avail, 3),
+            "mem_total_mib": found.kind.relaunch.sim_card_mib(total, reserved_mib=reserved, custom_ar=on)}
 
 
 def _host(found: Diagnosis, opts: Options, simulated: bool, notes: list[str]) -> list[str]:
-    gpus = found.tp * _int(found.args.get(found.kind.log_facts.dp_size or "", "1") if found.kind else "1")
+    gpus = _gpus(found)
     if simulated:
         total, avail = found.memory["total_gib"], found.memory["avail_gib"]
-        on = any(f.suspect.name == "custom_ar" and f.takes_effect for f in found.findings)
-        card_mib = found.kind.relaunch.sim_card_mib
-        reserved = SimSpec.model_fields["mem_reserved_mib"].default
+        shape = _sim_shape(found)
         notes.append(f"host: simulated, {gpus} GPU(s) shaped like the log's ({total:.2f} GiB free before the weights, "
                      f"{total - avail:.2f} GiB of weights per rank); --host NAME runs it on a real one")
         return [f"  {SIM_HOST}:", "    transport: sim                 # shaped like the log's GPUs (--host NAME: a real one)",
                 f"    gpus: {gpus}", f"    gpu_name: {_q('like the diagnosed log (simulated)')}",
-                f"    mem_total_mib: {card_mib(total, reserved_mib=reserved, custom_ar=on)}",
-                f"    weights_gib_per_rank: {round(total - avail, 3)}"]
+                f"    mem_total_mib: {shape['mem_total_mib']}", f"    weights_gib_per_rank: {shape['weights_gib_per_rank']}"]
+    count = [f"    gpus: {gpus}"]
+    if gpus > MAX_GPUS:  # what no host has: said, and left to the host's own count
+        notes.append(f"host: TODO — the log's tensor × data parallel sizes make {gpus} GPUs, more than the {MAX_GPUS} "
+                     "a host may have; `gpus:` is left out (the host's nvidia-smi counts them)")
+        count = []
     if opts.host is None:
         notes.append("host: TODO — this machine as written; --host NAME names the one that ran the log")
         return [f"  {REAL_HOST}:", "    transport: local               # TODO: the machine of the log (--host NAME)",
-                f"    gpus: {gpus}"]
+                *count]
     if opts.host in _LOCAL:
-        return [f"  {REAL_HOST}:", "    transport: local", f"    gpus: {gpus}"]
-    return [f"  {REAL_HOST}:", "    transport: ssh", f"    address: {_q(opts.host)}", f"    gpus: {gpus}"]
+        return [f"  {REAL_HOST}:", "    transport: local", *count]
+    return [f"  {REAL_HOST}:", "    transport: ssh", f"    address: {_q(opts.host)}", *count]
 
 
 def _int(text: str) -> int:
@@ -208,6 +245,12 @@ def _memory(found: Diagnosis, opts: Options, parts: _Parts) -> list[str]:
         if be is not None:
             parts.notes.append(f"{be.flag}: TODO — the log does not give the numbers of the break-even ({be.formula})")
         return []
+    odd = [f"{what} {value:g}" for what, value in (("the failing value", found.requested),
+                                                   ("the break-even", found.break_even)) if not 0 < value <= 1]
+    if odd:  # a share of the memory, in every kind: a log that says otherwise is not one to draft levels from
+        parts.notes.append(f"{be.flag}: TODO — {' and '.join(odd)} from the log is no share of the memory (0 < x ≤ "
+                           "1); check the log, then add the factor by hand")
+        return []
     step = be.margin
     past = max(math.ceil((found.break_even + step) / step - 1e-9) * step, step)
     where = f"line {found.failure.line}: " if found.failure and found.failure.line else ""
@@ -291,5 +334,17 @@ def _scalar(value) -> str:
 
 
 def _q(text: str) -> str:
-    """A YAML scalar that is a JSON string: quoted and escaped, whatever a log put in it."""
-    return json.dumps(str(text))
+    """A double-quoted YAML scalar of the text, whatever a log put in it: `"` and `\\` escaped, and every character
+    the YAML reader refuses (controls, lone surrogates) or reads as a line break (NEL, U+2028/9) escaped by its code
+    point; the rest as it is — an emoji stays an emoji (JSON's `\\ud83d\\ude80` pairs are lone surrogates to YAML)."""
+    return '"' + _YAML_UNSAFE.sub(_escape, str(text)) + '"'
+
+
+_YAML_UNSAFE = re.compile("[\"\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
+
+
+def _escape(match: re.Match) -> str:
+    char = match.group()
+    if char in '"\\':
+        return "\\" + char
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"

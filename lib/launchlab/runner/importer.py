@@ -194,8 +194,8 @@ def _sha256(path: Path) -> str:
 def _copy_masked(src: Path, dst: Path, masker: masking.Masker) -> None:
     """A copy of a file with every secret value masked (in bounded memory, whatever its lines), 0600 like the
     run's other files, renamed into place when whole."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    with safefiles.replacing(dst, mode=0o600) as tmp, _open(src) as fin, open(tmp, "xb") as fout:
+    rundir.make_folder(dst.parent)
+    with safefiles.replacing(dst, mode=0o600) as tmp, _open(src) as fin, open(tmp, "wb") as fout:
         masker.stream(fin, fout)
 
 

@@ -6,13 +6,14 @@ mirrored server log and nvidia-smi samples), so the display cannot disturb the r
 from __future__ import annotations
 
 import collections
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launchlab import logparse
+from launchlab import logparse, safefiles
 from launchlab.errors import LaunchlabError
 from launchlab.escaping import html_text
 from launchlab.gpu import telemetry
@@ -51,7 +52,7 @@ class LogFollower:
 
     def poll(self) -> str:
         if self.path.exists():
-            with open(self.path, "rb") as fh:
+            with safefiles.open_regular(self.path) as fh:
                 fh.seek(self.offset)
                 chunk = fh.read(FOLLOW_BYTES)
             self.offset += len(chunk)
@@ -76,9 +77,9 @@ def latest_memory(path: Path) -> list[tuple[int, float, float]]:
     """The newest sample of each GPU in an nvidia-smi CSV being written: [(index, used MiB, total MiB)]."""
     if not path.exists():
         return []
-    with open(path, "rb") as fh:
+    with safefiles.open_regular(path) as fh:
         header = fh.readline().decode("utf-8", errors="replace").rstrip("\n").split(", ")
-        fh.seek(max(0, path.stat().st_size - TAIL_BYTES))
+        fh.seek(max(0, os.fstat(fh.fileno()).st_size - TAIL_BYTES))
         lines = fh.read().decode("utf-8", errors="replace").split("\n")[1:-1]  # whole lines only
     names = [_UNIT.sub("", c).strip() for c in header]
     if not {"index", "memory.used", "memory.total"} <= set(names):

@@ -92,7 +92,7 @@ def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKern
     a kernel forked from it; with neither, papermill starts and shuts down one of its own."""
     # papermill writes the executed notebook in a private folder, renamed into place however it ends (a failed
     # cell's notebook is the evidence): a `summary.ipynb` someone linked elsewhere is replaced, never written through
-    with safefiles.replacing(output, keep_on_error=True) as tmp:
+    with safefiles.replacing(output, mode=rundir.derived_mode(output), keep_on_error=True) as tmp:
         _execute(template, tmp, parameters, pool, server=server)
 
 
@@ -137,7 +137,7 @@ def run_notebook(exp: params.Experiment, run: Run, run_dir: Path, hosts: dict, *
     `interrupted`, once set, means the batch stopped the run itself (Ctrl-C, SIGTERM): the batch then records
     and says how it ended, not this (its notebook saw only a server that went away)."""
     folder = rundir.RunDir(run_dir).run(run.run_id)
-    folder.path.mkdir(parents=True, exist_ok=True)
+    rundir.make_folder(folder.path)
     folder.archive_attempt()  # a repeated run (--resume) keeps the earlier attempt's raw files
     label = run_label(run, total) + (f" (GPUs {','.join(map(str, gpus))})" if gpus else "")
     progress = _StatePrinter(label, folder, say, exp)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from launchlab import hosts, params, search
+from launchlab import hosts, params, safefiles, search
 from launchlab.errors import ParamsError
 from launchlab.escaping import html_text
 from launchlab.gpu import telemetry
@@ -164,6 +165,6 @@ def log_tail(run_dir: str | Path, run_id: str, lines: int = 15) -> str:
     path = rundir.RunDir(run_dir).run(run_id).log()
     if not path.exists():
         return "(no server log was collected)"
-    with open(path, "rb") as fh:
-        fh.seek(max(0, path.stat().st_size - 64 * 1024))
+    with safefiles.open_regular(path) as fh:  # no link another user made, no FIFO waited on
+        fh.seek(max(0, os.fstat(fh.fileno()).st_size - 64 * 1024))
         return "\n".join(fh.read().decode("utf-8", errors="replace").splitlines()[-lines:])

@@ -14,6 +14,7 @@ import collections
 from dataclasses import dataclass
 from pathlib import Path
 
+from launchlab import safefiles
 from launchlab.logparse.common import LINE_BYTES
 from launchlab.masking import Masker
 
@@ -94,7 +95,7 @@ class KeptLog:
 
     def __init__(self, path: Path, masker: Masker, head_bytes: int = HEAD_BYTES, tail_bytes: int = TAIL_BYTES):
         self.path, self.masker = path, masker
-        self.fh = open(path, "wb")  # noqa: SIM115 (closed by close())
+        self.fh = safefiles.create(path)  # in a folder of the user's own, never through a link (closed by close())
         self.head_room, self.head_bytes, self.tail_room = head_bytes, 0, tail_bytes
         self.tail: collections.deque[tuple[bytes, int]] = collections.deque()  # (masked piece, raw bytes it stands for)
         self.tail_len = 0
@@ -167,9 +168,10 @@ class KeptLog:
         for piece, _raw in self.tail:
             self.fh.write(piece)
             tail_bytes += len(piece)
+        kept = self.fh.tell()
         self.fh.close()
         self.tail.clear()
-        return LogCut(name or self.path.name, max(written or 0, self.position), self.path.stat().st_size,
+        return LogCut(name or self.path.name, max(written or 0, self.position), kept,
                       self.head_bytes, tail_bytes, self.cut_bytes, self.lines_cut, complete)
 
     def abandon(self) -> None:

@@ -172,11 +172,12 @@ def load(run_dir: Path, telemetry_columns: list[str] | None = None) -> Frames:
     if missing:
         raise RunDirError(f"{run_dir} has no {', '.join(f'{n}.parquet' for n in missing)} yet; "
                           f"`launchlab report {run_dir}` builds them from the runs' raw files")
-    tables = {name: pd.read_parquet(directory.frame(name)) for name in rundir.FRAMES if name != "telemetry"}
+    tables = {name: rundir.read_frame(directory.frame(name)) for name in rundir.FRAMES if name != "telemetry"}
     columns = None
     if telemetry_columns is not None:
         import pyarrow.parquet as pq
 
-        present = set(pq.read_schema(directory.frame("telemetry")).names)
+        with safefiles.open_regular(directory.frame("telemetry")) as fh:
+            present = set(pq.read_schema(fh).names)
         columns = [c for c in telemetry_columns if c in present]
-    return Frames(**tables, telemetry=pd.read_parquet(directory.frame("telemetry"), columns=columns))
+    return Frames(**tables, telemetry=rundir.read_frame(directory.frame("telemetry"), columns=columns))

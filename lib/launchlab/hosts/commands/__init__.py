@@ -27,6 +27,7 @@ from launchlab.hosts.commands.gpus import (
     gpu_sampler,
     gpu_snapshot,
 )
+from launchlab.hosts.commands.locks import UNUSABLE as LOCK_UNUSABLE
 from launchlab.hosts.commands.locks import lock_list, lock_release, lock_take, lock_take_over, lock_touch
 from launchlab.hosts.commands.patches import patch_apply, patch_check, patch_revert
 from launchlab.hosts.commands.probes import answer, env_value, free_port, host_clock, http_post, http_status, user_id, which
@@ -58,7 +59,8 @@ __all__ = [
     "TAGGED_END", "answer", "env_file_text", "env_value", "find_launchlab_processes", "find_tagged", "free_port",
     "gpu_apps", "gpu_indices", "gpu_owners", "gpu_sampler",
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
-    "interpreter_facts", "model_facts", "kill_group", "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
+    "interpreter_facts", "model_facts", "kill_group", "LOCK_UNUSABLE",
+    "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
     "NOT_YOURS", "SMI_OUTPUT_BYTES", "bounded_checked", "make_private_dir", "own_folder", "package_integrity",
     "patch_apply", "patch_check", "patch_revert", "process_group",
     "remove_tree", "server_python", "signal_tagged", "start_detached", "user_id", "which", "wrapper_script",
