@@ -10,15 +10,41 @@
 # image's own packages (1.17 GB; eight of them shadow the image's). Then the kit's notebook
 # stack (papermill, nbconvert, ipykernel and what they need that the image lacks), one version of each project:
 # the server's pins win; and Debian's `patch`, for a machine without one. PART_MIB overrides the part size (default: what the working tree leaves of 64 MiB).
+#
+#   scripts/server-wheels.sh --part-size   # only the part size this tree leaves (MiB), or why it leaves too little
 set -euo pipefail
-kind=${1:?usage: scripts/server-wheels.sh vllm|sglang}
-list=scripts/$kind-runtime-wheels.txt
-[ -f "$list" ] || { echo "server-wheels: no $list: KIND is vllm or sglang" >&2; exit 2; }
-dir=.$kind
-# a call carries the working tree (tracked and untracked files) and one part within 64 MiB: each part gets what
-# the tree leaves, less 2 MiB for the carried scripts and params
-tree=$(git ls-files -co --exclude-standard -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+usage="usage: scripts/server-wheels.sh vllm|sglang (or --part-size)"
+kind=${1:?$usage}
+MIN_PART_MIB=16  # below this, 1.2 GB of wheels take over 75 calls: a tree that leaves less is refused, not cut thin
+
+# a call carries the working tree (tracked and untracked files git does not ignore) and one part within 64 MiB:
+# each part gets what the tree leaves, less 2 MiB for the carried scripts and params. Outside a git checkout (a
+# copy, an unpacked archive) the tree is every file less what .gitignore keeps out of one (build outputs, the
+# environment, outputs/, these wheel folders).
+tree_bytes() {
+  if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+    git ls-files -co --exclude-standard -z | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}'
+  else
+    find . \( -name .git -o -name .venv -o -name outputs -o -name site -o -name __pycache__ -o -name '.*_cache' \
+      -o -name .hypothesis -o -name build -o -name '*.egg-info' -o -name .whl -o -name .vllm -o -name .sglang \) -prune \
+      -o -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}'
+  fi
+}
+tree=$(tree_bytes)
 PART_MIB=${PART_MIB:-$(( (64 * 1048576 - tree) / 1048576 - 2 ))}
+if [ "$PART_MIB" -lt "$MIN_PART_MIB" ]; then
+  echo "server-wheels: the working tree is $(( tree / 1048576 )) MiB and leaves $PART_MIB MiB of a call's 64 MiB for" \
+    "a part; at least $MIN_PART_MIB are needed. Make the tree smaller (large untracked files count too: move them out" \
+    "of the checkout) or set PART_MIB." >&2
+  exit 2
+fi
+if [ "$kind" = "--part-size" ]; then
+  echo "$PART_MIB"
+  exit 0
+fi
+list=scripts/$kind-runtime-wheels.txt
+[ -f "$list" ] || { echo "server-wheels: no $list: KIND is vllm or sglang ($usage)" >&2; exit 2; }
+dir=.$kind
 dl() { python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_31_x86_64 \

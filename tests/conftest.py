@@ -6,6 +6,7 @@ tests first (pytest_collection_modifyitems)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -170,6 +171,25 @@ def small_params(tmp_path, sim_root):
         return write_params(tmp_path, SMALL_SIM.format(pace=pace, timeout=timeout, workdir=tmp_path / "hostwork"))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def example_frames(tmp_path_factory):
+    """An example's frames (runs, events, telemetry) as `launchlab report` builds them from its raw files — an
+    example commits no telemetry.parquet — built once per test process, in a copy: building writes parsed.json."""
+    from launchlab import params
+    from launchlab.verdicts import frames
+
+    built: dict[Path, frames.Frames] = {}
+
+    def of(run_dir: Path) -> frames.Frames:
+        if run_dir not in built:
+            copy = tmp_path_factory.mktemp("example") / run_dir.name
+            shutil.copytree(run_dir, copy)
+            built[run_dir] = frames.build(copy, params.load(copy / "experiment.yaml"))
+        return built[run_dir]
+
+    return of
 
 
 @pytest.fixture(scope="session")

@@ -74,6 +74,6 @@ def test_a_run_file_that_cannot_be_written_does_not_keep_the_run_from_being_clea
     record = json.loads((folder / "status.json").read_text())
     assert record["state"] == "done" and record["stopped_with"] == "TERM", (record, err[-3000:].splitlines())
     assert any("processes.json" in note for note in record["notes"]), record["notes"]
-    assert (folder / "server.log").stat().st_size > 0 and (folder / "nvidia-smi.csv").stat().st_size > 0
+    assert (folder / "server.log").stat().st_size > 0 and (folder / "nvidia-smi.csv.gz").stat().st_size > 0
     assert not list((tmp_path / "hostwork").glob(f"*/*/{folder.name}")), "the run's folder was left on the host"
     assert f"] {folder.name}  " in err and "stopped by the kit" in err, err[-3000:]

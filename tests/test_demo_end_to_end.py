@@ -25,7 +25,7 @@ def test_the_run_directory_has_the_documented_layout(demo_run):
     runs = sorted((run_dir / "runs").iterdir())
     assert len(runs) == 8
     for folder in runs:
-        for name in ("run_variant.ipynb", "status.json", "server.log", "nvidia-smi.csv", "provenance.json"):
+        for name in ("run_variant.ipynb", "status.json", "server.log", "nvidia-smi.csv.gz", "provenance.json"):
             assert (folder / name).is_file(), f"{folder.name}/{name}"
         nb = json.loads((folder / "run_variant.ipynb").read_text())
         assert nb["metadata"]["papermill"]["parameters"]["run_id"] == folder.name

@@ -26,9 +26,9 @@ def test_provenance_names_the_real_gpu_and_driver():
         assert prov["interpreter"]["packages"]["transformers"]
 
 
-def test_the_90_percent_variant_takes_tens_of_gib_more_in_the_trace_and_the_report():
+def test_the_90_percent_variant_takes_tens_of_gib_more_in_the_trace_and_the_report(example_frames):
     runs = pd.read_parquet(EXAMPLE / "runs.parquet")
-    telemetry = pd.read_parquet(EXAMPLE / "telemetry.parquet")
+    telemetry = example_frames(EXAMPLE).telemetry
     auto = runs[(runs["batching"] == "continuous") & (runs["num_blocks"] == "auto")]
     by_level = {lv: auto[auto["memory_percent"] == lv]["run_id"] for lv in ("0.5", "0.9")}
     trace_peak = {lv: telemetry[telemetry["run_id"].isin(ids)].groupby("run_id")["mem_used_mib"].max()

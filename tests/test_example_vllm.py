@@ -52,8 +52,8 @@ def test_the_low_utilization_fails_at_kv_sizing_and_the_high_one_starts_with_or_
     assert warmup["status"] == "ready" and warmup["startup_s"] > 2 * high["startup_s"].max()  # the cold compile
 
 
-def test_nvml_samples_every_5_ms_and_sees_the_kv_cache_allocated_right_after_vllm_logs_its_size():
-    telemetry = pd.read_parquet(KV / "telemetry.parquet")
+def test_nvml_samples_every_5_ms_and_sees_the_kv_cache_allocated_right_after_vllm_logs_its_size(example_frames):
+    telemetry = example_frames(KV).telemetry
     events = pd.read_parquet(KV / "events.parquet")
     steps = telemetry.groupby("run_id")["t_s"].apply(lambda t: t.sort_values().diff().median())
     assert steps.round(4).eq(0.005).all()

@@ -6,6 +6,7 @@ says its GPU trace could not be read (it was a KeyError, exit 1, no report.md)."
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -87,8 +88,9 @@ def test_a_capture_without_timestamps_keeps_the_report_and_its_run_says_why(tmp_
     run_dir = tmp_path / EXAMPLE.name
     shutil.copytree(EXAMPLE, run_dir)
     run = sorted((run_dir / "runs").glob("02_*"))[0]
-    csv = run / "nvidia-smi.csv"
-    csv.write_text(csv.read_text().replace("timestamp, index", "when, index", 1))
+    kept, csv = run / "nvidia-smi.csv.gz", run / "nvidia-smi.csv"  # as an earlier kit kept it: plain
+    csv.write_text(gzip.decompress(kept.read_bytes()).decode().replace("timestamp, index", "when, index", 1))
+    kept.unlink()
     proc = subprocess.run([sys.executable, "-m", "launchlab.cli", "report", str(run_dir), "--no-html"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -3,6 +3,7 @@ real parsers, real parquet, real papermill (one render), the committed demo logs
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import shutil
@@ -111,7 +112,7 @@ def test_imported_files_are_copied_unchanged_and_the_originals_are_not_touched(d
     assert {p.name: sha(p) for p in LOGS.iterdir()} == before
     assert sha(run_dir / "runs" / OLD / "server.log") == before["old_baseline_that_worked.log"]
     folder = run_dir / "runs" / "01_custom_ar-off.mem_fraction-0.55_imported1"
-    assert sha(folder / "nvidia-smi.csv") == before["baseline-smi.csv"]
+    assert hashlib.sha256(gzip.decompress((folder / "nvidia-smi.csv.gz").read_bytes())).hexdigest() == before["baseline-smi.csv"]
     assert (run_dir / "imports.yaml").read_text() == DEMO.read_text()
 
 

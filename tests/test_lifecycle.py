@@ -35,7 +35,7 @@ def test_a_ready_run_is_stopped_drained_and_collected(small_params):
     assert result.peak_mem_used_mib > 70 * 1024
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "done" and status["status"] == "ready"
-    for name in ("server.log", "nvidia-smi.csv", "provenance.json", "processes.json", "parsed.json"):
+    for name in ("server.log", "nvidia-smi.csv.gz", "provenance.json", "processes.json", "parsed.json"):
         assert (folder / name).is_file(), name
     processes = json.loads((folder / "processes.json").read_text())
     assert {p["role"] for p in processes} == {"server", "sampler"}
@@ -158,7 +158,7 @@ def test_a_multi_node_server_starts_on_every_node_and_is_ready_when_node_0_is(tm
     assert result.nodes == ["head", "worker"]
     assert (folder / "server.log").read_text().startswith("node 0 of 2 master 127.0.0.1")
     assert (folder / "server.node1.log").read_text().startswith("node 1 of 2 master 127.0.0.1")
-    assert (folder / "nvidia-smi.node1.csv").is_file()
+    assert (folder / "nvidia-smi.node1.csv.gz").is_file() and not (folder / "nvidia-smi.node1.csv").exists()
     processes = json.loads((folder / "processes.json").read_text())
     assert sorted((p["node"], p["role"]) for p in processes) == [(0, "sampler"), (0, "server"), (1, "sampler"),
                                                                  (1, "server")]

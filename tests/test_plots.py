@@ -119,14 +119,15 @@ def _kv_marks(ax) -> dict[str, float]:
             if (line.get_gid() or "").startswith("KV pool: ")}
 
 
-def test_each_real_vllm_runs_kv_pool_mark_sits_where_nvml_saw_its_pool_allocated():
+def test_each_real_vllm_runs_kv_pool_mark_sits_where_nvml_saw_its_pool_allocated(example_frames):
     """examples/h200-vllm-kv: vLLM 0.26 writes the line that gives the pool's size ("Current kv cache memory in use
     is 41.21 GiB") after the CUDA graphs, 1-3 s after the allocation, and the three runs of a variant allocate
     seconds apart (49.4, 45.5 and 54.8 s with graphs), so one median mark matched none of them."""
     from conftest import ROOT
 
     [run_dir] = ROOT.glob("examples/h200-vllm-kv/2*")
-    runs, events, telemetry = (pd.read_parquet(run_dir / f"{name}.parquet") for name in ("runs", "events", "telemetry"))
+    built = example_frames(run_dir)
+    runs, events, telemetry = built.runs, built.events, built.telemetry
     fig = plots.mark_phases(plots.memory_timeline(telemetry, runs), events, runs, telemetry)
     ready = runs[runs["status"] == "ready"]
     assert len(ready) == 6
@@ -149,14 +150,15 @@ def test_each_real_vllm_runs_kv_pool_mark_sits_where_nvml_saw_its_pool_allocated
         assert ("KV pool" in labels) == bool(marks)
 
 
-def test_each_real_vllm_run_has_its_own_phase_marks_in_the_order_it_went_through_them():
+def test_each_real_vllm_run_has_its_own_phase_marks_in_the_order_it_went_through_them(example_frames):
     """examples/h200-vllm-kv: the runs of a variant start seconds apart (a cold compile cache), so a variant's
     median weights mark stood after one run's KV pool (41 s against 48 s with --enforce-eager) and matched no run:
     each run gets its own marks, and within a run the weights end before its pool is allocated."""
     from conftest import ROOT
 
     [run_dir] = ROOT.glob("examples/h200-vllm-kv/2*")
-    runs, events, telemetry = (pd.read_parquet(run_dir / f"{name}.parquet") for name in ("runs", "events", "telemetry"))
+    built = example_frames(run_dir)
+    runs, events, telemetry = built.runs, built.events, built.telemetry
     fig = plots.mark_phases(plots.memory_timeline(telemetry, runs, sampler="nvml"), events, runs, telemetry)
     assert "(NVML," in fig.get_suptitle()
     for ax, variant in zip(fig.axes, runs["variant"].drop_duplicates(), strict=False):

@@ -4,6 +4,7 @@ the scheduler."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import subprocess
@@ -79,7 +80,7 @@ def test_each_run_is_one_job_that_fails_or_gets_ready_as_on_the_simulated_host(s
         assert prov["host_facts"]["driver"] == "580.159.04" and len(prov["host_facts"]["gpus"]) == 2
         assert "pydantic" in prov["interpreter"]["packages"] and prov["integrity"]["package"] == "launchlab"
         assert [p["pid"] for p in json.loads((folder / "processes.json").read_text())] == [int(job["JobId"])] * 2
-        assert (folder / "nvidia-smi.csv").read_text().count("\n") > 1  # the sampler ran inside the job
+        assert gzip.decompress((folder / "nvidia-smi.csv.gz").read_bytes()).count(b"\n") > 1  # the sampler ran inside the job
     assert high.stopped_with == "TERM"  # scancel --signal=TERM stopped the ready server within its grace
     # pin_node: the second run asks for the node the first one got
     assert low.scheduler[0]["ReqNodeList"] == "(null)" and high.scheduler[0]["ReqNodeList"] == slurm.node

@@ -101,7 +101,7 @@ def test_the_demo_design_runs_over_ssh_end_to_end(tmp_path, sshd):
     assert by_level["0.55"]["status"] == "failed" and by_level["0.55"]["failure_reason"] == "kv_cache_no_memory"
     assert by_level["0.85"]["status"] == "ready"
     for folder in (run_dir / "runs").iterdir():
-        assert (folder / "server.log").stat().st_size > 0 and (folder / "nvidia-smi.csv").stat().st_size > 0
+        assert (folder / "server.log").stat().st_size > 0 and (folder / "nvidia-smi.csv.gz").stat().st_size > 0
         provenance = json.loads((folder / "provenance.json").read_text())
         assert provenance["transport"] == "ssh"
     assert (run_dir / "report.md").is_file()

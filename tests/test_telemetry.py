@@ -68,3 +68,43 @@ def test_the_fast_sampler_is_chosen_in_params_and_prints_the_same_csv(tmp_path):
         "python3", "-m", "launchlab.nvml_sampler", "--interval-ms", "5", "-i", "1"]
     header = nvml_sampler.HEADER.split(", ")
     assert [telemetry._HEADER_UNIT.sub("", h) for h in header] == list(telemetry.SAMPLER_FIELDS)
+
+
+def test_a_collected_trace_is_kept_compressed_and_reads_as_the_plain_one(tmp_path):
+    import gzip
+    import shutil
+
+    import pandas as pd
+
+    from launchlab.store import rundir
+
+    folder = rundir.RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    plain = DATA / "h200-transformers-serve/trace-cb90.csv"
+    shutil.copy(plain, folder.live_samples())
+    assert folder.samples() == folder.live_samples()  # a run still going, or a run directory of an earlier kit
+    before = telemetry.read_query_csv(folder.samples())
+    folder.keep_samples()
+    kept = folder.kept_samples()
+    assert folder.samples() == kept and kept.name == "nvidia-smi.csv.gz" and not folder.live_samples().exists()
+    assert gzip.decompress(kept.read_bytes()) == plain.read_bytes()  # the sampler's bytes, zcat gives them back
+    assert kept.stat().st_size * 5 < plain.stat().st_size
+    pd.testing.assert_frame_equal(telemetry.read_query_csv(kept), before)
+    assert telemetry.peak_memory_mib(kept) == before["memory.used"].max()
+    shutil.copy(plain, folder.live_samples())
+    first = kept.read_bytes()
+    folder.keep_samples()
+    assert kept.read_bytes() == first  # no name or time in the header: the same trace, the same bytes
+
+
+def test_a_trace_larger_once_decompressed_than_the_limit_is_not_read(tmp_path):
+    import gzip
+
+    import pytest
+
+    path = tmp_path / "nvidia-smi.csv.gz"
+    path.write_bytes(gzip.compress(b"index, memory.used\n" + b"0, 1\n" * 200_000))  # 1 MB from a few kB
+    assert path.stat().st_size < 10_000
+    with pytest.raises(OSError, match="larger than the limit of .* once decompressed"):
+        telemetry.read_query_csv(path, limit=100_000)
+    assert len(telemetry.read_query_csv(path)) == 200_000

@@ -77,7 +77,7 @@ def test_every_probe_is_an_ordinary_run_listed_in_the_manifest_with_why_it_was_c
     assert manifest["run_ids"] == list(runs["run_id"]) == sorted(p.name for p in (run_dir / "runs").iterdir())
     for entry in manifest["runs"]:
         folder = run_dir / "runs" / entry["run_id"]
-        for name in ("run_variant.ipynb", "status.json", "server.log", "nvidia-smi.csv"):
+        for name in ("run_variant.ipynb", "status.json", "server.log", "nvidia-smi.csv.gz"):
             assert (folder / name).is_file(), f"{entry['run_id']}/{name}"
         assert entry["why"] and entry["stratum"] in ("custom_ar=off", "custom_ar=on")
         assert f"--mem-fraction-static {entry['levels']['mem_fraction_static']}" in (folder / "server.log").read_text(

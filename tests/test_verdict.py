@@ -53,7 +53,7 @@ def as_kit_error(folder: Path, message: str = NO_SMI, keep_files: bool = False, 
                   peak_mem_used_mib=peak)
     (folder / "status.json").write_text(json.dumps(status))
     if not keep_files:
-        for name in ("server.log", "nvidia-smi.csv", "parsed.json"):
+        for name in ("server.log", "nvidia-smi.csv", "nvidia-smi.csv.gz", "parsed.json"):
             (folder / name).unlink(missing_ok=True)
 
 
@@ -123,7 +123,8 @@ def test_a_run_whose_kernel_died_is_excluded_and_its_peak_does_not_count(demo_co
 
 def test_a_run_without_samples_has_no_peak_rather_than_zero(demo_copy):
     [folder] = folders(demo_copy, custom_ar="on", mem_fraction="0.85")[:1]
-    (folder / "nvidia-smi.csv").write_text("")  # the sampler started but never wrote a line
+    (folder / "nvidia-smi.csv.gz").unlink()
+    (folder / "nvidia-smi.csv").write_text("")  # the sampler started but never wrote a line (as a run cut short keeps it)
     rebuild(demo_copy)
     runs = pd.read_parquet(demo_copy / "runs.parquet").set_index("run_id")
     assert pd.isna(runs.loc[folder.name, "peak_mem_used_mib"])

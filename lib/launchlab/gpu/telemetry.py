@@ -2,13 +2,18 @@
 (the commands are built from them in hosts/commands/gpus.py: gpu_sampler, gpu_snapshot, gpu_apps).
 
 The sampler runs `nvidia-smi --query-gpu=… --format=csv,nounits -lms N` with stdout redirected to a file on
-the host. Its CSV is read line by line: the header maps columns by name (units stripped), a cell that is
-`N/A` or `[…]` becomes NaN, and a line with the wrong number of cells (nvidia-smi prints its error messages
-on stdout) is skipped rather than breaking the frame.
+the host; the run folder keeps it gzip-compressed (rundir.RunFolder.samples: a 5 ms trace is megabytes of
+nearly identical lines and shrinks 30-fold), and both forms are read here (open_trace). Its CSV is read line
+by line: the header maps columns by name (units stripped), a cell that is `N/A` or `[…]` becomes NaN, and a
+line with the wrong number of cells (nvidia-smi prints its error messages on stdout) is skipped rather than
+breaking the frame.
 """
 
 from __future__ import annotations
 
+import errno
+import gzip
+import io
 import math
 import re
 from dataclasses import dataclass
@@ -16,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launchlab import safefiles
 from launchlab.errors import ParseError
 
 if TYPE_CHECKING:  # pandas is imported where a frame is built: the run kernel needs none (half a second)
@@ -25,6 +31,9 @@ _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]$")
 _VALUE_UNIT = re.compile(r"^(-?[\d.]+)\s*(?:MiB|%|W|MHz)$")
 _NOT_DATA = re.compile(r"\n[^0-9]")  # a line that does not start like a data line (or an empty one)
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
+# a trace is read only up to this size, as written or once decompressed (a small .gz can hold a huge file)
+MAX_TRACE_BYTES = 512 * 2**20
+GZIP_MAGIC = b"\x1f\x8b"
 # nvidia-smi column -> telemetry.parquet column
 TIDY_COLUMNS = {"index": "gpu_index", "uuid": "gpu_uuid", "memory.used": "mem_used_mib",
                 "memory.total": "mem_total_mib", "memory.free": "mem_free_mib", "utilization.gpu": "util_gpu_pct"}
@@ -87,17 +96,19 @@ def parse_apps(text: str) -> list[dict]:
             for c in _rows(text, len(APP_FIELDS)) if c[1].strip().isdigit()]
 
 
-def read_query_csv(path: str | Path, fields: tuple[str, ...] | list[str] | None = None) -> pd.DataFrame:
+def read_query_csv(path: str | Path, fields: tuple[str, ...] | list[str] | None = None, *,
+                   limit: int | None = None) -> pd.DataFrame:
     """A `--query-gpu` CSV → one column per field, numbers as floats, `N/A`/`[…]` as NaN.
 
     With a header (with or without units) the columns come from it; without one (`noheader`), from `fields`,
-    the list the kit asked for. Lines with the wrong number of cells are skipped.
+    the list the kit asked for. Lines with the wrong number of cells are skipped. Read up to `limit` bytes
+    (open_trace).
     """
     import pandas as pd
 
-    frame = _read_plain(path, fields)
+    frame = _read_plain(path, fields, limit)
     if frame is None:  # a header in mid-file, a cell with a comma of its own, …: line by line
-        columns, records = read_query_rows(path, fields)
+        columns, records = read_query_rows(path, fields, limit=limit)
         frame = pd.DataFrame(records, columns=columns)
     if "timestamp" in frame:
         frame["timestamp"] = pd.to_datetime(frame["timestamp"], format=TIMESTAMP_FORMAT, errors="coerce")
@@ -115,7 +126,8 @@ def peak_memory_mib(path: str | Path) -> float | None:
     return max(values) if values else None
 
 
-def _read_plain(path: str | Path, fields: tuple[str, ...] | list[str] | None) -> pd.DataFrame | None:
+def _read_plain(path: str | Path, fields: tuple[str, ...] | list[str] | None, limit: int | None
+                ) -> pd.DataFrame | None:
     """read_query_csv for the usual file — one header (or none) at the top, data lines that start with a digit —
     at C speed: a 5-minute trace of 8 GPUs is 24,000 lines, and cell by cell in Python a report of 200 runs spent
     over a minute here (bench/report_scale.py). The lines are checked as read_query_rows checks them (the number
@@ -123,7 +135,7 @@ def _read_plain(path: str | Path, fields: tuple[str, ...] | list[str] | None) ->
     Supported], values with units, text) by _cell, once per distinct value. None: a file this does not cover."""
     import pandas as pd
 
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open_trace(path, limit=limit) as fh:
         text = fh.read()
     columns: list[str] | None = list(fields) if fields else None
     first, _, rest = text.partition("\n")
@@ -184,7 +196,7 @@ def _convert(text: str, columns: list[str]) -> pd.DataFrame:
     return frame
 
 
-def read_query_rows(path: str | Path, fields: tuple[str, ...] | list[str] | None = None
+def read_query_rows(path: str | Path, fields: tuple[str, ...] | list[str] | None = None, *, limit: int | None = None
                     ) -> tuple[list[str], list[list[float | str]]]:
     """read_query_csv's columns and rows, as lists (see there). A header in mid-file that names other fields (a
     second query appended to the file) starts a new block: every block's rows are placed by field name into the
@@ -192,7 +204,7 @@ def read_query_rows(path: str | Path, fields: tuple[str, ...] | list[str] | None
     columns: list[str] | None = list(fields) if fields else None
     blocks: list[tuple[list[str], list[list[float | str]]]] = []
     records: list[list[float | str]] = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open_trace(path, limit=limit) as fh:
         for line in fh:
             cells = line.rstrip("\n").split(", ")
             if _is_header(cells):
@@ -215,6 +227,47 @@ def read_query_rows(path: str | Path, fields: tuple[str, ...] | list[str] | None
         at = [names.index(name) if name in names else None for name in union]
         aligned += [[math.nan if i is None else row[i] for i in at] for row in rows]
     return union, aligned
+
+
+class _Bounded(io.RawIOBase):
+    """A binary stream that raises OSError (EFBIG) once more than `limit` bytes were read from it."""
+
+    def __init__(self, stream, limit: int, path: str, *, underlying=None):
+        self.stream, self.left, self.limit, self.path = stream, limit, limit, path
+        self.underlying = underlying  # the file a GzipFile reads from: GzipFile.close leaves it open
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(min(len(buffer), self.left + 1))
+        if len(data) > self.left:
+            raise OSError(errno.EFBIG, f"it is larger than the limit of {safefiles.size_text(self.limit)} once "
+                                       "decompressed", self.path)
+        self.left -= len(data)
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.stream.close()
+        if self.underlying is not None:
+            self.underlying.close()
+        super().close()
+
+
+def open_trace(path: str | Path, *, limit: int | None = None) -> io.TextIOWrapper:
+    """A GPU trace opened as text, whether nvidia-smi's CSV as written or the kit's gzip of it (told by its first
+    bytes, not its name). A regular file only (safefiles.open_regular), read up to `limit` bytes (MAX_TRACE_BYTES),
+    counted after decompression: OSError past it, or for a .gz that is not whole."""
+    limit = MAX_TRACE_BYTES if limit is None else limit
+    raw = safefiles.open_regular(path, max_bytes=limit)
+    try:
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == GZIP_MAGIC else raw
+    except BaseException:
+        raw.close()
+        raise
+    bounded = _Bounded(stream, limit, str(path), underlying=raw if stream is not raw else None)
+    return io.TextIOWrapper(io.BufferedReader(bounded), encoding="utf-8", errors="replace")
 
 
 def _is_header(cells: list[str]) -> bool:

@@ -11,6 +11,7 @@ from nbconvert import HTMLExporter
 
 from launchlab.errors import RunDirError
 from launchlab.escaping import inline_svg
+from launchlab.reporting import stylesheet
 from launchlab.store import rundir
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
@@ -41,6 +42,7 @@ def node_to_html(nb: nbformat.NotebookNode, html_path: Path, *, title: str | Non
     # a cell for the notebook's reader only (summary.ipynb's title: the page has its own, the experiment's)
     nb.cells = [c for c in nb.cells if NOTEBOOK_ONLY not in c.get("metadata", {}).get("tags", [])]
     body, _ = exporter.from_notebook_node(nb, {"metadata": {"name": name}})
+    body = stylesheet.prune_page(body)
     remote = remote_references(body)
     if remote:
         raise RunDirError(f"{html_path}: the report would fetch from the internet ({remote[:3]}); "

@@ -125,6 +125,8 @@ def _collect(node: Node, folder: rundir.RunFolder, result: RunRecord, deadline: 
                 else:
                     node.host.fetch(f"{node.dir}/{name}", str(partial))
                     node.masker.mask_file(partial)
+            if name == node.csv_name:
+                folder.keep_samples(node.rank)
             collected += 1
         except _Late as exc:
             late = (f"collecting the raw files of {node.label} ran past its deadline ({collect_s:.0f} s): {exc}; the "

@@ -159,7 +159,7 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
     alive, the ready line seen on node 0 (when the kind has one) and the health URL, asked from node 0's host,
     answering 200 (when one is given)."""
     logs = [LogMirror(n.host, f"{n.dir}/{n.log_name}", folder.log(n.rank), n.masker) for n in nodes]
-    samples = [Mirror(n.host, f"{n.dir}/{n.csv_name}", folder.samples(n.rank), n.masker) for n in nodes]
+    samples = [Mirror(n.host, f"{n.dir}/{n.csv_name}", folder.live_samples(n.rank), n.masker) for n in nodes]
     try:
         return _poll_logs(nodes, logs, samples, ready_rx, fatal_rx=fatal_rx, health_url=health_url, deadline=deadline,
                           t_launch=t_launch, looks=looks)

@@ -208,8 +208,11 @@ def _import_run(directory: rundir.RunDir, s: Source, parsed: logparse.ParsedLog,
     run_masker = masker.merge(masking.Masker.collect({}, argv or [], exp.secrets, _secret_args(parsed, exp.secrets)))
     folder = directory.run(run_id)
     _copy_masked(s.log, folder.log(), run_masker)
-    if s.smi is not None:
-        _copy_masked(s.smi, folder.samples_table if _is_table(s.smi) else folder.samples(), run_masker)
+    if s.smi is not None and _is_table(s.smi):
+        _copy_masked(s.smi, folder.samples_table, run_masker)
+    elif s.smi is not None:  # a sampler's CSV: kept compressed, as a run's own trace is
+        _copy_masked(s.smi, folder.live_samples(), run_masker)
+        folder.keep_samples()
     parsed = logparse.parse_file(folder.log(), exp.server.kind, exp.server.rules())  # the copy, as reported
     gpus, driver = _gpus(folder)
     record = records.RunRecord(run_id, variant.name, rep, HOST, dict(variant.levels), imported=True,

@@ -159,7 +159,7 @@ class LiveProgress:
             if status.done:
                 snap.outcome = outcome_line(status.record)
         snap.phase = self.log.poll()
-        snap.gpus = latest_memory(self.folder.samples())
+        snap.gpus = latest_memory(self.folder.live_samples())
         snap.peaks = {**self.snap.peaks}
         for index, used, _ in snap.gpus:
             snap.peaks[index] = max(used, snap.peaks.get(index, 0.0))

@@ -77,7 +77,7 @@ class _StatePrinter(threading.Thread):
             with contextlib.suppress(OSError, LaunchlabError):
                 parts.append(f"log at {self.log.poll()}")
         with contextlib.suppress(OSError, ValueError):
-            gpus = liveprogress.latest_memory(self.folder.samples())
+            gpus = liveprogress.latest_memory(self.folder.live_samples())
             if gpus:
                 parts.append("GPU memory " + ", ".join(f"{i}: {used / 1024:.1f}/{total / 1024:.0f} GiB"
                                                        for i, used, total in gpus))

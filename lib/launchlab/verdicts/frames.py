@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from launchlab import logparse, params, safefiles
+from launchlab import logparse, params
 from launchlab.errors import ParseError, RunDirError
 from launchlab.gpu import telemetry
 from launchlab.logparse import logfacts
@@ -27,7 +27,8 @@ from launchlab.logparse.common import rank_order
 from launchlab.store import records, rundir
 
 RUN_COLUMNS = list(records.RunRecord.ROW)
-# a GPU trace larger is not read (its run says so): 10 minutes of 8 GPUs sampled every 5 ms are about 100 MB
+# a GPU trace larger (as kept, or once decompressed) is not read (its run says so): 10 minutes of 8 GPUs sampled
+# every 5 ms are about 100 MB
 MAX_CAPTURE_BYTES = 512 * 2**20
 EVENT_COLUMNS = ["run_id", "t_s", "rank", "field", "value"]
 TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "mem_free_mib",
@@ -101,9 +102,7 @@ def _nodes(folder: rundir.RunFolder, record: records.RunRecord, exp: params.Expe
 def _samples(csv: Path, run_id: str, t0: datetime | None) -> pd.DataFrame:
     """One node's GPU trace as telemetry rows, read only up to MAX_CAPTURE_BYTES (OSError past it; ParseError when
     its header cannot place a sample: telemetry.tidy)."""
-    with safefiles.open_regular(csv, max_bytes=MAX_CAPTURE_BYTES):
-        pass  # checked on what was opened: a regular file within the limit
-    return telemetry.tidy(telemetry.read_query_csv(csv), run_id, t0)
+    return telemetry.tidy(telemetry.read_query_csv(csv, limit=MAX_CAPTURE_BYTES), run_id, t0)
 
 
 def _node_log(log: Path, exp: params.Experiment, rules, *, run_id: str, node: int,
