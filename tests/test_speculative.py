@@ -115,3 +115,21 @@ def test_a_failure_in_the_draft_models_startup_is_the_drafts(tmp_path, name, cut
     log.write_text("".join(lines) + f"[2026-11-20 10:00:30 TP0] {error}\n")
     failure = logparse.parse_file(log).failure
     assert failure is not None and failure.draft is draft, failure
+
+
+DRAFTER = """\
+(Worker_TP0 pid=661) INFO 06-20 19:18:32 [default_loader.py:430] Loading weights took 14.18 seconds
+(Worker_TP0 pid=661) INFO 06-20 19:18:32 [gpu_model_runner.py:5173] Loading drafter model...
+{done}(Worker_TP0 pid=661) ERROR 06-20 19:18:40 [multiproc_executor.py:597] WorkerProc failed to start.
+(Worker_TP0 pid=661) ERROR 06-20 19:18:40 [multiproc_executor.py:597] Traceback (most recent call last):
+"""
+DONE = "(Worker_TP0 pid=661) INFO 06-20 19:18:39 [gpu_model_runner.py:5200] Model loading took 15.2 GiB memory and 20.1 seconds\n"
+
+
+@pytest.mark.parametrize(("done", "draft"), [("", True), (DONE, False)])
+def test_a_vllm_worker_that_fails_while_loading_its_drafter_fails_in_the_drafts_weights(done, draft):
+    from launchlab.logparse import vllm
+
+    log = vllm.parse(DRAFTER.format(done=done).splitlines(keepends=True))
+    assert log.failure is not None and log.failure.phase == "weights" and log.failure.draft is draft
+    assert log.draft_phase_lines == {"draft_weights": 2}

@@ -66,8 +66,10 @@ TABLES = Tables(
                   ((1, "compute_buffer_host_gib", _MIB),), adds=True),
         # speculative decoding's MTP draft (2026): its memory estimated with the model, its context after the target's
         Statement(re.compile(r"\[spec\] estimated memory usage of \w+ context is ([\d.]+) MiB"), None,
-                  ((1, "draft_context_gib", _MIB),), draft="draft_weights", spec="mtp"),
-        Statement(re.compile(r"creating \w+ draft context"), None, draft="draft_context", spec="mtp"),
+                  ((1, "draft_context_gib", _MIB),), draft="draft_weights"),
+        Statement(re.compile(r"creating \w+ draft context"), None, draft="draft_context"),
+        Statement(re.compile(r"\[spec\] estimated memory usage of MTP context|creating MTP draft context"), None,
+                  spec="mtp"),
         Statement(re.compile(r"\bn_ctx\s+=\s+(\d+)"), None, ((1, "n_ctx", 1),)),
         Statement(re.compile(r"\bn_ctx_seq \((\d+)\)"), None, ((1, "n_ctx_seq", 1),)),
         Statement(re.compile(r"\bn_ctx_slot = (\d+)"), None, ((1, "n_ctx_slot", 1),)),

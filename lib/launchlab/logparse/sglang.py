@@ -297,8 +297,9 @@ class SGLangParser:
         step = next((step for words, step in _STEPS if words in msg), None)
         if step is None:
             return "", None
-        typed = step == "weights_end" and (kind := _WEIGHTS_TYPE.search(msg)) is not None and \
-            speculative.DRAFT_ARCHITECTURE.search(kind.group(1)) is not None
+        typed = (step == "weights_end" and (kind := _WEIGHTS_TYPE.search(msg)) is not None
+                 and speculative.DRAFT_ARCHITECTURE.search(kind.group(1)) is not None) or (
+            step == "kv" and "raft KV Cache" in msg)  # 0.5.23 names a labelled pool: "<label> KV Cache is allocated"
         if typed:
             self.steps.begin()
         if not (typed or self.steps.is_draft(process, step)):

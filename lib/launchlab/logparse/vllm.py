@@ -177,6 +177,7 @@ class VLLMParser:
         self.frame_evidence = False  # the failure was read from a frame's name, not yet from its exception line
         self.zero_blocks: tuple[int, str] | None = None  # a "# GPU blocks: 0" line
         self.server_wide_ar: custom_ar.CustomAR | None = None  # a custom all-reduce state stated for every rank
+        self.drafting: set[str] = set()  # ranks loading their drafter ("Loading drafter model…", until the total)
 
     def _rank(self, tag: re.Match | None) -> str:
         """A worker's rank key: its TP rank, as the stable interface keys ranks (`Worker_DP1_TP1_EP3` → "1")."""
@@ -214,14 +215,16 @@ class VLLMParser:
             self._process(tag, rank)
         self._engine(text)
         pending, self.pending = self.pending, None
+        noted = self.log.failure
         if m is None:
             if pending is None or not self._rejoin(pending, rest.strip()):
                 self._unprefixed(number, rest.strip(), rank)
-            return
-        t = _timestamp(m["md"], m["hms"])
-        if m["file"].startswith("v1/"):
-            self.log.facts["engine"] = "v1"
-        self._message(number, m["msg"], t, rank, m["lvl"])
+        else:
+            if m["file"].startswith("v1/"):
+                self.log.facts["engine"] = "v1"
+            self._message(number, m["msg"], _timestamp(m["md"], m["hms"]), rank, m["lvl"])
+        if noted is None and self.log.failure is not None and rank in self.drafting:
+            self.log.place(self.log.failure.phase, draft=True)  # the worker failed loading its drafter
 
     def _process(self, tag: re.Match, rank: str) -> None:
         """What a process tag tells: the pid of a role or of a rank's worker, a DP rank, the engine generation."""
@@ -306,6 +309,8 @@ class VLLMParser:
             return
         if "across cluster" in msg:
             msg = _REPEATED.sub("", msg)
+        if "raft" in msg or "took" in msg:
+            self._drafting(msg, rank)
         if ("raft" in msg or "MTP" in msg or "speculative" in msg) and self._draft(msg):
             return
         prefix = self._weights_prefix(msg, rank)
@@ -325,6 +330,13 @@ class VLLMParser:
             self.log.reach_draft("draft_weights")
             return True
         return False
+
+    def _drafting(self, msg: str, rank: str) -> None:
+        """A worker loads its drafter from "Loading drafter model…" until "Model loading took" (both models)."""
+        if "Loading drafter model" in msg:
+            self.drafting.add(rank)
+        elif "took" in msg and msg.startswith(("Model loading", "Loading model")):
+            self.drafting.discard(rank)
 
     def _weights_prefix(self, msg: str, rank: str) -> str:
         """`draft_` for a rank's second "Loading model weights took" of a speculative launch: V0's spec-decode worker
