@@ -84,6 +84,8 @@ def test_vllm_each_worker_reports_its_cuda_graph_pool_against_the_estimate():
     ({"speculative_config": "SpeculativeConfig(method='mtp', model='Qwen/Qwen3-Next', num_spec_tokens=2)"},
      "mtp", "Qwen/Qwen3-Next"),
     ({"draft_model": "/local/Mistral-7B"}, None, "/local/Mistral-7B"),
+    ({"speculative_config": "SpeculativeConfig(draft_model='JackFram/llama-68m', num_spec_tokens=5)"}, None,
+     "JackFram/llama-68m"),  # V0's engine config line
 ])
 def test_the_servers_arguments_say_the_method_and_the_draft_model(args, method, model):
     spec = Speculative()
@@ -133,3 +135,16 @@ def test_a_vllm_worker_that_fails_while_loading_its_drafter_fails_in_the_drafts_
     log = vllm.parse(DRAFTER.format(done=done).splitlines(keepends=True))
     assert log.failure is not None and log.failure.phase == "weights" and log.failure.draft is draft
     assert log.draft_phase_lines == {"draft_weights": 2}
+
+
+def test_vllm_v0s_second_weight_load_of_a_speculative_launch_is_the_draft_models():
+    from launchlab.logparse import vllm
+
+    log = vllm.parse([
+        "INFO 10-01 10:00:00 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='m', "
+        "speculative_config=SpeculativeConfig(draft_model='JackFram/llama-68m', num_spec_tokens=5), "
+        "tensor_parallel_size=1, seed=0\n",
+        "INFO 10-01 10:00:10 model_runner.py:1067] Loading model weights took 14.9888 GB\n",
+        "INFO 10-01 10:00:12 model_runner.py:1067] Loading model weights took 0.1270 GB\n"])
+    assert log.ranks["0"]["weights_mem_gib"] == 14.9888 and log.ranks["0"]["draft_weights_mem_gib"] == 0.127
+    assert log.spec.draft_model == "JackFram/llama-68m" and log.draft_phase_lines == {"draft_weights": 3}

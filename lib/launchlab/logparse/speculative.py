@@ -25,7 +25,8 @@ DRAFT_WORKER = re.compile(r"\b\w*(?:EAGLE|Eagle|Draft|Standalone|MTP|NextN)\w*Wo
 # `architectures=['DeepseekV4ForCausalLMNextN']`: the config the draft runner builds states its class
 ARCHITECTURES = re.compile(r"architectures=\[['\"](\w+)['\"]")
 _METHOD = re.compile(r"""(?<![\w-])method['"]?\s*[:=]\s*['"]?([\w.-]+)""")
-_MODEL = re.compile(r"""(?<![\w-])model['"]?\s*[:=]\s*['"]([^'"]+)""")
+# `'model': 'x'` (V1's mapping), `model='x'` (SpeculativeConfig(…)), V0's `SpeculativeConfig(draft_model='x', …)`
+_MODEL = re.compile(r"""(?<![\w-])(?:draft_)?model['"]?\s*[:=]\s*['"]([^'"]+)""")
 # a command line's own flags, where a log or a paste shows the command: `--speculative-config '{"method": …}'`
 _CONFIG_FLAG = re.compile(r"--speculative[-_]config[= ]'?(\{[^}]*\})")
 _SGLANG_FLAGS = re.compile(r"--speculative-algorithm[= ](\w+)|--speculative-draft-model-path[= ](\S+)")
