@@ -27,6 +27,17 @@ avail mem=") N GiB above what it really has (and the weights' usage N GiB below)
 fails from the real figures — so the break-even the log's numbers predict is off by N GiB of the pre-load memory.
 The log's first lines say so. No real SGLang does this on purpose; it stands for a server whose printed figures do
 not predict its outcome.
+`SIM_FAULT_P2P_CHECK_FAILS=1` makes custom all-reduce fail its P2P check on every rank (a box whose GPUs cannot reach
+each other, or a driver that says so): SGLang's warning "Custom allreduce is disabled because your platform lacks GPU
+P2P capability or P2P test failed. …" on each rank, and the server runs on with NCCL — no custom all-reduce buffers,
+no `Registering … cuda graph addresses` — whatever its flags asked (`--disable-custom-all-reduce` still wins).
+`SIM_FAULT_COMPILE_S=N` makes CUDA-graph capture compile for N more seconds of wall time (not scaled by the host's
+`pace`), as torch.compile does on a cold cache, printing a `Capturing batches (…)` progress line about every second and
+no error: a launch that is still making progress when a short ready deadline ends it.
+`SIM_FAULT_REQUEST_OOM_DIES=1` makes the first request the server serves (the warm-up is only logged) run out of GPU
+memory in the scheduler, which dies of it: TP0's "Scheduler hit an exception" traceback ending in
+`torch.OutOfMemoryError`, "Received sigquit from a child process", and the server's process tree killed before it
+answers (`SIM_FAULT_REQUEST_OOM` answers 500 and serves on).
 """
 
 from __future__ import annotations
@@ -53,6 +64,9 @@ SGLANG_VERSION, NCCL_VERSION = "0.5.8", "2.27.3"
 FAULT_AVAIL_OFFSET = "SIM_FAULT_AVAIL_OFFSET_GIB"  # fault injection: the log's post-weights free memory is off by N GiB
 FAULT_CRASH_AFTER_READY = "SIM_FAULT_CRASH_AFTER_READY"  # fault injection: an illegal memory access once it serves
 FAULT_REQUEST_OOM = "SIM_FAULT_REQUEST_OOM"  # fault injection: every request runs out of GPU memory
+FAULT_REQUEST_OOM_DIES = "SIM_FAULT_REQUEST_OOM_DIES"  # fault injection: the first request's OOM kills the server
+FAULT_P2P_CHECK = "SIM_FAULT_P2P_CHECK_FAILS"  # fault injection: custom all-reduce disabled by a failed P2P check
+FAULT_COMPILE_S = "SIM_FAULT_COMPILE_S"  # fault injection: CUDA-graph capture compiles N more seconds (wall time)
 # Kimi-K2 / DeepSeek-V3 MLA: (kv_lora_rank 512 + qk_rope_head_dim 64) × 61 layers × 2 bytes (bf16) per token.
 CELL_SIZE_BYTES = (512 + 64) * 61 * 2
 CONTEXT_LEN = 262144
@@ -160,7 +174,21 @@ class _Rank:
             self.log("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
                      "To silence this warning, specify disable_custom_all_reduce=True explicitly.")
             return False
+        if os.environ.get(FAULT_P2P_CHECK):
+            self.log("Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed. "
+                     "To silence this warning, specify disable_custom_all_reduce=True explicitly.")
+            return False
         return True
+
+    def compile_slowly(self, graph_bs: int) -> None:
+        """The fault of SIM_FAULT_COMPILE_S: N seconds of wall time compiling, a progress line about every second."""
+        seconds = float(os.environ.get(FAULT_COMPILE_S) or 0)
+        steps = max(1, math.ceil(seconds))
+        tic = time.monotonic()
+        for step in range(1, steps + 1):
+            time.sleep(max(0.0, tic + seconds * step / steps - time.monotonic()))
+            _log(self.prefix, f"Capturing batches (bs={graph_bs} avail_mem={self.free_gib():.2f} GB): "
+                              f"{100 * step // steps}%| {step}/{steps} [{time.monotonic() - tic:.0f}s] (torch.compile)")
 
     def compile_kernels(self) -> None:
         """A cold compile cache (the host's `cold_start_s`): the first start on the box compiles its kernels before
@@ -232,6 +260,8 @@ class _Rank:
             self.log(f"Registering {graph_bs * 61} cuda graph addresses")
         tic = time.monotonic()
         self.compile_kernels()
+        if os.environ.get(FAULT_COMPILE_S):
+            self.compile_slowly(graph_bs)
         graph_mib = MIB["graphs"] + (MIB["graphs_custom_ar"] if custom_ar else 0)
         for _ in range(4):
             self.sleep(0.12)
@@ -309,6 +339,8 @@ def _handler_class():
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             self.rfile.read(length)
+            if self.path in ("/generate", "/v1/completions") and os.environ.get(FAULT_REQUEST_OOM_DIES):
+                _die_of_request_oom(self.server.children)
             if self.path in ("/generate", "/v1/completions") and os.environ.get(FAULT_REQUEST_OOM):
                 _log(" TP0", "Scheduler hit an exception: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
                              "2.00 GiB. GPU 0 has a total capacity of 95.59 GiB of which 1.02 GiB is free.")
@@ -323,6 +355,21 @@ def _handler_class():
             _log("", f'INFO:     {self.client_address[0]}:{self.client_address[1]} - "{args[0]}" {code}')
 
     return _Handler
+
+
+def _die_of_request_oom(children: list) -> None:
+    """SIM_FAULT_REQUEST_OOM_DIES: the scheduler's forward pass of the request runs out of GPU memory and the scheduler
+    dies; the main process kills its tree as SGLang does, the request unanswered."""
+    _log(" TP0", "Scheduler hit an exception: Traceback (most recent call last):\n"
+                 '  File "scheduler.py", line 1, in event_loop_overlap\n'
+                 '  File "model_runner.py", line 1, in forward_extend\n'
+                 "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                 "of 95.59 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 94.57 GiB "
+                 "memory in use.")
+    _log("", "Received sigquit from a child process. It usually means the child failed.")
+    for c in children:
+        c.kill()
+    os.kill(os.getpid(), signal.SIGKILL)  # SGLang kills its own process tree this way
 
 
 def _server_args_line(args: argparse.Namespace, fraction: float) -> str:
@@ -392,6 +439,7 @@ def _main(argv: list[str]) -> int:
                  f"('{args.host}', {args.port}): {exc.strerror.lower()}")
         shutdown(signal.SIGTERM, None)
     httpd.model_path = args.model_path
+    httpd.children = children  # SIM_FAULT_REQUEST_OOM_DIES kills them
     _log("", f"INFO:     Started server process [{os.getpid()}]")
     _log("", "INFO:     Waiting for application startup.")
     _log("", "INFO:     Application startup complete.")
