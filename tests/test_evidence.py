@@ -5,7 +5,13 @@ a 95 % interval from two runs per side and the single values below that, and eac
 import pandas as pd
 import pytest
 
-from launchlab.verdicts import analysis
+from launchlab.verdicts import analysis, ledger
+from launchlab.verdicts import effects as effects_mod
+
+
+def factor_effects(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str]) -> list[dict]:
+    """The effects of the runs' levels, from their evidence ledger (every run as declared)."""
+    return effects_mod.factor_effects(ledger.build(runs, factors), runs, events, baseline)[0]
 
 
 def test_fisher_gives_the_issues_two_examples_and_four_runs_per_side_settle_an_all_or_nothing_split():
@@ -68,19 +74,19 @@ def test_an_effect_has_a_95_interval_with_two_runs_per_side_and_single_values_wi
                        ("off", "0.85", 2, "ready"), ("on", "0.85", 2, "ready")])
     ids = list(runs["run_id"])
     both = kv_events(runs, {ids[0]: 1000.0, ids[1]: 900.0, ids[2]: 1010.0, ids[3]: 880.0})
-    [kv] = [e for e in analysis.factor_effects(runs, both, ["custom_ar", "mem_fraction"],
+    [kv] = [e for e in factor_effects(runs, both, ["custom_ar", "mem_fraction"],
                                                {"custom_ar": "off", "mem_fraction": "0.85"}) if e["metric"] == "kv_tokens"]
     assert (kv["n"], kv["baseline_n"]) == (2, 2) and kv["diff"] == pytest.approx(-115.0)
     # the matched differences are -100 and -130: their t-interval (scipy.stats), which holds the mean difference
     assert kv["ci_low"] < -115.0 < kv["ci_high"] and kv["ci_high"] - kv["ci_low"] > 30
     # paired by repetition, not by row order: the same interval with one level's rows the other way round
     shuffled = runs.iloc[[0, 3, 2, 1]].reset_index(drop=True)
-    [again] = [e for e in analysis.factor_effects(shuffled, both, ["custom_ar", "mem_fraction"],
+    [again] = [e for e in factor_effects(shuffled, both, ["custom_ar", "mem_fraction"],
                                                   {"custom_ar": "off", "mem_fraction": "0.85"})
                if e["metric"] == "kv_tokens"]
     assert (again["ci_low"], again["ci_high"]) == pytest.approx((kv["ci_low"], kv["ci_high"]))
     one = kv_events(runs, {ids[0]: 1000.0, ids[1]: 900.0})
-    [kv] = [e for e in analysis.factor_effects(runs, one, ["custom_ar", "mem_fraction"],
+    [kv] = [e for e in factor_effects(runs, one, ["custom_ar", "mem_fraction"],
                                                {"custom_ar": "off", "mem_fraction": "0.85"}) if e["metric"] == "kv_tokens"]
     assert (kv["n"], kv["baseline_n"]) == (1, 1) and kv.get("ci_low") is None and kv.get("ci_high") is None
     assert kv["values"] == [900.0] and kv["baseline_values"] == [1000.0]
@@ -91,9 +97,9 @@ def test_a_warning_names_each_metrics_own_n():
                        ("off", "0.85", 2, "ready"), ("on", "0.85", 2, "ready")])
     ids = list(runs["run_id"])
     events = kv_events(runs, {ids[0]: 1000.0, ids[1]: 900.0})  # kv_tokens from one run per side only
-    effects = analysis.factor_effects(runs, events, ["custom_ar", "mem_fraction"],
+    effects = factor_effects(runs, events, ["custom_ar", "mem_fraction"],
                                       {"custom_ar": "off", "mem_fraction": "0.85"})
-    [line] = [w for w in analysis.effect_warnings(effects) if w.startswith("custom_ar=on")]
+    [line] = [w for w in effects_mod.effect_warnings(effects) if w.startswith("custom_ar=on")]
     assert "kv_tokens n=1 vs 1" in line and "startup_s n=2 vs 2" in line
 
 

@@ -194,7 +194,7 @@ def test_secrets_in_an_imported_log_and_command_are_masked_in_every_file_of_the_
 def test_an_nvidia_smi_table_gives_the_gpu_model_and_a_different_one_is_a_confound(tmp_path):
     tables = DATA / "nvsmi-samples"
     shutil.copy(LOGS / "car_085.log", tmp_path / "a.log")
-    shutil.copy(LOGS / "car_085.log", tmp_path / "b.log")
+    shutil.copy(LOGS / "nocar_085.log", tmp_path / "b.log")  # another launch: the same log twice would be one
     path = write_imports(tmp_path, {
         "experiment": "gpus", "factors": {"f": {"a": {}, "b": {}}}, "baseline": {"f": "a"},
         "runs": [{"levels": {"f": "a"}, "log": "a.log", "smi": str(tables / "measured-h200-580-default-table-idle.txt")},

@@ -7,7 +7,7 @@ import pandas as pd
 from launchlab.logparse import sglang
 from launchlab.runner import runview
 from launchlab.store import rundir
-from launchlab.verdicts import analysis, frames, levelchecks
+from launchlab.verdicts import effects, frames, levelchecks
 
 # pipeline parallelism: both stages have a TP rank 0 (the tags of sglang issue #17941)
 TWO_STAGES = [
@@ -30,7 +30,7 @@ def test_a_runs_effect_metrics_come_from_its_first_rank_when_the_log_keys_ranks_
     events = pd.DataFrame([{"run_id": "r1", "t_s": None, "rank": e.rank, "field": e.field, "value": e.value}
                            for e in parsed.events])
     runs = pd.DataFrame([{"run_id": "r1", "variant": "baseline", "peak_mem_used_mib": 1.0, "startup_s": 2.0}])
-    metrics = analysis.run_metrics(runs, events)
+    metrics = effects.run_metrics(runs, events)
     # the first stage's values: before, only a rank keyed "0" counted, and a log keyed by stage had none
     assert metrics.loc["r1", "kv_tokens"] == 1200 and metrics.loc["r1", "weights_mem_gib"] == 29.0
 

@@ -90,7 +90,7 @@ def test_a_level_with_only_kit_errors_leaves_its_factor_and_the_others_undetermi
     text = " ".join(v["inconclusive_reasons"])
     assert "no valid runs of mem_fraction=0.85" in text and "kit error" in text and "nvidia-smi not found" in text
     # custom AR was compared where it could be (0.55) and did not change the outcome there: said, not hidden
-    assert "did not change the outcome where it was compared (mem_fraction=0.55)" in v["factors"]["custom_ar"]["summary"]
+    assert "does not change the launch outcome at mem_fraction=0.55" in v["factors"]["custom_ar"]["summary"]
     assert v["controlled"] is True  # what was observed is controlled; it just cannot decide
 
 
@@ -210,12 +210,13 @@ def test_custom_ar_decides_only_at_the_middle_fraction_and_its_matched_kv_effect
     assert set(v["outcome_factors"]) == {"custom_ar", "mem_fraction"}
     car = v["factors"]["custom_ar"]
     assert car["status"] == "decides_in_some"
-    assert car["summary"].startswith("custom_ar decides the launch only at mem_fraction=0.75")
+    assert car["summary"].startswith("custom_ar decides the launch at mem_fraction=0.75; does not change the launch "
+                                     "outcome at mem_fraction=0.55 and mem_fraction=0.85")
     [kv] = [e for e in v["effects"] if (e["factor"], e["level"], e["metric"]) == ("custom_ar", "on", "kv_tokens")]
     assert kv["strata"] == ["mem_fraction=0.85"] and kv["n"] == 1 and kv["baseline_n"] == 1
     assert -20_000 < kv["diff"] < 0 and kv["ratio"] < 1
     html = (run_dir / "summary.html").read_text()
-    assert "only at mem_fraction=0.75" in html.replace("\\_", "_")
+    assert "at mem_fraction=0.75; does not change the launch outcome at" in html.replace("\\_", "_")
 
 
 CONTRADICTED = """\

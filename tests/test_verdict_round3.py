@@ -47,7 +47,8 @@ def test_two_levels_that_both_fail_but_differently_are_a_change_said_in_the_verd
     run_dir = run_batch(write_params(tmp_path, FAILS_DIFFERENTLY.format(work=tmp_path / "work")))
     verdict = json.loads((run_dir / "verdict.json").read_text())
     decision = verdict["factors"]["mem_fraction"]
-    assert decision["status"] == "decides" and verdict["outcome_factors"] == ["mem_fraction"]
+    # it changes how the launch fails, not whether it starts (issue 47): a status of its own, still an outcome factor
+    assert decision["status"] == "changes_how_it_fails" and verdict["outcome_factors"] == ["mem_fraction"]
     assert verdict["neutral_factors"] == []
     summary = decision["summary"]
     assert summary.startswith("mem_fraction changes how the launch fails — both fail, differently")

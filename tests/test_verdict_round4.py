@@ -150,8 +150,14 @@ def test_a_debug_line_that_says_no_kv_cache_fits_in_runs_that_allocated_one_is_w
     for row in v["budget"]:
         if row["outcome"] == "ready":
             assert row.get("logged_rest_gib") is None or row["logged_rest_gib"] > 0, row
-    # NEW: and the verdict says the instrumentation is contradicted by what the server did
-    assert [w for w in v["warnings"] if "profile_max_num_token" in w], v["warnings"]
+    # and the verdict's first finding says the instrumentation is contradicted by what the server did, and which of
+    # the seed's explanations the data support: the instrumentation is wrong; custom AR's buffers cost memory
+    [finding] = [f for f in v["findings"] if f["kind"] == "instrumentation"]
+    assert "DEBUG profile_max_num_token" in finding["detail"] and "rest = -20.40" in finding["detail"], finding
+    assert finding["hypotheses"]["instrumentation"].startswith("supported"), finding["hypotheses"]
+    assert finding["hypotheses"]["code path"].startswith("not supported"), finding["hypotheses"]
+    assert "custom_ar=on takes +0.6" in finding["hypotheses"]["memory"], finding["hypotheses"]
+    assert run.prose()[0].startswith("**The server's own instrumentation contradicts the outcome:**"), run.prose()
     # peak memory is compared only where both levels allocated a KV pool: custom AR costs memory (+264 MiB)
     [peak] = [e for e in v["effects"] if (e["factor"], e["metric"]) == ("custom_ar", "peak_mem_used_mib")]
     assert peak["strata"] == ["mem_fraction=0.76"]
@@ -439,11 +445,13 @@ def test_a_launch_still_compiling_without_error_at_the_deadline_is_censored_not_
     assert all((run_dir / "runs" / name / "server.log").read_text().count("Capturing batches") >= 2 for name in slow)
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert "torch_compile" not in verdict["outcome_factors"], verdict["factors"]["torch_compile"]["summary"]
-    # NEW: a run that reached its deadline still making progress, without an error, is a censored outcome, and a factor
-    # whose comparison rests on censored runs is undetermined (or a status of its own, e.g. "censored")
-    assert verdict["factors"]["torch_compile"]["status"] in ("undetermined", "censored")
+    # a run that reached its deadline still making progress, without an error, is a censored outcome — no
+    # observation of whether the launch starts — and a factor whose comparison rests on censored runs is undetermined
+    assert verdict["factors"]["torch_compile"]["status"] == "undetermined"
     [stratum] = verdict["factors"]["torch_compile"]["strata"]
-    assert any("censored" in outcome for outcome in stratum["levels"]["on"]["outcomes"]), stratum["levels"]["on"]
+    assert stratum["state"] == "not compared" and "censored" in stratum["levels"]["on"]["invalid"], stratum
+    assert "slow, not failed" in verdict["factors"]["torch_compile"]["summary"]
+    assert sorted(r["why"] for r in verdict["excluded_runs"]) == ["censored", "censored"]
     report = (run_dir / "report.md").read_text()
     assert not [line for line in report.splitlines() if line.startswith("**Decides the launch") and "torch" in line]
 

@@ -118,14 +118,16 @@ def verdict(row: dict) -> str:
     ("on", "vllm-issue22303-v1-tp2-vllmworker-rank-p2p-disabled.log", "custom all-reduce active", "contradicted",
      "disabled on ranks 0 (no_p2p)"),
     ("on", "vllm-issue42609-tp2-dp1-custom-allreduce-cuh-455-worker1-died.log", "custom all-reduce active",
-     "contradicted", "failed to initialise on ranks 0 (cuda_error"),
+     "confirmed", "took effect and failed in its own code in 1 of 1 runs (r1): custom all-reduce failed in its own "
+     "code on ranks 0 (cuda_error"),
     ("on", "vllm-pr37296-apiserver-tp2-banner-non-default-args.log", "custom all-reduce active", "unknown",
      "does not show it"),
 ])
 def test_each_ranks_custom_ar_state_in_a_real_tp2_log_is_a_level_check(level, name, check, want, detail):
     """The level a run asked for against the state its ranks' lines give: Registering on each rank confirms "on",
-    the arguments' disable flag confirms "off", vLLM disabling it by itself (no P2P) or its kernel failing
-    contradicts "on", and a log that says nothing leaves it unknown."""
+    the arguments' disable flag confirms "off", vLLM disabling it by itself (no P2P) contradicts "on", its kernel
+    failing and ending the launch confirms it (it took effect: its own code failed — issue 47), and a log that says
+    nothing leaves it unknown."""
     rows = checks_of({"custom_ar": level, "utilization": "0.02"}, name)
     assert verdict(rows[check]) == want, rows
     assert detail in rows[check]["detail"], rows[check]

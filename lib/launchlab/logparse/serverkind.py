@@ -181,6 +181,9 @@ class ServerKind:
     relaunch        how `launchlab diagnose` rebuilds its command from a log (Relaunch). None: it cannot
     suspects        features a failing launch may owe its failure to (Suspect), as diagnose proposes them
     instrumentation its patch that prints the KV sizing's numbers (Instrumentation). None: it has none
+    pool_cap_args   the arguments it records that cap its KV pool whatever memory is left (SGLang's
+                    max_total_tokens): a capped pool's size says nothing of the memory its fraction left, so the
+                    budget never infers memory from it
     """
 
     name: str
@@ -203,6 +206,7 @@ class ServerKind:
     suspects: tuple[Suspect, ...] = ()
     instrumentation: Instrumentation | None = None
     units_note: str = "GiB"
+    pool_cap_args: tuple[str, ...] = ()
 
     def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
         """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""

@@ -446,7 +446,8 @@ def _budget(events, runs, telemetry):
         fraction = v.get("mem_fraction_static")
         if budget.missing(avail, fraction):
             continue
-        total, source = _total(v, avail, fraction, run["status"] == "ready")
+        # a pool capped by a flag (--max-total-tokens) is smaller than the room the fraction left: it gives no total
+        total, source = _total(v, avail, fraction, run["status"] == "ready" and not bool(run.get("pool_capped")))
         if total is None:
             continue
         rest = avail - total * (1 - fraction)
@@ -508,6 +509,7 @@ KIND = ServerKind(
                   "reserved before the sizing, so it is already outside `avail`."),
     break_even=BreakEven(arg="mem_fraction_static", column="break_even_fraction", formula="1 − avail/total",
                          flag="--mem-fraction-static", margin=0.01),
+    pool_cap_args=("max_total_tokens",),
     custom_ar_off="--disable-custom-all-reduce",
     arg_aliases={"tp": "tp_size", "tp-size": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size",
                  "model": "model_path"},

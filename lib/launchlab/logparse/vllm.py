@@ -591,6 +591,7 @@ KIND = ServerKind(
     break_even=BreakEven(arg="gpu_memory_utilization", column="break_even_utilization",
                          formula="(weights + non-torch + activation peak) / total", flag="--gpu-memory-utilization",
                          margin=0.01),
+    pool_cap_args=("num_gpu_blocks_override", "kv_cache_memory_bytes"),
     custom_ar_off="--disable-custom-all-reduce",
     arg_aliases={"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"},
     # "vLLM API server version 0.7.3", "Initializing a V1 LLM engine (v0.8.5) with config", "vLLM version 0.9"

@@ -22,7 +22,18 @@ from launchlab.logparse.kinds import KINDS
 from launchlab.reporting.reporttables import effects_in_gib, in_gib, log_tail, show, styled
 from launchlab.store import records, rundir
 from launchlab.store.verdictrecord import Verdict, plain
-from launchlab.verdicts import analysis, budget, frames, levelchecks, ordereffects, question, thresholds, verdict
+from launchlab.verdicts import (
+    analysis,
+    budget,
+    consistency,
+    frames,
+    ledger,
+    levelchecks,
+    ordereffects,
+    question,
+    thresholds,
+    verdict,
+)
 
 IMPORTED_NOTE = ("IMPORTED runs: made by hand and brought in with `launchlab import`. The kit did not watch "
                  "them — preflight GPU state, installed files and package versions, environment and startup time are "
@@ -88,7 +99,7 @@ class Report:
     @property
     def missing_why(self) -> str:
         """Why a planned run has no final status: one run notebook's folder never meant to run the others."""
-        return analysis.NOT_RUN_ALONE if self.manifest.single_run else analysis.NOT_FINISHED
+        return ledger.NOT_RUN_ALONE if self.manifest.single_run else ledger.NOT_FINISHED
 
     @property
     def factors(self) -> list[str]:
@@ -137,19 +148,33 @@ class Report:
         return self._per_run("parsed")
 
     @cached_property
+    def ledger(self) -> ledger.Ledger:
+        """The evidence of every run: what it was declared, what took effect, how it ended, whether it observes."""
+        return ledger.build(self.frames.runs, self.varied, exp=self.exp, planned=self.planned, parsed=self.parsed,
+                            missing_why=self.missing_why)
+
+    @cached_property
     def observations(self) -> pd.DataFrame:
-        return analysis.observations(self.frames.runs, self.factors, self.planned, missing_why=self.missing_why)
+        return self.ledger.frame(self.frames.runs)
 
     @cached_property
     def valid_runs(self) -> pd.DataFrame:
-        """The finished runs that are observations of the server (not kit errors or interrupted runs)."""
+        """The finished runs that are observations of the server (not kit errors, interrupted, censored, …)."""
         valid = set(self.observations.loc[self.observations["valid"], "run_id"])
         return self.frames.runs[self.frames.runs["run_id"].isin(valid)]
 
     @cached_property
     def budget(self) -> pd.DataFrame:
-        found = budget.recompute(self.exp.server.kind, self.frames.events, self.valid_runs, self.frames.telemetry)
-        return budget.with_weights(found, self.facts)
+        """The kind's budget per run, over the runs that ran their variant as declared (a run whose level the server
+        overrode ran another one: its figures would skew its variant's mean and break-even)."""
+        declared = {r.run_id: r.pool_capped for r in self.ledger.observations if r.as_declared}
+        runs = self.frames.runs[self.frames.runs["run_id"].isin(declared)]
+        runs = runs.assign(pool_capped=[declared[r] for r in runs["run_id"]])
+        found = budget.recompute(self.exp.server.kind, self.frames.events, runs, self.frames.telemetry)
+        # an instrumentation value its own run's outcome contradicts is no figure of the budget (the verdict's
+        # finding says what it printed and why it is wrong)
+        wrong = {r.run_id for r, _, _ in consistency.contradicted_instrumentation(self.ledger, self.frames.events)}
+        return budget.with_weights(budget.without_logged(found, wrong), self.facts)
 
     @cached_property
     def before_weights(self) -> dict[str, float]:
@@ -159,11 +184,6 @@ class Report:
             return {}
         return {r: float(t) for r, t in zip(own["run_id"], own["total_gib"], strict=True) if pd.notna(t)}
 
-    @cached_property
-    def level_checks(self) -> list[dict]:
-        runs = [{"run_id": r, "levels": {f: self.frames.runs.loc[i, f] for f in self.factors}}
-                for i, r in self.frames.runs["run_id"].items()]
-        return levelchecks.level_checks(self.exp, runs, self.parsed)
 
     @cached_property
     def verdict(self) -> Verdict:
@@ -188,12 +208,11 @@ class Report:
 
     def computed_verdict(self) -> Verdict:
         rows = [{k: plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
-        built = verdict.build(self.frames.runs, self.frames.events, self.varied, self.baseline_levels,
+        built = verdict.build(self.ledger, self.frames.runs, self.frames.events, self.baseline_levels,
                               baseline_variant=self.baseline_name, facts=self.facts, budget_rows=rows,
-                              tolerance_mib=self.exp.drain.tolerance_mib, planned=self.planned,
-                              level_checks=self.level_checks, parsed=self.parsed,
-                              declared_args=levelchecks.declared_args(self.exp),
-                              before_weights=self.before_weights, missing_why=self.missing_why)
+                              budget_runs=self.budget, kind=self.exp.server.kind,
+                              tolerance_mib=self.exp.drain.tolerance_mib, parsed=self.parsed,
+                              declared_args=levelchecks.declared_args(self.exp), before_weights=self.before_weights)
         if self.exp.search is not None:
             built.thresholds = self.threshold_verdict
         # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's
@@ -373,7 +392,7 @@ class Report:
         return Markdown("**The comparison is not controlled.**\n\n" + "\n".join(lines))
 
     def outcomes(self) -> Styler:
-        return styled(in_gib(analysis.outcomes(self.frames.runs, self.factors, self.planned)))
+        return styled(in_gib(analysis.outcomes(self.observations, self.factors)))
 
     def outcome_grid(self) -> None:
         fig = _plots().outcome_grid(self.observations, self.factors)

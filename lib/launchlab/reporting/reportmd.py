@@ -39,7 +39,7 @@ def write_verdict(run_dir: Path) -> Verdict:
         text += [r.markdown() for r in v.excluded_runs] + [""]
     if v.warmup_runs:
         text += ["## Warm-up runs", "", report.warmup_markdown(v.warmup_runs).strip(), ""]
-    text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.frames.runs, rep.factors, rep.planned))),
+    text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.observations, rep.factors))),
              ""]
     if v.level_checks:
         checks = pd.DataFrame([c.counts() for c in v.level_checks])

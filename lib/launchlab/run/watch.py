@@ -262,7 +262,12 @@ def _exited(nodes: list[Node], logs: list[LogMirror], dead: list[Node], tails: l
 
 
 def smoke(spec: params.SmokeSpec, node: Node, url: str, ready: Outcome, *, result: RunRecord) -> Outcome:
-    """One request to the ready server, from its own host; an unexpected answer makes the run `degraded`."""
+    """One request to the ready server, from its own host; an unexpected answer makes the run `degraded`. A server
+    already gone is sent none: it exited by itself after it was ready (runstatus), whereas one that fails the request
+    and is then gone died of the request (an OOM as it served)."""
+    if not node.host.group_alive(node.refs[-1].pgid):
+        result.smoke_response = "not sent: the server had exited after it was ready"
+        return ready
     tic = time.monotonic()
     status, text = node.host.http_post(url, spec.body, spec.timeout_s)
     result.smoke_status, result.smoke_s, result.smoke_response = status, round(time.monotonic() - tic, 2), text[:500]

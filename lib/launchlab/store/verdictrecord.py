@@ -16,11 +16,18 @@ from launchlab.escaping import md, md_code
 
 # a factor's status: what changing only it did to the share of ready runs (analysis.decide, verdict.build); the one
 # spelling of each, which the analysis and the verdict use by name (see Decision)
-DecisionStatus = Literal["decides", "decides_in_some", "neutral", "flaky", "confounded", "undetermined"]
+# (changes_how_it_fails: the levels end differently where the same share of them start — none, say — so it changes
+# how the launch fails, not whether it starts)
+DecisionStatus = Literal["decides", "decides_in_some", "changes_how_it_fails", "neutral", "flaky", "confounded",
+                         "undetermined"]
 STATUSES: tuple[str, ...] = get_args(DecisionStatus)
-DECIDES, DECIDES_IN_SOME, NEUTRAL, FLAKY, CONFOUNDED, UNDETERMINED = STATUSES
-DECIDING = (DECIDES, DECIDES_IN_SOME)
-SETTLED = (*DECIDING, NEUTRAL)  # what the runs said for sure, unless a confound touches them
+DECIDES, DECIDES_IN_SOME, CHANGES_HOW, NEUTRAL, FLAKY, CONFOUNDED, UNDETERMINED = STATUSES
+DECIDING = (DECIDES, DECIDES_IN_SOME)  # whether the launch starts
+OUTCOME = (*DECIDING, CHANGES_HOW)  # the launch's outcome, how it fails included: the verdict's outcome_factors
+# what a factor did in one stratum (Stratum.state): the one spelling of each, as the statuses'
+StratumState = Literal["changes", "no change", "repetitions disagree", "not compared"]
+CHANGES, NO_CHANGE, DISAGREE, NOT_COMPARED = get_args(StratumState)
+SETTLED = (*OUTCOME, NEUTRAL)  # what the runs said for sure, unless a confound touches them
 INCONCLUSIVE = (UNDETERMINED, FLAKY, CONFOUNDED)  # each is a reason the verdict is not conclusive
 
 
@@ -80,6 +87,10 @@ class Stratum:
     comparisons: list[Comparison] = field(default_factory=list)
     # the same share of ready runs, but the levels end differently (their failure reasons or phases): a change
     fails_differently: bool = False
+    # changes | no change | flaky | not compared (fewer than two levels with a valid run: `why` says what they had);
+    # None: a verdict.json of an older kit
+    state: str | None = None
+    why: str = ""
 
     @classmethod
     def from_json(cls, data: dict) -> Stratum:
@@ -103,6 +114,14 @@ class Decision:
     would_be: DecisionStatus | None = None  # a confounded decision: what it would say without the confound
     confounded_runs: list[str] = field(default_factory=list)
     runs_per_side: int | None = None  # the fewest valid runs a side has in the comparisons it rests on
+    # what the summary says, claim by claim (claims.Claim.to_json: kind, subject, strata, not_observed, runs,
+    # statistic, text); empty in a verdict.json of an older kit
+    claims: list[dict] = field(default_factory=list)
+
+    @property
+    def how_only(self) -> bool:
+        """It changes how the launch fails and nowhere whether it starts: never said as deciding the launch."""
+        return CHANGES_HOW in (self.status, self.would_be)
 
     @classmethod
     def from_json(cls, data: dict) -> Decision:
@@ -133,6 +152,8 @@ class Decision:
         if status in DECIDING:
             return status, [(s, c) for s, c in pairs
                             if s.changes and c.ready * c.reference_valid != c.reference_ready * c.valid]
+        if status == CHANGES_HOW:  # the same share start: the tests of how they ended
+            return status, [(s, c) for s, c in pairs if s.changes]
         return status, []
 
     def evidence(self) -> str:
@@ -278,6 +299,9 @@ class Verdict:
     warmup_runs: list[dict] = field(default_factory=list)  # never compared: [{run_id, host, status, startup_s, …}]
     kit_version: str | None = None  # the kit that wrote it (a summary reuses only its own kit's verdict.json)
     thresholds: dict | None = None
+    # consistency checks across the evidence (consistency.py): [{kind, detail, runs, hypotheses?}] — the
+    # instrumentation against the outcome, a break-even against what the runs did; a finding leads the prose
+    findings: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
@@ -318,7 +342,13 @@ class Verdict:
             line = "INCONCLUSIVE: " + (self.inconclusive_reasons or ["?"])[0]
         else:
             control = "controlled" if self.controlled else "NOT controlled"
-            line = f"{control}; decides the launch: {', '.join(self._strength(f) for f in self.outcome_factors) or 'no factor'}"
+            deciding = [f for f in self.outcome_factors if not (f in self.factors and self.factors[f].how_only)]
+            how = [f for f in self.outcome_factors if f not in deciding]
+            line = f"{control}; decides the launch: {', '.join(self._strength(f) for f in deciding) or 'no factor'}"
+            if how:
+                line += f"; changes how it fails: {', '.join(self._strength(f) for f in how)}"
+            if self.findings:
+                line += f"; {len(self.findings)} finding(s): {self.findings[0]['kind']}"
         if width is None or len(line) <= width:
             return line
         cut = line[:width - 1]

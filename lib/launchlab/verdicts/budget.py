@@ -36,6 +36,21 @@ def with_weights(budget: pd.DataFrame, facts: dict[str, dict]) -> pd.DataFrame:
     return budget.assign(weights=[first.get(key.get(r), "not recorded") for r in budget["run_id"]])
 
 
+def without_logged(budget: pd.DataFrame, runs: set[str]) -> pd.DataFrame:
+    """The budget rows with the instrumentation's own figure (`logged_*`, `agrees`) removed from `runs`: what their
+    outcome contradicts is not a budget figure (consistency.contradicted_instrumentation)."""
+    if budget.empty or not runs:
+        return budget
+    out = budget.copy()
+    hit = out["run_id"].isin(runs)
+    for column in [c for c in out.columns if c.startswith("logged_")]:
+        out.loc[hit, column] = None
+    if "agrees" in out:
+        out["agrees"] = out["agrees"].astype(object)
+        out.loc[hit, "agrees"] = None
+    return out
+
+
 def summarize(budget: pd.DataFrame) -> pd.DataFrame:
     """One row per variant (per variant and weights, where the model path held other weights in some runs: never an
     average over two builds): mean of the budget figures, and whether logged and recomputed values agreed."""

@@ -37,9 +37,9 @@ from launchlab.store.comparerecord import (
 )
 from launchlab.store.rundir import Manifest, ManifestSearch
 from launchlab.store.verdictrecord import Verdict
-from launchlab.verdicts import analysis, budget, confounds, derivedargs, thresholds
+from launchlab.verdicts import analysis, budget, confounds, derivedargs, effects, thresholds
 
-METRICS = {"kv_tokens": "tokens", "peak_mem_used_mib": "MiB"}  # per run: analysis.run_metrics
+METRICS = {"kv_tokens": "tokens", "peak_mem_used_mib": "MiB"}  # per run: effects.run_metrics
 # what the resolved params of the two may differ in without it being a difference outside the factors: their
 # names and the question's words (notes of the question), and what the question compares itself
 PARAMS_SKIPPED = ("experiment", "question", "baseline", "repetitions", "search", "runs")
@@ -312,8 +312,8 @@ def metric_shifts(before: Side, after: Side) -> list[Shift]:
     """KV tokens (the log's first rank) and peak GPU memory (nvidia-smi), per variant, over the valid runs with a
     value: a variant whose runs give none on a side (failed before the KV cache, imported without a capture) has
     no row for that metric."""
-    a = analysis.run_metrics(before.valid(), before.events).reset_index()
-    b = analysis.run_metrics(after.valid(), after.events).reset_index()
+    a = effects.run_metrics(before.valid(), before.events).reset_index()
+    b = effects.run_metrics(after.valid(), after.events).reset_index()
     out = []
     for variant in [v for v in _variants(before) if v in _variants(after)]:
         for metric, unit in METRICS.items():
@@ -520,9 +520,9 @@ def warnings(record: BeforeAfter, before: Side, after: Side) -> list[str]:
         out.append("some variants ran on one side only and are not compared: "
                    + "; ".join([*(f"{v} (before)" for v in record.variants_before_only),
                                 *(f"{v} (after)" for v in record.variants_after_only)]))
-    few = sorted({s.variant for s in record.shifts if 0 < min(s.before_n, s.after_n) < analysis.SMALL_N})
+    few = sorted({s.variant for s in record.shifts if 0 < min(s.before_n, s.after_n) < effects.SMALL_N})
     if few:
         out.append(f"few runs per side for the memory figures of {len(few)} variant(s) (fewer than "
-                   f"{analysis.SMALL_N}): an interval is wide or missing — raise `repetitions:` to tell a small "
+                   f"{effects.SMALL_N}): an interval is wide or missing — raise `repetitions:` to tell a small "
                    "change from run-to-run noise")
     return out

@@ -13,13 +13,14 @@ t_s is seconds since the server was started, on the host's clock (the clock of i
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 
-from launchlab import logparse, params
+from launchlab import logparse, params, safefiles
 from launchlab.errors import ParseError, RunDirError
 from launchlab.gpu import telemetry
 from launchlab.logparse import logfacts
@@ -63,6 +64,7 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
             if unread:
                 summary["telemetry_unread"] = unread
+            summary["log_sha256"] = _logs_sha256(folder, record)  # the same log twice is one launch (ledger.py)
             rundir.write_json(folder.parsed, summary)
     runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + factors)
     for col in ("startup_s", "peak_mem_used_mib", "queue_s"):
@@ -97,6 +99,17 @@ def _nodes(folder: rundir.RunFolder, record: records.RunRecord, exp: params.Expe
             if samples["mem_used_mib"].notna().any():
                 peaks.append(float(samples["mem_used_mib"].max()))
     return summary, peaks, unread
+
+
+def _logs_sha256(folder: rundir.RunFolder, record: records.RunRecord) -> str:
+    """The SHA-256 of the run's server logs as kept (every node's, in node order): its content's identity."""
+    digest = hashlib.sha256()
+    for node in range(max(1, len(record.nodes or []))):
+        if folder.log(node).exists():
+            with safefiles.open_regular(folder.log(node)) as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()
 
 
 def _samples(csv: Path, run_id: str, t0: datetime | None) -> pd.DataFrame:

@@ -25,10 +25,12 @@ from launchlab.logparse.kinds import KINDS, kinds_of
 from launchlab.params import Experiment, Variant, apply_flags, expand
 
 CONFIRMED, CONTRADICTED, UNKNOWN = "confirmed", "contradicted", "unknown"
+FAILED = "failed"  # the level took effect and its own code failed: what ended the launch (not a contradiction)
 CUSTOM_AR_CHECK = "custom all-reduce"
 _CUSTOM_AR_NAME = re.compile(r"custom.?a(ll.?)?r(educe)?|\bcar\b|allreduce|all_reduce", re.IGNORECASE)
 _ON = {"on", "true", "enabled", "enable", "1", "yes"}
 _OFF = {"off", "false", "disabled", "disable", "0", "no"}
+_CUSTOM_AR_FAILURE = re.compile(r"custom_all_reduce|custom[ _-]?all[ _-]?reduce", re.IGNORECASE)
 _NOT_SHOWN = "the log does not show it (the run ended before CUDA-graph capture, or it is not logged)"
 
 
@@ -103,15 +105,16 @@ def ranks_text(ranks: Iterable[str]) -> str:
 
 
 def custom_ar_observed(parsed: dict) -> tuple[str | None, str]:
-    """A run's custom all-reduce as its log shows it: ("active" | "inactive" | None, what the log says)."""
+    """A run's custom all-reduce as its log shows it: ("active" | "inactive" | "failed" | None, what the log says).
+    "failed": it was set up and its own code failed (at initialisation or in its kernel)."""
     states = parsed.get("custom_ar") or {}
     failed = {r: s for r, s in states.items() if s.get("state") == "failed"}
     disabled = {r: s for r, s in states.items() if s.get("state") == "disabled"}
     active = [r for r, s in states.items() if s.get("state") == "active"]
     if failed:
         why = next(iter(failed.values()))
-        return "inactive", (f"failed to initialise on ranks {ranks_text(failed)}"
-                            f" ({why.get('reason') or 'error'}: {why.get('message', '')[:160]})")
+        return "failed", (f"failed in its own code on ranks {ranks_text(failed)}"
+                          f" ({why.get('reason') or 'error'}: {why.get('message', '')[:160]})")
     if disabled:
         why = next(iter(disabled.values()))
         return "inactive", f"disabled on ranks {ranks_text(disabled)} ({why.get('reason') or 'no reason given'})"
@@ -139,31 +142,43 @@ def _custom_ar_unlogged(parsed: dict) -> tuple[str | None, str]:
 
 
 def level_checks(exp: Experiment, runs: list[dict], parsed: dict[str, dict]) -> list[dict]:
-    """One row per (factor, level, check): the runs whose log confirms, contradicts or does not show it.
+    """One row per (factor, level, check): the runs whose log confirms, contradicts or does not show it (a level
+    that failed in its own code took effect: confirmed, and said). The verdict's rows come from its ledger
+    (ledger.py), which adds what needs all the runs (a patch's instrumentation); this reads one run's log at a time
+    (an import's levels against its log).
 
     runs: the finished runs ({run_id, levels}); parsed: parsed.json of each run, by run id."""
-    variants = {v.name: v for v in expand(exp)}
-    by_levels = {tuple(sorted(v.levels.items())): v for v in variants.values()}
-    rows: dict[tuple[str, str, str], dict] = {}
+    by_levels = {tuple(sorted(v.levels.items())): v for v in expand(exp)}
+    found = []
     for run in runs:
         variant = by_levels.get(tuple(sorted(run["levels"].items())))
         if variant is None:
             continue
         log = parsed.get(run["run_id"]) or {}
-        for factor, level in variant.levels.items():
-            for check, verdict, why in _checks(exp, variant, factor, level, log=log):
-                row = rows.setdefault((factor, level, check), {
-                    "factor": factor, "level": level, "check": check,
-                    "runs_confirmed": [], "runs_contradicted": [], "runs_unknown": [], "_why": []})
-                row[f"runs_{verdict}"].append(run["run_id"])
-                if verdict == CONTRADICTED:
-                    row["_why"].append(f"{factor}={level}: {why} in run {run['run_id']}")
-    return [_with_detail(row) for row in rows.values()]
+        found += [(run["run_id"], factor, level, check, state, why) for factor, level in variant.levels.items()
+                  for check, state, why in run_checks(exp, variant, factor, level, log=log)]
+    return rows(found)
 
 
-def _checks(exp: Experiment, variant, factor: str, level: str, *, log: dict):
-    """(check, confirmed | contradicted | unknown, why) for each thing one run's log can show of a level: every
-    flag the factor touches, and the custom all-reduce state where the level is about it."""
+def rows(found: Iterable[tuple[str, str, str, str, str, str]]) -> list[dict]:
+    """The level checks' rows from each run's (run_id, factor, level, check, state, why), in the order first seen:
+    a run whose level failed in its own code is among the confirmed (it took effect), and `detail` says so."""
+    out: dict[tuple[str, str, str], dict] = {}
+    for run_id, factor, level, check, state, why in found:
+        row = out.setdefault((factor, level, check), {
+            "factor": factor, "level": level, "check": check, "runs_confirmed": [], "runs_contradicted": [],
+            "runs_unknown": [], "_why": [], "_failed": []})
+        row[f"runs_{CONFIRMED if state == FAILED else state}"].append(run_id)
+        if state == CONTRADICTED:
+            row["_why"].append(f"{factor}={level}: {why} in run {run_id}")
+        elif state == FAILED:
+            row["_failed"].append((run_id, why))
+    return [_with_detail(row) for row in out.values()]
+
+
+def run_checks(exp: Experiment, variant, factor: str, level: str, *, log: dict):
+    """(check, confirmed | contradicted | failed | unknown, why) for each thing one run's log can show of a level:
+    every flag the factor touches, and the custom all-reduce state where the level is about it."""
     args = log.get("args") or {}
     touched = {f for lv in exp.factors[factor].values() for f in lv.flags}
     boolean = {f for lv in exp.factors[factor].values() for f, v in lv.flags.items() if v is True}
@@ -181,23 +196,44 @@ def _checks(exp: Experiment, variant, factor: str, level: str, *, log: dict):
         check = f"{CUSTOM_AR_CHECK} {intent}"
         if seen is None:
             yield check, UNKNOWN, ""
+        elif seen == "failed" and intent == "active":
+            # it was on and its own code failed: the level took effect — and what ended the launch, where the
+            # launch ended of it; a server that went on without it ran another level
+            if _ended_by_custom_ar(log):
+                yield check, FAILED, f"custom all-reduce {what}, which ended the launch"
+            else:
+                yield check, CONTRADICTED, f"custom all-reduce {what} and the server went on without it"
         elif seen == intent:
             yield check, CONFIRMED, ""
+        elif seen == "failed":
+            yield check, CONTRADICTED, f"custom all-reduce was set up although the level turns it off: it {what}"
         else:
             yield check, CONTRADICTED, f"custom all-reduce was {what}"
 
 
+def _ended_by_custom_ar(log: dict) -> bool:
+    """The launch ended of its custom all-reduce: the log's failure is custom all-reduce's (its reason, or its
+    message naming the kernel)."""
+    failure = log.get("failure") or {}
+    reason, message = str(failure.get("reason") or ""), str(failure.get("message") or "")
+    return reason.startswith("custom_allreduce") or bool(_CUSTOM_AR_FAILURE.search(message))
+
+
 def _with_detail(row: dict) -> dict:
     """The row with what the logs say of it in words (`detail`)."""
-    why = row.pop("_why")
+    why, failed = row.pop("_why"), row.pop("_failed")
     n = sum(len(row[k]) for k in ("runs_confirmed", "runs_contradicted", "runs_unknown"))
-    if why:
-        row["detail"] = "; ".join(why)
-    elif row["runs_confirmed"]:
+    parts = ["; ".join(why)] if why else []
+    if failed:
+        said = dict.fromkeys(w for _, w in failed)
+        parts.append(f"it took effect and failed in its own code in {len(failed)} of {n} runs "
+                     f"({', '.join(r for r, _ in failed)}): {'; '.join(said)}")
+    if not parts and row["runs_confirmed"]:
         unknown = f"; not shown in {len(row['runs_unknown'])}" if row["runs_unknown"] else ""
-        row["detail"] = f"the server's log confirms it in {len(row['runs_confirmed'])} of {n} runs{unknown}"
-    else:
-        row["detail"] = f"the server's log does not show it in any of the {n} runs"
+        parts.append(f"the server's log confirms it in {len(row['runs_confirmed'])} of {n} runs{unknown}")
+    if not parts:
+        parts.append(f"the server's log does not show it in any of the {n} runs")
+    row["detail"] = "; ".join(parts)
     return row
 
 

@@ -31,7 +31,11 @@ def conclude(record: RunRecord, outcome: Outcome | None, logs: list[NodeLog], pe
         record.status, record.failure_message = "error", "the run stopped before the server was watched"
         return
     failing = next((log for log in logs if log.parsed.failure is not None), None)
-    if outcome.status in ("ready", "degraded") and record.stopped_with == "gone":
+    if outcome.status == "degraded" and record.stopped_with == "gone":
+        # its first request failed and then it was gone: the request is what broke it (an OOM that killed the
+        # server as it served), not an exit by itself — degraded, with the log's own reason where it has one
+        outcome = _died_of_request(outcome, failing)
+    elif outcome.status == "ready" and record.stopped_with == "gone":
         outcome = _exited_after_ready(outcome, failing)
         failing = None  # the reason is the exit after ready; the log's own failure is in the message
     record.status = outcome.status
@@ -59,6 +63,14 @@ def conclude(record: RunRecord, outcome: Outcome | None, logs: list[NodeLog], pe
             record.failure_reason = outcome.reason
         if outcome.status == "timeout":
             record.failure_phase = record.phase_reached
+
+
+def _died_of_request(outcome: Outcome, failing: NodeLog | None) -> Outcome:
+    """Ready, its first request failed, then gone: it starts but its first request fails (the log's reason where it
+    states one: cuda_oom), and it said what the server did after."""
+    said = f"; the server then exited: {failing.where}{failing.parsed.failure.message}" if failing is not None else \
+        "; the server then exited"
+    return Outcome("degraded", outcome.reason, f"{outcome.message}{said}", outcome.ready_after_s)
 
 
 def _exited_after_ready(outcome: Outcome, failing: NodeLog | None) -> Outcome:

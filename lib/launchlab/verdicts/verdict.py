@@ -12,13 +12,12 @@ from __future__ import annotations
 import pandas as pd
 
 from launchlab.escaping import md, md_code
-from launchlab.store.rundir import ManifestEntry
 from launchlab.store.verdictrecord import (
     CONFOUNDED,
-    DECIDING,
     FLAKY,
     INCONCLUSIVE,
     NEUTRAL,
+    OUTCOME,
     UNDETERMINED,
     Confound,
     Decision,
@@ -27,29 +26,31 @@ from launchlab.store.verdictrecord import (
     LevelCheck,
     Verdict,
 )
-from launchlab.verdicts import analysis, budget, confounds, derivedargs, levelchecks
+from launchlab.verdicts import analysis, budget, confounds, consistency, derivedargs, effects, ledger, levelchecks
 
 
-def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline: dict[str, str],
-          *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict], tolerance_mib: float = 256,
-          planned: list[ManifestEntry] | None = None, level_checks: list[dict] | None = None,
+def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline: dict[str, str],
+          *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict],
+          budget_runs: pd.DataFrame | None = None, kind: str = "", tolerance_mib: float = 256,
           parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset(),
-          before_weights: dict[str, float] | None = None, missing_why: str = analysis.NOT_FINISHED) -> Verdict:
-    """verdict.json: see verdictrecord.Verdict and docs/reading-the-report.md for every key; missing_why:
-    analysis.observations'."""
-    obs = analysis.observations(runs, factors, planned, missing_why=missing_why)
+          before_weights: dict[str, float] | None = None) -> Verdict:
+    """verdict.json from the evidence ledger of a run directory (ledger.build): see verdictrecord.Verdict and
+    docs/reading-the-report.md for every key. budget_rows: the budget per variant (budget.summarize); budget_runs:
+    per run (budget.recompute), for the consistency findings; kind: the server kind."""
+    factors = list(led.factors)
+    obs = led.frame(runs)
     valid = obs[obs["valid"]]
-    checks = list(level_checks or [])
-    # a run whose log contradicts its level is no observation of that factor: it leaves the factor's comparisons
-    contradicted = levelchecks.contradicted_runs(checks)
+    checks = led.level_checks()
     found, derived = _confounds(obs, runs, factors, checks, baseline_variant=baseline_variant, facts=facts,
                                 tolerance_mib=tolerance_mib, parsed=parsed or {}, declared_args=set(declared_args))
     found += _memory_before_weights(obs, found, before_weights or {}, budget_rows=budget_rows)
-    why = levelchecks.contradiction_reasons(checks)
-    decisions = [analysis.decide(obs, f, factors, baseline.get(f), drop=contradicted.get(f, set()), drop_why=why.get(f, ""))
-                 for f in factors]
+    decisions = [analysis.decide(led.for_factor(f, runs), f, factors, baseline.get(f)) for f in factors]
     decisions = [analysis.confounded(d, _touching(found, checks)) for d in decisions]
-    effects = analysis.factor_effects(runs, events, factors, baseline, planned=planned, drop=contradicted)
+    measured, not_compared = effects.factor_effects(led, runs, events, baseline)
+    findings = consistency.instrumentation(led, budget_runs if budget_runs is not None else pd.DataFrame(), events,
+                                           effects=measured, confounds=found)
+    findings += consistency.break_even_contradicted(led, pd.DataFrame(budget_rows), events, parsed=parsed or {},
+                                                    kind=kind)
     reasons = inconclusive_reasons(obs, decisions)
 
     def named(*statuses: str) -> list[str]:
@@ -60,7 +61,7 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
         conclusive=not reasons,
         inconclusive_reasons=reasons,
         baseline=baseline_variant,
-        outcome_factors=named(*DECIDING),
+        outcome_factors=named(*OUTCOME),
         neutral_factors=named(NEUTRAL),
         undetermined_factors=named(UNDETERMINED),
         flaky_factors=named(FLAKY),
@@ -68,12 +69,24 @@ def build(runs: pd.DataFrame, events: pd.DataFrame, factors: list[str], baseline
         factors={d["factor"]: Decision.from_json(d) for d in decisions},
         confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found],
         derived_args=derived,
-        effects=[Effect.from_analysis(e) for e in effects],
+        effects=[Effect.from_analysis(e) for e in measured],
         level_checks=[LevelCheck(**c) for c in checks],
         excluded_runs=[ExcludedRun(**r) for r in analysis.excluded(obs)],
         budget=budget_rows,
-        warnings=_warnings(obs, facts, effects, found) + _unread_traces(parsed or {}, list(obs["run_id"])),
+        warnings=(_warnings(obs, facts, measured, found) + not_compared
+                  + _unread_traces(parsed or {}, list(obs["run_id"])) + _left_out_of_budget(led)),
+        findings=findings,
     )
+
+
+def _left_out_of_budget(led: ledger.Ledger) -> list[str]:
+    """The runs whose level of some factor did not take effect: they ran another variant than their own, so their
+    figures are in no variant's budget (and their break-even in none's mean)."""
+    odd = [r for r in led.observations if not r.as_declared]
+    if not odd:
+        return []
+    return [f"{len(odd)} run(s) ran another level than declared and are left out of their variant's memory budget "
+            f"and break-even: {', '.join(r.run_id for r in odd)}"]
 
 
 def _memory_before_weights(obs: pd.DataFrame, found: list[dict], before: dict[str, float], *,
@@ -116,14 +129,14 @@ def _touching(found: list[dict], checks: list[dict]) -> list[dict]:
                                                          for c in found if c["kind"] == "level"]
 
 
-def _warnings(obs: pd.DataFrame, facts: dict[str, dict], effects: list[dict], found: list[dict]) -> list[str]:
+def _warnings(obs: pd.DataFrame, facts: dict[str, dict], measured: list[dict], found: list[dict]) -> list[str]:
     valid = obs[obs["valid"]]
     warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
-    warnings += analysis.effect_warnings(effects)
+    warnings += effects.effect_warnings(measured)
     if len(valid) < len(obs) and len(valid):
         left = obs[~obs["valid"]]
         warnings.insert(0, f"{len(left)} of {len(obs)} planned runs are not observations of the server and were left "
-                           f"out of every comparison ({analysis._tally(left)}): {', '.join(left['run_id'])}")
+                           f"out of every comparison ({analysis.tally(left)}): {', '.join(left['run_id'])}")
     if found:
         warnings.insert(0, f"{len(found)} confound(s): the comparison is not controlled — see `confounds`")
     return warnings
@@ -140,7 +153,7 @@ def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:
     """Why the data cannot decide, one sentence each, naming runs and levels; empty when it can."""
     if not obs["valid"].any():
         return [f"nothing can be concluded: none of the {len(obs)} planned runs is a valid observation of the server "
-                f"({analysis._tally(obs)})"]
+                f"({analysis.tally(obs)})"]
     return [d["summary"] for d in decisions if d["status"] in INCONCLUSIVE]
 
 
@@ -160,6 +173,7 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
     lines = []
     if not v.conclusive:
         lines.append("**Inconclusive** — " + " ".join(md(_sentence(r, v.factors)) for r in v.inconclusive_reasons))
+    lines += [_finding(f) for f in v.findings]
     if v.confounds:
         lines.append(f"**Not a controlled comparison** — {len(v.confounds)} confound(s), see below.")
     elif v.controlled:
@@ -168,7 +182,8 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
         lines.append(said)
     contradicted = [c for c in v.level_checks if c.runs_contradicted]
     if contradicted:
-        lines.append("**A level did not take effect:** " + md("; ".join(c.detail for c in contradicted))
+        lines.append("**A level did not take effect:** " + md("; ".join(c.detail.split("; it took effect")[0]
+                                                                      for c in contradicted))
                      + ". Its runs were left out of that factor's comparisons.")
     lines += _decisions(v)
     if not v.conclusive and not (v.outcome_factors or v.neutral_factors):
@@ -192,12 +207,17 @@ def _decisions(v: Verdict) -> list[str]:
     def said(label: str, factor: str, text: str) -> str:
         decision = v.factors.get(factor)
         evidence = decision.evidence() if decision is not None else ""
-        one = decision is not None and decision.runs_per_side == 1 and decision.status in (*DECIDING, NEUTRAL)
+        one = decision is not None and decision.runs_per_side == 1 and decision.status in (*OUTCOME, NEUTRAL)
         return (f"**{label}{', on one run per side' if one else ''}:** {text}"
                 + (f" ({md(evidence)})" if evidence else "") + "." + (ONE_RUN if one else ""))
 
     for factor in v.outcome_factors:
-        lines.append(said("Decides the launch", factor, md(v.factors[factor].summary.replace(" decides the launch", ""))))
+        decision = v.factors[factor]
+        if decision.how_only:  # neither level starts (or the same share does): it changes how, not whether
+            lines.append(said("Changes how the launch fails", factor,
+                              md(decision.summary.replace(" changes how the launch fails", "", 1))))
+        else:
+            lines.append(said("Decides the launch", factor, md(decision.summary.replace(" decides the launch", "", 1))))
     for factor in v.neutral_factors:  # with its counts: how many runs "no change" rests on
         lines.append(said("Does not change the launch outcome", factor, md_code(factor)))
     for label, names in (("Flaky", v.flaky_factors), ("Confounded", v.confounded_factors),
@@ -208,6 +228,25 @@ def _decisions(v: Verdict) -> list[str]:
             lines.append(f"**{label}:** {md_code(factor)}" + (f"{where} ({md(evidence)})" if evidence else " (see above)")
                          + ".")
     return lines
+
+
+FINDING_TITLES = {"instrumentation": "The server's own instrumentation contradicts the outcome",
+                  "break-even": "A predicted break-even is contradicted by the runs"}
+HYPOTHESES = {"instrumentation": "the instrumentation itself is wrong", "code path": "another version or code path",
+              "memory": "a factor's memory before the KV sizing"}
+
+
+def _finding(f: dict) -> str:
+    """A consistency finding as a paragraph; the instrumentation's with which explanation the data support."""
+    detail = f["detail"]
+    head = FINDING_TITLES.get(f["kind"], f["kind"])
+    text = detail.split(": ", 1)[1] if detail.startswith("the server's own instrumentation") else detail
+    line = f"**{head}:** {md(text)}."
+    hypotheses = f.get("hypotheses") or {}
+    if hypotheses:
+        line += " Which explanation the data support: " + "; ".join(
+            f"{HYPOTHESES.get(k, k)} — {md(v)}" for k, v in hypotheses.items()) + "."
+    return line
 
 
 def _kv_sentence(e: Effect) -> str:

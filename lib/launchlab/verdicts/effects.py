@@ -1,0 +1,184 @@
+"""Effects against the baseline, hyperfine-style: each level's valid runs against the baseline level's, matched
+within strata (the other factors held at one combination), on the memory and time metrics the logs and the
+samples give — from the runs the evidence ledger says observe the factor.
+
+Memory is compared like with like: a run's peak memory only against runs that reached the same phase (a launch
+that died before its KV pool against one that allocated it says nothing of what a level costs), and the log's own
+figures phase by phase — distributed init with the all-reduce buffers, weights, KV pool, CUDA graphs — each of
+which only runs that reached that phase have.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from launchlab.logparse.common import rank_order
+from launchlab.verdicts.claims import label
+from launchlab.verdicts.ledger import Ledger
+
+EFFECT_METRICS = ("dist_init_mem_gib", "weights_mem_gib", "kv_tokens", "kv_gib", "graph_mem_gib", "peak_mem_used_mib",
+                  "startup_s")
+# a metric compared only between runs that reached the same phase: a sample of what the whole launch held
+SAME_PHASE = ("peak_mem_used_mib",)
+SMALL_N = 3
+LARGE_SPREAD = 0.10  # sd / |mean|
+
+
+def run_metrics(runs: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: the effect metrics (log values from the run's first rank, the last one printed): rank 0,
+    or where the log keys its ranks by pipeline stage, the first of them ("pp0.0")."""
+    logged = events[events["field"].isin(EFFECT_METRICS)]
+    if not logged.empty:
+        first = logged.groupby("run_id")["rank"].agg(lambda ranks: min(ranks, key=rank_order))
+        logged = logged[logged["rank"] == logged["run_id"].map(first)]
+    wide = logged.pivot_table(index="run_id", columns="field", values="value", aggfunc="last")
+    out = runs.set_index("run_id")[["variant", "peak_mem_used_mib", "startup_s"]].join(wide, how="left")
+    for metric in EFFECT_METRICS:
+        if metric not in out:
+            out[metric] = float("nan")
+    return out
+
+
+def _pooled_sd(groups: list[pd.Series]) -> float | None:
+    """The within-stratum sd: strata differ on purpose (another factor's level), so their means are not noise."""
+    dof = sum(len(g) - 1 for g in groups)
+    if dof <= 0:
+        return None
+    return math.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / dof)
+
+
+def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline: dict[str, str]
+                   ) -> tuple[list[dict], list[str]]:
+    """For each factor level other than the baseline's and each metric: the level's runs that observe the factor
+    (ledger.Ledger.for_factor) against those at the baseline level, within each stratum (the other factors held at
+    one combination) where both sides have a value — for SAME_PHASE metrics, where both sides' runs reached the same
+    phase (`not_compared` names the strata left out and why). Per-stratum differences are combined by their
+    unweighted mean; `mean` and `baseline_mean` are the means of the per-stratum means, `n` / `baseline_n` count
+    the values compared, `sd` is the within-stratum (pooled) sd of the level's values. With two or more values per
+    side, `ci_low` / `ci_high` are the 95 % t-interval of the matched differences (a level's run against the
+    baseline's run of the same repetition in the same stratum, scipy.stats.ttest_1samp) — where those differences
+    are all the same (`diffs_identical`) the interval is that point, which says no spread was seen, not that it is
+    precise; with one, `values` and `baseline_values` are the single values and there is no interval. The notes:
+    the strata a SAME_PHASE metric was not compared in, and why."""
+    factors = list(led.factors)
+    effects, notes = [], []
+    for factor in factors:
+        obs = led.for_factor(factor, runs)
+        valid = obs[obs["valid"]]
+        table = valid.set_index("run_id")[[*factors, "repetition", "phase_reached"]].join(
+            run_metrics(valid, events).drop(columns="variant"))
+        others = [f for f in factors if f != factor]
+        for level in dict.fromkeys(obs[factor].dropna()):
+            if level == baseline[factor]:
+                continue
+            for metric in EFFECT_METRICS:
+                effect, skipped = _matched(table, factor, level, baseline[factor], others=others, metric=metric)
+                if effect is not None:
+                    effects.append(effect)
+                notes += [f"{metric} of {factor}={level} is not compared with {factor}={baseline[factor]}"
+                          + (f" at {s['stratum']}" if s["stratum"] != "alone" else "") + f": {s['why']}"
+                          for s in skipped]
+    return effects, notes
+
+
+def _interval(diffs: list[float]) -> tuple[float | None, float | None]:
+    """The 95 % t-interval of the mean of matched differences; (d, d) when they are all equal."""
+    import warnings
+
+    from scipy.stats import ttest_1samp
+
+    if len(set(diffs)) == 1:
+        return diffs[0], diffs[0]  # no spread: the t-interval is the point (scipy warns of precision loss)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ci = ttest_1samp(diffs, 0.0).confidence_interval(0.95)
+    return float(ci.low), float(ci.high)
+
+
+def _by_repetition(table: pd.DataFrame, values: pd.Series, base: pd.Series) -> list[tuple[float, float]]:
+    """A level's values and the baseline level's, paired by repetition (runs named by their index in table)."""
+    mine = dict(zip(table.loc[values.index, "repetition"], values, strict=True))
+    theirs = dict(zip(table.loc[base.index, "repetition"], base, strict=True))
+    return [(mine[r], theirs[r]) for r in sorted(mine.keys() & theirs.keys())]
+
+
+def _matched(table: pd.DataFrame, factor: str, level: str, base: str, *, others: list[str], metric: str
+             ) -> tuple[dict | None, list[dict]]:
+    used, skipped = _pairs(table, factor, level, base, others=others, metric=metric)
+    if not used:
+        return None, skipped
+    mean = sum(t.mean() for _, t, _ in used) / len(used)
+    base_mean = sum(c.mean() for _, _, c in used) / len(used)
+    diffs = [t.mean() - c.mean() for _, t, c in used]
+    values = pd.concat([t for _, t, _ in used])
+    base_values = pd.concat([c for _, _, c in used])
+    pairs = [float(a - b) for _, t, c in used for a, b in _by_repetition(table, t, c)]
+    low = high = None
+    if min(len(values), len(base_values)) >= 2 and len(pairs) >= 2:
+        low, high = _interval(pairs)
+    identical = low is not None and len(set(pairs)) == 1  # no spread: the "interval" is the point, not a precision
+    return {"factor": factor, "level": level, "baseline_level": base, "metric": metric,
+            "n": int(len(values)), "mean": mean, "sd": _pooled_sd([t for _, t, _ in used]),
+            "min": values.min(), "max": values.max(),
+            "baseline_n": int(len(base_values)), "baseline_mean": base_mean,
+            "baseline_sd": _pooled_sd([c for _, _, c in used]),
+            "diff": mean - base_mean, "ratio": mean / base_mean if base_mean else None,
+            "ci_low": low, "ci_high": high, "pairs": len(pairs), "diffs_identical": identical,
+            "values": [float(v) for v in values] if len(values) == 1 else None,
+            "baseline_values": [float(v) for v in base_values] if len(base_values) == 1 else None,
+            "strata": [label(h) for h, _, _ in used],
+            "stratum_diffs": [{"stratum": label(h), "n": int(len(t)), "baseline_n": int(len(c)),
+                               "mean": float(t.mean()), "baseline_mean": float(c.mean()),
+                               "diff": float(t.mean() - c.mean())} for h, t, c in used],
+            "signs_disagree": any(d > 0 for d in diffs) and any(d < 0 for d in diffs)}, skipped
+
+
+def effect_warnings(effects: list[dict]) -> list[str]:
+    """What to do when n is too small, the spread too large, or strata disagree (one line per level, each
+    metric with its own n)."""
+    small: dict[str, list[str]] = {}
+    warnings = []
+    for e in effects:
+        where = f"{e['factor']}={e['level']} vs {e['baseline_level']}"
+        if e.get("signs_disagree"):
+            parts = ", ".join(f"{d['diff']:+,.4g} at {d['stratum']}" for d in e["stratum_diffs"])
+            warnings.append(f"{where}, {e['metric']}: the effect changes sign between strata ({parts}); it depends "
+                            "on the other factors — read it per stratum, not as one number")
+        if min(e["n"], e["baseline_n"]) < SMALL_N:
+            small.setdefault(where, []).append(f"{e['metric']} n={e['n']} vs {e['baseline_n']}")
+        elif e["sd"] and e["mean"] and e["sd"] / abs(e["mean"]) > LARGE_SPREAD:
+            warnings.append(f"{where}, {e['metric']}: the spread (sd {e['sd']:.3g}) is over {LARGE_SPREAD:.0%} of the "
+                            "mean; look for a confound (other processes, thermal state) before trusting the difference")
+    for where, metrics in small.items():
+        warnings.append(f"{where}: few runs per side ({', '.join(metrics)}); too few to tell a small difference from "
+                        f"run-to-run noise — raise `repetitions:` to {SMALL_N} or more")
+    return sorted(warnings)
+
+
+def _pairs(table: pd.DataFrame, factor: str, level: str, base: str, *, others: list[str], metric: str
+           ) -> tuple[list[tuple[dict, pd.Series, pd.Series]], list[dict]]:
+    """Per stratum where both sides have values of the metric: (held, the level's values, the baseline's); and the
+    strata a SAME_PHASE metric leaves out because its two sides reached different phases."""
+    groups = table.groupby(others, sort=False) if others else [((), table)]
+    used, skipped = [], []
+    for key, group in groups:
+        held = _held(others, key if isinstance(key, tuple) else (key,))
+        mine, theirs = group[group[factor] == level], group[group[factor] == base]
+        t, c = mine[metric].dropna(), theirs[metric].dropna()
+        if not (len(t) and len(c)):
+            continue
+        phases = [sorted(set(side.loc[values.index, "phase_reached"].fillna("?"))) for side, values in
+                  ((mine, t), (theirs, c))]
+        if metric in SAME_PHASE and len(set(phases[0]) | set(phases[1])) > 1:
+            skipped.append({"stratum": label(held), "why": (
+                f"the runs reached different phases ({factor}={level}: {', '.join(phases[0])}; {factor}={base}: "
+                f"{', '.join(phases[1])}): what one launch held says nothing of what the other would have")})
+            continue
+        used.append((held, t, c))
+    return used, skipped
+
+
+def _held(others: list[str], key: tuple) -> dict[str, str]:
+    return dict(zip(others, key, strict=True))
