@@ -108,10 +108,6 @@ _GRAPH_KIND = re.compile(r"Capture (?:[\w ]+? )?(cuda|CUDA|cpu|CPU|npu|NPU) grap
 _CAPTURE_BS = re.compile(r"Capture (?:cuda|CUDA|cpu|npu) graph bs (\[[\d, ]*\])")
 _UVICORN = re.compile(r"Uvicorn running on (\S+)")
 _SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
-# 0.5.17's KV-sizing error states SGLang's own break-even: "… under --mem-fraction-static=0.0025. Raise
-# --mem-fraction-static above 0.003 (minimum viable = 1 - available/pre = 0.0029)."
-_KV_MINIMUM = re.compile(r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=[\d.]+\. "
-                         r"Raise --mem-fraction-static above ([\d.]+) \(minimum viable = 1 - available/pre = (-?[\d.]+)\)")
 # the tokenizer's pool for multimodal features (0.5.17), which takes GPU memory the KV budget then lacks
 _IPC_RESERVE = re.compile(r"Using CUDA IPC for multimodal features: reserving up to (\d+) MiB")
 _GRAPH_END = "graph end."
@@ -123,7 +119,9 @@ _DRAFT_STEP = {"weights_begin": "draft_weights", "weights_end": "draft_weights",
                "pool_end": "draft_kv_cache"}
 # `Capture draft cuda graph begin`, `Capture draft extend cuda graph end` (0.5.23: `Capture draft decode CUDA graph`)
 _DRAFT_CAPTURE = re.compile(r"Capture draft (extend )?")
-# the KV-sizing error as a paste may wrap it: "… under --mem-fraction-static=0.88." / "  Raise … above 0.912 (…)"
+# 0.5.17's KV-sizing error states the share it was given and SGLang's own break-even: "… under
+# --mem-fraction-static=0.0025. Raise --mem-fraction-static above 0.003 (minimum viable = 1 - available/pre =
+# 0.0029)."; a paste may wrap it after its first sentence, or shorten it ("… (minimum viable = 0.9335).")
 _KV_ERROR_FRACTION = re.compile(r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(\d*\.?\d+)")
 _KV_RAISE = re.compile(r"Raise --mem-fraction-static above ([\d.]+) \(minimum viable = (?:1 - available/pre = )?(-?[\d.]+)\)")
 _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory")
