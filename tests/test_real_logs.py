@@ -27,7 +27,8 @@ LOGS = DATA / "real-logs"
 MORE = DATA / "real-logs-more"  # issue 12's excerpts, not from ../shared/data (SOURCES.md there names each thread)
 ROUND3 = DATA / "real-logs-round3"  # issue 27's: three more server kinds and the classes round 3 found
 TP2 = DATA / "real-logs-tp2"  # issue 31's: vLLM tensor-parallel-size 2, each rank's custom all-reduce state
-PINNED = (MORE, ROUND3, TP2)  # folders with their own SHA256SUMS and SOURCES.md
+ROUND4 = DATA / "real-logs-4"  # issue 51's: phases only tracebacks show, failures missed, speculative decoding
+PINNED = (MORE, ROUND3, TP2, ROUND4)  # folders with their own SHA256SUMS and SOURCES.md
 # INDEX.md names → the field names of ARCHITECTURE.md section 4.3
 FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail": "weights_end_avail_gib",
           "weights_usage": "weights_mem_gib", "dist_init_usage": "dist_init_mem_gib", "kv_tokens": "kv_tokens",
@@ -39,7 +40,14 @@ FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail":
           "capture_bs_count": "capture_bs_count", "capture_bs_max": "capture_bs_max",
           "graph_estimate_gib": "graph_estimate_gib", "max_total_num_tokens": "max_total_num_tokens",
           "available_gpu_mem": "available_gpu_mem_gib", "graph_s": "graph_s", "graph_mem_gib": "graph_mem_gib",
-          "graph_pool_actual_gib": "graph_pool_actual_gib", "graph_pool_estimated_gib": "graph_pool_estimated_gib"}
+          "graph_pool_actual_gib": "graph_pool_actual_gib", "graph_pool_estimated_gib": "graph_pool_estimated_gib",
+          # a draft model's own figures (round 4), never in the target's fields: named as the parser names them
+          **{f"draft_{name}": f"draft_{name}" for name in (
+              "weights_begin_avail_gib", "weights_end_avail_gib", "weights_mem_gib", "kv_tokens", "kv_k_gib", "kv_v_gib",
+              "pool_end_avail_gib", "graph_begin_avail_gib", "graph_s", "graph_mem_gib", "graph_end_avail_gib",
+              "extend_graph_begin_avail_gib", "extend_graph_s", "extend_graph_mem_gib", "extend_graph_end_avail_gib")}}
+# the fields a draft-only rank must not have: the target's (INDEX round 4, `draft_only_ranks`)
+TARGET_FIELD = re.compile(r"^(?:weights|kv|graph|dist_init)_")
 GRAPH_END = {"elapsed_s": "graph_s", "usage": "graph_mem_gib", "avail": "graph_end_avail_gib"}
 # top-level numbers the engine (or one rank for it) prints: found on some rank
 ENGINE = {"model_load_gib": "weights_mem_gib", "kv_avail_gib": "kv_avail_gib", "kv_tokens": "kv_tokens",
@@ -53,7 +61,7 @@ ENGINE = {"model_load_gib": "weights_mem_gib", "kv_avail_gib": "kv_avail_gib", "
           "graph_estimate_gib": "graph_estimate_gib", "graph_pool_actual_gib": "graph_pool_actual_gib",
           "graph_pool_estimated_gib": "graph_pool_estimated_gib", "init_engine_compile_s": "init_engine_compile_s"}
 # rank facts stated in words (ParsedLog.rank_info)
-RANK_INFO = ("model_type", "dtype", "graph_kind", "kv_cache_dtype")
+RANK_INFO = ("model_type", "dtype", "graph_kind", "kv_cache_dtype", "draft_architecture")
 SCHEDULER_SUMMARY = {"max_total_num_tokens": "max_total_num_tokens", "chunked_prefill_size": "chunked_prefill_size",
                      "max_prefill_tokens": "max_prefill_tokens", "max_running_requests": "max_running_requests",
                      "context_len": "context_len", "available_gpu_mem": "available_gpu_mem_gib"}
@@ -71,10 +79,13 @@ REASONS = {"scheduler_exception_unknown": "exception", "no_available_memory_for_
            "custom_allreduce_cuda_error": "custom_allreduce_failed", "cuda_oom": "cuda_oom",
            "cuda_graph_capture_failed": "cuda_graph_failed", "prefill_no_memory": "cuda_oom",
            "model_load_failed": "exception", "kv_cache_no_memory": "kv_cache_no_memory", "exception": "exception",
-           "nccl_error": "nccl_error"}
-# round 3's `figures`: the index's name → (the parsed field, the factor to its unit)
+           "nccl_error": "nccl_error", "custom_allreduce_failed": "custom_allreduce_failed"}
+# round 3's `figures`: the index's name → (the parsed field, the factor to its unit); a tuple of fields: any of them
+# (llama.cpp's host buffers are kept apart from its GPU's)
 MIB = 1 / 1024
 FIGURES = {
+    "sglang": {"mem_fraction_static": ("kv_error_fraction", 1), "mem_fraction_static_suggested": ("kv_suggested_fraction", 1),
+               "mem_fraction_static_min_viable": ("kv_min_fraction", 1)},
     "tgi": {"kv_blocks": ("kv_blocks", 1), "kv_block_size": ("kv_block_tokens", 1),
             "max_batch_total_tokens": ("kv_tokens", 1), "max_input_tokens": ("max_input_tokens", 1),
             "max_total_tokens": ("max_total_tokens", 1), "prefill_tokens": ("prefill_tokens", 1),
@@ -91,9 +102,11 @@ FIGURES = {
     "llamacpp": {"n_cuda_devices": ("cuda_devices", 1), "device_total_mib": ("device_total_gib", MIB),
                  "device_free_mib": ("device_free_gib", MIB), "failed_alloc_mib": ("oom_request_gib", MIB),
                  "offloaded_layers": ("gpu_layers", 1), "total_layers": ("model_layers", 1),
-                 "model_buffer_mib": ("weights_mem_gib", MIB), "kv_buffer_mib": ("kv_gib", MIB),
-                 "kv_self_mib": ("kv_self_gib", MIB), "compute_buffer_mib": ("compute_buffer_gib", MIB),
-                 "n_ctx": ("n_ctx", 1), "n_ctx_seq": ("n_ctx_seq", 1), "n_ctx_slot": ("n_ctx_slot", 1)},
+                 "model_buffer_mib": ("weights_mem_gib", MIB), "kv_buffer_mib": (("kv_gib", "kv_host_gib"), MIB),
+                 "kv_self_mib": ("kv_self_gib", MIB),
+                 "compute_buffer_mib": (("compute_buffer_gib", "compute_buffer_host_gib"), MIB),
+                 "n_ctx": ("n_ctx", 1), "n_ctx_seq": ("n_ctx_seq", 1), "n_ctx_slot": ("n_ctx_slot", 1),
+                 "draft_context_mib": ("draft_context_gib", MIB)},
 }
 # SGLang's two CUDA-graph captures, kept apart (round 3): the index's name → the field of each
 GRAPHS = {"sglang_graph": {"begin_avail_gib": "graph_begin_avail_gib", "end_avail_gib": "graph_end_avail_gib",
@@ -111,8 +124,8 @@ def oracles(folder: Path) -> dict[str, dict]:
     return entries
 
 
-ORACLES = {**oracles(LOGS), **oracles(MORE), **oracles(ROUND3), **oracles(TP2)}
-FOLDER = {p.name: folder for folder in (LOGS, MORE, ROUND3, TP2) for p in folder.glob("*.log")}
+ORACLES = {**oracles(LOGS), **oracles(MORE), **oracles(ROUND3), **oracles(TP2), **oracles(ROUND4)}
+FOLDER = {p.name: folder for folder in (LOGS, MORE, ROUND3, TP2, ROUND4) for p in folder.glob("*.log")}
 
 
 @dataclass(frozen=True)
@@ -288,6 +301,45 @@ def check_phase_lines(case: Case, want: dict) -> None:
         assert got.get(PHASES[phase]) == line, f"{phase}: {got}"
 
 
+# --- speculative decoding (round 4) ------------------------------------------------------------------------------------
+
+def check_draft_phase_lines(case: Case, want: dict) -> None:
+    """The line of each draft sub-phase's first line (the draft's weights, KV cache, context, graphs)."""
+    got = case.data["draft_phase_lines"]
+    for phase, line in want.items():
+        assert got.get(phase) == line, f"{phase}: {got}"
+
+
+def check_draft_only_ranks(case: Case, want: list) -> None:
+    """Every line of these ranks is the draft model's: none of the target's fields is filled on them."""
+    for rank in want:
+        target = [f for f in case.data["ranks"].get(rank_key(rank), {}) if TARGET_FIELD.match(f)]
+        assert not target, f"rank {rank} has the target's {target}: {case.data['ranks'][rank_key(rank)]}"
+
+
+def check_spec(case: Case, want: dict) -> None:
+    """What the log states about speculative decoding: its method, draft model, whether the draft's weights count."""
+    got = case.data["spec"]
+    for key, value in want.items():
+        assert got.get(key) == value, f"spec.{key}: {got}"
+
+
+def check_reload(case: Case, want: dict) -> None:
+    """A model put to sleep and reloaded after ready (llama-server's router): its own lines and phases."""
+    got = case.data["reload"]
+    assert got is not None, "no reload read"
+    for key, value in want.items():
+        if key == "phase_lines":
+            for phase, line in value.items():
+                assert got["phase_lines"].get(PHASES[phase]) == line, f"reload {phase}: {got}"
+        elif key == "phase_reached":
+            assert got["phase_reached"] == PHASES[value], got
+        elif key in ("sleep", "wake"):
+            assert got[key] == value, got
+        else:
+            no_check(f"reload.{key}")(case, value)
+
+
 def check_http_up(case: Case, want: bool) -> None:
     up = PARSER_PHASES.index(case.data["phase_reached"]) >= PARSER_PHASES.index("http")
     assert up == want and (case.parsed.http_url is not None) == want
@@ -332,6 +384,8 @@ def check_failure(case: Case, want: dict | None) -> None:
             assert (exception_line(got["message"]) or ("", ""))[0] == value, got
         elif key == "dead_worker":
             assert value in [d.name for d in case.parsed.worker_deaths], case.parsed.worker_deaths
+        elif key == "draft":  # the failure's frames or lines are the draft model's (round 4)
+            assert got["draft"] is value, got
         elif key in OOM:
             expected = gib(value) if isinstance(value, str) else float(value)
             assert_on_some_rank(case, OOM[key], expected, f"failure.{key}")
@@ -343,8 +397,10 @@ def check_figures(case: Case, want: dict) -> None:
     for key, value in want.items():
         if key not in FIGURES.get(case.data["server"], {}):
             no_check(f"figures.{key}")(case, value)
-        name, factor = FIGURES[case.data["server"]][key]
-        assert_on_some_rank(case, name, value * factor, f"figures.{key}")
+        names, factor = FIGURES[case.data["server"]][key]
+        names = (names,) if isinstance(names, str) else names
+        values = [v for name in names for v in rank_values(case, name)]
+        assert value * factor in [pytest.approx(v) for v in values], f"figures.{key}: {names} on the ranks is {values}"
 
 
 def check_graphs(kind: str) -> Callable[[Case, Any], None]:
@@ -403,6 +459,11 @@ CHECKS: dict[str, Callable[[Case, Any], None]] = {
     "check": check_note,
     "phase_lines": check_phase_lines,
     "line_prefix": check_line_prefix,
+    "draft_phase_lines": check_draft_phase_lines,
+    "draft_only_ranks": check_draft_only_ranks,
+    "draft_architecture": check_rank_info_everywhere("draft_architecture"),
+    "spec": check_spec,
+    "reload": check_reload,
     **{key: check_engine_number(key) for key in ENGINE},
 }
 
@@ -467,7 +528,7 @@ def test_launchlab_parse_auto_names_each_new_kind_and_its_failure(kind):
 
     failed = sorted(n for n, o in ORACLES.items() if o.get("server") == kind and o.get("failure"))[0]
     proc = subprocess.run([sys.executable, "-m", "launchlab.cli", "parse", "--server", "auto", "--json",
-                           str(ROUND3 / failed)], capture_output=True, text=True, timeout=60)
+                           str(FOLDER[failed] / failed)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     parsed = json.loads(proc.stdout)
     assert parsed["server"] == kind

@@ -148,7 +148,7 @@ def test_an_engine_core_that_dies_without_its_traceback_fails_on_the_api_servers
     [api] = [n for n, line in enumerate(cut, 1) if "Engine core initialization failed" in line]
     assert parsed["ready"] is False
     assert parsed["failure"] == {"reason": "exception", "phase": "kv_cache", "message": ENGINE_CORE_FAILED,
-                                 "line": api}
+                                 "line": api, "draft": False}
 
 
 # the committed examples' runs of the fixtures' run ids (the 2026-12-02 batch), INDEX.md's "from run"

@@ -160,6 +160,13 @@ def _parse(args: argparse.Namespace) -> int:
         print(f"failure: {f['reason']} in {f['phase']}{where}: {f['message']}")
     if data.get("phase_lines"):  # where each phase begins, so the log can be opened there
         print("phases: " + ", ".join(f"{phase} from line {line}" for phase, line in data["phase_lines"].items()))
+    if data["spec"] or data["draft_phase_lines"]:  # a speculative-decoding draft model: its figures are `draft_*`
+        said = ", ".join(f"{k}={v}" for k, v in data["spec"].items())
+        steps = ", ".join(f"{step} from line {line}" for step, line in data["draft_phase_lines"].items())
+        print("speculative decoding: " + "; ".join(x for x in (said, steps) if x))
+    if data["reload"]:
+        r = data["reload"]
+        print(f"reload: asleep at line {r['sleep']}, woken at line {r['wake']}, reached {r['phase_reached']}")
     # what else --json knows, one line each: a custom all-reduce failure can be all a log says (a rank's peer access)
     for rank, state in data["custom_ar"].items():
         why = f" ({state['reason']})" if state["reason"] else ""

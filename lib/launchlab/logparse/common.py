@@ -29,6 +29,10 @@ from launchlab.logparse.patterns import SlowPattern
 from launchlab.safefiles import open_regular
 
 PHASES = ("startup", "dist_init", "weights", "kv_cache", "cuda_graph", "warmup", "http", "ready")
+# a speculative-decoding draft model's own steps (its lines also count for the main phase: DRAFT_MAIN_PHASE)
+DRAFT_PHASES = ("draft_weights", "draft_kv_cache", "draft_context", "draft_cuda_graph", "draft_extend_graph")
+DRAFT_MAIN_PHASE = {"draft_weights": "weights", "draft_kv_cache": "kv_cache", "draft_context": "kv_cache",
+                    "draft_cuda_graph": "cuda_graph", "draft_extend_graph": "cuda_graph"}
 REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_failed", "custom_allreduce_failed",
            "nccl_error", "exception")
 CUSTOM_AR_STATES = ("active", "disabled", "failed")  # weakest evidence first: a later state never loses to an earlier one
@@ -40,6 +44,7 @@ _DEBUG = re.compile(r"\bDEBUG (?P<name>[\w.]+): (?P<pairs>.*)")
 _PAIR = re.compile(r"(?P<key>\w+)=(?P<value>-?[\d.]+(?:[eE][-+]?\d+)?)(?: ?(?P<unit>[A-Za-z%]+))?")
 _EXCEPTION_LINE = re.compile(r"^(?:[\w.]+\.)?(?P<type>\w*(?:Error|Exception|Interrupt|Exit))(?::\s*(?P<msg>.*))?$")
 _TRACEBACK_HEADER = re.compile(r"\s*Traceback \(most recent call last\):?")
+_QUOTE = re.compile(r"^(?:> ?)+")  # `> `, `> > ` (a quote in a quote)
 _RANK_KEY = re.compile(r"(?:pp(\d+)\.)?(\d+)")  # "3", "pp1.2"
 _NCCL_VERSION = re.compile(r"\busing nccl==(?P<pip>[\w.]+)|\bNCCL version (?P<lib>\d+\.\d+\.\d+)"
                            r"|\blibnccl\.so\.(?P<file>\d+\.\d+\.\d+)\b")
@@ -58,12 +63,15 @@ class Event:
 
 @dataclass(frozen=True)
 class Failure:
-    """Why a launch failed, in which phase, the line that says so and its number in the log (None: not from a line)."""
+    """Why a launch failed, in which phase, the line that says so and its number in the log (None: not from a line);
+    `draft`: its traceback's frames or its lines are a speculative-decoding draft model's (loading the drafter,
+    capturing the draft's graphs)."""
 
     reason: str
     phase: str
     message: str
     line: int | None = None
+    draft: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,38 @@ class WorkerDeath:
     name: str
     pid: int | None
     exit_code: int | None
+
+
+@dataclass
+class Speculative:
+    """What a log states about speculative decoding: the method as written (`EAGLE3`, `mtp`, `draft_model`), the draft
+    model's path or name, and whether the KV budget counts the draft's weights (SGLang's "If using speculative
+    decoding, draft weights are now counted": the draft is loaded before the KV cache is sized)."""
+
+    method: str | None = None
+    draft_model: str | None = None
+    draft_weights_counted: bool = False
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in (("method", self.method), ("draft_model", self.draft_model),
+                                  ("draft_weights_counted", self.draft_weights_counted)) if v}
+
+
+@dataclass
+class Reload:
+    """A model put to sleep after ready and loaded again (llama-server's router, 2026): the lines of sleep and wake,
+    and the reload's own startup — neither a failure nor a second server."""
+
+    sleep: int
+    wake: int | None = None
+    phase_reached: str = "startup"
+    phase_lines: dict[str, int] = field(default_factory=dict)
+
+    def reach(self, phase: str, line: int) -> None:
+        if PHASES.index(phase) > PHASES.index(self.phase_reached):
+            self.phase_reached = phase
+        if phase != "startup":
+            self.phase_lines.setdefault(phase, line)
 
 
 @dataclass
@@ -118,6 +158,9 @@ class ParsedLog:
     worker_deaths: list[WorkerDeath] = field(default_factory=list)
     slow_patterns: list[SlowPattern] = field(default_factory=list)  # params patterns that ran over their time budget
     phase_lines: dict[str, int] = field(default_factory=dict)  # the line number of each phase's first line
+    draft_phase_lines: dict[str, int] = field(default_factory=dict)  # … of each DRAFT_PHASES step's first line
+    spec: Speculative = field(default_factory=Speculative)
+    reload: Reload | None = None
     line: int = 0  # the number of the line being parsed: where a phase or a failure is seen
 
     def later(self, a: str | None, b: str | None) -> str | None:
@@ -131,6 +174,15 @@ class ParsedLog:
             self.phase_reached = phase
         if self.line and phase != "startup":
             self.phase_lines.setdefault(phase, self.line)
+
+    def reach_draft(self, step: str, line: int | None = None) -> None:
+        """A draft model's step (DRAFT_PHASES) on the line being parsed: its first line, and its main phase reached.
+        `line`: a line read before, where a traceback's frames named the step (its main phase is placed apart)."""
+        if line is None:
+            self.reach(DRAFT_MAIN_PHASE[step])
+            line = self.line
+        if line:
+            self.draft_phase_lines.setdefault(step, line)
 
     def record(self, t: datetime | None, rank: str, name: str, value: float, line: int) -> None:
         self.ranks.setdefault(rank, {})[name] = value
@@ -166,7 +218,8 @@ class ParsedLog:
         """Keep the strongest evidence: a specific reason replaces a generic `exception`, never the reverse."""
         if self.failure is None or (self.failure.reason == "exception" and reason != "exception"):
             self.failure = Failure(reason, phase or (self.failure.phase if self.failure else self.phase_reached),
-                                   failure_message(message), self.line or None)
+                                   failure_message(message), self.line or None,
+                                   self.failure is not None and self.failure.draft)
 
     def refine(self, reason: str, message: str, phase: str | None = None) -> None:
         """The exception line that ends the traceback of the failure already noted: it becomes the message (and its
@@ -177,12 +230,23 @@ class ParsedLog:
             self.fail(reason, phase, message)
             return
         self.failure = Failure(reason if old.reason == "exception" else old.reason, phase or old.phase,
-                               failure_message(message), self.line or old.line)
+                               failure_message(message), self.line or old.line, old.draft)
 
-    def place(self, phase: str) -> None:
-        """The failure happened in this phase (from the traceback's frames): it overrides where the log had got to."""
+    def correct(self, reason: str, message: str, phase: str | None = None) -> None:
+        """The exception line of a failure first read from a frame's name (vLLM's `raise_if_cache_size_invalid`):
+        what the exception says wins over what the function it was raised in suggests."""
+        old = self.failure
+        if old is None:
+            self.fail(reason, phase, message)
+            return
+        self.failure = Failure(reason, phase or old.phase, failure_message(message), self.line or old.line, old.draft)
+
+    def place(self, phase: str, draft: bool = False) -> None:
+        """The failure happened in this phase (from the traceback's frames): it overrides where the log had got to;
+        `draft`: those frames are the draft model's."""
         if self.failure is not None:
-            self.failure = Failure(self.failure.reason, phase, self.failure.message, self.failure.line)
+            f = self.failure
+            self.failure = Failure(f.reason, phase, f.message, f.line, f.draft or draft)
 
     def settle(self) -> ParsedLog:
         """After the last line: the log got at least as far as the phase its failure is placed in."""
@@ -201,7 +265,7 @@ class ParsedLog:
             "phase_reached": self.phase_reached,
             "failure": None if self.failure is None else {
                 "reason": self.failure.reason, "phase": self.failure.phase, "message": self.failure.message,
-                "line": self.failure.line},
+                "line": self.failure.line, "draft": self.failure.draft},
             "ranks": {r: dict(sorted(self.ranks[r].items())) for r in sorted(self.ranks, key=rank_order)},
             "custom_ar": {r: {"state": c.state, "reason": c.reason, "message": c.message}
                           for r, c in sorted(self.custom_ar.items(), key=lambda item: rank_order(item[0]))},
@@ -210,6 +274,11 @@ class ParsedLog:
             "adjusted_args": dict(self.adjusted_args),
             "nccl_version": self.nccl_version,
             "phase_lines": {p: self.phase_lines[p] for p in PHASES if p in self.phase_lines},
+            "draft_phase_lines": {p: self.draft_phase_lines[p] for p in DRAFT_PHASES if p in self.draft_phase_lines},
+            "spec": self.spec.to_json(),
+            "reload": None if self.reload is None else {
+                "sleep": self.reload.sleep, "wake": self.reload.wake, "phase_reached": self.reload.phase_reached,
+                "phase_lines": {p: self.reload.phase_lines[p] for p in PHASES if p in self.reload.phase_lines}},
         }
 
 
@@ -266,11 +335,12 @@ def anchors(words: Iterable[str]) -> Anchors:
 
 
 def match_statement(log: ParsedLog, statements: list, msg: str, t: datetime | None, rank: str,
-                    line: int) -> tuple[str, re.Match] | None:
+                    line: int, prefix: str = "") -> tuple[str, re.Match] | None:
     """Record the first statement of a parser's table that matches msg: (phase, match), or None.
 
     A table row is (regex, phase, [(group, field)]): the phase the statement belongs to, and which regex
-    group holds which field (numbers may carry thousands separators)."""
+    group holds which field (numbers may carry thousands separators). `prefix` names whose figures they are when
+    not the target model's (a draft's: `draft_`, speculative.py)."""
     for rx, phase, groups in statements:
         m = rx.search(msg)
         if m is None:
@@ -278,15 +348,18 @@ def match_statement(log: ParsedLog, statements: list, msg: str, t: datetime | No
         log.reach(phase)
         for index, name in groups:
             if m.group(index) is not None:
-                log.record(t, rank, name, float(m.group(index).replace(",", "")), line)
+                log.record(t, rank, prefix + name, float(m.group(index).replace(",", "")), line)
         return phase, m
     return None
 
 
 def clean(text: str) -> list[str]:
-    """A raw line as the segments a reader saw: terminal escape sequences removed, split at carriage returns."""
+    """A raw line as the segments a reader saw: terminal escape sequences removed, a markdown quote's `> ` taken off
+    (a log pasted as a blockquote), split at carriage returns."""
     if "\x1b" in text:
         text = without_escapes(text)
+    if text[:1] == ">":
+        text = _QUOTE.sub("", text, count=1)
     if "\r" in text:
         return [s for s in text.split("\r") if s.strip()]
     return [text] if text else []

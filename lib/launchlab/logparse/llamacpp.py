@@ -7,8 +7,12 @@ A device's figures key its rank (`CUDA1` → "1"). Newer builds bind the HTTP po
 line marks where HTTP started without counting as having got past the weights. Ready: "server is listening on
 http…" or "all slots are idle". Failures: a cudaMalloc that fails for the weights, the KV cache or the compute
 buffers, then the generic "failed to load model" — the first names the cause; a compute buffer the server retries
-without pipeline parallelism is not a failure. Formats: the excerpts in tests/fixtures/real-logs-round3 (builds
-of 2024 – 2026). `KIND`, at the end, is the kind's record.
+without pipeline parallelism is not a failure; a `GGML_ASSERT(…) failed` (with or without the backtrace after it)
+ends the process wherever it comes. Buffers in host memory (`CPU KV buffer size`) are kept apart from the GPU's.
+The 2026 router mode (`[port] 3.57.931.987 I srv    load_model: …`) puts an idle model to sleep and loads it again
+on the next request: that reload is read as its own startup (common.Reload), with an MTP draft context's memory
+(`[spec] estimated memory usage of MTP context is … MiB`, speculative decoding). Formats: the excerpts in
+tests/fixtures/real-logs-round3 and real-logs-4 (builds of 2024 – 2026). `KIND`, at the end, is the kind's record.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ _READY = re.compile(r"server is listening on http|all slots are idle")
 
 TABLES = Tables(
     server="llamacpp",
-    anchors=("cudaMalloc", "failed", "unable to allocate", "error loading", "retrying without", "exiting due to"),
+    anchors=("cudaMalloc", "failed", "unable to allocate", "error loading", "retrying without", "exiting due to",
+             "sleeping state"),
     startup_anchors=("ggml_cuda_init", "CUDA", "Device", "loading model", "llama_model_loader", "print_info",
                      "llm_load", "load_tensors", "......", "offload", "llama_new_context_with_model", "llama_context",
                      "llama_init_from", "llama_kv_cache", "KV buffer", "KV self", "compute buffer", "n_ctx ",
                      "n_ctx_seq", "new slot", "initializing, n_slots", "warming up", "HTTP server", "without SSL",
-                     "server is listening", "all slots are idle"),
+                     "server is listening", "all slots are idle", "[spec]", "draft context"),
     ready=_READY,
     statements=(
         Statement(re.compile(r"found (\d+) CUDA devices"), None, ((1, "cuda_devices", 1),)),
@@ -54,6 +59,17 @@ TABLES = Tables(
         Statement(re.compile(r"KV self size\s*=\s*([\d.]+) MiB"), "kv_cache", ((1, "kv_self_gib", _MIB),)),
         Statement(re.compile(r"CUDA\d+ compute buffer size =\s*([\d.]+) MiB"), "kv_cache",
                   ((1, "compute_buffer_gib", _MIB),)),
+        # host memory: a CPU-only run's cache, or the layers left on the CPU (never the GPU's figure)
+        Statement(re.compile(r"\bCPU KV buffer size =\s*([\d.]+) MiB"), "kv_cache", ((1, "kv_host_gib", _MIB),),
+                  adds=True),
+        Statement(re.compile(r"\b(?:CPU|CUDA_Host) compute buffer size =\s*([\d.]+) MiB"), "kv_cache",
+                  ((1, "compute_buffer_host_gib", _MIB),), adds=True),
+        # speculative decoding's MTP draft (2026): its memory estimated with the model, its context after the target's
+        Statement(re.compile(r"\[spec\] estimated memory usage of \w+ context is ([\d.]+) MiB"), None,
+                  ((1, "draft_context_gib", _MIB),), draft="draft_weights"),
+        Statement(re.compile(r"creating \w+ draft context"), None, draft="draft_context"),
+        Statement(re.compile(r"\[spec\] estimated memory usage of MTP context|creating MTP draft context"), None,
+                  spec="mtp"),
         Statement(re.compile(r"\bn_ctx\s+=\s+(\d+)"), None, ((1, "n_ctx", 1),)),
         Statement(re.compile(r"\bn_ctx_seq \((\d+)\)"), None, ((1, "n_ctx_seq", 1),)),
         Statement(re.compile(r"\bn_ctx_slot = (\d+)"), None, ((1, "n_ctx_slot", 1),)),
@@ -64,6 +80,7 @@ TABLES = Tables(
     ),
     failures=(
         FailureLine(re.compile(r"cudaMalloc failed: out of memory"), "cuda_oom"),
+        FailureLine(re.compile(r"GGML_ASSERT\(.*\) failed"), "exception"),  # ggml aborts the process
         FailureLine(re.compile(r"failed to allocate buffer for kv cache|llama_kv_cache_init\(\) failed"),
                     "kv_cache_no_memory", "kv_cache", amends=True),
         FailureLine(re.compile(r"failed to allocate compute (?:pp )?buffers|compute buffer allocation failed"),
@@ -76,6 +93,8 @@ TABLES = Tables(
     rank=re.compile(r"(?:CUDA|[Dd]evice )(\d+)"),
     http_url=re.compile(r"server is listening on (http\S+)"),
     recovered=re.compile(r"retrying without pipeline parallelism"),
+    sleep=re.compile(r"entering sleeping state"),
+    wake=re.compile(r"exiting sleeping state"),
 )
 
 KIND = ServerKind(

@@ -7,6 +7,9 @@ bare messages without a prefix, GB read as GiB, tracebacks that continue unprefi
 "Scheduler hit an exception", and a negative profiled token count as certain evidence of a KV failure. Also read:
 the `server_args=ServerArgs(…)` line (→ `args`), custom all-reduce statements (logparse/custom_ar.py), the NCCL
 version, what ranks say about their model, dtypes and graph batch sizes, and the HTTP server's pid and URL.
+A speculative-decoding draft model (EAGLE / EAGLE3 / NextN) prints the target's statements again: its lines are
+told apart (speculative.DraftSteps, its `Capture draft …` lines, its model class) and its figures kept as `draft_*`
+fields. A traceback pasted without its header (its first line a frame) is a failure too.
 
 `KIND`, at the end, is the kind's record (serverkind.py): how its logs are recognised, its ready and fatal
 lines, and how the report recomputes its KV-cache budget.
@@ -19,7 +22,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from launchlab.logparse import custom_ar
+from launchlab.logparse import custom_ar, speculative
 from launchlab.logparse.arguments import call_arguments
 from launchlab.logparse.common import (
     ParsedLog,
@@ -33,7 +36,7 @@ from launchlab.logparse.common import (
 )
 from launchlab.logparse.cuda_oom import oom_fields
 from launchlab.logparse.serverkind import BreakEven, GraphCapture, Instrumentation, LogFacts, Relaunch, ServerKind, Suspect
-from launchlab.logparse.tracebacks import Attribution
+from launchlab.logparse.tracebacks import HEADERLESS_FRAME, Attribution
 
 if TYPE_CHECKING:  # annotations only: parsing a log never loads pandas
     import pandas as pd
@@ -43,7 +46,8 @@ ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weigh
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
            "KV cache dtype", "Automatically reduce", "Started server process", "NCCL", "Interrupt", "SystemExit",
-           "atchdog timeout", "CUDA IPC for multimodal", *custom_ar.ANCHORS)
+           "atchdog timeout", "CUDA IPC for multimodal", "mem-fraction-static", "speculative", "draft", "Draft",
+           "Capturing batches", "architectures=", 'File "', *custom_ar.ANCHORS)
 
 _PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
@@ -54,6 +58,7 @@ _PP = re.compile(r"\bPP(\d+)")
 _DP = re.compile(r"\bDP(\d+)")  # not MOE_DP
 _N = r"(-?[\d.]+)"
 
+_WEIGHTS_END = re.compile(rf"Load weight end\..*?avail mem={_N} GB(?:, mem usage={_N} GB)?")
 _KV_ALLOCATED = re.compile(rf"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)? (?:#tokens: (\d+), )?"
                           rf"(?:K size: {_N} GB, V size: {_N} GB|KV size: {_N} GB)")
 # (regex on the message, phase, [(group, field)])
@@ -63,8 +68,7 @@ _STATEMENTS = [
     (re.compile(rf"(?:Init torch distributed ends\.|Memory baseline taken\.).*?mem usage={_N} GB"), "dist_init",
      [(1, "dist_init_mem_gib")]),
     (re.compile(rf"Load weight begin\. avail mem={_N} GB"), "weights", [(1, "weights_begin_avail_gib")]),
-    (re.compile(rf"Load weight end\..*?avail mem={_N} GB(?:, mem usage={_N} GB)?"), "weights",
-     [(1, "weights_end_avail_gib"), (2, "weights_mem_gib")]),  # weights done: what fails next is the KV pool
+    (_WEIGHTS_END, "weights", [(1, "weights_end_avail_gib"), (2, "weights_mem_gib")]),  # next: the KV pool
     (re.compile(rf"The available memory for KV cache is {_N} GB"), "kv_cache", [(1, "kv_avail_gib")]),
     (re.compile(r"Using KV cache dtype: "), "kv_cache", []),  # the pool's first line (≥ 0.4)
     (_KV_ALLOCATED, "kv_cache",
@@ -83,6 +87,8 @@ _STATEMENTS = [
                 rf"(?: avail mem={_N} GB\.)?"), "cuda_graph",
      [(1, "graph_s"), (2, "graph_s"), (3, "graph_s"), (4, "graph_end_avail_gib"), (5, "graph_mem_gib"),
       (6, "graph_end_avail_gib")]),
+    # the capture's progress bar (rank 0; a failure's line glued to it shows no "Capture … begin" before it)
+    (re.compile(r"^Capturing batches \("), "cuda_graph", []),
     (re.compile(r"max_total_num_tokens=(\d+)"), "kv_cache", []),  # the scheduler summary: see _SUMMARY_PAIR
     (re.compile(r"Uvicorn running on|Application startup complete\.|Started server process \["), "http", []),
 ]
@@ -102,13 +108,22 @@ _GRAPH_KIND = re.compile(r"Capture (?:[\w ]+? )?(cuda|CUDA|cpu|CPU|npu|NPU) grap
 _CAPTURE_BS = re.compile(r"Capture (?:cuda|CUDA|cpu|npu) graph bs (\[[\d, ]*\])")
 _UVICORN = re.compile(r"Uvicorn running on (\S+)")
 _SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
-# 0.5.17's KV-sizing error states SGLang's own break-even: "… under --mem-fraction-static=0.0025. Raise
-# --mem-fraction-static above 0.003 (minimum viable = 1 - available/pre = 0.0029)."
-_KV_MINIMUM = re.compile(r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=[\d.]+\. "
-                         r"Raise --mem-fraction-static above ([\d.]+) \(minimum viable = 1 - available/pre = (-?[\d.]+)\)")
 # the tokenizer's pool for multimodal features (0.5.17), which takes GPU memory the KV budget then lacks
 _IPC_RESERVE = re.compile(r"Using CUDA IPC for multimodal features: reserving up to (\d+) MiB")
 _GRAPH_END = "graph end."
+# the same statements for the target and a speculative-decoding draft (speculative.DraftSteps): the step each names
+_STEPS = (("Init torch distributed ends", "dist_init"), ("Memory baseline taken", "dist_init"),
+          ("Load weight begin", "weights_begin"), ("Load weight end", "weights_end"), ("KV Cache is allocated", "kv"),
+          ("KV Cache VA upper bound", "kv"), ("Memory pool end", "pool_end"))
+_DRAFT_STEP = {"weights_begin": "draft_weights", "weights_end": "draft_weights", "kv": "draft_kv_cache",
+               "pool_end": "draft_kv_cache"}
+# `Capture draft cuda graph begin`, `Capture draft extend cuda graph end` (0.5.23: `Capture draft decode CUDA graph`)
+_DRAFT_CAPTURE = re.compile(r"Capture draft (extend )?")
+# 0.5.17's KV-sizing error states the share it was given and SGLang's own break-even: "… under
+# --mem-fraction-static=0.0025. Raise --mem-fraction-static above 0.003 (minimum viable = 1 - available/pre =
+# 0.0029)."; a paste may wrap it after its first sentence, or shorten it ("… (minimum viable = 0.9335).")
+_KV_ERROR_FRACTION = re.compile(r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(\d*\.?\d+)")
+_KV_RAISE = re.compile(r"Raise --mem-fraction-static above ([\d.]+) \(minimum viable = (?:1 - available/pre = )?(-?[\d.]+)\)")
 _NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory")
 
 
@@ -140,7 +155,9 @@ class SGLangParser:
         self.current: str | None = None  # the phase in progress: after "Load weight end" it is the KV pool
         self.traceback_rank = "0"  # the rank whose "Scheduler hit an exception" the unprefixed lines continue
         self.frames = Attribution()  # the phase the traceback's frames name
-        self.graphs: dict[str, tuple[float, float, int]] = {}  # rank → GiB, s and count of its captures so far
+        self.graphs: dict[tuple[str, str], tuple[float, float, int]] = {}  # (rank, model) → GiB, s and count so far
+        self.steps = speculative.DraftSteps()  # whose each startup statement is, the target's or a draft's
+        self.drafting: set[str] = set()  # processes whose last startup statement was their draft model's
 
     @property
     def wants_every_line(self) -> bool:
@@ -158,6 +175,8 @@ class SGLangParser:
         if self.in_traceback:  # the traceback ended without its exception line (cut, or another rank's line)
             self.frames.conclude(log)
         self.in_traceback = False
+        if m.start() and text.startswith("Capturing "):  # the capture's progress bar, the line glued after it
+            match_statement(log, _STATEMENTS, text[: m.start()], None, "0", number)
         msg = m["msg"]
         if (dp := _DP.search(m["tags"])) is not None:
             log.dp_ranks.add(dp.group(1))
@@ -165,13 +184,19 @@ class SGLangParser:
             log.reach("warmup")  # the warm-up request, after the HTTP server started (warmup's line, not its place)
         if not self.anchors.contains(msg):  # a decode or access line in a chunk fed for another line: nothing to read
             return
-        self._message(number, msg, _timestamp(m["ts"]), _rank(m["tags"]))
+        noted = log.failure
+        self._message(number, msg, _timestamp(m["ts"]), _rank(m["tags"]), process=m["tags"])
+        if noted is None and log.failure is not None and m["tags"] in self.drafting and not (
+                log.failure.phase == "kv_cache" and self.steps.before_target_kv(m["tags"])):
+            # the process failed in its draft model's startup (not in the target's KV sizing that follows a draft
+            # loaded first: that one counts the draft's weights, but is the target's)
+            log.place(log.failure.phase, draft=True)
 
     def _unprefixed(self, number: int, text: str) -> None:
         if self.in_traceback:
             if (found := custom_ar.recognise(text)) is not None:  # e.g. the kernel's error inside the traceback
                 self.log.note_custom_ar(self.traceback_rank, found)
-            self.frames.see(text)
+            self.frames.see(text, number)
             if not text[:1].isspace() and exception_line(text) is not None:
                 for name, value in oom_fields(text).items():
                     self.log.record(None, self.traceback_rank, name, value, number)
@@ -181,11 +206,19 @@ class SGLangParser:
                 self.frames.conclude(self.log)
                 self.in_traceback = False
             return
+        if not self.log.ready and text[:1] in " F" and HEADERLESS_FRAME.match(text):
+            # a frame with no traceback before it: an excerpt that starts inside one (its header is not in the log)
+            self.log.fail("exception", self.current, text.strip())
+            self.in_traceback, self.traceback_rank = True, "0"
+            self.frames.see("Traceback (most recent call last):")
+            self.frames.see(text, number)
+            return
         # a bare message (pasted without its prefix) or a line of another program
         if self.anchors.contains(text):
             self._message(number, text.strip(), None, "0", bare=True)
 
-    def _message(self, number: int, msg: str, t: datetime | None, rank: str, bare: bool = False) -> None:
+    def _message(self, number: int, msg: str, t: datetime | None, rank: str, bare: bool = False,
+                 process: str = "") -> None:
         log = self.log
         if (records := debug_records(msg)) is not None:
             log.add_debug(records, t, rank, number)
@@ -206,14 +239,24 @@ class SGLangParser:
                          msg)
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
-        self._facts(number, msg, t, rank)
-        if (matched := match_statement(log, _STATEMENTS, msg, t, rank, number)) is not None:
+        prefix, step = self._whose(msg, rank, process)
+        self._facts(number, msg, t, rank, draft=bool(prefix))
+        if (matched := match_statement(log, _STATEMENTS, msg, t, rank, number, prefix)) is not None:
             phase, m = matched
             self.current = _NEXT.get(msg[: msg.find(".")], phase)
+            if step is not None or prefix:
+                self.drafting.add(process)
+            elif phase != "http":
+                self.drafting.discard(process)
+            if step is not None:
+                log.reach_draft(step)
+                if m.re is _WEIGHTS_END and m.group(1) is not None and self.steps.before_target_kv(process):
+                    # the draft loaded between the target's weights and its KV cache: what the sizing starts from
+                    log.record(t, rank, "kv_sizing_avail_gib", float(m.group(1)), number)
             if m.re is _KV_ALLOCATED and m.group(2) is not None:  # MHA pools print K and V: their sum is the pool
-                log.record(t, rank, "kv_gib", round(float(m.group(2)) + float(m.group(3)), 2), number)
+                log.record(t, rank, f"{prefix}kv_gib", round(float(m.group(2)) + float(m.group(3)), 2), number)
             elif phase == "cuda_graph" and _GRAPH_END in msg and "piecewise" not in msg:
-                self._graph_total(number, t, rank)
+                self._graph_total(number, t, rank, prefix)
             return
         self._kv_minimum(number, msg, t, rank)
         if (over := _OVER_CAP.search(msg)) is not None and int(over.group(1)) <= 0:
@@ -238,25 +281,54 @@ class SGLangParser:
             reason = classify(msg)
             log.fail(reason, "kv_cache" if reason == "kv_cache_no_memory" else None, msg)
 
-    def _graph_total(self, number: int, t: datetime | None, rank: str) -> None:
+    def _whose(self, msg: str, rank: str, process: str) -> tuple[str, str | None]:
+        """Whose figures a statement prints: ("", None) the target's; a draft's field prefix and its step
+        (`draft_`/`draft_extend_`, common.DRAFT_PHASES). A draft's capture names itself; its other statements are
+        the target's words, told apart by speculative.DraftSteps."""
+        if "Capture draft" in msg and (capture := _DRAFT_CAPTURE.search(msg)) is not None:
+            self.steps.begin()
+            return ("draft_extend_", "draft_extend_graph") if capture.group(1) else ("draft_", "draft_cuda_graph")
+        if "architectures=" in msg and (arch := speculative.ARCHITECTURES.search(msg)) is not None:
+            if speculative.DRAFT_ARCHITECTURE.search(arch.group(1)):  # the draft runner's model config
+                self.steps.begin()
+                self.log.describe(rank, "draft_architecture", arch.group(1))
+        step = next((step for words, step in _STEPS if words in msg), None)
+        if step is None:
+            return "", None
+        typed = (step == "weights_end" and (kind := _WEIGHTS_TYPE.search(msg)) is not None
+                 and speculative.DRAFT_ARCHITECTURE.search(kind.group(1)) is not None) or (
+            step == "kv" and "raft KV Cache" in msg)  # 0.5.23 names a labelled pool: "<label> KV Cache is allocated"
+        if typed:
+            self.steps.begin()
+        if not (typed or self.steps.is_draft(process, step)):
+            return "", None
+        return "draft_", _DRAFT_STEP.get(step)
+
+    def _graph_total(self, number: int, t: datetime | None, rank: str, prefix: str = "") -> None:
         """0.5.17 captures a prefill graph, then a decode graph, each with its own `mem usage` and `elapsed`: from the
         second capture on, the rank's graph memory and time are recorded again as the sums so far (the last value is
-        the total) with `graph_captures`, their count."""
+        the total) with `graph_captures`, their count (a draft's, `prefix`, apart)."""
         fields = self.log.ranks.get(rank, {})
-        mem, secs, captures = self.graphs.get(rank, (0.0, 0.0, 0))
-        mem, secs, captures = mem + fields.get("graph_mem_gib", 0.0), secs + fields.get("graph_s", 0.0), captures + 1
-        self.graphs[rank] = (mem, secs, captures)
+        mem, secs, captures = self.graphs.get((rank, prefix), (0.0, 0.0, 0))
+        mem += fields.get(f"{prefix}graph_mem_gib", 0.0)
+        secs, captures = secs + fields.get(f"{prefix}graph_s", 0.0), captures + 1
+        self.graphs[(rank, prefix)] = (mem, secs, captures)
         if captures > 1:
-            self.log.record(t, rank, "graph_mem_gib", round(mem, 2), number)
-            self.log.record(t, rank, "graph_s", round(secs, 2), number)
-            self.log.record(t, rank, "graph_captures", float(captures), number)
+            self.log.record(t, rank, f"{prefix}graph_mem_gib", round(mem, 2), number)
+            self.log.record(t, rank, f"{prefix}graph_s", round(secs, 2), number)
+            self.log.record(t, rank, f"{prefix}graph_captures", float(captures), number)
 
     def _kv_minimum(self, number: int, msg: str, t: datetime | None, rank: str) -> None:
-        """SGLang's own figures in its KV-sizing error (the share it says is the minimum, the one it suggests), and
-        the multimodal IPC pool it reserves before sizing."""
-        if (m := _KV_MINIMUM.search(msg)) is not None:
-            self.log.record(t, rank, "kv_min_fraction", float(m.group(2)), number)
-            self.log.record(t, rank, "kv_suggested_fraction", float(m.group(1)), number)
+        """SGLang's own figures in its KV-sizing error (the share it was given, the share it says is the minimum, the
+        one it suggests: a rank's first error only, its own), and the multimodal IPC pool it reserves before sizing.
+        The error may be wrapped after its first sentence (a paste): each part is read where it is."""
+        if "mem-fraction-static" in msg:
+            fields = self.log.ranks.get(rank, {})
+            if (m := _KV_ERROR_FRACTION.search(msg)) is not None and "kv_error_fraction" not in fields:
+                self.log.record(t, rank, "kv_error_fraction", float(m.group(1)), number)
+            if (m := _KV_RAISE.search(msg)) is not None and "kv_min_fraction" not in fields:
+                self.log.record(t, rank, "kv_min_fraction", float(m.group(2)), number)
+                self.log.record(t, rank, "kv_suggested_fraction", float(m.group(1)), number)
         elif (m := _IPC_RESERVE.search(msg)) is not None:
             self.log.record(t, rank, "ipc_reserve_gib", int(m.group(1)) / 1024, number)
 
@@ -265,24 +337,31 @@ class SGLangParser:
         if msg.rstrip().endswith("Traceback (most recent call last):") or "Scheduler hit an exception" in msg:
             self.in_traceback = True
             self.traceback_rank = rank
-            self.frames.see(msg)  # the header: a new traceback
+            self.frames.see(msg, self.log.line)  # the header: a new traceback
 
     def _server_args(self, number: int, text: str, t: datetime | None) -> None:
         log = self.log
         log.args.update(call_arguments(text))
+        speculative.from_args(log.spec, log.args)
         for name in _SETTINGS:
             try:
                 log.setting(t, name, float(log.args[name]), number)
             except (KeyError, ValueError):
                 pass  # not printed, or None (not yet resolved)
 
-    def _facts(self, number: int, msg: str, t: datetime | None, rank: str) -> None:
-        """What a line states besides its phase: the scheduler summary, names and dtypes, graph batch sizes, HTTP."""
+    def _facts(self, number: int, msg: str, t: datetime | None, rank: str, draft: bool = False) -> None:
+        """What a line states besides its phase: the scheduler summary, names and dtypes (a draft's model class as
+        `draft_architecture`), graph batch sizes, HTTP, speculative decoding."""
         log = self.log
+        if "speculative" in msg:
+            speculative.from_text(log.spec, msg)
         if (summary := msg.find("max_total_num_tokens=")) >= 0:
             for name, value, gb in _SUMMARY_PAIR.findall(msg, summary):
                 log.record(t, rank, f"{name}_gib" if gb else name, float(value), number)
         elif (weights := _WEIGHTS_TYPE.search(msg)) is not None:
+            if draft:
+                log.describe(rank, "draft_architecture", weights.group(1))
+                return
             log.describe(rank, "model_type", weights.group(1))
             if weights.group(2):
                 log.describe(rank, "dtype", weights.group(2))
@@ -334,6 +413,8 @@ def _total(v, avail: float, fraction: float, ready: bool) -> tuple[float | None,
     from launchlab.logparse import budgetrows as budget
 
     minimum, pool = v.get("kv_min_fraction"), v.get("kv_gib")
+    if not budget.missing(v.get("kv_sizing_avail_gib"), v.get("draft_kv_gib"), pool):
+        pool += v.get("draft_kv_gib")  # a draft loaded before the sizing: its KV cache was sized from the same rest
     if not budget.missing(minimum) and minimum < 1:
         return avail / (1 - minimum), TOTAL_FROM_ERROR
     if ready and not budget.missing(pool) and pool > 0 and fraction < 1:
@@ -345,7 +426,8 @@ def _total(v, avail: float, fraction: float, ready: bool) -> tuple[float | None,
 def _budget(events, runs, telemetry):
     """One row per run with the numbers SGLang's KV sizing used (reference/log-formats.md 2.4): total (the free
     memory before the weights: _total says from which numbers), avail (the MIN over ranks of "Load weight end"
-    avail), fraction; rest = avail − total × (1 − fraction), recomputed, against an instrumentation line's when the
+    avail; the draft model's where a speculative draft was loaded before the sizing, `kv_sizing_avail_gib`),
+    fraction; rest = avail − total × (1 − fraction), recomputed, against an instrumentation line's when the
     server printed one (`DEBUG profile_available_bytes: … rest=`, the patch of params/patches, or the older
     `DEBUG profile_max_num_token`: agrees); the break-even fraction 1 − avail/total (SGLang's own where its error
     states it); and the card's capacity from nvidia-smi with the gap explained. A launch has a KV cache iff
@@ -357,7 +439,9 @@ def _budget(events, runs, telemetry):
     rows = []
     cards = budget.card_totals(telemetry)
     for run, v in budget.logged(events, runs):
-        avail, fraction = v.get("weights_end_avail_gib"), v.get("mem_fraction_static")
+        # the free memory the sizing started from: after the draft's weights where the draft was loaded first
+        avail = v.get("weights_end_avail_gib") if budget.missing(v.get("kv_sizing_avail_gib")) else v["kv_sizing_avail_gib"]
+        fraction = v.get("mem_fraction_static")
         if budget.missing(avail, fraction):
             continue
         # a pool capped by a flag (--max-total-tokens) is smaller than the room the fraction left: it gives no total

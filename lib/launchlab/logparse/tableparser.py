@@ -6,7 +6,9 @@ MiB and bytes become GiB); a failure line fails the launch with the kind's reaso
 The first specific failure is kept (a later, more generic line — llama.cpp's "failed to load model" after the
 cudaMalloc that caused it — does not replace it). A Python traceback (TGI's shards, trtllm-serve) is read to its
 exception line, which the kind's failure table classifies first and the shared vocabulary (common.classify) after;
-its frames place the failure as SGLang's and vLLM's do (tracebacks.py).
+its frames place the failure as SGLang's and vLLM's do (tracebacks.py). A speculative-decoding draft's statements
+mark its steps (common.DRAFT_PHASES). A server that puts its model to sleep once ready and loads it again on the next
+request (llama-server's router, 2026) has that reload read as its own startup (common.Reload), not as the launch's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from launchlab.logparse.common import Failure, ParsedLog, anchors, classify, debug_records, exception_line, nccl_version
+from launchlab.logparse import custom_ar
+from launchlab.logparse.common import (
+    DRAFT_MAIN_PHASE,
+    Failure,
+    ParsedLog,
+    Reload,
+    anchors,
+    classify,
+    debug_records,
+    exception_line,
+    nccl_version,
+)
 from launchlab.logparse.cuda_oom import oom_fields
 from launchlab.logparse.tracebacks import FRAME, Attribution
 
@@ -32,6 +45,8 @@ class Statement:
     fields: tuple[tuple[int, str, float], ...] = ()
     advances: bool = True  # False: its line is kept as the phase's first, but the launch has not got that far
     adds: bool = False  # True: its value adds to the rank's field (llama.cpp prints one KV buffer per cache)
+    draft: str | None = None  # the draft model's step it marks (common.DRAFT_PHASES), which reaches its main phase
+    spec: str | None = None  # the speculative-decoding method it shows (llama.cpp's MTP context: "mtp")
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class FailureLine:
     reason: str
     phase: str | None = None
     amends: bool = False
+    custom_ar: bool = False  # it names the custom all-reduce: the failure it amends is that rank's custom AR failing
 
 
 # what any Python server prints when CUDA runs out of memory outside a traceback (a shard's stderr, a pasted line)
@@ -71,6 +87,8 @@ class Tables:
     rank: re.Pattern[str] | None = None
     http_url: re.Pattern[str] | None = None
     recovered: re.Pattern[str] | None = None  # a line after which the failure noted before was recovered from
+    sleep: re.Pattern[str] | None = None  # once ready: the model put to sleep (its reload follows the wake line)
+    wake: re.Pattern[str] | None = None
 
 
 class TableParser:
@@ -78,11 +96,12 @@ class TableParser:
 
     def __init__(self, tables: Tables) -> None:
         self.tables = tables
-        self.anchors = anchors((*_COMMON_ANCHORS, *tables.anchors, *tables.startup_anchors))
+        self.anchors = self._startup_anchors = anchors((*_COMMON_ANCHORS, *tables.anchors, *tables.startup_anchors))
         self._ready_anchors = anchors((*_COMMON_ANCHORS, *tables.anchors))
         self.log = ParsedLog(server=tables.server)
         self.in_traceback = False
         self.frames = Attribution()
+        self.reloading = False  # between a wake after ready and ready again: the reload's own startup
 
     @property
     def wants_every_line(self) -> bool:
@@ -100,13 +119,10 @@ class TableParser:
             log.add_debug(records, None, "0", number)
             return
         rank = self._rank(msg)
-        if self.tables.ready.search(msg) and not log.ready:
-            log.ready = True
-            log.reach("ready")
-            self.anchors = self._ready_anchors
-            if log.failure is not None:  # the server got over it (TGI's "Decode cuda graph warmup failed"): not fatal
-                log.phase_lines.setdefault(log.failure.phase, log.failure.line or number)
-                log.failure = None
+        if self.tables.ready.search(msg) and (not log.ready or self.reloading):
+            self._ready(number)
+        elif log.ready and self.tables.sleep is not None:
+            self._sleep_or_wake(number, msg)
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         if self.tables.http_url is not None and (url := self.tables.http_url.search(msg)) is not None:
@@ -114,6 +130,37 @@ class TableParser:
         self._statements(number, msg, rank)
         if not ended:
             self._failures(number, msg, rank)
+
+    def _ready(self, number: int) -> None:
+        log = self.log
+        self.anchors = self._ready_anchors
+        if self.reloading:  # the reloaded model serves again
+            self.reloading = False
+            log.reload.reach("ready", number)
+            return
+        log.ready = True
+        log.reach("ready")
+        if log.failure is not None:  # the server got over it (TGI's "Decode cuda graph warmup failed"): not fatal
+            log.phase_lines.setdefault(log.failure.phase, log.failure.line or number)
+            log.failure = None
+
+    def _sleep_or_wake(self, number: int, msg: str) -> None:
+        """After ready: the model put to sleep, then woken and loaded again (its statements read as the reload's)."""
+        log = self.log
+        if self.tables.sleep.search(msg):
+            if log.reload is None or log.reload.wake is not None:  # the first line of each sleep (the latest is kept)
+                log.reload = Reload(sleep=number)
+        elif log.reload is not None and log.reload.wake is None and self.tables.wake.search(msg):
+            log.reload.wake = number
+            self.reloading = True
+            self.anchors = self._startup_anchors
+
+    def _reach(self, phase: str, number: int) -> None:
+        """The launch got to a phase, or the reload of a model put to sleep did."""
+        if self.reloading:
+            self.log.reload.reach(phase, number)
+        else:
+            self.log.reach(phase)
 
     def _rank(self, msg: str) -> str:
         if self.tables.rank is not None and (m := self.tables.rank.search(msg)) is not None:
@@ -126,9 +173,14 @@ class TableParser:
             if (m := statement.rx.search(msg)) is None:
                 continue
             if statement.phase is not None and statement.advances:
-                log.reach(statement.phase)
-            elif statement.phase is not None:
+                self._reach(statement.phase, number)
+            elif statement.phase is not None and not self.reloading:
                 log.phase_lines.setdefault(statement.phase, number)
+            if statement.draft is not None:
+                self._reach(DRAFT_MAIN_PHASE[statement.draft], number)
+                log.draft_phase_lines.setdefault(statement.draft, number)
+            if statement.spec is not None:
+                log.spec.method = log.spec.method or statement.spec
             for group, name, factor in statement.fields:
                 if m.group(group) is not None:
                     value = float(m.group(group).replace(",", "")) * factor
@@ -152,7 +204,9 @@ class TableParser:
                 continue
             if line.amends and (old := log.failure) is not None:
                 log.failure = Failure(line.reason if old.reason == "exception" else old.reason,
-                                      line.phase or old.phase, old.message, old.line)
+                                      line.phase or old.phase, old.message, old.line, old.draft)
+                if line.custom_ar:  # the error it amends was the custom all-reduce's (TRT-LLM's IPC workspace)
+                    log.note_custom_ar(rank, custom_ar.failed(old.message))
             else:
                 log.fail(line.reason, line.phase, msg)
             return
@@ -161,12 +215,12 @@ class TableParser:
         if not self.in_traceback and (_TRACEBACK in msg or (not log.ready and FRAME.search(msg))):
             self.in_traceback = True
             self.frames = Attribution()
-            self.frames.see(msg)
+            self.frames.see(msg, self.log.line)
 
     def _traceback(self, text: str, msg: str) -> bool:
         """A line inside a Python traceback: a frame or its code (False: read on), the exception line that ends it
         (True), or a statement of the kind's, which ends a traceback cut before its exception line (False)."""
-        self.frames.see(msg)
+        self.frames.see(msg, self.log.line)
         if (found := exception_line(msg)) is None or text[:1].isspace():
             if not FRAME.search(msg) and (self.tables.ready.search(msg)
                                           or any(s.rx.search(msg) for s in self.tables.statements)):

@@ -24,7 +24,7 @@ _READY = re.compile(rf"{_ROUTER_LINE}Connected\s*$")
 TABLES = Tables(
     server="tgi",
     anchors=("Not enough memory", "Server error", "signal", "failed to start", "ShardCannotStart", "WebserverFailed",
-             "crashed", "ShardFailed"),
+             "crashed", "ShardFailed", "Error when initializing model"),
     startup_anchors=("text_generation", "Args {", "Runtime environment", "download", "shard", "Shard",
                      "KV-cache blocks", "max batch total tokens", "defaulted to", "Warming up", "warmup", "Warmup",
                      "Webserver", "Connected"),
@@ -53,6 +53,8 @@ TABLES = Tables(
                     "exception", "warmup", amends=True),
         CUDA_OOM,
         FailureLine(re.compile(r"Shard process was signaled to shutdown with signal \d+"), "exception"),
+        # the shard's own report (0.9: `ERROR shard-manager: … Error when initializing model`), its traceback after it
+        FailureLine(re.compile(r"Error when initializing model"), "exception", "weights"),
         FailureLine(re.compile(r"Shard \d+ failed to start|Error: ShardCannotStart"), "exception", "weights",
                     amends=True),
         FailureLine(re.compile(r"Shard \d+ crashed|Error: ShardFailed"), "exception"),  # a shard that died later

@@ -25,7 +25,7 @@ TABLES = Tables(
     server="trtllm",
     anchors=("maxTokensInPagedKvCache", "Executor creation failed", "could not be created", "Cuda Runtime",
              "CUDA runtime error", "Requested amount", "Failed to create instance", "GPU memory (GiB)",
-             "component creation", "[E]", "[ERROR]"),
+             "component creation", "[E]", "[ERROR]", "AllReduce", "IpcMemory"),
     startup_anchors=("TensorRT", "TRT-LLM", "MemUsageChange", "engine", "checkpoint", "KV cache", "kv cache",
                      "k/v cache", "tokens per block", "Started server process", "Uvicorn running",
                      "Started HTTPService"),
@@ -72,6 +72,10 @@ TABLES = Tables(
         FailureLine(re.compile(r"Cuda Runtime \(out of memory\)|OutOfMemory \(Requested size"), "cuda_oom"),
         FailureLine(re.compile(r"CUDA runtime error in .*: out of memory"), "cuda_oom"),
         FailureLine(re.compile(r"CUDA runtime error in "), "exception"),
+        # the C++ backtrace under that error names the custom all-reduce's IPC buffers (peer access refused):
+        # `3  0x7f… tensorrt_llm::runtime::IpcMemory::IpcMemory(…)`, `4  0x7f… …::createCustomAllReduceWorkspace(…)`
+        FailureLine(re.compile(r"^\d+\s+0x[0-9a-f]+ .*(?:CustomAllReduce|AllReduceWorkspace|AllReduceBuffers|IpcMemory::)"),
+                    "custom_allreduce_failed", amends=True, custom_ar=True),
         FailureLine(re.compile(r"^\S*\): out of memory \("), "cuda_oom", amends=True),  # the line above, wrapped
         CUDA_OOM,
         FailureLine(re.compile(r"\[TensorRT-LLM\]\[ERROR\]|\[TRT-LLM(?: AUTO-DEPLOY)?\] (?:\[RANK \d+\] )?\[E\]"

@@ -7,7 +7,10 @@ processes carry only a pid (`VllmWorkerProcess pid=N`) and get ranks 1, 2, … i
 untagged driver being rank 0. Bare messages, uvicorn lines and unprefixed tracebacks are read too. Also read: the
 server's arguments (`non-default args: {…}`, `args: Namespace(…)`, the engine config line → `args`), custom
 all-reduce statements (logparse/custom_ar.py), the NCCL version, the engine generation (V0/V1), process ids by role,
-the HTTP URL and routes, and dead workers.
+the HTTP URL and routes, dead workers, and speculative decoding (the drafter's loading, the method and draft model;
+logparse/speculative.py). Pastes: records flattened onto one line are read one by one, torch's `[rankN]:` prefix is
+taken off, frames without their traceback's header are a failure, and zero KV blocks followed by a traceback is the
+KV cache's failure whatever the traceback's last line.
 
 `KIND`, at the end, is the kind's record (serverkind.py): how its logs are recognised, its ready and fatal
 lines, and how the report recomputes its KV-cache budget.
@@ -19,22 +22,24 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from launchlab.logparse import custom_ar
+from launchlab.logparse import custom_ar, speculative
 from launchlab.logparse.arguments import call_arguments, config_arguments, mapping_arguments
 from launchlab.logparse.common import (
+    Failure,
     ParsedLog,
     WorkerDeath,
     anchors,
     classify,
     debug_records,
     exception_line,
+    failure_message,
     feed_lines,
     match_statement,
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
 from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, Relaunch, ServerKind, Suspect
-from launchlab.logparse.tracebacks import FRAME, Attribution, method_phase
+from launchlab.logparse.tracebacks import FRAME, HEADERLESS_FRAME, Attribution, method_phase
 
 BLOCK_SIZE = 16  # vLLM's default tokens per KV block
 ANCHORS = ("Loading model weights", "Model loading took", "Starting to load model", "KV cache", "KV Cache",
@@ -43,10 +48,14 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
            "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
            "max seq len", "world_size", "NCCL", "nccl", "num_gpu_blocks", "profile run", "dummy",
            "args", "config", "Route:", "Started server process", "checkpoint shards", "warmup run",
-           "VLLM_CPU_KVCACHE_SPACE", "us error", "Segmentation", 'File "', *custom_ar.ANCHORS)
+           "VLLM_CPU_KVCACHE_SPACE", "us error", "Segmentation", 'File "', "drafter", "MTP", "speculative",
+           *custom_ar.ANCHORS)
 
 # `(VllmWorker rank=3 pid=N)`, Ray's `(RayWorkerWrapper pid=N, ip=10.0.0.2)`; a paste may lose the opening parenthesis
 _TAG = re.compile(r"(?:\(|^)(?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s?")
+# where a record starts inside a flattened paste (records joined by spaces on one line): its process tag and level
+_RECORDS = re.compile(r"(?=\([A-Za-z_][\w ]*?(?: rank=\d+)? pid=\d+(?:, ip=[\w.:]+)?\) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )")
+_TORCH_RANK = re.compile(r"^\[rank\d+\]:\s?")  # torch's per-rank prefix of a worker's stderr
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")  # Ray's deduplication suffix
 _WRAPPED = re.compile(r"[\d:]$")  # a statement cut by the terminal ends in its number or its colon
 _LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
@@ -62,15 +71,16 @@ _SIGNED = r"(-?[\d.]+)"
 _STATEMENTS = [
     (re.compile(r"world_size=\d+ rank=\d+|Custom allreduce is disabled|NCCL version|nccl==|Found nccl from library"),
      "dist_init", []),  # each rank's NCCL init: the library found, then its version
-    (re.compile(r"Starting to load model|Loading weights took|Loading (?:safetensors|pt) checkpoint shards:"), "weights",
+    (re.compile(r"Starting to load model|Loading weights took|Loading (?:fast)?(?:safetensors|pt) checkpoint shards:"),
+     "weights",
      []),  # the bar is untagged, and the first sign of the weights on a worker that tags nothing else
     (re.compile(rf"(?:Loading model weights|Model loading) took {_N} Gi?B(?: memory)?(?: and {_N} seconds)?"), "weights",
      [(1, "weights_mem_gib"), (2, "weights_s")]),
     (re.compile(rf"Memory profiling takes {_N} seconds"), "kv_cache", [(1, "profile_s")]),
     (re.compile(rf"total_gpu_memory \({_N}GiB\) x gpu_memory_utilization \({_N}\) = {_N}GiB"), "kv_cache",
-     [(1, "total_gpu_gib"), (2, "gpu_memory_utilization"), (3, "usable_gib")]),
+     [(1, "total_gpu_gib"), (2, "gpu_memory_utilization"), (3, "usable_gib"), (3, "requested_gib")]),
     (re.compile(rf"model weights take {_N}GiB; non_torch_memory takes {_N}GiB; PyTorch activation peak memory takes "
-                rf"{_N}GiB; the rest of the memory reserved for KV Cache is {_N}GiB"), "kv_cache",
+                rf"{_N}GiB; the rest of the memory reserved for KV Cache is {_SIGNED}GiB"), "kv_cache",
      [(1, "profile_weights_gib"), (2, "non_torch_gib"), (3, "activation_peak_gib"), (4, "kv_avail_gib")]),
     (re.compile(rf"Free memory on device \({_N}/{_N} GiB\) on startup\. Desired GPU memory utilization is "
                 rf"\({_N}, {_N} GiB\)(?:\. Actual usage is {_N} GiB for weight, {_N} GiB for peak activation, "
@@ -80,6 +90,10 @@ _STATEMENTS = [
      [(1, "startup_free_gib"), (2, "total_gpu_gib"), (3, "gpu_memory_utilization"), (4, "requested_gib"),
       (5, "profile_weights_gib"), (6, "activation_peak_gib"), (7, "non_torch_gib"), (8, "cuda_graph_gib"),
       (9, "suggested_kv_cache_memory_bytes"), (10, "max_kv_cache_memory_bytes"), (11, "kv_gib")]),
+    # V0 0.6.4 – 0.6.5's one-line account
+    (re.compile(rf"Memory profiling results: total_gpu_memory={_N}GiB .*?non_torch_memory={_N}GiB "
+                rf"kv_cache_size={_SIGNED}GiB gpu_memory_utilization={_N}"), "kv_cache",
+     [(1, "total_gpu_gib"), (2, "non_torch_gib"), (3, "kv_avail_gib"), (4, "gpu_memory_utilization")]),
     # negative when the weights and activations take more than the requested share (vLLM 0.26 at 0.004: -0.17)
     (re.compile(rf"Available KV cache memory: {_SIGNED} GiB"), "kv_cache", [(1, "kv_avail_gib")]),
     (re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total"), "kv_cache", [(1, "torch_compile_s")]),
@@ -115,17 +129,22 @@ _FAILURES = [
     (re.compile(r"\b[Bb]us error\b|Segmentation fault"), "exception", None),  # the shell's word for a crashed process
 ]
 _WRAPPERS = re.compile(r"EngineCore failed to start|EngineCore hit an exception|Error executing method|Exception ignored in"
-                       r"|WorkerProc hit an exception|Worker proc \S+ died unexpectedly|Worker VllmWorkerProcess pid \d+ died"
+                       r"|WorkerProc hit an exception|WorkerProc failed to start|Worker proc \S+ died unexpectedly"
+                       r"|Worker VllmWorkerProcess pid \d+ died"
                        r"|Engine core initialization failed|Traceback \(most recent call last\)")
 _DUMMY = re.compile(r"\b_?dummy_")  # vLLM's memory profiling runs the model on dummy inputs
 _MAX_LEN = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
                       r"\((\d+)\)")
 _FRAME_EVIDENCE = re.compile(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")
+# zero KV blocks (V0 "# GPU blocks: 0", 0.7 – 0.10 "# cuda blocks: 0"): the traceback that follows is the KV failure
+_ZERO_BLOCKS = re.compile(r"# \w+ blocks: 0\b")
+# the drafter's own lines (V1): its weights load after the target's ("Model loading took" counts both)
+_DRAFT_WEIGHTS = re.compile(r"Loading drafter model|Detected MTP model\. Sharing target model|Loading EAGLE LM head")
 # The server's arguments: (regex, how the text after it is split, what the line is called)
 _ARGUMENTS = [
     (re.compile(r"^non-default args: \{"), mapping_arguments, "non-default args"),
     (re.compile(r"^args: Namespace\("), call_arguments, "args"),
-    (re.compile(r"^Initializing an? (?:V1 )?LLM engine \(v[^)]*\) with config: "), config_arguments, "engine config"),
+    (re.compile(r"^Initializing an? (?:V1 )?LLM engine (?:\(v[^)]*\) )?with config: "), config_arguments, "engine config"),
 ]
 # The CPU backend profiles nothing: its KV cache is VLLM_CPU_KVCACHE_SPACE GiB, said only when the default is used
 _CPU_KV_SPACE = re.compile(r"VLLM_CPU_KVCACHE_SPACE \(Gi?B\) for CPU backend is not set, using (\d+) by default")
@@ -154,6 +173,11 @@ class VLLMParser:
         self.headerless = False  # inside a traceback whose header the log does not hold
         self.level: str | None = None  # the level of the line being read (DEBUG … CRITICAL; None: unprefixed)
         self.registering: int | None = None  # a `Registering … cuda graph addresses` line whose phase the next says
+        self.code_line: tuple[int, str] | None = None  # an ERROR record of code: the line above a frame
+        self.frame_evidence = False  # the failure was read from a frame's name, not yet from its exception line
+        self.zero_blocks: tuple[int, str] | None = None  # a "# GPU blocks: 0" line
+        self.server_wide_ar: custom_ar.CustomAR | None = None  # a custom all-reduce state stated for every rank
+        self.drafting: set[str] = set()  # ranks loading their drafter ("Loading drafter model…", until the total)
 
     def _rank(self, tag: re.Match | None) -> str:
         """A worker's rank key: its TP rank, as the stable interface keys ranks (`Worker_DP1_TP1_EP3` → "1")."""
@@ -173,22 +197,34 @@ class VLLMParser:
 
     def feed(self, number: int, text: str) -> None:
         self.log.line = number
+        if text.count(" pid=") > 1:  # a flattened paste: several records joined by spaces, each read as a line
+            for record in _RECORDS.split(text):
+                if record.strip():
+                    self._record(number, record)
+            return
+        self._record(number, text)
+
+    def _record(self, number: int, text: str) -> None:
         tag = _TAG.search(text)
         rest = text[tag.end():] if tag else text
+        if rest[:5] == "[rank":
+            rest = _TORCH_RANK.sub("", rest)
         m = _LINE.search(rest)
         rank = self._rank(tag)
         if tag is not None:
             self._process(tag, rank)
         self._engine(text)
         pending, self.pending = self.pending, None
+        noted = self.log.failure
         if m is None:
             if pending is None or not self._rejoin(pending, rest.strip()):
                 self._unprefixed(number, rest.strip(), rank)
-            return
-        t = _timestamp(m["md"], m["hms"])
-        if m["file"].startswith("v1/"):
-            self.log.facts["engine"] = "v1"
-        self._message(number, m["msg"], t, rank, m["lvl"])
+        else:
+            if m["file"].startswith("v1/"):
+                self.log.facts["engine"] = "v1"
+            self._message(number, m["msg"], _timestamp(m["md"], m["hms"]), rank, m["lvl"])
+        if noted is None and self.log.failure is not None and rank in self.drafting:
+            self.log.place(self.log.failure.phase, draft=True)  # the worker failed loading its drafter
 
     def _process(self, tag: re.Match, rank: str) -> None:
         """What a process tag tells: the pid of a role or of a rank's worker, a DP rank, the engine generation."""
@@ -251,6 +287,7 @@ class VLLMParser:
                 if (a := rx.search(msg)) is not None:
                     found = split(msg[a.end():])
                     log.args.update(found)
+                    speculative.from_args(log.spec, log.args)
                     self._settings(found, t, number)
                     if custom_ar.USER_FLAG in found:
                         self.flag_source = source
@@ -258,7 +295,9 @@ class VLLMParser:
         found_ar = custom_ar.recognise(msg)
         if self.registering is not None and (found_ar is None or found_ar.state != "active"):
             self._settle_registering(msg)
-        if found_ar is not None:
+        if found_ar is not None and found_ar.reason == custom_ar.SERVER_WIDE:
+            self.server_wide_ar = found_ar  # every rank's, once the arguments say how many (result)
+        elif found_ar is not None:
             log.note_custom_ar(rank, found_ar)
             if found_ar.state == "active" and self.registering is None:
                 self.registering = number  # graphs were captured: for real, or to size the KV cache (below)
@@ -270,11 +309,43 @@ class VLLMParser:
             return
         if "across cluster" in msg:
             msg = _REPEATED.sub("", msg)
-        if match_statement(log, _STATEMENTS, msg, t, rank, number) is not None:
+        if "raft" in msg or "took" in msg:
+            self._drafting(msg, rank)
+        if ("raft" in msg or "MTP" in msg or "speculative" in msg) and self._draft(msg):
+            return
+        prefix = self._weights_prefix(msg, rank)
+        if match_statement(log, _STATEMENTS, msg, t, rank, number, prefix) is not None:
+            if "blocks: 0" in msg and _ZERO_BLOCKS.search(msg):
+                self.zero_blocks = (number, msg)
             return
         if level is not None and _WRAPPED.search(msg):
             self.pending = (number, msg, t, rank)
         self._failure(number, msg, t, rank)
+
+    def _draft(self, msg: str) -> bool:
+        """A speculative-decoding line: the drafter's weights (True: nothing more to read in it), or what it says of
+        the method (a command line's `--speculative-config`, "Detected MTP model")."""
+        speculative.from_text(self.log.spec, msg)
+        if _DRAFT_WEIGHTS.search(msg):
+            self.log.reach_draft("draft_weights")
+            return True
+        return False
+
+    def _drafting(self, msg: str, rank: str) -> None:
+        """A worker loads its drafter from "Loading drafter model…" until "Model loading took" (both models)."""
+        if "Loading drafter model" in msg:
+            self.drafting.add(rank)
+        elif "took" in msg and msg.startswith(("Model loading", "Loading model")):
+            self.drafting.discard(rank)
+
+    def _weights_prefix(self, msg: str, rank: str) -> str:
+        """`draft_` for a rank's second "Loading model weights took" of a speculative launch: V0's spec-decode worker
+        loads the target, then the draft model, each printing its own (V1 prints one, after both)."""
+        if "took" in msg and "weights_mem_gib" in self.log.ranks.get(rank, {}) and (
+                self.log.spec.method or self.log.spec.draft_model) and msg.startswith(("Loading model", "Model loading")):
+            self.log.reach_draft("draft_weights")
+            return "draft_"
+        return ""
 
     def _settle_registering(self, msg: str) -> None:
         """The phase of the pending `Registering … cuda graph addresses` line, told by the next line that names one.
@@ -302,6 +373,9 @@ class VLLMParser:
             self.log.setting(t, "gpu_memory_utilization", float(found["gpu_memory_utilization"]), number)
         except (KeyError, ValueError):
             pass  # not among the arguments printed, or not a number
+        for name in ("max_model_len", "max_seq_len"):  # V0's engine config says `max_seq_len=4096`
+            if (value := found.get(name, "")).isdigit():
+                self.log.record(t, "0", "max_model_len", float(value), number)
 
     def _server_facts(self, msg: str) -> None:
         """The HTTP side (URL, routes, uvicorn's pid) and workers reported dead."""
@@ -322,13 +396,24 @@ class VLLMParser:
         log = self.log
         for name, value in oom_fields(msg).items():
             log.record(t, rank, name, value, number)
-        self.frames.see(msg)
-        if not self.in_traceback and self.level == "ERROR" and "File " in msg and FRAME.search(msg):
-            # a frame outside any traceback: an excerpt that starts inside one (its header is not in the log)
+        # a frame outside any traceback: an excerpt that starts inside one (its header is not in the log), a worker's
+        # ERROR record or, before ready, a line of stderr that is a frame
+        headerless = not self.in_traceback and "File " in msg and (
+            (self.level == "ERROR" and FRAME.search(msg) is not None)
+            or (self.level is None and not log.ready and HEADERLESS_FRAME.match(msg) is not None))
+        if headerless and self.code_line is not None and self.code_line[0] >= number - 2:
+            self.frames.call(self.code_line[1], self.code_line[0])  # the code line above it calls into it: its first line
+        self.frames.see(msg, number)
+        if self.level == "ERROR" and msg[:1] == " " and not self.in_traceback:
+            if msg.lstrip()[:1] not in "^~":  # the carets under a call point at it: the call's line stays
+                self.code_line = (number, msg)
+        else:
+            self.code_line = None
+        if headerless:
             log.fail("exception", None, msg)
             self.in_traceback = self.headerless = True
-        if self.headerless and (phase := self.frames.phase) is not None:
-            log.phase_lines.setdefault(phase, number)  # no progress line names it: the frame is its first sign
+        if self.headerless and (place := self.frames.place) is not None:
+            log.phase_lines.setdefault(place.phase, place.line)  # no progress line names it: the frames are its sign
         self.dummy = self.dummy or _DUMMY.search(msg) is not None
         if (too_long := _MAX_LEN.search(msg)) is not None:
             log.record(None, "0", "max_model_len", float(too_long.group(1)), 0)
@@ -336,15 +421,19 @@ class VLLMParser:
         for rx, reason, phase in _FAILURES:
             if rx.search(msg):
                 old = log.failure
-                if (old is not None and old.reason in (reason, "exception") and exception_line(msg) is not None
-                        and not exception_line(old.message)):
+                ends = old is not None and exception_line(msg) is not None and not exception_line(old.message)
+                if ends and old.reason in (reason, "exception"):
                     # the exception line ending a traceback whose frame (check_enough_kv_cache_memory) or wrapper
                     # was noted first: it says what went wrong, on its own line
                     log.refine(reason, msg, phase or self._frame_phase())
+                elif ends and self.frame_evidence:  # what the exception says wins over the function it came from
+                    log.correct(reason, msg, phase or self._frame_phase())
                 else:
                     log.fail(reason, phase or self._frame_phase(), msg)
+                self.frame_evidence = False
                 return
         if self.in_traceback and _FRAME_EVIDENCE.search(msg):
+            self.frame_evidence = log.failure is None or log.failure.reason == "exception"
             log.fail("kv_cache_no_memory", "kv_cache", msg)
             return
         found = exception_line(msg)
@@ -374,6 +463,12 @@ class VLLMParser:
                 fields["kv_tokens"] = fields["kv_blocks"] * BLOCK_SIZE
         if log.failure is not None and log.failure.reason == "exception" and self.frames.phase is not None:
             self.frames.conclude(log)
+        if (zero := self.zero_blocks) is not None and log.failure is not None and log.failure.reason == "exception" \
+                and (log.failure.line or 0) > zero[0]:
+            # a traceback after zero KV blocks, whatever its last line (often beyond an excerpt): the KV failure
+            log.failure = Failure("kv_cache_no_memory", "kv_cache", failure_message(zero[1]), zero[0], log.failure.draft)
+        if self.server_wide_ar is not None:
+            custom_ar.held_by_every_rank(log, self.server_wide_ar, log.args.get("tensor_parallel_size"))
         if self.registering is not None:  # nothing after it named a phase: the capture it follows was the real one
             self._reach_at(self.registering, "cuda_graph")
             self.registering = None
