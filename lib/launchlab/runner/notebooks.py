@@ -7,6 +7,7 @@ import contextlib
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,7 +93,10 @@ def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKern
     a kernel forked from it; with neither, papermill starts and shuts down one of its own."""
     # papermill writes the executed notebook in a private folder, renamed into place however it ends (a failed
     # cell's notebook is the evidence): a `summary.ipynb` someone linked elsewhere is replaced, never written through
-    with safefiles.replacing(output, mode=rundir.derived_mode(output), keep_on_error=True) as tmp:
+    with safefiles.replacing(output, mode=rundir.derived_mode(output), keep_on_error=True) as tmp, \
+            warnings.catch_warnings():
+        # the unnamed file papermill writes is /proc/self/fd/N: no extension, which papermill warns of at every run
+        warnings.filterwarnings("ignore", message="the file is not specified with any extension")
         _execute(template, tmp, parameters, pool, server=server)
 
 
