@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launchlab import params
+from launchlab import params, search
 from launchlab.logparse.kinds import KINDS
 from launchlab.runner import diagnose, draft
 
@@ -54,8 +54,15 @@ def test_the_seed_case_gives_the_break_even_0_769_and_crosses_custom_all_reduce_
     custom_ar = exp.factors["custom_ar"]
     assert custom_ar["on"].flags == {} and custom_ar["off"].flags == {"--disable-custom-all-reduce": True}
     assert custom_ar["off"].env == {"SGLANG_FORCE_CUSTOM_AR_PCIE": "0"}
-    assert exp.baseline == {"mem_fraction_static": "0.55", "custom_ar": "on", "cuda_graphs": "on"}, "the failing launch"
-    assert exp.repetitions == 3 and exp.warmup == 1
+    assert exp.baseline == {"mem_fraction_static": "0.55", "custom_ar": "on"}, "the failing launch"
+    # CUDA graphs are captured after the KV cache is sized, where this launch failed: they cannot have caused it
+    assert "cuda_graphs" not in exp.factors
+    assert "CUDA graphs takes its memory in cuda_graph, after kv_cache where the launch failed" in proc.stdout
+    # the kit's own rule: 4 a side is the fewest at which a clean split is significant (Fisher's exact)
+    assert exp.repetitions == 4 and exp.warmup == 1
+    assert "4 variant(s) × 4 = 16 launches" in proc.stdout
+    assert exp.reproduce.reason == "kv_cache_no_memory" and exp.reproduce.phase == "kv_cache"
+    assert exp.reproduce.break_even == "0.769" and exp.reproduce.log == SEED.name
     host = exp.hosts["box"]
     assert host.transport == "sim" and host.gpus == 8 and host.weights_gib_per_rank == pytest.approx(72.302)
     text = out.read_text()
@@ -70,8 +77,14 @@ def test_with_search_the_draft_bisects_the_memory_flag_around_the_break_even(tmp
     assert _diagnose(tmp_path, str(SEED), "--search", "-o", str(out)).returncode == 0
     exp = params.load(out)
     assert exp.search.flag == "--mem-fraction-static"
-    assert float(exp.search.low) <= 0.55 and 0.769 < float(exp.search.high) <= 0.80
-    assert "mem_fraction_static" not in exp.factors and set(exp.factors) == {"custom_ar", "cuda_graphs"}
+    # around the predicted break-even, inside (0, 1], probed just below and above it first (two launches)
+    assert 0 < float(exp.search.low) < 0.769 < float(exp.search.high) <= 0.80
+    assert exp.search.predicted == "0.769" and exp.search.resolution == "0.02"
+    [first] = search.step(exp.search.bounds, ["s"], [], guides={"s": exp.search.prior})
+    below, above = (float(p.value) for p in first.next)
+    assert below < 0.769 < above and above - below == pytest.approx(0.02) and 0.55 < below
+    assert "mem_fraction_static" not in exp.factors and set(exp.factors) == {"custom_ar"}
+    assert exp.warmup == 1, "its first start compiles: a warm-up before the probes"
 
 
 def test_custom_all_reduce_on_at_tensor_parallel_1_is_left_out_and_said_so(tmp_path):
@@ -81,7 +94,8 @@ def test_custom_all_reduce_on_at_tensor_parallel_1_is_left_out_and_said_so(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert "custom all-reduce" in proc.stdout and "cannot take effect at tensor parallel 1" in proc.stdout
     exp = params.load(out)
-    assert "custom_ar" not in exp.factors and "cuda_graphs" in exp.factors
+    assert "custom_ar" not in exp.factors and "cuda_graphs" not in exp.factors  # after kv_cache: left out too
+    assert "cannot have caused the failure" in proc.stdout
     assert exp.hosts["gpu"].transport == "ssh" and exp.hosts["gpu"].address == "gpu-box"
     assert "break-even 0.0029" in proc.stdout, "SGLang's own minimum viable share, from its error"
     assert set(exp.factors["mem_fraction_static"]) == {"0.002", "0.02"}
@@ -94,10 +108,14 @@ def test_the_instrumentation_patch_is_a_factor_on_a_real_host_for_its_version(tm
     proc = _diagnose(tmp_path, str(log), "--host", "local", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     exp = params.load(out)
-    patch = KINDS["sglang"].instrumentation.patch
-    assert exp.factors["debug"]["print"].patches == [str(out.parent / "patches" / patch)]  # resolved beside it
-    assert exp.baseline["debug"] == "off" and f"patches: [\"patches/{patch}\"]" in out.read_text()
-    assert (out.parent / "patches" / patch).read_text() == (ROOT / "params" / "patches" / patch).read_text()
+    # the kit's instrumentation for the version the host has (read there before any launch), as the seed's factor
+    assert exp.factors["debug"]["print"].instrument is True and exp.factors["debug"]["print"].patches == []
+    assert exp.baseline["debug"] == "off" and "instrument: true" in out.read_text()
+    assert not (out.parent / "patches").exists(), "no patch copied: the host's version picks it at launch"
+    # a log that does not state its version gets the factor too: the host knows the version
+    unversioned = tmp_path / "params" / "u.yaml"
+    assert _diagnose(tmp_path, str(SEED), "--host", "local", "-o", str(unversioned)).returncode == 0
+    assert params.load(unversioned).factors["debug"]["print"].instrument is True
 
 
 def test_a_log_the_kit_cannot_read_enough_from_gets_a_skeleton_with_todo_comments(tmp_path):
@@ -132,8 +150,12 @@ def test_a_patches_folder_that_is_a_link_is_never_written_through(tmp_path):
     (tmp_path / "params").mkdir()
     (tmp_path / "params" / "patches").symlink_to(tmp_path / "elsewhere")
     proc = _diagnose(tmp_path, str(log), "--host", "local", "-o", str(tmp_path / "params" / "d.yaml"), "--force")
-    assert proc.returncode == 1 and "is a symbolic link: nothing written" in proc.stderr
-    assert list((tmp_path / "elsewhere").iterdir()) == [] and not (tmp_path / "params" / "d.yaml").exists()
+    # the draft names the kit's instrumentation (`instrument: true`) and writes no patch: none goes through the link
+    assert proc.returncode == 0, proc.stderr
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    with pytest.raises(Exception, match="is a symbolic link: nothing written"):  # a draft that carries a patch
+        draft.write(draft.Draft("x: 1\n", {"p.diff": SEED}), tmp_path / "params" / "e.yaml", force=True)
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and not (tmp_path / "params" / "e.yaml").exists()
 
 
 def test_a_log_cannot_write_yaml_through_its_values(tmp_path):
@@ -143,7 +165,7 @@ def test_a_log_cannot_write_yaml_through_its_values(tmp_path):
     out = tmp_path / "d.yaml"
     assert _diagnose(tmp_path, str(log), "-o", str(out)).returncode == 0
     exp = params.load(out)
-    assert exp.repetitions == 3
+    assert exp.repetitions == 4  # the kit's, not the log's 999
     assert "/m\"]\nrepetitions: 999 # {{port}}" in exp.server.command, "braces doubled: no placeholder from a log"
 
 
@@ -170,6 +192,11 @@ def test_the_draft_of_the_demos_failing_launch_reaches_the_demos_verdict_on_the_
     assert demo["outcome_factors"] == ["mem_fraction"] and demo["neutral_factors"] == ["custom_ar"]
     assert verdict["controlled"] and verdict["conclusive"], verdict["inconclusive_reasons"]
     assert verdict["outcome_factors"] == ["mem_fraction_static"] and verdict["neutral_factors"] == ["custom_ar"]
+    # issue 48: the baseline (the failing launch, as drafted) failed as the log did, in every run
+    reproduced = verdict["reproduced"]
+    assert reproduced["reproduced"] is True and len(reproduced["matched"]) == len(reproduced["runs"]) == 4
+    report = (Path(run.stdout.strip().splitlines()[-1]) / "report.md").read_text()
+    assert "**Reproduced:** the baseline failed as `server.log` did (kv\\_cache\\_no\\_memory in kv\\_cache" in report
 
 
 def test_one_log_per_rank_is_read_as_one_launch(tmp_path):
@@ -237,3 +264,52 @@ def test_the_draft_of_a_private_log_is_private_too(tmp_path):
     shared.chmod(0o644)
     assert _diagnose(tmp_path, str(shared), "-o", str(tmp_path / "s.yaml")).returncode == 0
     assert (tmp_path / "s.yaml").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_failed_vllm_launchs_break_even_comes_from_the_cards_total_or_is_a_formula_to_finish(tmp_path):
+    """Issue 48: vLLM 0.26 raises before its profile line ("Available KV cache memory: -0.17 GiB", no total): with
+    the card's total (--gpu-memory, or nvidia-smi with --host local) the break-even is util − kv / total — the
+    0.0052 the threshold search found on the H200 (examples/h200-vllm-threshold); without it, a formula to finish."""
+    log = FIXTURES / "vllm-0.26-h200" / "vllm-0.26-util0.004-enforce-eager.log"
+    proc = _diagnose(tmp_path, str(log), "-o", str(tmp_path / "a.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    assert "it is 0.004 − (-0.17 GiB) / T — or give --gpu-memory T" in proc.stdout
+    proc = _diagnose(tmp_path, str(log), "--gpu-memory", "139.8", "-o", str(tmp_path / "b.yaml"))
+    assert "gpu_memory_utilization: asked 0.004; break-even 0.00522" in proc.stdout, proc.stdout
+    exp = params.load(tmp_path / "b.yaml")
+    assert set(exp.factors["gpu_memory_utilization"]) == {"0.004", "0.02"} and exp.reproduce.break_even == "0.00522"
+
+
+def test_the_budget_takes_the_servers_own_minimum_whatever_the_fraction_asked(tmp_path):
+    """Issue 48: a launch at a negative fraction (a search's range once went below 0) states SGLang's minimum viable
+    share all the same: its break-even is that, never one from "Load weight begin"."""
+    log = tmp_path / "negative.log"
+    source = FIXTURES / "sglang-0.5.17-h200" / "sglang-0.5.17-frac0.002-kv-error.log"
+    log.write_text(source.read_text().replace("mem-fraction-static=0.002", "mem-fraction-static=-0.0071")
+                   .replace("mem_fraction_static=0.002", "mem_fraction_static=-0.0071"))
+    found = diagnose.diagnose([log])
+    assert found.requested == pytest.approx(-0.0071) and found.break_even == pytest.approx(0.0029)
+    line = diagnose.text(found).splitlines()[1]
+    assert line.endswith("(minimum viable = 1 - available/pre = 0.0029). If using speculative decoding, draft weights "
+                         "are now counted."), "the whole message: its number is never cut off"
+
+
+def test_the_report_says_whether_the_baseline_reproduced_the_diagnosed_failure():
+    """Issue 48: `reproduce:` (what the diagnosed log showed) against the baseline's runs: n of n, and how each
+    other ended."""
+    import pandas as pd
+
+    from launchlab.params.schema import ReproduceSpec
+    from launchlab.verdicts import consistency, ledger
+
+    runs = pd.DataFrame([{"run_id": f"0{i}_b", "variant": "base", "status": status, "failure_reason": reason,
+                          "failure_phase": phase, "f": "a"} for i, (status, reason, phase) in enumerate(
+        [("failed", "kv_cache_no_memory", "kv_cache"), ("failed", "kv_cache_no_memory", "kv_cache"),
+         ("failed", "cuda_oom", "cuda_graph")], 1)])
+    budget = pd.DataFrame({"run_id": ["01_b", "02_b", "03_b"], "break_even_fraction": [0.0029, 0.0031, None]})
+    spec = ReproduceSpec(log="x.log", reason="kv_cache_no_memory", phase="kv_cache", break_even="0.0029")
+    said = consistency.reproduction(ledger.build(runs, ["f"]), budget, expected=spec, baseline="base", kind="sglang")
+    assert said["matched"] == ["01_b"] and said["reproduced"] is False
+    assert said["differs"] == ["02_b: break-even 0.00310", "03_b: fails: cuda_oom in cuda_graph"]
+    assert consistency.reproduction(ledger.build(runs, ["f"]), budget, expected=None, baseline="base",
+                                    kind="sglang") is None

@@ -153,3 +153,43 @@ def test_a_patch_that_does_not_apply_stops_everything_before_launch(tmp_path, si
     assert res.returncode == 1
     assert "stale.diff does not apply to tinysrv 1.0" in res.stderr and "nothing was launched" in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_instrument_applies_the_kinds_patch_for_the_version_on_the_host_and_refuses_another(tmp_path, sim_root,
+                                                                                           tiny_venv, monkeypatch):
+    """Issue 48: `instrument: true` is the kind's instrumentation for the server version installed on the host, read
+    there (the package's own record) — a log need not state its version. A version the kit has no patch for stops
+    before any launch, naming it."""
+    import dataclasses
+
+    from launchlab.errors import HostError
+    from launchlab.hosts import patching
+    from launchlab.logparse import kinds
+    from launchlab.logparse.serverkind import Instrumentation
+
+    instrumented = SERVER.replace('    print("tinysrv starting", flush=True)\n',
+                                  '    print("tinysrv starting", flush=True)\n    print("DEBUG tiny: value=2 GiB", flush=True)\n')
+    patch = make_patch(tmp_path, SERVER, instrumented, "tiny-debug.diff")
+    monkeypatch.setattr(patching.workspace, "template", lambda *parts: tmp_path / parts[-1])
+    path = experiment(tmp_path, tiny_venv / "venv", patch)
+    path.write_text(path.read_text().replace(f'"on": {{patches: [{patch.name}]}}', '"on": {instrument: true}'))
+    exp = params.load(path)
+    host = connect(exp)
+    run = next(r for r in make_plan(exp) if r.variant.levels == {"debug": "on", "fail": "no"})
+    argv = [str(tiny_venv / "venv/bin/python"), "-m", "tinysrv.server"]
+    for versions, works in ((("1.0",), True), (("2.0", "2.1"), False)):
+        tiny = Instrumentation(patch=patch.name, versions=versions, prints="DEBUG tiny: value=…")
+        monkeypatch.setitem(kinds.KINDS, "generic", dataclasses.replace(kinds.KINDS["generic"], instrumentation=tiny))
+        if not works:
+            with pytest.raises(HostError, match=r"tinysrv 1\.0 is installed there; the kit's instrumentation patch "
+                                                r"\(tiny-debug\.diff\) is for 2\.0, 2\.1 only.*nothing was launched"):
+                patching.of_variant(host, argv, run.variant, "generic")
+            continue
+        assert patching.of_variant(host, argv, run.variant, "generic") == (str(patch),)
+        run_dir = runview.ensure_run_dir(path)
+        result = lifecycle.run_one(exp, run, run_dir, host)
+        assert result.status == "ready"
+        folder = rundir.RunDir(run_dir).run(run.run_id).path
+        assert "DEBUG tiny: value=2 GiB" in (folder / "server.log").read_text()  # the kind's patch ran
+        assert json.loads((folder / "provenance.json").read_text())["patches"] == [str(patch)]
+        assert provenance.integrity(host, argv)["modified"] == []  # and was reverted

@@ -47,3 +47,41 @@ def test_the_sglang_search_on_the_h200_takes_four_launches_when_the_prediction_h
     bounds = search.Bounds.parse("0.002", "0.004", "0.0005")
     assert _launches(bounds, Decimal("0.0029"), Decimal("0.00287")) == 4
     assert search.max_probes(bounds, guided=True) == 5  # what validate says: a prediction that fails costs one more
+
+
+def _prior_launches(bounds: search.Bounds, threshold: Decimal, prediction: Decimal) -> tuple[int, search.StratumResult]:
+    guide = search.Guide(prediction, prior=True)
+    observations: list[search.Observation] = []
+    while (result := search.stratum_result(bounds, "", observations, guide=guide)).next:
+        observations += [search.Observation("", Decimal(p.value), f"r{len(observations)}", Decimal(p.value) >= threshold)
+                         for p in result.next]
+    return len(observations), result
+
+
+@pytest.mark.parametrize(("low", "high", "resolution"), RANGES)
+def test_a_prediction_given_with_the_params_never_takes_more_than_its_bound_and_claims_only_what_probes_show(
+        low, high, resolution):
+    """Issue 48: a break-even from a failing log's own numbers (`search: predicted`) is probed first, just below and
+    above it; the ends and bisection only where it fails. Whatever the threshold and the prediction, the search
+    stays within max_probes(prior=True) and converges on an interval between a failing and a ready probe that holds
+    the threshold."""
+    bounds = search.Bounds.parse(low, high, resolution)
+    grid = _grid(bounds)
+    worst = 0
+    for threshold in [t for t in grid if bounds.low < t <= bounds.high]:
+        for prediction in [p for p in grid if bounds.low < p < bounds.high]:
+            n, result = _prior_launches(bounds, threshold, prediction)
+            worst = max(worst, n)
+            assert result.state == search.CONVERGED, (threshold, prediction, result)
+            assert result.low < threshold <= result.high and result.width <= bounds.resolution
+    assert worst <= search.max_probes(bounds, prior=True)
+
+
+def test_the_diagnosed_sglang_search_takes_two_launches_when_the_logs_prediction_holds():
+    """The draft of the real H200 log (SGLang: minimum viable 0.0029): (0.0024, 0.0032], resolution 0.0002,
+    predicted 0.0029 — probed at 0.0028 and 0.0030; the server's true break-even (about 0.002875) lies between."""
+    bounds = search.Bounds.parse("0.0024", "0.0032", "0.0002")
+    n, result = _prior_launches(bounds, Decimal("0.002875"), Decimal("0.0029"))
+    assert n == 2 and (result.low, result.high) == (Decimal("0.0028"), Decimal("0.0030"))
+    n, result = _prior_launches(bounds, Decimal("0.0031"), Decimal("0.0029"))  # the prediction fails: more launches
+    assert n > 2 and result.state == search.CONVERGED and result.low < Decimal("0.0031") <= result.high

@@ -97,7 +97,9 @@ def test_warm_up_runs_go_first_are_recorded_as_such_and_never_compared_and_resum
     assert "Warm-up runs" in (run_dir / "report.md").read_text()
 
 
-def test_warmup_is_a_count_of_at_least_zero_and_does_not_apply_to_a_threshold_search(tmp_path):
+def test_warmup_is_a_count_of_at_least_zero_and_a_threshold_search_warms_up_at_the_high_end(tmp_path):
+    """A search's warm-up (issue 48: its first start compiles) is its baseline stratum at the range's high end, a
+    launch that starts, before the first probes; never a probe."""
     with pytest.raises(ParamsError, match="warmup"):
         params.load(design(tmp_path, cold=0, warmup="warmup: -1\n"))
     with pytest.raises(ParamsError, match="warmup"):
@@ -109,5 +111,10 @@ def test_warmup_is_a_count_of_at_least_zero_and_does_not_apply_to_a_threshold_se
                                 '    "0.85": {flags: {--mem-fraction-static: "0.85"}}\nbaseline: {mem_fraction: "0.85"}\n',
                                 "")
     (tmp_path / "search.yaml").write_text(searched)
-    with pytest.raises(ParamsError, match="warmup.*threshold search"):
-        params.load(tmp_path / "search.yaml")
+    exp = params.load(tmp_path / "search.yaml")
+    from launchlab.runner.plan import make_plan
+
+    plan = make_plan(exp)
+    assert [r.warmup for r in plan] == [True, False, False]
+    assert plan[0].run_id.startswith("warmup1_") and plan[0].variant.levels[exp.search.factor] == "0.9"
+    assert [r.probe.value for r in plan[1:]] == ["0.5", "0.9"]

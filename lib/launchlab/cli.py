@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import os
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -190,7 +191,8 @@ def _diagnose(args: argparse.Namespace) -> int:
     from launchlab import params
     from launchlab.runner import diagnose, draft
 
-    found = diagnose.diagnose([Path(log) for log in args.logs], args.server)
+    found = diagnose.diagnose([Path(log) for log in args.logs], args.server,
+                              gpu_memory_gib=args.gpu_memory or _card_gib(args.host))
     print(diagnose.text(found))
     made = draft.make(found, draft.Options(command=args.command, host=args.host, search=args.search))
     out = args.out or _draft_path(found)
@@ -206,6 +208,22 @@ def _diagnose(args: argparse.Namespace) -> int:
         return EXIT_INVALID_PARAMS
     print(f"wrote {out}; next: launchlab run {out} --dry-run")
     return 0
+
+
+def _card_gib(host: str | None) -> float | None:
+    """The total memory of this machine's first GPU (GiB) when the draft's host is this machine: what a break-even
+    needs that a log may not state (nvidia-smi; None without it)."""
+    if host not in ("local", "localhost", "127.0.0.1"):
+        return None
+    from launchlab.gpu import telemetry
+    from launchlab.hosts import commands
+
+    try:
+        out = subprocess.run(["sh", "-c", commands.gpu_snapshot()], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    gpus = telemetry.parse_snapshot(out[: 1 << 20])
+    return gpus[0].mem_total_mib / 1024 if gpus else None
 
 
 def _draft_path(found) -> Path:
@@ -310,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--host", default=None, metavar="NAME",
                     help="where the draft runs: an SSH address or `local` (default: a simulated host shaped like the "
                          "log's GPUs where the kit simulates the server, else this machine with a TODO)")
+    dg.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                    help="the card's total memory, for a break-even the log cannot give alone (a failed vLLM launch); "
+                         "asked of nvidia-smi with --host local")
     dg.add_argument("--search", action="store_true",
                     help="a threshold search of the memory flag around the break-even instead of two levels")
     dg.add_argument("--server", default="auto", choices=["auto", *KINDS],

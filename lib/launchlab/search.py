@@ -86,14 +86,17 @@ def next_probes(bounds: Bounds, low: Decimal, high: Decimal, prediction: Decimal
     return low, high
 
 
-def max_probes(bounds: Bounds, *, guided: bool = False) -> int:
+def max_probes(bounds: Bounds, *, guided: bool = False, prior: bool = False) -> int:
     """The most probed values one stratum can take: both ends, then one bisection per halving of the range until
     it is no wider than the resolution. guided: the server's numbers may guide the search (its kind predicts the
     searched flag's break-even) — the guided pair are nodes of bisection's tree, but when the prediction fails they
     may lie off the path bisection then takes (`_tree_node`): up to two values more, one more where the tree has two
-    levels (tests/test_search_bound.py tries every threshold and prediction of small ranges)."""
+    levels (tests/test_search_bound.py tries every threshold and prediction of small ranges). prior: a prediction
+    given with the params, whose pair is probed before the ends: two values more at most, wherever they lie."""
     ratio = (bounds.high - bounds.low) / bounds.resolution
     depth = max(0, math.ceil(math.log2(ratio))) if ratio > 0 else 0
+    if prior:
+        return 2 + depth + 2
     return 2 + depth + (min(2, depth - 1) if guided and depth > 1 else 0)
 
 
@@ -119,6 +122,9 @@ class Guide:
     prediction: Decimal
     slack: Decimal = Decimal(0)
     distrust: str = ""
+    # given before any probe (the params' `search: predicted`, from a failing log's own numbers): its pair is
+    # probed first, the ends only where the pair contradicts it
+    prior: bool = False
 
 
 def judge(guide: Guide | None, observations: list[Observation]) -> tuple[str, str]:
@@ -240,6 +246,16 @@ def _step(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool], g
     """The next probe(s) of a monotone stratum: an end of the range not yet probed, then the guide's two values
     (next_probes) while its prediction holds, else the midpoint of the bracket, until it is within the resolution
     (`converged`); `not_bracketed` when both ends give the same outcome."""
+    if guide is not None and guide.prior and result.prediction == HELD:
+        # the prediction came with the params (a failing log's numbers): its pair first, the ends only if it fails
+        below, above = next_probes(bounds, bounds.low, bounds.high, guide.prediction)
+        result.next = _guided(bounds, result.stratum, (bounds.low, bounds.high), guide.prediction,
+                              source="the diagnosed log's own numbers give", skip=set(outcome))
+        if result.next:
+            return
+        if not outcome[below] and outcome[above]:  # a failing and a ready probe one resolution apart
+            result.state = CONVERGED
+            return
     result.next = [Probe(result.stratum, bounds.text(end), f"the {side} end of the range: bisection needs it not "
                                                            "ready at low and ready at high")
                    for end, side in ((bounds.low, "low"), (bounds.high, "high")) if end not in outcome]
@@ -290,15 +306,18 @@ def _tree_node(bounds: Bounds, outcome: dict[Decimal, bool]) -> tuple[Decimal, D
     raise AssertionError("a bracket wider than the resolution lies inside one of bisection's leaves")
 
 
-def _guided(bounds: Bounds, stratum: str, bracket: tuple[Decimal, Decimal], prediction: Decimal) -> list[Probe]:
-    """The guide's probes not yet made: just below and just above the prediction (next_probes)."""
+def _guided(bounds: Bounds, stratum: str, bracket: tuple[Decimal, Decimal], prediction: Decimal, *,
+            source: str = "the server's own numbers predict", skip: set[Decimal] | None = None) -> list[Probe]:
+    """The guide's probes not yet made: just below and just above the prediction (next_probes); skip: the values
+    probed already (default: the bracket's ends)."""
     low, high = bracket
     below, above = next_probes(bounds, low, high, prediction)
     ends = f"({bounds.text(below)}, {bounds.text(above)}]"
-    return [Probe(stratum, bounds.text(value), f"just {side} the break-even the server's own numbers predict "
-                                               f"({prediction:.4g}): bisection of ({bounds.text(low)}, "
-                                               f"{bounds.text(high)}] ends on {ends} if the prediction holds")
-            for value, side in ((below, "below"), (above, "above")) if value not in (low, high)]
+    skip = {low, high} if skip is None else skip
+    return [Probe(stratum, bounds.text(value), f"just {side} the break-even {source} ({prediction:.4g}): "
+                                               f"bisection of ({bounds.text(low)}, {bounds.text(high)}] ends on "
+                                               f"{ends} if the prediction holds")
+            for value, side in ((below, "below"), (above, "above")) if value not in skip]
 
 
 def _bracket(result: StratumResult, outcome: dict[Decimal, bool]) -> None:

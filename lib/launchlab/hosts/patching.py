@@ -9,6 +9,8 @@ from pathlib import Path
 
 from launchlab.errors import HostError
 from launchlab.hosts import Host, commands, provenance
+from launchlab.logparse.kinds import KINDS
+from launchlab.store import workspace
 
 
 def _root(host: Host, argv) -> tuple[str, dict]:
@@ -17,6 +19,26 @@ def _root(host: Host, argv) -> tuple[str, dict]:
         raise HostError(host.name, "patches need the server to be started as `PYTHON -m PACKAGE…` so the kit can find "
                                    f"the installed package; could not locate it ({(facts or {}).get('error', argv[:3])})")
     return facts["root"], facts
+
+
+def of_variant(host: Host, argv, variant, kind: str) -> tuple[str, ...]:
+    """The patches a variant applies on this host: its own, and where it asks for the kind's instrumentation
+    (`instrument: true`), the kind's patch for the server version installed there — read from the host's own
+    package record; HostError naming the version when the kit has no patch for it, or none for the kind."""
+    if not variant.instrument:
+        return variant.patches
+    inst = KINDS[kind].instrumentation
+    if inst is None:
+        raise HostError(host.name, f"`instrument: true` asks for the {kind} server's instrumentation, and the kit has "
+                                   "none for that kind; give the patch under `patches:`; nothing was launched")
+    _, facts = _root(host, argv)
+    version = facts.get("version")
+    if version not in inst.versions:
+        raise HostError(host.name, f"{facts.get('package') or kind} {version or '(version unknown)'} is installed "
+                                   f"there; the kit's instrumentation patch ({inst.patch}) is for "
+                                   f"{', '.join(inst.versions)} only — give a patch for this version under "
+                                   "`patches:`, or drop `instrument`; nothing was launched")
+    return (*variant.patches, str(workspace.template("params", "patches", inst.patch)))
 
 
 def check(host: Host, argv, patches: tuple[str, ...], host_dir: str) -> None:

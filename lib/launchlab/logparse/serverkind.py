@@ -64,6 +64,9 @@ class Suspect:
     off_flags, off_env   what the "off" level sets (a flag set to false is removed from the command)
     needs_tp   the feature only takes effect with tensor parallelism > 1 (custom all-reduce)
     what       the feature in words, for the diagnosis and the factor's comment
+    phase      the first startup phase in which it takes memory (PHASES): a launch that failed in an earlier
+               phase cannot owe its failure to it (SGLang's CUDA graphs are captured after the KV cache is sized,
+               out of the share the fraction reserves)
     """
 
     name: str
@@ -74,6 +77,7 @@ class Suspect:
     off_env: dict[str, str] = field(default_factory=dict)
     absent_on: bool | None = None
     needs_tp: bool = False
+    phase: str = "startup"
 
 
 @dataclass(frozen=True)

@@ -514,12 +514,16 @@ def _budget(events, runs, telemetry):
 
     logged = list(budget.logged(events, runs))
     profiled = [(run, v) for run, v in logged if not budget.missing(*(v.get(f) for f in _PROFILE))]
+    cards = budget.card_totals(telemetry)
     rows = []
     for run, v in logged:
         if not budget.missing(*(v.get(f) for f in _PROFILE)):
             figures, lenders = v, []
         elif (borrowed := _borrowed(run, v, profiled)) is not None:
             figures, lenders = borrowed
+        elif (row := _card_row(run, v, cards, budget)) is not None:
+            rows.append(row)
+            continue
         else:
             continue
         if (row := _budget_row(run, figures, budget)) is not None:
@@ -549,6 +553,21 @@ def _borrowed(run, v, profiled: list) -> tuple[dict, list[str]] | None:
                and abs(_weights(p) - own["profile_weights_gib"]) <= budget.DISAGREE_GIB]
     taken = budget.agreed({f: [float(p[f]) for _, p in lenders] for f in _PROFILE})
     return None if not lenders or taken is None else ({**own, **taken}, [r["run_id"] for r, _ in lenders])
+
+
+def _card_row(run, v, cards, budget) -> dict | None:
+    """A failed launch whose log gives only its utilization and its negative "Available KV cache memory" (vLLM 0.26
+    raises before the profile line), with the card's total from nvidia-smi (a run's samples, or the total
+    `launchlab diagnose --gpu-memory` was given): what it needed besides the KV cache is total × util − kv, so
+    its break-even is util − kv / total."""
+    util, kv = v.get("gpu_memory_utilization"), v.get("kv_avail_gib")
+    if cards is None or run["run_id"] not in cards.index or budget.missing(util, kv, cards[run["run_id"]]):
+        return None
+    total = float(cards[run["run_id"]]) / 1024
+    return {"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
+            "total_from": "the card's memory.total", "utilization": util, "non_kv_gib": total * util - kv,
+            "kv_gib": kv, "logged_kv_gib": kv, "agrees": None, "graph_gib": None,
+            "break_even_utilization": util - kv / total, "borrowed_from": ""}
 
 
 def _budget_row(run, v, budget) -> dict | None:
@@ -616,11 +635,12 @@ KIND = ServerKind(
                       compiles=True),
     suspects=(
         Suspect("custom_ar", "disable_custom_all_reduce", on="False", absent_on=True, what="custom all-reduce",
-                needs_tp=True, off_flags={"--disable-custom-all-reduce": True}),
+                needs_tp=True, off_flags={"--disable-custom-all-reduce": True}, phase="dist_init"),
+        # torch.compile runs in the profile run that sizes the KV cache: it can take the KV cache's room
         Suspect("cuda_graphs", "enforce_eager", on="False", absent_on=True, what="CUDA graphs (and torch.compile)",
-                off_flags={"--enforce-eager": True}),
+                off_flags={"--enforce-eager": True}, phase="kv_cache"),
         Suspect("draft_model", "speculative_config", on=r"(?!None$).+", what="speculative decoding (a draft model)",
-                off_flags={"--speculative-config": False}),
+                off_flags={"--speculative-config": False}, phase="weights"),
     ),
     units_note="GiB as vLLM prints them",
 )

@@ -60,7 +60,8 @@ def plan_size(exp: Experiment) -> PlanSize:
     variants = len(exp.variants) if exp.variants is not None else math.prod(len(lv) for lv in exp.factors.values())
     if exp.search is not None:
         return PlanSize(variants, exp.search.repetitions,
-                        search.max_probes(exp.search.bounds, guided=exp.server.predicts(exp.search.factor)))
+                        search.max_probes(exp.search.bounds, guided=exp.server.predicts(exp.search.factor),
+                                          prior=exp.search.predicted is not None))
     return PlanSize(variants, exp.repetitions)
 
 
@@ -174,9 +175,6 @@ def _search_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
     if exp.repetitions != 1:
         found.append((("repetitions",), "with `search:`, the runs per probed value are `search.repetitions`; "
                                         "remove the top-level `repetitions`"))
-    if exp.warmup:
-        found.append((("warmup",), "does not apply to a threshold search (`search:`): its probes are chosen from "
-                                   "the outcomes so far, and a warm-up has no place among them; remove `warmup`"))
     return found
 
 
@@ -198,7 +196,7 @@ def _size_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
     if exp.search is not None:  # a probe's run id adds the flag's value: `.mem_fraction_static-0.7438`
         slug += f".{exp.search.factor}-{exp.search.high}{exp.search.resolution}"
     longest = len(f"{max(size.runs, 10)}_{slug}_rep{size.repetitions}")
-    if exp.warmup and exp.search is None:  # plan.warmup_id: the baseline's slug is at most the longest
+    if exp.warmup:  # plan.warmup_id: the baseline's slug is at most the longest
         longest = max(longest, len(f"warmup{exp.warmup}-{max(exp.host_names, key=len)}_{slug}"))
     if longest > MAX_RUN_ID_CHARS:
         found.append((("factors",), f"run ids would be up to {longest} characters (factor and level names joined), "

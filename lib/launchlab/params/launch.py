@@ -19,6 +19,7 @@ class Variant:
     flags: dict[str, str | bool] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     patches: tuple[str, ...] = ()
+    instrument: bool = False  # the kind's instrumentation patch, for the version on the host (hosts/patching.py)
 
     @property
     def slug(self) -> str:
@@ -47,7 +48,8 @@ def expand(exp: Experiment) -> list[Variant]:
             flags.update(exp.factors[factor][level].flags)
             env.update(exp.factors[factor][level].env)
         patches = tuple(p for factor, level in ordered.items() for p in exp.factors[factor][level].patches)
-        variants.append(Variant(variant_name(ordered), ordered, flags, env, patches))
+        instrument = any(exp.factors[factor][level].instrument for factor, level in ordered.items())
+        variants.append(Variant(variant_name(ordered), ordered, flags, env, patches, instrument))
     return variants
 
 
@@ -65,7 +67,8 @@ def variant_of(exp: Experiment, levels: dict[str, str]) -> Variant:
         return base
     value = levels[exp.search.factor]
     probed = {**base.levels, exp.search.factor: value}
-    return Variant(variant_name(probed), probed, {**base.flags, exp.search.flag: value}, dict(base.env), base.patches)
+    return Variant(variant_name(probed), probed, {**base.flags, exp.search.flag: value}, dict(base.env), base.patches,
+                   base.instrument)
 
 
 def baseline_variant(exp: Experiment) -> Variant:

@@ -81,6 +81,10 @@ class Level(_Strict):
                                                                             "(values are strings)")
     patches: list[PathStr] = Field([], max_length=64, description="unified diffs against the server's installed "
                                    "package, applied before the launch and reverted after it")
+    instrument: bool = Field(False, description=(
+        "apply the server kind's own instrumentation patch (it prints the numbers the server sizes its KV cache "
+        "from) for the version installed on the host, which the kit reads there before anything is launched; a "
+        "version the kit has no patch for stops the batch, naming it"))
 
     @field_validator("flags")
     @classmethod
@@ -203,6 +207,25 @@ class SamplerSpec(_Strict):
     interval_ms: int = Field(100, ge=1, le=3_600_000, description="time between samples, ms")
 
 
+class ReproduceSpec(_Strict):
+    """What the failing launch an experiment was drafted from showed (`launchlab diagnose` writes it): the report
+    says whether the baseline's runs failed the same way — the same reason in the same phase, and the same
+    break-even from their own numbers."""
+
+    log: StrictStr = Field(description="the diagnosed log's file name")
+    reason: StrictStr = Field(description="its failure reason (the parse vocabulary: kv_cache_no_memory, …)")
+    phase: StrictStr = Field(description="the phase it failed in (startup, dist_init, weights, kv_cache, …)")
+    break_even: StrictStr | None = Field(None, description="the break-even its numbers gave, quoted as printed "
+                                                           "(\"0.0029\"): a run's within one unit of its last digit agrees")
+
+    @field_validator("break_even")
+    @classmethod
+    def _decimal(cls, value: str | None) -> str | None:
+        if value is not None:
+            float(value)
+        return value
+
+
 class Experiment(_Strict):
     experiment: Annotated[str, _slug("experiment name", MAX_EXPERIMENT_CHARS)] = Field(
         description="the experiment's name: the folder of its run directories (letters, digits, - _ .)")
@@ -230,11 +253,14 @@ class Experiment(_Strict):
         "launch the baseline this many times on each host before the plan (hyperfine's --warmup): the first "
         "launches on a host fill cold caches (a compile cache, the page cache holding the weights) and start far "
         "slower than their repeats. Warm-up runs are recorded (run ids `warmup<n>_…`) and never compared; "
-        "--resume does not repeat finished ones; not with `search:`"))
+        "--resume does not repeat finished ones; with `search:`, the baseline stratum at the range's high end"))
     drain: DrainSpec = Field(DrainSpec(), description="after each run, wait for the GPUs' memory to come back")
     search: SearchSpec | None = Field(None, description="bisect a numeric flag per stratum instead of running a "
                                       "fixed plan (see docs/threshold-search.md)")
     sampler: SamplerSpec = Field(SamplerSpec(), description="how GPU memory is sampled during a run")
+    reproduce: ReproduceSpec | None = Field(None, description=(
+        "the failing launch this experiment was drafted from (`launchlab diagnose` writes it): the report says "
+        "whether the baseline reproduced it"))
     secrets: list[StrictStr] = Field(
         [], max_length=MAX_ENTRIES,
         description="env variable names and flag names whose values are secret, beyond the built-in name pattern "

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, StrictStr, field_validator, model_validator
 
 from launchlab.fields import SEARCH_FLAG, StrictModel
-from launchlab.search import Bounds
+from launchlab.search import Bounds, Guide
 
 _DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
 
@@ -40,6 +40,10 @@ class SearchSpec(StrictModel):
     resolution: StrictStr = Field(description="stop when the interval is no wider than this, e.g. \"0.005\"")
     outcome: Literal["ready"] = Field("ready", description="the status that counts as success")
     repetitions: int = Field(1, ge=1, le=100, description="runs per probed value")
+    predicted: StrictStr | None = Field(None, description=(
+        "a break-even known before any probe (`launchlab diagnose` writes the one a failing log's own numbers "
+        "give), quoted: every stratum probes just below and just above it first — two launches where the "
+        "prediction holds — and the ends of the range only where it does not"))
 
     @field_validator("flag")
     @classmethod
@@ -48,10 +52,11 @@ class SearchSpec(StrictModel):
             raise ValueError(problem)
         return flag
 
-    @field_validator("low", "high", "resolution")
+    @field_validator("low", "high", "resolution", "predicted")
     @classmethod
-    def _numeric(cls, value: str) -> str:
-        _decimal(value)
+    def _numeric(cls, value: str | None) -> str | None:
+        if value is not None:
+            _decimal(value)
         return value
 
     @model_validator(mode="after")
@@ -64,7 +69,14 @@ class SearchSpec(StrictModel):
         if resolution >= high - low:
             raise ValueError(f"resolution ({self.resolution}) must be smaller than high − low ({high - low}); "
                              "otherwise there is nothing to search")
+        if self.predicted is not None and not low < _decimal(self.predicted) < high:
+            raise ValueError(f"predicted ({self.predicted}) must lie between low ({self.low}) and high ({self.high})")
         return self
+
+    @property
+    def prior(self) -> Guide | None:
+        """The predicted break-even as the guide of every stratum before its probes (search.Guide, prior)."""
+        return None if self.predicted is None else Guide(_decimal(self.predicted), prior=True)
 
     @property
     def bounds(self) -> Bounds:

@@ -206,7 +206,8 @@ class Report:
                               baseline_variant=self.baseline_name, facts=self.facts, budget_rows=rows,
                               budget_runs=self.budget, kind=self.exp.server.kind,
                               tolerance_mib=self.exp.drain.tolerance_mib, parsed=self.parsed,
-                              declared_args=levelchecks.declared_args(self.exp), before_weights=self.before_weights)
+                              declared_args=levelchecks.declared_args(self.exp), before_weights=self.before_weights,
+                              reproduce=self.exp.reproduce)
         if self.exp.search is not None:
             built.thresholds = self.threshold_verdict
         # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's

@@ -52,9 +52,9 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     try:
         progress("preflight")
         launches = _prepare(exp, run, run_nodes, folder, run_dir=run_dir)
-        if run.variant.patches:
+        if run.variant.patches or run.variant.instrument:
             progress("patching")
-            _patch(run, run_nodes, launches, folder)
+            _patch(exp, run, run_nodes, launches, folder)
         progress("starting")
         looks = []
         t_launch = _start(exp, run_dir, run_nodes, launches, folder=folder, record=record, progress=progress)
@@ -172,12 +172,16 @@ def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node],
     return launches, per_node
 
 
-def _patch(run: Run, run_nodes: list[Node], launches: list, folder: rundir.RunFolder) -> None:
-    """The variant's patches applied on every node (cleanup reverts them)."""
+def _patch(exp: params.Experiment, run: Run, run_nodes: list[Node], launches: list, folder: rundir.RunFolder) -> None:
+    """The variant's patches (the kind's instrumentation for the installed version included) applied on every node
+    (cleanup reverts them)."""
+    applied: list[str] = []
     for node, launch in zip(run_nodes, launches, strict=True):
         node.argv = launch.argv
-        node.patch_root, node.patches_applied = patching.apply(node.host, launch.argv, run.variant.patches, node.dir)
-    rundir.update_json(folder.provenance, {"patched": True, "patches": list(run.variant.patches)})
+        patches = patching.of_variant(node.host, launch.argv, run.variant, exp.server.kind)
+        node.patch_root, node.patches_applied = patching.apply(node.host, launch.argv, patches, node.dir)
+        applied = list(patches)
+    rundir.update_json(folder.provenance, {"patched": True, "patches": applied})
 
 
 def _start(exp: params.Experiment, run_dir: Path, run_nodes: list[Node], launches: list, *, folder: rundir.RunFolder,

@@ -156,7 +156,9 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
             run_all = functools.partial(_run_all, run_dir=run_dir, connected=connected, say=say, server=server,
                                         params_file=Path(params_path).resolve())
             try:
-                if exp.search is not None:
+                if exp.search is not None:  # its warm-ups first, then its rounds of probes
+                    warmups = [r for r in plan if r.warmup]
+                    run_all(exp, _to_do(warmups, run_dir, resume=resume, total=total, say=say), total=total)
                     searchbatch.run_search(exp, run_dir, say, lambda runs, total: run_all(exp, runs, total=total))
                 else:
                     run_all(exp, _to_do(plan, run_dir, resume=resume, total=total, say=say), total=total)
@@ -401,11 +403,12 @@ def new_run_dir(params_path: str | Path) -> Path:
 def _check_patches(exp: params.Experiment, connected: dict) -> None:
     """Every patch of every variant must apply on every host before anything is launched."""
     for variant in params.expand(exp):
-        if not variant.patches:
+        if not (variant.patches or variant.instrument):
             continue
         for host in connected.values():
             argv = params.render(exp, variant, port=0, run_id="check", host=host.name).argv
-            patching.check(host, argv, variant.patches, f"{host.workdir}/.patch-check")
+            patches = patching.of_variant(host, argv, variant, exp.server.kind)
+            patching.check(host, argv, patches, f"{host.workdir}/.patch-check")
 
 
 def _handle_leftovers(host, stop: bool, say: Say, batch: str, *, confirm: Confirm | None) -> None:

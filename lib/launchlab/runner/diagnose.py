@@ -23,6 +23,7 @@ RUN_ID = "diagnosed"
 # a rank's tag on a line: "[… TP3]", "(Worker_TP3 pid=…)", "rank 3", "RANK=3"
 _RANK_TAG = re.compile(r"\b(?:TP|Worker_TP|[Rr]ank|RANK)[ _=]?(\d+)\b")
 _LINE_CHARS = 160  # a quoted log line in the diagnosis and the draft's comments
+_FAILURE_CHARS = 320  # the failure's own line: long enough for the number a KV error ends on
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,13 @@ class Diagnosis:
     memory: dict[str, float] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    kv_avail_gib: float | None = None  # the KV memory the server found ("Available KV cache memory"), MIN
 
 
-def diagnose(logs: list[Path], server: str = "auto") -> Diagnosis:
+def diagnose(logs: list[Path], server: str = "auto", *, gpu_memory_gib: float | None = None) -> Diagnosis:
     """Read the logs of one launch (one per rank, or one merged) into a Diagnosis; a log that cannot be read raises
-    ParseError naming it."""
+    ParseError naming it. gpu_memory_gib: the card's total (`--gpu-memory`, or asked of the host), for a kind whose
+    break-even needs it and whose log does not state it (a failed launch that printed no profile)."""
     parsed = [parse_file(log, server) for log in logs]
     found = Diagnosis(logs=list(logs))
     kind_name = next((p.server for p in parsed if p.server != "generic"), parsed[0].server)
@@ -73,7 +76,7 @@ def diagnose(logs: list[Path], server: str = "auto") -> Diagnosis:
     if found.failure is not None:
         fatal = found.kind.fatal_patterns if found.kind else ()
         found.failed_ranks = _ranks_saying(found.failure_log, found.failure.message, fatal)
-    _read_budget(found, parsed)
+    _read_budget(found, parsed, gpu_memory_gib)
     found.findings = _findings(found)
     found.missing = _missing(found)
     return found
@@ -100,8 +103,9 @@ def _ranks_saying(log: Path, message: str, fatal: tuple[str, ...]) -> list[str]:
     return sorted(ranks, key=int)
 
 
-def _read_budget(found: Diagnosis, parsed: list[ParsedLog]) -> None:
-    """The kind's own budget of the launch (one row), its break-even and the value the launch asked for."""
+def _read_budget(found: Diagnosis, parsed: list[ParsedLog], gpu_memory_gib: float | None) -> None:
+    """The kind's own budget of the launch (one row), its break-even and the value the launch asked for; the card's
+    total, where given, as one nvidia-smi sample of it."""
     kind = found.kind
     if kind is None or kind.budget is None:
         return
@@ -110,8 +114,11 @@ def _read_budget(found: Diagnosis, parsed: list[ParsedLog]) -> None:
     from launchlab.verdicts import frames
 
     events = pd.concat([frames.events_of(one, RUN_ID) for one in parsed], ignore_index=True)
+    kv = events.loc[events["field"] == "kv_avail_gib", "value"]
+    found.kv_avail_gib = float(kv.min()) if len(kv) else None
     runs = pd.DataFrame([{"run_id": RUN_ID, "variant": "diagnosed", "status": "ready" if found.ready else "failed"}])
-    rows = kind.budget(events, runs, None)
+    card = None if gpu_memory_gib is None else pd.DataFrame({"run_id": [RUN_ID], "mem_total_mib": [gpu_memory_gib * 1024]})
+    rows = kind.budget(events, runs, card)
     if kind.break_even is not None:
         found.requested = _number(found.args.get(kind.break_even.arg))
     if rows is None or rows.empty:
@@ -162,9 +169,14 @@ def _line_naming(log: Path, arg: str) -> tuple[int | None, str]:
     return None, f"`{arg}`"
 
 
-def quote(text: str) -> str:
-    """A log's text as one printable line (it goes into a terminal and a YAML comment)."""
-    return visible(" ".join(text.split()))[:_LINE_CHARS]
+def quote(text: str, limit: int = _LINE_CHARS) -> str:
+    """A log's text as one printable line (it goes into a terminal and a YAML comment), at most `limit` characters,
+    cut after a word rather than inside one (a number cut in two would say another number)."""
+    line = visible(" ".join(text.split()))
+    if len(line) <= limit:
+        return line
+    cut = line[:limit]
+    return (cut[:cut.rfind(" ")] if " " in cut else cut) + " …"
 
 
 def _missing(found: Diagnosis) -> list[str]:
@@ -176,8 +188,17 @@ def _missing(found: Diagnosis) -> list[str]:
     if found.failure is None:
         gaps.append("a failure (the log shows none)" + (": the server became ready" if found.ready else ""))
     if found.kind is not None and found.kind.break_even is not None and found.break_even is None:
-        gaps.append(f"the numbers of the break-even {found.kind.break_even.formula}")
+        gaps.append(f"the numbers of the break-even {found.kind.break_even.formula}" + _finish(found))
     return gaps
+
+
+def _finish(found: Diagnosis) -> str:
+    """The break-even as a formula the reader can finish where the log lacks only the card's total."""
+    kv, asked = found.kv_avail_gib, found.requested
+    if kv is None or asked is None:
+        return ""
+    return (f": with the card's total memory T GiB (nvidia-smi --query-gpu=memory.total), it is {asked:g} − "
+            f"({kv:+.3g} GiB) / T — or give --gpu-memory T")
 
 
 def text(found: Diagnosis) -> str:
@@ -189,7 +210,7 @@ def text(found: Diagnosis) -> str:
         f = found.failure
         ranks = f"ranks {', '.join(found.failed_ranks)}" if found.failed_ranks else "ranks not tagged"
         lines.append(f"failed: {f.reason} in {f.phase} ({ranks}; line {f.line} of {found.failure_log.name}): "
-                     f"{quote(f.message)}")
+                     f"{quote(f.message, _FAILURE_CHARS)}")
     elif found.ready:
         lines.append("no failure: the server became ready")
     lines += _numbers_text(found)

@@ -25,8 +25,8 @@ from launchlab import safefiles
 from launchlab.errors import LaunchlabError
 from launchlab.fields import MAX_GPUS
 from launchlab.hosts.sim_spec import SimSpec
+from launchlab.logparse.common import PHASES
 from launchlab.runner.diagnose import Diagnosis, quote
-from launchlab.store import workspace
 from launchlab.store.rundir import write_text
 
 SIM_HOST, REAL_HOST = "box", "gpu"
@@ -79,15 +79,30 @@ def make(found: Diagnosis, opts: Options) -> Draft:
              f"  kind: {_q(found.kind.name if found.kind else 'generic')}",
              f"  command: [{', '.join(_q(word) for word in command)}]", *_ready(found, simulated)]
     lines += _factor_lines(factors) + [f"baseline: {{{', '.join(f'{_q(k)}: {_q(v)}' for k, v in baseline.items())}}}"]
-    if search:  # a search repeats each probe itself, and has no place for a warm-up among its probes
+    lines += _reproduce(found)
+    if search:
         lines += search
     else:
-        lines += ["repetitions: 3"] + (["warmup: 1                          # its first start compiles kernels"]
-                                       if compiles else [])
+        lines += [_repetitions(factors, notes)]
+    if compiles:
+        lines.append("warmup: 1                          # its first start compiles kernels: never compared")
     lines.append("drain: {timeout_s: 30, tolerance_mib: 64}" if simulated else
                  "drain: {timeout_s: 120, tolerance_mib: 512}")
     modes = [st.st_mode for log in found.logs if (st := safefiles.lstat(log)) is not None]
     return Draft("\n".join(lines) + "\n", patches, notes, safefiles.private_mode(*modes))
+
+
+def _repetitions(factors: dict, notes: list[str]) -> str:
+    """The repetitions by the kit's own rule: the fewest runs a side at which a clean split (every run of one level
+    starts, none of the other) is significant by the exact test the verdict applies (analysis.settling_repetitions:
+    Fisher's, p < 0.05, within each stratum) — and what that costs in launches."""
+    from launchlab.verdicts.analysis import SIGNIFICANCE, settling_repetitions  # scipy: only when a draft is made
+
+    n = settling_repetitions(1.0, 0.0)
+    variants = math.prod(len(levels) for _, levels in factors.values()) if factors else 1
+    notes.append(f"repetitions: {n} a side, the fewest at which a clean split reaches p < {SIGNIFICANCE:g} "
+                 f"(Fisher's exact, the verdict's test); {variants} variant(s) × {n} = {variants * n} launches")
+    return f"repetitions: {n}                     # a clean 0/{n} vs {n}/{n} split: p < {SIGNIFICANCE:g}; fewer cannot"
 
 
 def write(draft: Draft, out: Path, *, force: bool) -> list[Path]:
@@ -224,17 +239,22 @@ def _ready(found: Diagnosis, simulated: bool) -> list[str]:
 def _factors(found: Diagnosis, opts: Options, simulated: bool, parts: _Parts) -> tuple[list[str], dict[str, Path]]:
     """The factors and baseline into parts; (the search block's lines, the patches named)."""
     search = _memory(found, opts, parts)
+    failed_in = found.failure.phase if found.failure else None
     for finding in found.findings:
         s = finding.suspect
         if not finding.takes_effect:
             parts.notes.append(f"left out: {s.what} is on in the log but cannot take effect at tensor parallel "
                                f"{found.tp}")
             continue
+        if failed_in in PHASES and s.phase in PHASES and PHASES.index(s.phase) > PHASES.index(failed_in):
+            parts.notes.append(f"left out: {s.what} takes its memory in {s.phase}, after {failed_in} where the launch "
+                               "failed: it cannot have caused the failure")
+            continue
         where = f"line {finding.line}: " if finding.line else ""
         off = ([f"flags: {_map(s.off_flags)}"] if s.off_flags else []) + ([f"env: {_map(s.off_env)}"] if s.off_env else [])
         parts.factors[s.name] = (f"{s.what}, on in the log: {where}{finding.text}", {"on": [], "off": off})
         parts.baseline[s.name] = "on"
-    return search, _instrumentation(found, simulated, parts)
+    return search, ({} if opts.search else _instrumentation(found, simulated, parts))
 
 
 def _memory(found: Diagnosis, opts: Options, parts: _Parts) -> list[str]:
@@ -257,16 +277,44 @@ def _memory(found: Diagnosis, opts: Options, parts: _Parts) -> list[str]:
     comment = (f"{where}failed at {found.requested:g}; the log's numbers give the break-even "
                f"{found.break_even:.3g} ({be.formula}); {past:g} is at least {step:g} past it")
     if opts.search:
-        low, high = min(found.requested, found.break_even - step), min(past + step, 1.0)
-        return [f"search:                            # {comment}",
-                f"  flag: {_q(be.flag)}", f"  low: {_q(_fmt(low, step))}", f"  high: {_q(_fmt(high, step))}",
-                f"  resolution: {_q(_fmt(step / 2, step / 2))}", "  repetitions: 1"]
+        return _search(found, be, where)
     levels = dict.fromkeys([_fmt(found.requested, step), _fmt(past, step)])
     if len(levels) < 2:
         parts.notes.append(f"{be.flag}: the failing value is already past the break-even; one level only")
     parts.factors[be.arg] = (comment, {v: [f"flags: {_map({be.flag: v})}"] for v in levels})
     parts.baseline[be.arg] = _fmt(found.requested, step)
     return []
+
+
+def _search(found: Diagnosis, be, where: str) -> list[str]:
+    """The search block around the predicted break-even b: a unit u one digit finer than b's leading one (and fine
+    enough that the failing value lies below b − u), the range (b − 5u, b + 3u] inside (0, 1] and a resolution of
+    2u — so bisection's nodes fall on b − u and b + u, the pair the search probes first (`predicted`): two launches
+    where the prediction holds, the ends and bisection only where it does not. The stated break-even (printed to
+    u's digit, as a server prints its minimum) lies inside the bracket they make, the failing value below it."""
+    b, failing = found.break_even, found.requested
+    unit = 10.0 ** (math.floor(math.log10(b)) - 1)
+    if failing < b:
+        unit = min(unit, 10.0 ** math.floor(math.log10((b - failing) / 2)))
+    b = round(b, -math.floor(math.log10(unit)) + 1)  # one digit finer than the unit: 0.769178 → 0.769
+    low, high = max(b - 5 * unit, unit), min(b + 3 * unit, 1.0)
+    comment = (f"{where}failed at {failing:g}; the log's numbers give the break-even {b:.3g} ({be.formula}): probed "
+               f"just below and above it first, the range's ends only if that fails")
+    return [f"search:                            # {comment}", f"  flag: {_q(be.flag)}",
+            f"  low: {_q(_fmt(low, unit))}", f"  high: {_q(_fmt(high, unit))}",
+            f"  resolution: {_q(_fmt(2 * unit, unit))}", f"  predicted: {_q(_fmt(b, unit / 10))}", "  repetitions: 1"]
+
+
+def _reproduce(found: Diagnosis) -> list[str]:
+    """The `reproduce:` block: what the log showed, for the report to say whether the baseline did the same."""
+    if found.failure is None or found.failure_log is None:
+        return []
+    lines = ["reproduce:                         # what the log showed: the report says whether the baseline did too",
+             f"  log: {_q(found.failure_log.name)}", f"  reason: {_q(found.failure.reason)}",
+             f"  phase: {_q(found.failure.phase)}"]
+    if found.break_even is not None and 0 < found.break_even <= 1:
+        lines.append(f"  break_even: {_q(f'{found.break_even:.3g}')}")
+    return lines
 
 
 def _fmt(value: float, step: float) -> str:
@@ -277,20 +325,25 @@ def _fmt(value: float, step: float) -> str:
 
 
 def _instrumentation(found: Diagnosis, simulated: bool, parts: _Parts) -> dict[str, Path]:
+    """The kind's instrumentation as a factor, as the seed had it (`debug: print`): `instrument: true`, which the
+    kit resolves on the host to its patch for the server version installed there (a log need not state its
+    version: the host knows it), refusing before any launch a version it has no patch for. Left out on a
+    simulated host (no package to patch) and where the log states a version the kit has no patch for."""
     inst, notes = (found.kind.instrumentation if found.kind else None), parts.notes
     if inst is None:
         return {}
     if simulated:
         notes.append(f"left out: the instrumentation patch {inst.patch} (the simulated host has no package to patch)")
         return {}
-    if found.version not in inst.versions:
-        notes.append(f"left out: the instrumentation patch {inst.patch} is for {', '.join(inst.versions)}, the log's "
-                     f"server is {found.version or 'of an unknown version'}")
+    if found.version is not None and found.version not in inst.versions:
+        notes.append(f"left out: the kit's instrumentation patch is for {', '.join(inst.versions)}, the log's server "
+                     f"is {found.version}")
         return {}
-    parts.factors["debug"] = (f"prints {inst.prints}",
-                              {"off": [], "print": [f"patches: [{_q('patches/' + inst.patch)}]"]})
+    parts.factors["debug"] = (f"prints {inst.prints}; the kit reads the server's version on the host and applies "
+                              f"its patch for it ({', '.join(inst.versions)}), or stops before any launch",
+                              {"off": [], "print": ["instrument: true"]})
     parts.baseline["debug"] = "off"
-    return {inst.patch: workspace.template("params", "patches", inst.patch)}
+    return {}
 
 
 def _factor_lines(factors: dict) -> list[str]:

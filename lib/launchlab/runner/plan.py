@@ -14,8 +14,10 @@ def make_plan(exp: Experiment) -> list[Run]:
     """Every repetition round runs every variant once, so drift over time (thermal state, caches, other users
     of the box) spreads over all variants instead of landing on one. With several hosts, each repetition
     round runs on one host, so no variant sees one host more than another."""
-    if exp.search is not None:  # the first round of the search; the rest follows from its outcomes
-        return probe_runs(exp, [p for r in search.step(exp.search.bounds, strata(exp), []) for p in r.next], 1)
+    if exp.search is not None:  # the warm-ups and the first round of the search; the rest follows from its outcomes
+        prior = {s: exp.search.prior for s in strata(exp)} if exp.search.prior is not None else None
+        first = [p for r in search.step(exp.search.bounds, strata(exp), [], guides=prior) for p in r.next]
+        return warmup_runs(exp) + probe_runs(exp, first, 1)
     size = plan_size(exp)
     if size.runs > MAX_RUNS:  # validation refuses these; an Experiment changed after it (model_copy) is not
         raise ParamsError(exp.experiment, [f"the plan has {size.variants:,} variant(s) × {size.repetitions:,} "
@@ -37,6 +39,8 @@ def warmup_runs(exp: Experiment) -> list[Run]:
     host's runs go in plan order, so they are that host's first). They take no place in the plan's numbering
     (seq 0; repetition: which warm-up), so the compared runs keep the run ids they have without them."""
     baseline = baseline_variant(exp)
+    if exp.search is not None:  # a search's baseline stratum at the high end of its range: a launch that starts
+        baseline = probe_variant(exp, baseline.name, exp.search.high)
     nodes = tuple(exp.nodes or ())
     hosts = exp.host_names[:1] if nodes else exp.host_names
     return [Run(warmup_id(n, host, baseline.slug, len(hosts) > 1), 0, baseline, n, host, nodes, warmup=True)

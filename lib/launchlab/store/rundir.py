@@ -105,6 +105,7 @@ class ManifestSearch:
     resolution: str
     outcome: str = "ready"
     repetitions: int = 1
+    predicted: str | None = None  # a break-even given before any probe (a diagnosed log's)
 
     @classmethod
     def from_json(cls, data: dict) -> ManifestSearch:

@@ -307,6 +307,9 @@ class Verdict:
     # consistency checks across the evidence (consistency.py): [{kind, detail, runs, hypotheses?}] — the
     # instrumentation against the outcome, a break-even against what the runs did; a finding leads the prose
     findings: list[dict] = field(default_factory=list)
+    # an experiment drafted from a failing log (params `reproduce:`): whether its baseline failed the same way —
+    # {log, expected, runs, matched, differs, reproduced} (consistency.reproduction); None otherwise
+    reproduced: dict | None = None
 
     def to_json(self) -> dict:
         out = dataclasses.asdict(self)
@@ -353,6 +356,10 @@ class Verdict:
             if how:
                 line += f"; changes how it fails: {', '.join(self._strength(f) for f in how)}"
             line += "".join(f"; {FINDINGS.get(f.get('kind'), f.get('kind'))}" for f in self.findings)
+        if self.reproduced is not None and self.reproduced.get("runs"):
+            r = self.reproduced
+            line += (f"; {'reproduced' if r['reproduced'] else 'NOT reproduced'} "
+                     f"{len(r['matched'])}/{len(r['runs'])}")
         if width is None or len(line) <= width:
             return line
         cut = line[:width - 1]

@@ -166,6 +166,34 @@ def break_even_contradicted(led: Ledger, summary: pd.DataFrame, events: pd.DataF
                        "memory figures it was computed from are not the ones the server sized with"}]
 
 
+def reproduction(led: Ledger, budget: pd.DataFrame, *, expected, baseline: str, kind: str) -> dict | None:
+    """Whether the baseline's runs failed as the diagnosed log did (params `reproduce:`): the same reason in the
+    same phase, and, where the log gave a break-even, their own within one unit of its last printed digit. None
+    without a `reproduce:`."""
+    if expected is None:
+        return None
+    found = KINDS[kind].break_even if kind in KINDS else None
+    by_run = budget.set_index("run_id") if len(budget) and "run_id" in budget else pd.DataFrame()
+    want = float(expected.break_even) if expected.break_even is not None else None
+    unit = 10.0 ** min(-len(expected.break_even.partition(".")[2]), 0) if expected.break_even else None
+    runs, matched, differs = [], [], []
+    for run in led.observations:
+        if run.variant != baseline:
+            continue
+        runs.append(run.run_id)
+        how = []
+        if (run.outcome.reason, run.outcome.phase) != (expected.reason, expected.phase):
+            how.append(f"{run.outcome.label}")
+        if want is not None and found is not None and run.run_id in by_run.index:
+            got = by_run.loc[run.run_id].get(found.column)
+            if got is not None and pd.notna(got) and abs(float(got) - want) > unit + 1e-12:
+                how.append(f"break-even {significant(float(got))}")
+        (differs.append(f"{run.run_id}: " + ", ".join(how)) if how else matched.append(run.run_id))
+    said = f"{expected.reason} in {expected.phase}" + (f", break-even {expected.break_even}" if want is not None else "")
+    return {"log": expected.log, "expected": said, "runs": runs, "matched": matched, "differs": differs,
+            "reproduced": bool(runs) and len(matched) == len(runs)}
+
+
 def _arg(log: dict, name: str) -> float | None:
     value = (log.get("args") or {}).get(name)
     try:

@@ -336,7 +336,8 @@ def _instrumented(runs: list[RunEvidence], exp: Experiment | None) -> Iterable[R
     if exp is None:
         yield from runs
         return
-    patched = {(f, name) for f, levels in exp.factors.items() for name, lv in levels.items() if lv.patches}
+    patched = {(f, name) for f, levels in exp.factors.items() for name, lv in levels.items()
+               if lv.patches or lv.instrument}
     printing: dict[tuple[str, str], int] = {}
     for r in runs:
         for key in patched:

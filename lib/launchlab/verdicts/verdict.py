@@ -34,10 +34,11 @@ def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline
           *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict],
           budget_runs: pd.DataFrame | None = None, kind: str = "", tolerance_mib: float = 256,
           parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset(),
-          before_weights: dict[str, float] | None = None) -> Verdict:
+          before_weights: dict[str, float] | None = None, reproduce=None) -> Verdict:
     """verdict.json from the evidence ledger of a run directory (ledger.build): see verdictrecord.Verdict and
     docs/reading-the-report.md for every key. budget_rows: the budget per variant (budget.summarize); budget_runs:
-    per run (budget.recompute), for the consistency findings; kind: the server kind."""
+    per run (budget.recompute), for the consistency findings; kind: the server kind; reproduce: the params'
+    `reproduce:` (a drafted experiment's diagnosed log), whose baseline runs are checked against it."""
     factors = list(led.factors)
     obs = led.frame(runs)
     valid = obs[obs["valid"]]
@@ -77,6 +78,8 @@ def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline
         warnings=(_warnings(obs, facts, measured, found) + not_compared
                   + _unread_traces(parsed or {}, list(obs["run_id"])) + _left_out_of_budget(led)),
         findings=findings,
+        reproduced=consistency.reproduction(led, budget_runs if budget_runs is not None else pd.DataFrame(),
+                                            expected=reproduce, baseline=baseline_variant, kind=kind),
     )
 
 
@@ -175,6 +178,8 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
     if not v.conclusive:
         lines.append("**Inconclusive** — " + " ".join(md(_sentence(r, v.factors)) for r in v.inconclusive_reasons))
     lines += [_finding(f) for f in v.findings]
+    if v.reproduced is not None:
+        lines.append(_reproduced(v.reproduced))
     if v.confounds:
         lines.append(f"**Not a controlled comparison** — {len(v.confounds)} confound(s), see below.")
     elif v.controlled:
@@ -233,6 +238,16 @@ def _decisions(v: Verdict) -> list[str]:
 
 HYPOTHESES = {"instrumentation": "the instrumentation itself is wrong", "code path": "another version or code path",
               "memory": "a factor's memory before the KV sizing"}
+
+
+def _reproduced(r: dict) -> str:
+    """Whether the baseline failed as the diagnosed log did, n of n, and how the others ended."""
+    n, of = len(r["matched"]), len(r["runs"])
+    if not of:
+        return f"**Not reproduced:** no valid run of the baseline to compare with {md(r['log'])} ({md(r['expected'])})."
+    head = "Reproduced" if r["reproduced"] else "Not reproduced"
+    text = f"**{head}:** the baseline failed as {md_code(r['log'])} did ({md(r['expected'])}) in {n} of {of} runs"
+    return text + (f"; {md('; '.join(r['differs']))}" if r["differs"] else "") + "."
 
 
 def _finding(f: dict) -> str:
