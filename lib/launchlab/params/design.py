@@ -111,6 +111,11 @@ def _design_problems(exp: Experiment) -> list[tuple[FieldPath, str]]:
     found: list[tuple[FieldPath, str]] = []
     for i, variant in enumerate(exp.variants or []):
         found += [(("variants", i), p) for p in _level_problems(exp, variant)]
+    if exp.warmup_levels is not None:  # the baseline's levels, these changed
+        levels = {**(exp.baseline or {}), **exp.warmup_levels}
+        found += [(("warmup_levels",), p) for p in _level_problems(exp, levels)]
+        if exp.variants is not None and levels not in exp.variants:
+            found.append((("warmup_levels",), "is not one of the listed variants"))
     if exp.baseline is not None:
         found += [(("baseline",), p) for p in _level_problems(exp, exp.baseline)]
         if exp.variants is not None and exp.baseline not in exp.variants:

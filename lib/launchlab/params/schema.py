@@ -254,6 +254,11 @@ class Experiment(_Strict):
         "launches on a host fill cold caches (a compile cache, the page cache holding the weights) and start far "
         "slower than their repeats. Warm-up runs are recorded (run ids `warmup<n>_…`) and never compared; "
         "--resume does not repeat finished ones; with `search:`, the baseline stratum at the range's high end"))
+    warmup_levels: dict[str, StrictStr] | None = Field(None, description=(
+        "the levels of the warm-up launches where they differ from the baseline's, as factor: level: a launch that "
+        "starts, so "
+        "that it compiles what the runs will use — `launchlab diagnose` sets it where the baseline is a failing "
+        "launch by design"))
     drain: DrainSpec = Field(DrainSpec(), description="after each run, wait for the GPUs' memory to come back")
     search: SearchSpec | None = Field(None, description="bisect a numeric flag per stratum instead of running a "
                                       "fixed plan (see docs/threshold-search.md)")

@@ -86,10 +86,22 @@ def make(found: Diagnosis, opts: Options) -> Draft:
         lines += [_repetitions(factors, notes)]
     if compiles:
         lines.append("warmup: 1                          # its first start compiles kernels: never compared")
+        if not search and be_level(found, factors) is not None:  # the baseline fails by design: warm up where it starts
+            arg, level = be_level(found, factors)
+            lines.append(f"warmup_levels: {{{_q(arg)}: {_q(level)}}}   # a launch that starts, so that it compiles")
     lines.append("drain: {timeout_s: 30, tolerance_mib: 64}" if simulated else
                  "drain: {timeout_s: 120, tolerance_mib: 512}")
     modes = [st.st_mode for log in found.logs if (st := safefiles.lstat(log)) is not None]
     return Draft("\n".join(lines) + "\n", patches, notes, safefiles.private_mode(*modes))
+
+
+def be_level(found: Diagnosis, factors: dict) -> tuple[str, str] | None:
+    """(the memory flag's factor, its level past the break-even), where the draft has one."""
+    be = found.kind.break_even if found.kind else None
+    if be is None or be.arg not in factors:
+        return None
+    levels = list(factors[be.arg][1])
+    return (be.arg, levels[-1]) if len(levels) > 1 else None
 
 
 def _repetitions(factors: dict, notes: list[str]) -> str:

@@ -39,6 +39,8 @@ def warmup_runs(exp: Experiment) -> list[Run]:
     host's runs go in plan order, so they are that host's first). They take no place in the plan's numbering
     (seq 0; repetition: which warm-up), so the compared runs keep the run ids they have without them."""
     baseline = baseline_variant(exp)
+    if exp.warmup_levels is not None:  # a launch that starts where the baseline fails by design (a diagnosed one)
+        baseline = variant_of(exp, {**baseline.levels, **exp.warmup_levels})
     if exp.search is not None:  # a search's baseline stratum at the high end of its range: a launch that starts
         baseline = probe_variant(exp, baseline.name, exp.search.high)
     nodes = tuple(exp.nodes or ())
