@@ -37,9 +37,8 @@ def test_the_summary_reads_the_verdict_this_kit_wrote_after_the_frames_and_recom
     import os
     import shutil
 
-    from launchlab.reporting import report, reportmd
-
     from launchlab import params
+    from launchlab.reporting import report, reportmd
     from launchlab.verdicts import frames
 
     run_dir = tmp_path / "h200"
