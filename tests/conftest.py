@@ -193,6 +193,26 @@ def example_frames(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def example_built(tmp_path_factory):
+    """A copy of an example with the frames `launchlab report` writes (an example commits no telemetry.parquet):
+    a run directory that `launchlab compare` reads as a fresh clone's user would after `make examples`."""
+    from launchlab import params
+    from launchlab.verdicts import frames
+
+    built: dict[Path, Path] = {}
+
+    def of(run_dir: Path) -> Path:
+        if run_dir not in built:
+            copy = tmp_path_factory.mktemp("built") / run_dir.name
+            shutil.copytree(run_dir, copy)
+            frames.write(copy, frames.build(copy, params.load(copy / "experiment.yaml")))
+            built[run_dir] = copy
+        return built[run_dir]
+
+    return of
+
+
+@pytest.fixture(scope="session")
 def demo_env(tmp_path_factory):
     base = tmp_path_factory.mktemp("demo")
     env = {**os.environ, "LAUNCHLAB_SIM_ROOT": str(base / "sim"), "LAUNCHLAB_OUTPUTS": str(base / "outputs")}

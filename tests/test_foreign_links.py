@@ -83,10 +83,10 @@ def test_no_run_directory_is_made_in_an_experiment_folder_another_user_owns(shar
 
 @pytest.mark.slow
 def test_links_another_user_planted_for_a_run_directorys_folders_take_neither_report_nor_compare_outside_it(
-        shared):  # noqa: F811
+        shared, example_built):  # noqa: F811
     before, after = shared / "outputs" / "exp" / "before", shared / "outputs" / "exp" / "after"
     shutil.copytree(EXAMPLE, before)
-    shutil.copytree(EXAMPLE, after)
+    shutil.copytree(example_built(EXAMPLE), after)  # with its frames: compare reads as far as its compare/ folder
     outside = shared / "elsewhere"
     shutil.copytree(before / "runs" / RUN, outside / RUN)
     shutil.rmtree(before / "runs" / RUN)
@@ -97,8 +97,8 @@ def test_links_another_user_planted_for_a_run_directorys_folders_take_neither_re
     res = subprocess.run([*LAUNCHLAB, "report", "--no-html", str(before)], capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "symbolic link (made by nobody)" in res.stderr and RUN in res.stderr, res.stderr[-2000:]
-    res = subprocess.run([*LAUNCHLAB, "compare", str(EXAMPLE), str(after)], capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run([*LAUNCHLAB, "compare", str(example_built(EXAMPLE)), str(after)], capture_output=True,
+                         text=True, timeout=300)
     assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "symbolic link (made by nobody)" in res.stderr and "compare" in res.stderr, res.stderr[-2000:]
     assert _tree(outside) == was  # nothing written there, nothing moved

@@ -111,14 +111,15 @@ def test_ls_lists_past_a_fifo_a_folder_and_huge_files_without_reading_them_whole
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command, place", [("report", f"{RUN}/provenance.json"), ("compare", "verdict.json")])
-def test_a_folder_where_a_json_file_goes_is_one_line_naming_it(tmp_path, command, place):
+def test_a_folder_where_a_json_file_goes_is_one_line_naming_it(tmp_path, command, place, example_built):
     """Issue 50: `launchlab report` and `launchlab compare` ended in a traceback (IsADirectoryError) on a run
     directory holding a folder where the kit writes a JSON file."""
     run_dir = tmp_path / "outputs" / "exp" / "crafted"
-    shutil.copytree(EXAMPLE, run_dir)
+    shutil.copytree(example_built(EXAMPLE), run_dir)  # its frames too: compare then reads as far as verdict.json
     (run_dir / place).unlink()
     (run_dir / place).mkdir()
-    args = ["report", "--no-html", str(run_dir)] if command == "report" else ["compare", str(EXAMPLE), str(run_dir)]
+    reference = example_built(EXAMPLE)
+    args = ["report", "--no-html", str(run_dir)] if command == "report" else ["compare", str(reference), str(run_dir)]
     res = subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True, timeout=300)
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert f"{place.split('/')[-1]} cannot be read: it is a folder, not a regular file" in res.stderr, res.stderr

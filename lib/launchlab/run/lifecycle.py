@@ -54,7 +54,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         launches = _prepare(exp, run, run_nodes, folder, run_dir=run_dir)
         if run.variant.patches or run.variant.instrument:
             progress("patching")
-            _patch(exp, run, run_nodes, launches, folder)
+            _patch(exp, run, run_nodes, launches, folder=folder)
         progress("starting")
         looks = []
         t_launch = _start(exp, run_dir, run_nodes, launches, folder=folder, record=record, progress=progress)
@@ -172,7 +172,8 @@ def _provenance(exp: params.Experiment, run: Run, run_nodes: list[Node],
     return launches, per_node
 
 
-def _patch(exp: params.Experiment, run: Run, run_nodes: list[Node], launches: list, folder: rundir.RunFolder) -> None:
+def _patch(exp: params.Experiment, run: Run, run_nodes: list[Node], launches: list, *,
+           folder: rundir.RunFolder) -> None:
     """The variant's patches (the kind's instrumentation for the installed version included) applied on every node
     (cleanup reverts them)."""
     applied: list[str] = []

@@ -128,6 +128,17 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
         return run_dir
 
 
+def _run_plan(exp: params.Experiment, plan: list[Run], run_all: Callable, *, run_dir: Path, resume: Path | None,
+              total: int, say: Say) -> None:
+    """The runs still to do: a search's warm-ups first, then its rounds of probes; otherwise the plan in order."""
+    if exp.search is not None:
+        warmups = [r for r in plan if r.warmup]
+        run_all(exp, _to_do(warmups, run_dir, resume=resume, total=total, say=say), total=total)
+        searchbatch.run_search(exp, run_dir, say, lambda runs, total: run_all(exp, runs, total=total))
+    else:
+        run_all(exp, _to_do(plan, run_dir, resume=resume, total=total, say=say), total=total)
+
+
 def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path, out_root: Path | None,
                *, resume: Path | None, say: Say, stop_leftovers: bool, wait: bool, again: tuple[str, ...],
                confirm: Confirm | None, server: kernels.ForkServer) -> Path:
@@ -156,12 +167,7 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
             run_all = functools.partial(_run_all, run_dir=run_dir, connected=connected, say=say, server=server,
                                         params_file=Path(params_path).resolve())
             try:
-                if exp.search is not None:  # its warm-ups first, then its rounds of probes
-                    warmups = [r for r in plan if r.warmup]
-                    run_all(exp, _to_do(warmups, run_dir, resume=resume, total=total, say=say), total=total)
-                    searchbatch.run_search(exp, run_dir, say, lambda runs, total: run_all(exp, runs, total=total))
-                else:
-                    run_all(exp, _to_do(plan, run_dir, resume=resume, total=total, say=say), total=total)
+                _run_plan(exp, plan, run_all, run_dir=run_dir, resume=resume, total=total, say=say)
             except KeyboardInterrupt as exc:
                 say(f"launchlab: {interrupts.describe(exc)}; every process the runs in flight started was stopped "
                     f"by the kit. Continue with `{_resume_command(params_path, run_dir, again)}`")

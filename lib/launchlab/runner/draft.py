@@ -74,11 +74,13 @@ def make(found: Diagnosis, opts: Options) -> Draft:
     search, patches = _factors(found, opts, simulated, parts)
     factors, baseline = parts.factors, parts.baseline
     compiles = bool(found.kind and found.kind.relaunch and found.kind.relaunch.compiles)
+    varied = found.kind.break_even.flag if search and found.kind and found.kind.break_even else None
     lines = [*_header(found, notes), f"experiment: {_q(experiment_name(found))}",
-             f"question: {_q(_question(found, factors))}", "hosts:", *host, "server:",
+             f"question: {_q(_question(found, factors, searched=varied))}", "hosts:", *host, "server:",
              f"  kind: {_q(found.kind.name if found.kind else 'generic')}",
              f"  command: [{', '.join(_q(word) for word in command)}]", *_ready(found, simulated)]
-    lines += _factor_lines(factors) + [f"baseline: {{{', '.join(f'{_q(k)}: {_q(v)}' for k, v in baseline.items())}}}"]
+    lines += _factor_lines(factors, searched=varied)
+    lines.append(f"baseline: {{{', '.join(f'{_q(k)}: {_q(v)}' for k, v in baseline.items())}}}")
     lines += _reproduce(found)
     if search:
         lines += search
@@ -358,7 +360,10 @@ def _instrumentation(found: Diagnosis, simulated: bool, parts: _Parts) -> dict[s
     return {}
 
 
-def _factor_lines(factors: dict) -> list[str]:
+def _factor_lines(factors: dict, *, searched: str | None = None) -> list[str]:
+    if not factors and searched:  # the search itself varies the memory flag: a factor would repeat it per level
+        return [f"factors: {{}}                        # the search varies {searched}; a factor here is searched at "
+                "each of its levels"]
     if not factors:
         return ["factors: {}                        # TODO: what to vary (the log suggested nothing the kit knows)"]
     lines = ["factors:"]
@@ -383,8 +388,10 @@ def experiment_name(found: Diagnosis) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts))[:60]
 
 
-def _question(found: Diagnosis, factors: dict) -> str:
+def _question(found: Diagnosis, factors: dict, *, searched: str | None = None) -> str:
     what = f"fails with {found.failure.reason} in {found.failure.phase}" if found.failure else "starts"
+    if searched and found.failure:
+        return f"At which {searched} does the launch stop failing with {found.failure.reason} in {found.failure.phase}?"
     if not factors:
         return f"What decides whether the launch {what}? (TODO: the factors)"
     return f"Which of {', '.join(factors)} decides whether the launch {what}?"

@@ -112,6 +112,13 @@ class ManifestSearch:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
+    def to_json(self) -> dict:
+        """The search as manifest.json holds it: `predicted` only where one was given (older manifests lack it)."""
+        data = asdict(self)
+        if self.predicted is None:
+            del data["predicted"]
+        return data
+
 
 @dataclass
 class Manifest:
@@ -170,7 +177,7 @@ class Manifest:
         """manifest.json, with the keys the kit always wrote."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(runs=[e.to_json() for e in self.runs], warmup_runs=[e.to_json() for e in self.warmup_runs],
-                    search=asdict(self.search) if self.search else None)
+                    search=self.search.to_json() if self.search else None)
         return data
 
     def listed(self, run_id: str) -> ManifestEntry:

@@ -30,6 +30,14 @@ from launchlab.store.verdictrecord import (
 from launchlab.verdicts import analysis, budget, confounds, consistency, derivedargs, effects, ledger, levelchecks
 
 
+def _findings(led: ledger.Ledger, budget_runs: pd.DataFrame | None, events: pd.DataFrame, *, measured: list[dict],
+              found: list[dict], budget_rows: list[dict], parsed: dict[str, dict], kind: str) -> list:
+    """What the server's own figures say against the outcome: its instrumentation, and its break-even."""
+    findings = consistency.instrumentation(led, budget_runs if budget_runs is not None else pd.DataFrame(), events,
+                                           effects=measured, confounds=found)
+    return findings + consistency.break_even_contradicted(led, pd.DataFrame(budget_rows), events, parsed=parsed,
+                                                          kind=kind)
+
 def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline: dict[str, str],
           *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict],
           budget_runs: pd.DataFrame | None = None, kind: str = "", tolerance_mib: float = 256,
@@ -49,10 +57,8 @@ def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline
     decisions = [analysis.decide(led.for_factor(f, runs), f, factors, baseline.get(f)) for f in factors]
     decisions = [analysis.confounded(d, _touching(found, checks)) for d in decisions]
     measured, not_compared = effects.factor_effects(led, runs, events, baseline)
-    findings = consistency.instrumentation(led, budget_runs if budget_runs is not None else pd.DataFrame(), events,
-                                           effects=measured, confounds=found)
-    findings += consistency.break_even_contradicted(led, pd.DataFrame(budget_rows), events, parsed=parsed or {},
-                                                    kind=kind)
+    findings = _findings(led, budget_runs, events, measured=measured, found=found, budget_rows=budget_rows,
+                         parsed=parsed or {}, kind=kind)
     reasons = inconclusive_reasons(obs, decisions)
 
     def named(*statuses: str) -> list[str]:
