@@ -387,6 +387,8 @@ def _question(found: Diagnosis, factors: dict) -> str:
     what = f"fails with {found.failure.reason} in {found.failure.phase}" if found.failure else "starts"
     if not factors:
         return f"What decides whether the launch {what}? (TODO: the factors)"
+    if len(factors) == 1:
+        return f"Does {next(iter(factors))} decide whether the launch {what}?"
     return f"Which of {', '.join(factors)} decides whether the launch {what}?"
 
 
