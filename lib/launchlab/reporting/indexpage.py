@@ -61,6 +61,7 @@ th { cursor: pointer; user-select: none; background: #f4f4f4; white-space: nowra
 th[aria-sort=ascending]::after { content: " \\25B2"; }
 th[aria-sort=descending]::after { content: " \\25BC"; }
 td.verdict { overflow-wrap: anywhere; }
+td.date, td.runs { white-space: nowrap; }
 small { color: #555; }
 code { font-size: 90%; overflow-wrap: anywhere; }
 .unfinished { color: #8a5300; }
@@ -94,8 +95,8 @@ def _row(row: Listed, page: Path) -> str:
             else "<small>none yet</small>")
     p = "" if row.p_value is None else repr(row.p_value)
     return (f"<tr{state}><td><b>{html_text(row.experiment)}</b>{question}<br><small>{html_text(folder)}</small></td>"
-            f'<td data-sort="{html_text(row.created_at)}">{html_text(date)}</td>'
-            f'<td data-sort="{fraction}">{row.done}/{row.planned}</td>'
+            f'<td class="date" data-sort="{html_text(row.created_at)}">{html_text(date)}</td>'
+            f'<td class="runs" data-sort="{fraction}">{row.done}/{row.planned}</td>'
             f'<td class="verdict">{html_text(row.headline)}{step}</td>'
             f'<td data-sort="{p}">{html_text(row.strength)}</td><td>{link}</td></tr>')
 
@@ -112,7 +113,7 @@ def page(rows: list[Listed], root: Path, path: Path) -> str:
 <title>launchlab: run directories under {html_text(root)}</title>
 <style>{STYLE}</style></head>
 <body><h1>Run directories under {html_text(root)}</h1>
-<p><small>One row per run directory (`launchlab ls --html`). Click a column's header to sort by it; type to keep
+<p><small>One row per run directory (<code>launchlab ls --html</code>). Click a column's header to sort by it; type to keep
 the rows that hold every word.</small></p>
 <input id="filter" type="search" placeholder="filter: experiment, verdict, date …" aria-label="filter the rows">
 <span id="shown">{len(rows)} run directories</span>
