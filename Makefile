@@ -60,7 +60,9 @@ lint: $(STAMP)  ## ruff
 check-notebooks: $(STAMP)  ## committed notebooks must carry no outputs
 	$(BIN)/python -m launchlab.nbcheck notebooks
 
-check-fixtures:  ## the fixture copies still match ../shared/data (where it is present) byte for byte
+# the captures the copies in tests/fixtures/real-logs were made from live in the project's shared data folder, beside
+# the checkout (../shared/data); a clone without it has nothing to compare
+check-fixtures:  ## the real logs the tests read are still byte for byte the captures they were copied from
 	cd ../shared/data/real-logs && sha256sum --quiet -c $(CURDIR)/tests/fixtures/real-logs/SHA256SUMS
 
 clean:  ## remove the environment and caches (keeps outputs/)

@@ -339,3 +339,20 @@ def test_make_s_variables_and_the_environment_s_own_bin_folder_on_path_are_no_di
     assert found["detail"] == ("undeclared environment variable NCCL_P2P_DISABLE differs between runs: unset: "
                                "before:r1; 1: after:r1")
     assert "None" not in found["detail"] and "'" not in found["detail"]
+
+
+def test_a_change_of_what_decides_is_said_in_words_not_verdict_json_s_values():
+    """Issue 49: the prose said `decides_in_some before, decides after`."""
+    from types import SimpleNamespace
+
+    from launchlab.store.comparerecord import DecisionChange
+    from launchlab.store.verdictrecord import STATUSES
+
+    record = SimpleNamespace(decisions=[DecisionChange("mem_fraction", "decides_in_some", "decides", True),
+                                        DecisionChange("custom_ar", "neutral", None, True)])
+    [line] = compare._decisions_sentence(record)
+    assert line == ("What decides the launch changed: mem_fraction decides it at some levels of the other factors, "
+                    "not all before and decides it after; custom_ar changes nothing before and was no factor after.")
+    said = [compare._decisions_sentence(SimpleNamespace(decisions=[DecisionChange("f", s, None, True)]))[0]
+            for s in STATUSES]
+    assert len(set(said)) == len(STATUSES) and not [s for s in said if "_" in s], said  # none raw, each its own

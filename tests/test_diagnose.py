@@ -313,3 +313,14 @@ def test_the_report_says_whether_the_baseline_reproduced_the_diagnosed_failure()
     assert said["differs"] == ["02_b: break-even 0.00310", "03_b: fails: cuda_oom in cuda_graph"]
     assert consistency.reproduction(ledger.build(runs, ["f"]), budget, expected=None, baseline="base",
                                     kind="sglang") is None
+
+
+def test_a_draft_of_one_factor_asks_whether_it_decides_not_which_of_one_does():
+    """Issue 49: "Which of mem_fraction_static decides …" with one factor."""
+    from types import SimpleNamespace
+
+    found = SimpleNamespace(failure=SimpleNamespace(reason="kv_cache_no_memory", phase="kv_cache"))
+    assert draft._question(found, {"mem_fraction_static": {}}) == \
+        "Does mem_fraction_static decide whether the launch fails with kv_cache_no_memory in kv_cache?"
+    assert draft._question(found, {"mem_fraction_static": {}, "debug": {}}) == \
+        "Which of mem_fraction_static, debug decides whether the launch fails with kv_cache_no_memory in kv_cache?"

@@ -164,3 +164,14 @@ def test_a_broken_anchor_or_a_page_left_out_of_the_nav_fails_the_docs_build(tmp_
         built = mkdocs_build(copy, copy / "site")
         assert built.returncode != 0, case
         assert ("no-such-heading" if case == "anchor" else "orphan.md") in built.stderr
+
+
+def test_every_list_of_server_kinds_beside_a_kind_key_is_the_registrys():
+    """Issue 49: params/my-server.yaml named 4 kinds where the README named 7 (and KINDS holds 7)."""
+    lists = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "params").glob("*.yaml"))]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if (said := re.search(r"^\s*kind: \w+\s+#\s*((?:\w+\s*[|,]\s*)+\w+)", line)):
+                lists[f"{path.name}:{number}"] = re.split(r"\s*[|,]\s*", said.group(1).strip())
+    assert {where.split(":")[0] for where in lists} >= {"my-server.yaml", "README.md"}, lists
+    assert {where: kinds for where, kinds in lists.items() if kinds != list(KINDS)} == {}

@@ -13,7 +13,7 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "launchlab"
 # below the transports that run commands).
 LAYERS = [
     {"errors", "config", "escaping", "numtext", "safefiles", "masking", "nbcheck", "sim", "fields", "polling",
-     "interrupts", "tags"},
+     "interrupts", "tags", "terminal"},
     {"hosts", "hosts.base", "hosts.commands", "hosts.ports", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
      "hosts.slurm_spec", "params", "store", "gpu", "logparse", "nvml_sampler", "search"},
     {"verdicts"},

@@ -118,19 +118,22 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
+    from launchlab.reporting import indexpage, runindex
     from launchlab.store import rundir
 
     root = Path(args.dir) if args.dir else rundir.default_root()
-    rows = rundir.list_run_dirs(root)
+    rows = runindex.index(root)
+    if args.html is not None:  # the page, even of no run directory: an index that says so
+        page = Path(args.html) if args.html else root / "index.html"
+        indexpage.write(rows, root, page)
+        print(page)
+        print(f"index of {len(rows)} run director{'y' if len(rows) == 1 else 'ies'}: {page}", file=sys.stderr)
+        return 0
     if not rows:
         print(f"no run directory under {root}", file=sys.stderr)
         return 0
     for row in rows:
-        if "unreadable" in row:
-            print(f"{visible(row['path'])}  UNREADABLE: {visible(row['unreadable'])}")
-            continue
-        print(visible(f"{row['path']}  {row['experiment']}  {row['created_at']}  {row['done']}/{row['planned']} "
-                               f"runs  {row['headline']}"))
+        print(runindex.text(row))
     return 0
 
 
@@ -249,14 +252,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"launchlab {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="log what the kit does")
     sub = p.add_subparsers(dest="command", required=True)
+    for add in (_init_parser, _validate_parser, _run_parser, _import_parser, _report_parser, _compare_parser,
+                _ls_parser, _schema_parser, _diagnose_parser, _parse_parser):  # the order `launchlab -h` lists them
+        add(sub)
+    return p
+
+
+def _init_parser(sub) -> None:
     i = sub.add_parser("init", help="make a workspace: params/, notebooks/, outputs/ (keeps files that exist)",
                        **_example("launchlab init my-experiments"))
     i.add_argument("dir", nargs="?", default=".", help="the workspace folder (default: the current one)")
     i.set_defaults(func=_init)
+
+
+def _validate_parser(sub) -> None:
     v = sub.add_parser("validate", help="check a params file; print every problem",
                        **_example("launchlab validate params/demo.yaml"))
     v.add_argument("params", help="the params file (YAML): hosts, server, factors, baseline")
     v.set_defaults(func=_validate)
+
+
+def _run_parser(sub) -> None:
     r = sub.add_parser("run", help="run every variant of a params file and render the report",
                        **_example("launchlab run params/demo.yaml",
                                   "launchlab run params/demo.yaml --resume outputs/demo-custom-ar-vs-mem-fraction/"
@@ -278,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write verdict.json and report.md but not summary.html (no summary kernel, no export); "
                         "`launchlab report RUN_DIR` renders it later")
     r.set_defaults(func=_run)
+
+
+def _import_parser(sub) -> None:
     im = sub.add_parser("import", help="make a run directory and its report from server logs of runs made by hand",
                         **_example("launchlab import params/demo-import.yaml"))
     im.add_argument("imports", help="an imports file: experiment, factors, baseline and runs ({levels, log, smi, command})")
@@ -286,12 +305,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="import the files that symbolic links lead to outside the imports file's folder (refused "
                          "without it: a shared folder of logs could link to someone's private file)")
     im.set_defaults(func=_import)
+
+
+def _report_parser(sub) -> None:
     rep = sub.add_parser("report", help="rebuild frames, summary.ipynb and summary.html of a run directory",
                          **_example("launchlab report outputs/demo-custom-ar-vs-mem-fraction/20261203-120000"))
     rep.add_argument("run_dir", help="a run directory (what `launchlab run` printed)")
     rep.add_argument("--no-html", action="store_true",
                      help="judge again only: frames, verdict.json and report.md, not summary.html (no summary kernel)")
     rep.set_defaults(func=_report)
+
+
+def _compare_parser(sub) -> None:
     cmp = sub.add_parser("compare", help="before and after: what changed between two run directories of one question",
                          description=textwrap.fill("Compare RUN_B (after) with RUN_A (before): whether they ask the same "
                                                    "question "
@@ -308,15 +333,28 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", type=Path, default=None, metavar="DIR",
                      help="where compare.json and compare.html go (default: RUN_B/compare/<RUN_A's experiment>-<name>)")
     cmp.set_defaults(func=_compare)
+
+
+def _ls_parser(sub) -> None:
     ls = sub.add_parser("ls", help="list run directories: experiment, date, runs done/planned, the verdict",
-                        **_example("launchlab ls", "launchlab ls /shared/team-outputs"))
+                        **_example("launchlab ls", "launchlab ls /shared/team-outputs",
+                                   "launchlab ls examples --html /tmp/examples.html"))
     ls.add_argument("dir", nargs="?", default=None, help="root of run directories (default: outputs/)")
+    ls.add_argument("--html", nargs="?", const="", default=None, metavar="FILE",
+                    help="write one offline HTML page over them instead, sortable and filterable, each row linking "
+                         "its report (default FILE: DIR/index.html)")
     ls.set_defaults(func=_ls)
+
+
+def _schema_parser(sub) -> None:
     sc = sub.add_parser("schema", help="print the params files' JSON Schema",
                         **_example("launchlab schema > params/params.schema.json"))
     sc.add_argument("--markdown", action="store_true",
                     help="the params reference of docs/reference/params.md, from the same schema")
     sc.set_defaults(func=_schema)
+
+
+def _diagnose_parser(sub) -> None:
     dg = sub.add_parser("diagnose", help="from a failing launch's log to the params file of the experiment that "
                                          "isolates it", **_example(
                             "launchlab diagnose server.log",
@@ -339,6 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the params file to write (default: params/diagnose-<kind>-<reason>.yaml)")
     dg.add_argument("--force", action="store_true", help="replace the params file (and its patch) if it exists")
     dg.set_defaults(func=_diagnose)
+
+
+def _parse_parser(sub) -> None:
     pa = sub.add_parser("parse", help="parse a server log",
                         **_example("launchlab parse server.log --json", "launchlab parse server.log --server sglang"))
     pa.add_argument("log", help="a server's log file")
@@ -347,7 +388,6 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--json", action="store_true",
                     help="print one JSON object: server, ready, phase_reached, failure, ranks, custom_ar, debug")
     pa.set_defaults(func=_parse)
-    return p
 
 
 class _VisibleText(io.TextIOBase):

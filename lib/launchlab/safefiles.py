@@ -230,6 +230,16 @@ def lstat(path: str | Path) -> os.stat_result | None:
         os.close(fd)
 
 
+def is_link(path: str | Path) -> bool:
+    """Whether `path`'s own name is a symbolic link (the folders on the way reached as `_locate` reaches them; False
+    where it cannot be reached so): what a reader that follows no link out of a folder refuses."""
+    try:
+        with folder(os.path.dirname(os.path.abspath(os.fspath(path)))) as fd:
+            return stat.S_ISLNK(os.stat(os.path.basename(os.fspath(path)), dir_fd=fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def entries(path: str | Path) -> list[tuple[str, os.stat_result]]:
     """The names in a folder and what each is (links not followed), reached as `_locate` reaches names; [] when it
     is not a folder there."""

@@ -15,7 +15,7 @@ from IPython.display import HTML, Markdown, display
 from pandas.io.formats.style import Styler
 
 from launchlab import __version__ as KIT_VERSION
-from launchlab import masking, params
+from launchlab import masking, params, terminal
 from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_code, md_spans
 from launchlab.logparse.kinds import KINDS
@@ -530,6 +530,9 @@ def load(run_dir: str | Path = "") -> Report:
     newest of all where none did), and the report says which it took and why it passed the newer ones over."""
     chosen = None if run_dir else rundir.newest_finished(rundir.default_root())
     directory = chosen.run_dir if chosen else rundir.RunDir.check(run_dir)
+    if chosen:  # papermill's terminal hears which one (the page says why)
+        terminal.say(f"summary.ipynb: run directory {directory.path}"
+                     + ("" if chosen.finished else " (no batch under it finished: the newest of all)"))
     path = directory.path
     exp = params.load(directory.experiment_file)
     try:

@@ -394,6 +394,8 @@ def _question(found: Diagnosis, factors: dict, *, searched: str | None = None) -
         return f"At which {searched} does the launch stop failing with {found.failure.reason} in {found.failure.phase}?"
     if not factors:
         return f"What decides whether the launch {what}? (TODO: the factors)"
+    if len(factors) == 1:
+        return f"Does {next(iter(factors))} decide whether the launch {what}?"
     return f"Which of {', '.join(factors)} decides whether the launch {what}?"
 
 

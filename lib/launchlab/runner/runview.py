@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from launchlab import hosts, params, safefiles, search
+from launchlab import hosts, params, safefiles, search, terminal
 from launchlab.errors import ParamsError
 from launchlab.escaping import html_text
 from launchlab.gpu import telemetry
@@ -25,13 +26,18 @@ from launchlab.store.records import Run, RunRecord
 
 
 def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
-    """The run directory a run notebook writes into: the given one (a batch's), or a new one for its params (the
-    notebook prints it, once: a line on the kernel's own stderr showed twice in the notebook, once as an error)."""
+    """The run directory a run notebook writes into: the given one (a batch's), or a new one for its params, said on
+    the terminal that started the kernel (terminal.say: the notebook prints it itself, once)."""
     if run_dir:
         return rundir.RunDir.check(run_dir).path
     from launchlab.runner import batch  # only here: a batch's run kernels, which always name their directory, need none of it
 
-    return batch.new_run_dir(found_params(params_path))
+    path = batch.new_run_dir(found_params(params_path))
+    # and on the terminal that started the kernel (papermill's): where the run went, and how to run the rest
+    planned = len(rundir.RunDir(path).manifest().run_ids)
+    terminal.say(f"run_variant.ipynb: run directory {path} (1 of its {planned} planned runs; `launchlab run "
+                 f"{shlex.quote(str(Path(params_path).resolve()))} --resume {shlex.quote(str(path))}` runs the rest)")
+    return path
 
 
 def found_params(params_path: str | Path) -> Path:

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING
 from launchlab import config, safefiles
 from launchlab.errors import NotYours, RunDirError
 from launchlab.fields import RUN_ID
-from launchlab.store.verdictrecord import Verdict
 
 if TYPE_CHECKING:  # pandas costs the run kernel half a second; only the report writes frames
     import pandas as pd
@@ -466,15 +465,15 @@ def newest_finished(root: Path) -> Chosen:
     for _, manifest_path in reversed(_manifests(root)):
         run_dir = RunDir(manifest_path.parent.resolve())
         try:
-            row, manifest = _listed(run_dir), run_dir.manifest()
+            row, manifest = progress(run_dir), run_dir.manifest()
         except RunDirError as exc:
             skipped.append(f"{_short(run_dir)}: unreadable ({exc})")
             continue
         if manifest.single_run:
-            skipped.append(f"{_short(run_dir)}: one run of run_variant.ipynb ({row['done']} of {row['planned']} "
+            skipped.append(f"{_short(run_dir)}: one run of run_variant.ipynb ({row.done} of {row.planned} "
                            "planned runs), not a batch")
-        elif not row["planned"] or row["done"] < row["planned"]:
-            skipped.append(f"{_short(run_dir)}: its batch did not finish ({row['done']} of {row['planned']} "
+        elif not row.finished:
+            skipped.append(f"{_short(run_dir)}: its batch did not finish ({row.done} of {row.planned} "
                            "planned runs have a final status; `launchlab run PARAMS --resume RUN_DIR` finishes it)")
         else:
             return Chosen(run_dir, True, skipped)
@@ -486,18 +485,10 @@ def _short(run_dir: RunDir) -> str:
     return f"{run_dir.path.parent.name}/{run_dir.path.name}"
 
 
-def list_run_dirs(root: Path) -> list[dict]:
-    """Every run directory under root, oldest first: experiment, date, runs done/planned, verdict headline — or, for
-    one whose files cannot be read as the kit writes them (someone else's, in a shared outputs/), `unreadable`: why.
-    One such directory never hides the others."""
-    rows = []
-    for _, manifest_path in _manifests(root, any_kind=True):
-        run_dir = RunDir(manifest_path.parent)
-        try:
-            rows.append(_listed(run_dir))
-        except RunDirError as exc:
-            rows.append({"path": str(run_dir.path), "unreadable": str(exc)})
-    return rows
+def found(root: Path) -> list[RunDir]:
+    """Every run directory under root, oldest first, its manifest.json a regular file or something else that is no
+    link (a FIFO, a folder: for `launchlab ls` to name, reporting/runindex.py)."""
+    return [RunDir(path.parent) for _, path in _manifests(root, any_kind=True)]
 
 
 def _manifests(root: Path, *, any_kind: bool = False) -> list[tuple[float, Path]]:
@@ -518,7 +509,22 @@ def _manifests(root: Path, *, any_kind: bool = False) -> list[tuple[float, Path]
 LISTED_BYTES = 4 * 2**20  # what `launchlab ls` reads of one record (a manifest, a status, a verdict) at most
 
 
-def _listed(run_dir: RunDir) -> dict:
+@dataclass(frozen=True)
+class Progress:
+    """How far a run directory's batch got: its manifest, and how many of its planned runs have a final status."""
+
+    manifest: Manifest
+    done: int
+    planned: int
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.planned) and self.done >= self.planned
+
+
+def progress(run_dir: RunDir) -> Progress:
+    """The run directory's Progress, every record read within LISTED_BYTES (it may be someone else's); RunDirError
+    where its manifest cannot be read as the kit writes it."""
     manifest = Manifest.from_json(read_json(run_dir.manifest_file, max_bytes=LISTED_BYTES), run_dir.manifest_file)
     done = 0
     for run_id in manifest.run_ids:
@@ -527,21 +533,7 @@ def _listed(run_dir: RunDir) -> dict:
         except RunDirError:
             continue  # not run yet (or unreadable: not done)
         done += isinstance(status, dict) and status.get("state") == "done"
-    return {"path": str(run_dir.path), "experiment": manifest.experiment, "created_at": manifest.created_at or "?",
-            "done": done, "planned": len(manifest.run_ids), "headline": _headline(run_dir)}
-
-
-def _headline(run_dir: RunDir) -> str:
-    if safefiles.lstat(run_dir.verdict_file) is None:
-        return "no verdict yet (`launchlab report RUN_DIR`)"
-    try:
-        v = read_json(run_dir.verdict_file, max_bytes=LISTED_BYTES)
-    except RunDirError as exc:
-        return f"verdict.json unreadable ({exc}): `launchlab report RUN_DIR` writes it again"
-    try:
-        return Verdict.from_json(v).headline(width=160)
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a verdict.json the kit did not write
-        return f"verdict.json unreadable ({type(exc).__name__}): `launchlab report RUN_DIR` writes it again"
+    return Progress(manifest, done, len(manifest.run_ids))
 
 
 # ---------------------------------------------------------------------------------------------------------

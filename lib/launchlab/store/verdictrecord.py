@@ -24,6 +24,12 @@ STATUSES: tuple[str, ...] = get_args(DecisionStatus)
 DECIDES, DECIDES_IN_SOME, CHANGES_HOW, NEUTRAL, FLAKY, CONFOUNDED, UNDETERMINED = STATUSES
 DECIDING = (DECIDES, DECIDES_IN_SOME)  # whether the launch starts
 OUTCOME = (*DECIDING, CHANGES_HOW)  # the launch's outcome, how it fails included: the verdict's outcome_factors
+# each status in words, for prose a reader reads (the raw values are verdict.json's); "it" is the launch
+STATUS_WORDS = {DECIDES: "decides it", DECIDES_IN_SOME: "decides it at some levels of the other factors, not all",
+                CHANGES_HOW: "changes only how it fails", NEUTRAL: "changes nothing",
+                FLAKY: "gives different outcomes in repetitions of one variant",
+                CONFOUNDED: "is confounded (something else differs between its runs)",
+                UNDETERMINED: "is not determined (too few valid runs to compare)"}
 # what a factor did in one stratum (Stratum.state): the one spelling of each, as the statuses'
 StratumState = Literal["changes", "no change", "repetitions disagree", "not compared"]
 CHANGES, NO_CHANGE, DISAGREE, NOT_COMPARED = get_args(StratumState)

@@ -36,7 +36,7 @@ from launchlab.store.comparerecord import (
     VariantOutcome,
 )
 from launchlab.store.rundir import Manifest, ManifestSearch
-from launchlab.store.verdictrecord import Verdict
+from launchlab.store.verdictrecord import STATUS_WORDS, Verdict
 from launchlab.verdicts import analysis, budget, confounds, derivedargs, effects, thresholds
 from launchlab.verdicts.ledger import Ledger
 
@@ -462,8 +462,11 @@ def _decisions_sentence(record: BeforeAfter) -> list[str]:
     if not moved:
         deciding = record.after.outcome_factors
         return [f"The same factors decide the launch: {', '.join(deciding) or 'none'}."]
-    return ["What decides the launch changed: " + "; ".join(f"{d.factor}: {d.before or 'absent'} before, "
-                                                           f"{d.after or 'absent'} after" for d in moved) + "."]
+    def said(status: str | None) -> str:
+        return STATUS_WORDS.get(status, status) if status else "was no factor"
+
+    return ["What decides the launch changed: " + "; ".join(f"{d.factor} {said(d.before)} before and "
+                                                           f"{said(d.after)} after" for d in moved) + "."]
 
 
 def _grouped(rows: list[Shift], fmt) -> str:

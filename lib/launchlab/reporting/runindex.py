@@ -1,0 +1,159 @@
+"""`launchlab ls`: what each run directory under a folder holds — experiment, date, runs done of planned, the verdict
+in one line and its strength, the command that finishes an unfinished batch — as rows for the terminal and for the
+HTML index (indexpage.py).
+
+Every run directory may be someone else's (a shared outputs/): its records are read within a size limit through
+the store's safe readers, a record that is a symbolic link is not followed at all (the user's own `outputs ->
+/data/outputs` above the run directories still is), and one unreadable directory is a row saying why, never an
+end to the listing. Strings read here are untrusted: the terminal shows them through `visible`, the page escapes
+them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from launchlab import safefiles
+from launchlab.errors import RunDirError
+from launchlab.escaping import visible
+from launchlab.store import rundir
+from launchlab.store.verdictrecord import Verdict
+
+HEADLINE_WIDTH = 160  # the terminal's line: the verdict is cut at a word there; a command to copy never is
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One run directory as the index shows it."""
+
+    path: Path  # the run directory, as found under the root (no link resolved)
+    experiment: str = ""
+    question: str = ""
+    created_at: str = ""  # ISO 8601, as the manifest has it ("" where it does not)
+    done: int = 0  # planned runs with a final status
+    planned: int = 0
+    headline: str = ""  # the verdict in one line, or why there is none yet
+    strength: str = ""  # how strongly the runs back it, in words and its p-value
+    p_value: float | None = None  # the weakest p-value of the deciding factors (None: none, or not said)
+    next_step: str = ""  # the whole command that finishes or renders it, for the user to copy ("" where none is due)
+    report: Path | None = None  # summary.html (else report.md) where it is a regular file in the run directory
+    unreadable: str = ""  # why the run directory cannot be listed ("" where it can)
+
+
+def index(root: Path) -> list[Listed]:
+    """Every run directory under root, oldest first."""
+    return [listed(run_dir) for run_dir in rundir.found(root)]
+
+
+def listed(run_dir: rundir.RunDir) -> Listed:
+    try:
+        _no_link(run_dir.manifest_file)
+        got = rundir.progress(run_dir)
+    except RunDirError as exc:
+        return Listed(run_dir.path, unreadable=str(exc))
+    manifest = got.manifest
+    headline, strength, p_value, why_again = _verdict(run_dir)
+    if not got.finished and not manifest.imported:
+        headline = (f"unfinished: {got.done} of {got.planned} planned runs"
+                    + (" (one run of run_variant.ipynb)" if manifest.single_run else "")
+                    + (f"; its verdict so far: {headline}" if strength else ""))
+        next_step = resume_command(run_dir, manifest)
+    else:
+        next_step = f"launchlab report {shlex.quote(os.path.abspath(run_dir.path))}" if why_again else ""
+    return Listed(run_dir.path, experiment=manifest.experiment, question=manifest.question or "",
+                  created_at=manifest.created_at or "", done=got.done, planned=got.planned, headline=headline,
+                  strength=strength, p_value=p_value, next_step=next_step, report=_report(run_dir))
+
+
+def resume_command(run_dir: rundir.RunDir, manifest: rundir.Manifest) -> str:
+    """`launchlab run PARAMS --resume RUN_DIR`, with the options that give the plan the batch was made with (the
+    levels it was narrowed to, its repetitions): --resume refuses another plan. PARAMS is the file the batch was
+    run from, where the manifest names one."""
+    params_file = manifest.params_file or "PARAMS"
+    again: list[str] = []
+    if manifest.search is None and manifest.runs:
+        only = [f"{factor}={level}" for factor, levels in manifest.factors.items()
+                for level in levels if {e.levels.get(factor) for e in manifest.runs} < set(levels)
+                and level in {e.levels.get(factor) for e in manifest.runs}]
+        again += ["--only", *only] if only else []
+    if manifest.search is None and manifest.repetitions:
+        again += ["--repetitions", str(manifest.repetitions)]
+    return shlex.join(["launchlab", "run", params_file, "--resume", os.path.abspath(run_dir.path), *again])
+
+
+def summary_line(verdict: Verdict) -> str:
+    """The verdict in one sentence. The best one-line summary verdict.json offers today is the record's own headline
+    (inconclusive first, then what decides the launch and how strongly); a headline module of the report can take
+    its place here, the one function the index asks."""
+    return verdict.headline()
+
+
+def strength(verdict: Verdict) -> tuple[str, float | None]:
+    """(how strongly the runs back the verdict, in words with its p-value; the weakest p of the deciding factors)."""
+    if not verdict.conclusive:
+        return "inconclusive", None
+    control = "" if verdict.controlled else "not controlled; "
+    deciding = [verdict.factors[f] for f in verdict.outcome_factors  # as the headline: how it fails is no decision
+                if f in verdict.factors and not verdict.factors[f].how_only]
+    if not deciding:
+        return f"{control}conclusive: no factor decides the launch", None
+    known = [d for d in deciding if d.p_value is not None]
+    if not known:
+        return f"{control}conclusive (no p-value: a verdict of an older kit)", None
+    weakest = max(known, key=lambda d: d.p_value)
+    p = weakest.p_value
+    if p < 0.05:
+        return f"{control}significant: p = {p:.2g}", p
+    settle = (f"{weakest.repetitions_to_settle} runs per side would settle it" if weakest.repetitions_to_settle
+              else "more than 100 runs per side would be needed")
+    return f"{control}not significant: p = {p:.2g} ({settle})", p
+
+
+def _verdict(run_dir: rundir.RunDir) -> tuple[str, str, float | None, bool]:
+    """(the verdict's line, its strength, p-value, whether `launchlab report` should write it again)."""
+    if safefiles.lstat(run_dir.verdict_file) is None:
+        return "no verdict yet", "", None, True
+    try:
+        _no_link(run_dir.verdict_file)
+        data = rundir.read_json(run_dir.verdict_file, max_bytes=rundir.LISTED_BYTES)
+    except RunDirError as exc:
+        return f"verdict.json unreadable ({exc})", "", None, True
+    try:
+        verdict = Verdict.from_json(data)
+        return (summary_line(verdict), *strength(verdict), False)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a verdict.json the kit did not write
+        return f"verdict.json unreadable ({type(exc).__name__})", "", None, True
+
+
+def _no_link(path: Path) -> None:
+    """RunDirError where a record of the run directory is a symbolic link: the index follows none out of it."""
+    if safefiles.is_link(path):
+        raise RunDirError(f"{path} is a symbolic link; the index does not follow it")
+
+
+def _report(run_dir: rundir.RunDir) -> Path | None:
+    for page in (run_dir.summary_html, run_dir.report_md):
+        found = safefiles.lstat(page)
+        if found is not None and stat.S_ISREG(found.st_mode) and not safefiles.is_link(page):
+            return page
+    return None
+
+
+def text(row: Listed, width: int = HEADLINE_WIDTH) -> str:
+    """The row as `launchlab ls` prints it: the verdict cut at a word past `width`, the command after it whole."""
+    if row.unreadable:
+        return visible(f"{row.path}  UNREADABLE: {row.unreadable}")
+    # a verdict's line is cut (the page and report.md hold it whole); why there is none, never
+    line = row.headline if len(row.headline) <= width or not row.strength else _cut(row.headline, width)
+    step = f"; next: {row.next_step}" if row.next_step else ""
+    return visible(f"{row.path}  {row.experiment}  {row.created_at or '?'}  {row.done}/{row.planned} runs  "
+                   f"{line}{step}")
+
+
+def _cut(line: str, width: int) -> str:
+    cut = line[:width - 1]
+    return (cut[:cut.rfind(" ")] if " " in cut else cut).rstrip(",;:") + " …"  # at a word, not mid-word
