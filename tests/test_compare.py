@@ -19,7 +19,7 @@ from launchlab import params
 from launchlab.reporting import export, reportmd
 from launchlab.runner import importer
 from launchlab.store import rundir
-from launchlab.verdicts import compare, frames
+from launchlab.verdicts import compare, comparesentences, frames
 
 DEMO = ROOT / "params" / "demo.yaml"
 LOGS = ROOT / "params" / "demo-import" / "logs"
@@ -350,9 +350,9 @@ def test_a_change_of_what_decides_is_said_in_words_not_verdict_json_s_values():
 
     record = SimpleNamespace(decisions=[DecisionChange("mem_fraction", "decides_in_some", "decides", True),
                                         DecisionChange("custom_ar", "neutral", None, True)])
-    [line] = compare._decisions_sentence(record)
+    [line] = comparesentences._decisions_sentence(record)
     assert line == ("What decides the launch changed: mem_fraction decides it at some levels of the other factors, "
                     "not all before and decides it after; custom_ar changes nothing before and was no factor after.")
-    said = [compare._decisions_sentence(SimpleNamespace(decisions=[DecisionChange("f", s, None, True)]))[0]
+    said = [comparesentences._decisions_sentence(SimpleNamespace(decisions=[DecisionChange("f", s, None, True)]))[0]
             for s in STATUSES]
     assert len(set(said)) == len(STATUSES) and not [s for s in said if "_" in s], said  # none raw, each its own

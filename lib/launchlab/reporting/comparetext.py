@@ -10,7 +10,7 @@ import pandas as pd
 from launchlab.escaping import md, md_code, md_spans, visible
 from launchlab.reporting.reporttables import styled
 from launchlab.store.comparerecord import Batch, BeforeAfter, Shift
-from launchlab.verdicts.compare import interval_text
+from launchlab.verdicts.comparesentences import interval_text
 
 Section = tuple[str, str]  # (MIME type, text): "text/markdown" or "text/html"
 
