@@ -440,7 +440,7 @@ class Report:
         # a flag false in every row says nothing a row needs (no interval is blank already): it would only widen the
         # table past a 1280 px page
         columns = [c for c in columns if c not in ("diffs_identical", "signs_disagree") or effects[c].any()]
-        return styled(effects[columns], precision=3, rows_of="metric")
+        return styled(effects[columns], precision=3, rows_of="metric", breakable=("factor", "baseline_level", "metric", "strata"))
 
     def warnings(self) -> Markdown:
         items = self.verdict.warnings

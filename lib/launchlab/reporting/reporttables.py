@@ -70,13 +70,16 @@ def effects_in_gib(effects: pd.DataFrame) -> pd.DataFrame:
     return effects
 
 
-def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = None) -> Styler:
+def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = None,
+           breakable: tuple[str, ...] = ()) -> Styler:
     """A table as the report shows it: no index column, no column that is empty in every row (a host that records
     none of a field), numbers right-aligned at the precision that carries them (`column_formats`), text
     left-aligned, a column of single tokens (run ids, levels) never broken inside one, NaN as blank, and every
     cell and header HTML-escaped (cells hold log lines and params values). A long table whose rows hold different
     quantities (`rows_of`: the column naming each row's, as an effect's metric) writes the rows of a quantity whose
-    every value is whole as integers (KV tokens), whatever the other rows of its columns hold."""
+    every value is whole as integers (KV tokens), whatever the other rows of its columns hold. A column of
+    `breakable` tokens (an effect's factor and metric) may break after a dot or an underscore before a letter, each
+    piece whole (`peak_mem_` / `used_gib`), so a long name does not push the table past the page."""
     frame = without_empty_columns(frame)
     formats = column_formats(frame, precision)
     names = {c: html_text(c) for c in frame.columns}
@@ -87,10 +90,13 @@ def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = Non
     styler = styler.format_index(lambda name: str(name).replace("_", "_<wbr>"), axis="columns")
     for column, format_value in formats.items():
         styler = styler.format(format_value, subset=[names[column]], na_rep="")
+    broken = [c for c in breakable if c in names and c not in formats]
+    for column in broken:
+        styler = styler.format(_token_html, subset=[names[column]], na_rep="")  # escapes each piece itself
     if rows_of is not None and rows_of in names:
         styler = _whole_rows(styler, frame, names[rows_of], [names[c] for c in formats])
-    return styler.set_table_styles({names[c]: _column_css(frame[names[c]], numeric=c in formats) for c in names},
-                                   overwrite=False)
+    return styler.set_table_styles({names[c]: _column_css(frame[names[c]], numeric=c in formats,
+                                                          whole=c not in broken) for c in names}, overwrite=False)
 
 
 def _whole_rows(styler: Styler, frame: pd.DataFrame, key: str, numeric: list[str]) -> Styler:
@@ -101,9 +107,9 @@ def _whole_rows(styler: Styler, frame: pd.DataFrame, key: str, numeric: list[str
     return styler
 
 
-def _column_css(values: pd.Series, *, numeric: bool) -> list[dict]:
+def _column_css(values: pd.Series, *, numeric: bool, whole: bool = True) -> list[dict]:
     props = "text-align: right" if numeric else "text-align: left"
-    cells = props + ("; white-space: nowrap" if not numeric and _tokens(values) else "")
+    cells = props + ("; white-space: nowrap" if whole and not numeric and _tokens(values) else "")
     return [{"selector": "th", "props": props}, {"selector": "td", "props": cells}]  # headers break at `_<wbr>`
 
 
@@ -193,17 +199,25 @@ def outcome_colours(styler: Styler, column: str = "outcome") -> Styler:
 
 
 def _token_html(value) -> str:
-    """A single token (a run id) that may break only after its dots, each piece unbroken: `01_fraction-0.004.` /
-    `graphs-off.` — never inside `graphs-off` at its hyphen, as a browser would."""
-    pieces = re.split(r"(?<=\.)(?=[^\d])", str(value))
+    """A single token (a run id) that may break only after a dot or an underscore before a letter, each piece
+    unbroken: `01_fraction-0.004.` / `graphs-off.` — never inside `graphs-off` at its hyphen, as a browser would, nor
+    inside a number (`0.004`)."""
+    pieces = re.split(r"(?<=[._])(?=[A-Za-z])|(?<= )", str(value))  # and after a space, where text breaks anyway
     return "<wbr>".join(f'<span style="white-space: nowrap">{html_text(p)}</span>' for p in pieces)
+
+
+def without_false_flags(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame without the yes/no columns that say no in every row (`simulated`, `imported` of a batch the kit ran
+    on a real host): a flag no row raises widens the table past the page and tells no row apart."""
+    flags = [c for c in frame.columns if frame[c].dtype == bool and not frame[c].any()]
+    return frame.drop(columns=flags) if len(frame) else frame
 
 
 def with_detail_rows(frame: pd.DataFrame, detail: str, *, label: str = "", precision: int = 2) -> str:
     """An HTML table whose long text column (`detail`: a failure message) is a row of its own under each row, across
     the whole table and wrapped, so the message is read whole at 800 px instead of behind a sideways scroll; the
     other columns as `styled` shows them (escaped, single tokens unbroken). A row without a detail has no such row."""
-    shown = without_empty_columns(frame.drop(columns=[detail]))
+    shown = without_false_flags(without_empty_columns(frame.drop(columns=[detail])))
     columns = list(shown.columns)
     formats = column_formats(shown, precision)
     head = "".join(f'<th style="text-align: {"right" if c in formats else "left"}">'
