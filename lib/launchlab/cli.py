@@ -82,6 +82,7 @@ def _import(args: argparse.Namespace) -> int:
     run_dir = importer.import_runs(args.imports, out_root=args.out, follow_symlinks=args.follow_symlinks)
     print(run_dir)
     print(f"report: {rundir.RunDir(run_dir).summary_html}", file=sys.stderr)
+    _say_headline(run_dir)
     return 0
 
 
