@@ -228,7 +228,8 @@ def with_detail_rows(frame: pd.DataFrame, detail: str, *, label: str = "", preci
             return "<td></td>"
         if column in formats:
             return f'<td style="text-align: right">{html_text(formats[column](value))}</td>'
-        return f"<td>{_token_html(value) if _tokens(pd.Series([value])) else html_text(value)}</td>"
+        text = _token_html(value) if _tokens(pd.Series([value])) else html_text(value)
+        return f'<td style="text-align: left">{text}</td>'
 
     body = []
     for (_, row), text in zip(shown.iterrows(), frame[detail], strict=True):
