@@ -104,7 +104,10 @@ def of_run_dir(run_dir: Path) -> Headline | None:
 
 
 def resume_command(manifest: rundir.Manifest, run_dir: Path) -> str:
-    """`launchlab run PARAMS --resume RUN_DIR`, with the params file the run directory was made from."""
+    """`launchlab run PARAMS --resume RUN_DIR`, with the params file the run directory was made from; empty for the
+    folder of one run_variant.ipynb run, which no batch made (its report says to run `launchlab run PARAMS`)."""
+    if manifest.single_run:
+        return ""
     return shlex.join(["launchlab", "run", manifest.params_file or "PARAMS", "--resume", str(run_dir)])
 
 
@@ -115,8 +118,9 @@ def _capital(text: str, names=()) -> str:
 
 
 def _levels(d: Decision) -> str:
-    """'0.004 starts (6/6 ready), 0.002 fails: kv_cache_no_memory in kv_cache (0/6)': each level's valid runs summed
-    over the strata where the factor changed the outcome (all strata where it changed it nowhere)."""
+    """'0.004 starts (6/6 ready), 0.002 fails (kv_cache_no_memory in kv_cache; 0/6 ready)': each level's valid runs
+    summed over the strata where the factor changed the outcome (all strata where it changed it nowhere), with how
+    most of them ended."""
     strata = [s for s in d.strata if s.changes] or d.strata
     counts: dict[str, list] = {}
     for s in strata:
@@ -193,13 +197,14 @@ def _why_not(v: Verdict, factor: str) -> str:
     """Why one factor leaves the verdict inconclusive, in a clause: what it would say, and what stands in the way."""
     d = v.factors[factor]
     if d.status == CONFOUNDED:
-        kinds = sorted({c.kind for c in v.confounds if set(c.runs) & set(d.confounded_runs)}) or ["a"]
+        kinds = sorted({c.kind for c in v.confounds if set(c.runs) & set(d.confounded_runs)})
         n = len(d.confounded_runs)
         would = (_says(factor, d, d.would_be).replace(" decides", " would decide", 1)
                  .replace(" does not change", " would not change", 1).replace(" changes how", " would change how", 1)
                  if d.would_be else f"{factor} cannot be judged")
-        return (f"{would}, but {'a confound' if len(kinds) == 1 else 'confounds'} ({', '.join(kinds)}) "
-                f"{'touches' if len(kinds) == 1 else 'touch'} {n} run{'s' if n != 1 else ''} it rests on")
+        which = (f"a confound ({kinds[0]}) touches" if len(kinds) == 1 else
+                 f"confounds ({', '.join(kinds)}) touch" if kinds else "a confound touches")
+        return f"{would}, but {which} {n} run{'s' if n != 1 else ''} it rests on"
     if d.status == FLAKY:
         return f"{factor} is flaky: repetitions of one variant disagree ({_levels(d)})"
     return d.summary.split(" (", 1)[0]
