@@ -138,6 +138,8 @@ def _levels(d: Decision) -> str:
         how = max(hows, key=hows.get) if hows else ("starts" if ready == valid else "fails")
         verb, _, why = how.partition(": ")  # 'fails: kv_cache_no_memory in kv_cache'
         verb = verb if len(hows) <= 1 else f"mostly {verb}"
+        if verb.endswith(")") and not why:  # 'starts but its first request fails (kv_cache_no_memory)'
+            verb, _, why = verb[:-1].rpartition(" (")
         parts.append(f"{level} {verb} ({why + '; ' if why else ''}{ready}/{valid} ready)")
     return ", ".join(parts)
 
