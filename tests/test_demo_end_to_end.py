@@ -273,7 +273,7 @@ def test_the_demo_verdict_names_the_deciding_factor_and_the_neutral_one_with_its
     assert decision["p_value"] == pytest.approx(1 / 3) and decision["significant"] is False
     assert decision["repetitions_to_settle"] == 4
     # the first screen: the headline (its strength and what would settle it), the outcomes, the verdict's prose
-    first_screen = "\n## ".join((run_dir / "report.md").read_text().split("\n## ")[:2])
+    first_screen = "\n## ".join((run_dir / "report.md").read_text().split("\n## ")[:3])
     assert "0.85 2/2 vs 0.55 0/2 ready at custom\\_ar=off" in first_screen, first_screen
     assert "p = 0.33" in first_screen and "4 runs per side would settle it" in first_screen
     html = (run_dir / "summary.html").read_text()

@@ -28,7 +28,7 @@ def write_verdict(run_dir: Path) -> Verdict:
     # the answer first (headline.py), then the outcomes that show it at a glance; the question and the detail below
     text = [f"# {md(rep.exp.experiment)}", "", rep.headline_record.markdown(), ""]
     text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.observations, rep.factors))), ""]
-    text += [f"Question: {md(rep.exp.question)}", ""]
+    text += ["## Verdict", "", f"Question: {md(rep.exp.question)}", ""]
     if rep.exp.simulated:
         text += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]
     if rep.imported:
