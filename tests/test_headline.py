@@ -115,3 +115,12 @@ def test_report_md_opens_with_the_headline_and_the_cli_ends_with_it(name, tmp_pa
     said = proc.stderr.rstrip("\n").splitlines()
     assert said[-len(found.lines()):] == found.text().splitlines()
     assert proc.stdout.strip().splitlines()[-1].endswith("report.md")  # stdout's last line: still the path
+
+
+def test_launchlab_run_ends_with_the_headline_of_the_batch_it_ran(demo_run):
+    run_dir, stderr = demo_run
+    found = headline.of_run_dir(run_dir)
+    assert found is not None and found.lead
+    assert stderr.rstrip("\n").splitlines()[-len(found.lines()):] == found.text().splitlines()
+    v = _verdict(run_dir)
+    assert found.lead.startswith("Inconclusive") == (not v.conclusive)
