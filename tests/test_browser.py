@@ -175,7 +175,9 @@ def test_the_report_is_titled_after_the_experiment_its_figures_say_what_they_sho
     assert len(found["alts"]) >= 3
     assert all(alt and "No description" not in alt for alt in found["alts"]), found["alts"]
     assert found["page"] <= width
-    assert found["wide"] >= 1, f"the effects table is wider than {width} px: the check below has something to check"
+    # at 800 px the outcomes and effects tables scroll (the checks below have something to check); at 1400 px every
+    # table fits the page (issue 49: nothing behind a sideways scroll on a laptop's screen)
+    assert found["wide"] >= 1 if width < 1000 else found["wide"] == 0, f"{found['wide']} table(s) wider than {width} px"
     assert found["cut"] == [], f"tables wider than the page without a scroll container: {found['cut']}"
     assert found["keyHidden"] == [], f"tables whose first column is off the page: {found['keyHidden']}"
     # the outcome grid, the budget chart and the timelines: their tick labels, axis labels, phase labels and legend,

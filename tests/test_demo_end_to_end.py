@@ -272,11 +272,12 @@ def test_the_demo_verdict_names_the_deciding_factor_and_the_neutral_one_with_its
     decision = verdict["factors"]["mem_fraction"]
     assert decision["p_value"] == pytest.approx(1 / 3) and decision["significant"] is False
     assert decision["repetitions_to_settle"] == 4
-    first_screen = (run_dir / "report.md").read_text().split("## ")[0]
+    # the first screen: the headline (its strength and what would settle it), the outcomes, the verdict's prose
+    first_screen = "\n## ".join((run_dir / "report.md").read_text().split("\n## ")[:3])
     assert "0.85 2/2 vs 0.55 0/2 ready at custom\\_ar=off" in first_screen, first_screen
     assert "p = 0.33" in first_screen and "4 runs per side would settle it" in first_screen
     html = (run_dir / "summary.html").read_text()
-    assert html.index("4 runs per side would settle it") < html.index("Outcomes"), "on the report's first screen"
+    assert html.index("4 runs a side would settle it") < html.index(">Outcomes<"), "the headline, first"
     # the budget recomputed from the logged numbers explains both outcomes
     by_variant = {b["variant"]: b for b in verdict["budget"]}
     low, high = by_variant["custom_ar=off, mem_fraction=0.55"], by_variant["custom_ar=off, mem_fraction=0.85"]

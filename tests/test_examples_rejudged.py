@@ -45,8 +45,8 @@ def search(tmp_path_factory):
 
 
 def first_screen(run_dir: Path) -> str:
-    """report.md up to its first section (`## `): the verdict's prose, before any table."""
-    return (run_dir / "report.md").read_text().split("\n## ")[0]
+    """report.md's first screen: the headline, the outcomes and the verdict's prose (up to the next section)."""
+    return "\n## ".join((run_dir / "report.md").read_text().split("\n## ")[:3])
 
 
 def counts(stratum: dict) -> list[tuple]:

@@ -17,7 +17,7 @@ def test_the_h200_verdict_answers_how_much_memory_each_memory_percent_took(tmp_p
     shutil.copytree(H200, run_dir)
     reportmd.write_verdict(run_dir)
     text = (run_dir / "report.md").read_text()
-    verdict_part = text.split("## Outcomes")[0]
+    verdict_part = text.split("\n## Verdict\n")[1].split("\n## ")[0]
     # 124,197 MiB against 70,049 MiB of nvidia-smi's peak, matched runs, n=2 each side
     assert "- peak GPU memory (nvidia-smi every 100 ms): `memory_percent=0.9` 121.3 GiB vs `memory_percent=0.5` 68.4 GiB " \
            "(+52.9 GiB, 1.77×; n=2 vs 2" in verdict_part

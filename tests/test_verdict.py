@@ -69,14 +69,15 @@ def test_an_experiment_whose_every_run_is_a_kit_error_concludes_nothing(demo_cop
     assert v["effects"] == []
     assert len(v["excluded_runs"]) == 8 and {r["why"] for r in v["excluded_runs"]} == {"kit error"}
     md = (demo_copy / "report.md").read_text()
-    head = md.split("## Outcomes")[0]
-    assert "**Inconclusive**" in head and "Nothing can be concluded" in head
+    head, verdict_part = md.split("## Outcomes")[0], md.split("\n## Verdict\n")[1].split("\n## ")[0]
+    assert "Nothing can be concluded" in head, "the headline: the verdict's own reason"
+    assert "**Inconclusive**" in verdict_part and "Nothing can be concluded" in verdict_part
     assert "Controlled comparison" not in md and "Does not change" not in md
     proc = subprocess.run([*LAUNCHLAB, "report", str(demo_copy)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "INCONCLUSIVE: nothing can be concluded" in proc.stderr
     html = (demo_copy / "summary.html").read_text()
-    verdict_at, outcomes_at = html.index("Inconclusive"), html.index("Outcomes")
+    verdict_at, outcomes_at = html.index("Nothing can be concluded"), html.index(">Outcomes<")
     assert verdict_at < outcomes_at and "Controlled comparison" not in html
 
 

@@ -85,8 +85,8 @@ def _run(path: Path, out: Path) -> tuple[Path, dict]:
 
 
 def first_screen(run_dir: Path) -> str:
-    """report.md before its first table (its first section, `## `): the verdict's prose."""
-    return (run_dir / "report.md").read_text().split("\n## ")[0]
+    """report.md's first screen: the headline, the outcomes and the verdict's prose (up to the next section)."""
+    return "\n## ".join((run_dir / "report.md").read_text().split("\n## ")[:3])
 
 
 def test_a_port_taken_during_one_repetition_makes_the_factor_flaky_naming_the_odd_run(tmp_path, sim_root):

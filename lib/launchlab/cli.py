@@ -60,7 +60,19 @@ def _run(args: argparse.Namespace) -> int:
     print(run_dir)
     directory = rundir.RunDir(run_dir)
     print(f"report: {directory.report_md if args.no_html else directory.summary_html}", file=sys.stderr)
+    _say_headline(run_dir)
     return 0
+
+
+def _say_headline(run_dir: Path) -> None:
+    """The report's headline as the last lines on the terminal (stderr: stdout's last line stays the path scripts
+    read): the answer, its strength, what would settle it."""
+    from launchlab.reporting import headline
+
+    found = headline.of_run_dir(Path(run_dir))
+    if found is not None:
+        sys.stdout.flush()  # the path first, where both go to one terminal
+        print(f"\n{found.text()}", file=sys.stderr)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -70,6 +82,7 @@ def _import(args: argparse.Namespace) -> int:
     run_dir = importer.import_runs(args.imports, out_root=args.out, follow_symlinks=args.follow_symlinks)
     print(run_dir)
     print(f"report: {rundir.RunDir(run_dir).summary_html}", file=sys.stderr)
+    _say_headline(run_dir)
     return 0
 
 
@@ -98,7 +111,9 @@ def _report(args: argparse.Namespace) -> int:
     from launchlab.runner import notebooks
 
     # absolute: papermill runs the notebook from another folder (resolved by RunDir.check, through no other user's link)
-    print(notebooks.summarize(Path(os.path.abspath(args.run_dir)), html=not args.no_html))
+    run_dir = Path(os.path.abspath(args.run_dir))
+    print(notebooks.summarize(run_dir, html=not args.no_html))
+    _say_headline(run_dir)
     return 0
 
 

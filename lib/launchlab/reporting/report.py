@@ -19,13 +19,23 @@ from launchlab import masking, params, terminal
 from launchlab.errors import RunDirError
 from launchlab.escaping import html_text, md, md_code, md_spans
 from launchlab.logparse.kinds import KINDS
-from launchlab.reporting.reporttables import effects_in_gib, in_gib, log_tail, show, styled
+from launchlab.reporting import headline
+from launchlab.reporting.reporttables import (
+    effects_in_gib,
+    in_gib,
+    log_tail,
+    outcome_colours,
+    show,
+    styled,
+    with_detail_rows,
+)
 from launchlab.store import records, rundir
 from launchlab.store.verdictrecord import Verdict, plain
 from launchlab.verdicts import (
     analysis,
     budget,
     frames,
+    grouping,
     ledger,
     levelchecks,
     ordereffects,
@@ -308,6 +318,17 @@ class Report:
                 "(`launchlab run PARAMS`) makes one; then run this notebook again."
                 + (f" Also passed over:{skipped}" if skipped else ""))
 
+    @property
+    def headline_record(self) -> headline.Headline:
+        """The answer in one sentence, its strength and what would settle it (headline.py), from the verdict."""
+        return headline.of(self.verdict, planned=len(self.manifest.run_ids),
+                           resume=headline.resume_command(self.manifest, self.run_dir))
+
+    def headline(self) -> HTML:
+        """The report's first box: the answer, its strength, what would settle it (before any table but the
+        outcomes, which answer at a glance)."""
+        return HTML(self.headline_record.html())
+
     def verdict_text(self) -> Markdown:
         return Markdown(self.verdict_markdown())
 
@@ -338,7 +359,7 @@ class Report:
         if not checks:
             return styled(pd.DataFrame({"note": ["no level sets a flag the server's log records, and no factor is "
                                                  "about custom all-reduce: nothing to check"]}))
-        frame = pd.DataFrame([{**c.counts(), "detail": c.detail} for c in checks])
+        frame = pd.DataFrame([{**c.counts(), "detail": grouping.detail(c.detail)} for c in checks])
         return styled(frame)
 
     @property
@@ -383,11 +404,13 @@ class Report:
             return Markdown("No confound found: versions, installed files, environment, host, driver and the GPUs' "
                             "state before each launch are the same in every valid run (besides the declared "
                             "factors), and every level checked took effect.")
-        lines = [f"- **{md(c.kind)}** — {md(c.detail)} (runs: {md(', '.join(c.runs))})" for c in found]
+        lines = [f"- **{md(c.kind)}** — {md(grouping.detail(c.detail))} (runs: {md(grouping.runs_named(c.runs))})"
+                 for c in found]
         return Markdown("**The comparison is not controlled.**\n\n" + "\n".join(lines))
 
     def outcomes(self) -> Styler:
-        return styled(in_gib(analysis.outcomes(self.observations, self.factors)))
+        """Each variant's runs and how they ended, the outcome cell red to green by its share of ready runs."""
+        return outcome_colours(styled(in_gib(analysis.outcomes(self.observations, self.factors))))
 
     def outcome_grid(self) -> None:
         fig = _plots().outcome_grid(self.observations, self.factors)
@@ -411,9 +434,13 @@ class Report:
         effects["diffs_identical"] = [e.no_spread for e in self.verdict.effects]
         effects.loc[effects["diffs_identical"], ["ci_low", "ci_high"]] = None
         effects = effects_in_gib(effects)
-        return styled(effects[["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
-                               "baseline_n", "baseline_mean", "diff", "ci_low", "ci_high", "diffs_identical", "ratio",
-                               "signs_disagree"]], precision=3, rows_of="metric")
+        columns = ["factor", "level", "baseline_level", "metric", "strata", "n", "mean", "sd", "min", "max",
+                   "baseline_n", "baseline_mean", "diff", "ci_low", "ci_high", "diffs_identical", "ratio",
+                   "signs_disagree"]
+        # a flag false in every row says nothing a row needs (no interval is blank already): it would only widen the
+        # table past a 1280 px page
+        columns = [c for c in columns if c not in ("diffs_identical", "signs_disagree") or effects[c].any()]
+        return styled(effects[columns], precision=3, rows_of="metric", breakable=("factor", "baseline_level", "metric", "strata"))
 
     def warnings(self) -> Markdown:
         items = self.verdict.warnings
@@ -492,8 +519,12 @@ class Report:
              "Line plots: GPU memory used over time, one panel per variant, one line per run coloured by outcome",
              raster=len(self.frames.runs) > TIMELINE_SVG_MAX_RUNS)
 
-    def failures(self) -> Styler:
-        return styled(analysis.failures(self.frames.runs))
+    def failures(self) -> HTML:
+        """Each run that did not become ready, its failure message whole on a row of its own (wrapped at any width)."""
+        found = analysis.failures(self.frames.runs)
+        if found.empty:
+            return HTML("<p>Every run became ready.</p>")
+        return HTML(with_detail_rows(found, "failure_message", label="failure message"))
 
     def failure_logs(self, lines: int = 20) -> HTML:
         """The last lines of the server log of every run that did not become ready."""
@@ -505,8 +536,9 @@ class Report:
                          f"<pre>{html_text(tail)}</pre></details>")
         return HTML("\n".join(parts) or "<p>Every run became ready.</p>")
 
-    def runs_table(self) -> Styler:
-        return styled(in_gib(self.frames.runs))
+    def runs_table(self) -> HTML:
+        """Every run, its failure message on a row of its own (as in "Why launches failed"): the table fits the page."""
+        return HTML(with_detail_rows(in_gib(self.frames.runs), "failure_message", label="failure message"))
 
     def run_links(self) -> HTML:
         """Relative links to each run's raw files (they work where the run directory is opened whole)."""

@@ -15,7 +15,7 @@ from launchlab.reporting.report import IMPORTED_NOTE
 from launchlab.reporting.reporttables import in_gib, markdown
 from launchlab.store import rundir
 from launchlab.store.verdictrecord import Verdict
-from launchlab.verdicts import analysis, thresholds
+from launchlab.verdicts import analysis, grouping, thresholds
 
 
 def write_verdict(run_dir: Path) -> Verdict:
@@ -25,7 +25,10 @@ def write_verdict(run_dir: Path) -> Verdict:
     rep.__dict__["verdict"] = v  # what report.md's prose reads (Report.verdict is a cached property)
     directory = rundir.RunDir(rep.run_dir)
     rundir.write_json(directory.verdict_file, v.to_json())
-    text = [f"# {md(rep.exp.experiment)}", "", f"Question: {md(rep.exp.question)}", ""]
+    # the answer first (headline.py), then the outcomes that show it at a glance; the question and the detail below
+    text = [f"# {md(rep.exp.experiment)}", "", rep.headline_record.markdown(), ""]
+    text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.observations, rep.factors))), ""]
+    text += ["## Verdict", "", f"Question: {md(rep.exp.question)}", ""]
     if rep.exp.simulated:
         text += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]
     if rep.imported:
@@ -39,13 +42,11 @@ def write_verdict(run_dir: Path) -> Verdict:
         text += [r.markdown() for r in v.excluded_runs] + [""]
     if v.warmup_runs:
         text += ["## Warm-up runs", "", report.warmup_markdown(v.warmup_runs).strip(), ""]
-    text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.observations, rep.factors))),
-             ""]
     if v.level_checks:
         checks = pd.DataFrame([c.counts() for c in v.level_checks])
         text += ["## Did each level take effect? (the server's own log)", "", markdown(checks), ""]
     if v.confounds:
-        text += ["## Confounds", ""] + [f"- {md(c.kind)}: {md(c.detail)}" for c in v.confounds] + [""]
+        text += ["## Confounds", ""] + [f"- {md(c.kind)}: {md(grouping.detail(c.detail))}" for c in v.confounds] + [""]
     if v.warnings:
         text += ["## Warnings", ""] + [f"- {md_spans(w)}" for w in v.warnings] + [""]
     summary = rep.budget_summary()

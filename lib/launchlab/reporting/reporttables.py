@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -69,24 +70,33 @@ def effects_in_gib(effects: pd.DataFrame) -> pd.DataFrame:
     return effects
 
 
-def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = None) -> Styler:
+def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = None,
+           breakable: tuple[str, ...] = ()) -> Styler:
     """A table as the report shows it: no index column, no column that is empty in every row (a host that records
     none of a field), numbers right-aligned at the precision that carries them (`column_formats`), text
     left-aligned, a column of single tokens (run ids, levels) never broken inside one, NaN as blank, and every
     cell and header HTML-escaped (cells hold log lines and params values). A long table whose rows hold different
     quantities (`rows_of`: the column naming each row's, as an effect's metric) writes the rows of a quantity whose
-    every value is whole as integers (KV tokens), whatever the other rows of its columns hold."""
+    every value is whole as integers (KV tokens), whatever the other rows of its columns hold. A column of
+    `breakable` tokens (an effect's factor and metric) may break after a dot or an underscore before a letter, each
+    piece whole (`peak_mem_` / `used_gib`), so a long name does not push the table past the page."""
     frame = without_empty_columns(frame)
     formats = column_formats(frame, precision)
     names = {c: html_text(c) for c in frame.columns}
     frame = frame.rename(columns=names)
     styler = frame.style.hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
+    # a header may break after each underscore (`peak_mem_<wbr>used_gib`): a column is as wide as its values, not as
+    # its one-word name, so the outcomes, effects and budget tables fit a 1280 px page (issue 49)
+    styler = styler.format_index(lambda name: str(name).replace("_", "_<wbr>"), axis="columns")
     for column, format_value in formats.items():
         styler = styler.format(format_value, subset=[names[column]], na_rep="")
+    broken = [c for c in breakable if c in names and c not in formats]
+    for column in broken:
+        styler = styler.format(_token_html, subset=[names[column]], na_rep="")  # escapes each piece itself
     if rows_of is not None and rows_of in names:
         styler = _whole_rows(styler, frame, names[rows_of], [names[c] for c in formats])
-    return styler.set_table_styles({names[c]: _column_css(frame[names[c]], numeric=c in formats) for c in names},
-                                   overwrite=False)
+    return styler.set_table_styles({names[c]: _column_css(frame[names[c]], numeric=c in formats,
+                                                          whole=c not in broken) for c in names}, overwrite=False)
 
 
 def _whole_rows(styler: Styler, frame: pd.DataFrame, key: str, numeric: list[str]) -> Styler:
@@ -97,11 +107,10 @@ def _whole_rows(styler: Styler, frame: pd.DataFrame, key: str, numeric: list[str
     return styler
 
 
-def _column_css(values: pd.Series, *, numeric: bool) -> list[dict]:
+def _column_css(values: pd.Series, *, numeric: bool, whole: bool = True) -> list[dict]:
     props = "text-align: right" if numeric else "text-align: left"
-    if not numeric and _tokens(values):
-        props += "; white-space: nowrap"
-    return [{"selector": "th", "props": props}, {"selector": "td", "props": props}]
+    cells = props + ("; white-space: nowrap" if whole and not numeric and _tokens(values) else "")
+    return [{"selector": "th", "props": props}, {"selector": "td", "props": cells}]  # headers break at `_<wbr>`
 
 
 def _tokens(values: pd.Series) -> bool:
@@ -166,3 +175,68 @@ def markdown(frame: pd.DataFrame) -> str:
     body = ["| " + " | ".join(cell(c, v) for c, v in zip(frame.columns, row, strict=True)) + " |"
             for row in frame.itertuples(index=False)]
     return "\n".join([head, rule, *body])
+
+
+# the outcome cell's background by its share of ready runs: the outcome grid's ends (all ready, none) and between
+OUTCOME_COLOURS = {"all": "#c6e9c4", "some": "#fbe6a8", "none": "#f6c3c0"}
+
+
+def _outcome_css(value) -> str:
+    """'3/3 ready' green, '0/3 ready' red, '1/3 ready' amber; 'no valid run' uncoloured (nothing was observed)."""
+    ready, _, rest = str(value).partition("/")
+    total = rest.split(" ", 1)[0]
+    if not (ready.isdigit() and total.isdigit() and int(total)):
+        return ""
+    share = "all" if ready == total else "none" if ready == "0" else "some"
+    return f"background-color: {OUTCOME_COLOURS[share]}; color: #000"
+
+
+def outcome_colours(styler: Styler, column: str = "outcome") -> Styler:
+    """The outcomes table with its outcome column coloured red to green, so the table answers at a glance."""
+    if column not in styler.data.columns:
+        return styler
+    return styler.map(_outcome_css, subset=[column])
+
+
+def _token_html(value) -> str:
+    """A single token (a run id) that may break only after a dot or an underscore before a letter, each piece
+    unbroken: `01_fraction-0.004.` / `graphs-off.` — never inside `graphs-off` at its hyphen, as a browser would, nor
+    inside a number (`0.004`)."""
+    pieces = re.split(r"(?<=[._])(?=[A-Za-z])|(?<= )", str(value))  # and after a space, where text breaks anyway
+    return "<wbr>".join(f'<span style="white-space: nowrap">{html_text(p)}</span>' for p in pieces)
+
+
+def without_false_flags(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame without the yes/no columns that say no in every row (`simulated`, `imported` of a batch the kit ran
+    on a real host): a flag no row raises widens the table past the page and tells no row apart."""
+    flags = [c for c in frame.columns if frame[c].dtype == bool and not frame[c].any()]
+    return frame.drop(columns=flags) if len(frame) else frame
+
+
+def with_detail_rows(frame: pd.DataFrame, detail: str, *, label: str = "", precision: int = 2) -> str:
+    """An HTML table whose long text column (`detail`: a failure message) is a row of its own under each row, across
+    the whole table and wrapped, so the message is read whole at 800 px instead of behind a sideways scroll; the
+    other columns as `styled` shows them (escaped, single tokens unbroken). A row without a detail has no such row."""
+    shown = without_false_flags(without_empty_columns(frame.drop(columns=[detail])))
+    columns = list(shown.columns)
+    formats = column_formats(shown, precision)
+    head = "".join(f'<th style="text-align: {"right" if c in formats else "left"}">'
+                   f"{html_text(c).replace('_', '_<wbr>')}</th>" for c in columns)
+
+    def cell(column: str, value) -> str:
+        if _is_blank(value):
+            return "<td></td>"
+        if column in formats:
+            return f'<td style="text-align: right">{html_text(formats[column](value))}</td>'
+        text = _token_html(value) if _tokens(pd.Series([value])) else html_text(value)
+        return f'<td style="text-align: left">{text}</td>'
+
+    body = []
+    for (_, row), text in zip(shown.iterrows(), frame[detail], strict=True):
+        cells = "".join(cell(c, v) for c, v in zip(columns, row, strict=True))
+        body.append(f"<tr>{cells}</tr>")
+        if not _is_blank(text):
+            said = f"{html_text(label)}: " if label else ""
+            body.append(f'<tr class="ll-detail"><td colspan="{len(columns)}">{said}'
+                        f'<span class="ll-message">{html_text(text)}</span></td></tr>')
+    return f'<table class="ll-detail-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'

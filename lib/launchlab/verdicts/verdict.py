@@ -27,7 +27,17 @@ from launchlab.store.verdictrecord import (
     LevelCheck,
     Verdict,
 )
-from launchlab.verdicts import analysis, budget, confounds, consistency, derivedargs, effects, ledger, levelchecks
+from launchlab.verdicts import (
+    analysis,
+    budget,
+    confounds,
+    consistency,
+    derivedargs,
+    effects,
+    grouping,
+    ledger,
+    levelchecks,
+)
 
 
 def _findings(led: ledger.Ledger, budget_runs: pd.DataFrame | None, events: pd.DataFrame, *, measured: list[dict],
@@ -194,8 +204,9 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
         lines.append(said)
     contradicted = [c for c in v.level_checks if c.runs_contradicted]
     if contradicted:
-        lines.append("**A level did not take effect:** " + md("; ".join(c.detail.split("; it took effect")[0]
-                                                                      for c in contradicted))
+        # one sentence per run said once, the runs counted (15 runs of one GPU said the same sentence 15 times)
+        said = grouping.grouped([s for c in contradicted for s in c.detail.split("; it took effect")[0].split("; ")])
+        lines.append("**A level did not take effect:** " + md("; ".join(said))
                      + ". Its runs were left out of that factor's comparisons.")
     lines += _decisions(v)
     if not v.conclusive and not (v.outcome_factors or v.neutral_factors):

@@ -1,0 +1,296 @@
+"""The answer at the top of every report: one sentence that answers the question, its strength in words and numbers,
+and what would settle it — built once from the verdict record and shown by the summary, report.md and the CLI.
+
+It never says more than the verdict: an inconclusive verdict leads with "Inconclusive" and why; a decision the
+exact test does not back says so in its strength; the break-even is the server's own number, from its log.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from launchlab.errors import LaunchlabError
+from launchlab.escaping import html_text, md, md_spans, visible
+from launchlab.numtext import significant
+from launchlab.store import rundir
+from launchlab.store.verdictrecord import (
+    CHANGES_HOW,
+    CONFOUNDED,
+    DECIDING,
+    FINDINGS,
+    FLAKY,
+    NEUTRAL,
+    UNDETERMINED,
+    Decision,
+    Verdict,
+)
+from launchlab.verdicts import budget, ledger
+
+NO_OBSERVATION = "no valid observation of the server"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """lead: the one sentence that answers the question; strength: how strong the evidence is, in words and numbers;
+    settle: what would settle it (empty when nothing would change it). Plain text: each renderer escapes it."""
+
+    lead: str
+    strength: str
+    settle: str = ""
+
+    def lines(self) -> list[str]:
+        return [self.lead, f"Strength: {self.strength}."] + ([f"{_capital(self.settle)}."] if self.settle else [])
+
+    def text(self) -> str:
+        """For a terminal: no control character of a params value reaches it raw."""
+        return "\n".join(visible(line) for line in self.lines())
+
+    def markdown(self) -> str:
+        """report.md's and the notebook's first lines: the lead in bold, then the strength and what would settle it
+        (the kit's own `commands` stay code spans; every other character is escaped)."""
+        said = [f"**{md(self.lead)}**", "", f"Strength: {md(self.strength)}."]
+        if self.settle:
+            said += ["", f"{md_spans(_capital(self.settle))}."]
+        return "\n".join(said)
+
+    def html(self) -> str:
+        """The summary's first box (class `ll-headline`, styled by the offline template)."""
+        settle = f'<p class="ll-settle">{_html_spans(_capital(self.settle))}.</p>' if self.settle else ""
+        return (f'<div class="ll-headline"><p class="ll-lead">{html_text(self.lead)}</p>'
+                f'<p class="ll-strength">Strength: {html_text(self.strength)}.</p>{settle}</div>')
+
+
+def _html_spans(text: str) -> str:
+    """Escaped HTML in which the kit's own `code` spans (a command to run) are code, as md_spans does for Markdown."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:
+        return html_text(text)
+    return "".join(f"<code>{html_text(p)}</code>" if i % 2 else html_text(p) for i, p in enumerate(parts))
+
+
+def of(v: Verdict, *, planned: int, resume: str = "") -> Headline:
+    """The headline of a verdict. planned: the runs the plan asked for; resume: the command that finishes an
+    unfinished batch (`launchlab run PARAMS --resume RUN_DIR`), said when some planned run has no final status."""
+    unfinished = [r for r in v.excluded_runs if r.why in (ledger.MISSING, ledger.INTERRUPTED)]
+    finish = (f"finish the batch ({len(unfinished)} of {planned} runs have no final status) with `{resume}`"
+              if unfinished and resume else "")
+    if v.thresholds is not None:
+        return _search(v, finish)
+    valid = planned - len(v.excluded_runs)
+    if valid <= 0 or not v.factors:
+        reason = (v.inconclusive_reasons or [f"nothing can be concluded: none of the {planned} planned runs is a "
+                                             "valid observation of the server"])[0]
+        return Headline(_capital(reason) + ".", NO_OBSERVATION,
+                        finish or "runs that launch the server and end, ready or failed, would settle it (see why "
+                                  "each run is not an observation)")
+    lead = _lead(v)
+    strength, settle = _strength(v)
+    return Headline(lead, strength, finish or settle)
+
+
+def of_run_dir(run_dir: Path) -> Headline | None:
+    """The headline of a run directory's verdict.json (the CLI's last lines); None where it has none yet."""
+    directory = rundir.RunDir(run_dir)
+    try:
+        verdict = Verdict.from_json(rundir.read_json(directory.verdict_file))
+        manifest = directory.manifest()
+    except (OSError, LaunchlabError):
+        return None
+    return of(verdict, planned=len(manifest.run_ids), resume=resume_command(manifest, directory.path))
+
+
+def resume_command(manifest: rundir.Manifest, run_dir: Path) -> str:
+    """`launchlab run PARAMS --resume RUN_DIR`, with the params file the run directory was made from; empty for the
+    folder of one run_variant.ipynb run, which no batch made (its report says to run `launchlab run PARAMS`)."""
+    if manifest.single_run:
+        return ""
+    return shlex.join(["launchlab", "run", manifest.params_file or "PARAMS", "--resume", str(run_dir)])
+
+
+def _capital(text: str, names=()) -> str:
+    """Capitalised, unless it starts with a name that reads only as written (a factor: never "Num_blocks")."""
+    first = text.split(" ", 1)[0].rstrip(":,;")
+    return text if first in names or text.startswith("`") else text[:1].upper() + text[1:]
+
+
+def _levels(d: Decision) -> str:
+    """'0.004 starts (6/6 ready), 0.002 fails (kv_cache_no_memory in kv_cache; 0/6 ready)': each level's valid runs
+    summed over the strata where the factor changed the outcome (all strata where it changed it nowhere), with how
+    most of them ended."""
+    strata = [s for s in d.strata if s.changes] or d.strata
+    counts: dict[str, list] = {}
+    for s in strata:
+        for level, p in s.levels.items():
+            c = counts.setdefault(level, [0, 0, {}])
+            c[0] += int(p.get("ready") or 0)
+            c[1] += int(p.get("valid") or 0)
+            for how, n in (p.get("outcomes") or {}).items():
+                c[2][how] = c[2].get(how, 0) + n
+    parts = []
+    for level, (ready, valid, hows) in counts.items():
+        if not valid:
+            parts.append(f"{level} no valid run")
+            continue
+        how = max(hows, key=hows.get) if hows else ("starts" if ready == valid else "fails")
+        verb, _, why = how.partition(": ")  # 'fails: kv_cache_no_memory in kv_cache'
+        verb = verb if len(hows) <= 1 else f"mostly {verb}"
+        if verb.endswith(")") and not why:  # 'starts but its first request fails (kv_cache_no_memory)'
+            verb, _, why = verb[:-1].rpartition(" (")
+        parts.append(f"{level} {verb} ({why + '; ' if why else ''}{ready}/{valid} ready)")
+    return ", ".join(parts)
+
+
+def _where(d: Decision) -> str:
+    """Where it decides, from its summary: ' at every level of graphs', ' at fraction=0.004, graphs=off'."""
+    summary = d.summary.split(" — ", 1)[0]
+    for verb in ("decides the launch", "changes how the launch fails", "does not change the launch outcome"):
+        if verb in summary:
+            return summary.split(verb, 1)[1]
+    return ""
+
+
+def _says(factor: str, d: Decision, status: str) -> str:
+    if status in DECIDING:
+        return f"{factor} decides whether the launch starts{_where(d)}: {_levels(d)}"
+    if status == CHANGES_HOW:
+        return f"{factor} changes how the launch fails, not whether it starts{_where(d)}: {_levels(d)}"
+    return f"{factor} does not change the launch outcome"
+
+
+def _break_even(v: Verdict) -> str:
+    """'; the server's own numbers put the break-even of --mem-fraction-static at 0.0029' (a range where the variants
+    differ), or '' where the kind's budget predicts none."""
+    summary = pd.DataFrame(v.budget)
+    found = budget.break_even_of(summary) if not summary.empty else None
+    if found is None:
+        return ""
+    values = sorted({float(x) for x in summary[found.column] if pd.notna(x)})
+    if not values:
+        return ""
+    at = significant(values[0]) if significant(values[0]) == significant(values[-1]) else \
+        f"{significant(values[0])} to {significant(values[-1])}"
+    return f"; the server's own numbers put the break-even of {found.arg} at {at}"
+
+
+def _lead(v: Verdict) -> str:
+    """The sentence: inconclusive and why first; then what decides, where, by how much; what does not."""
+    deciding = [f for f in v.outcome_factors if f in v.factors]
+    said = [_says(f, v.factors[f], v.factors[f].status) for f in deciding]
+    if v.neutral_factors:
+        said.append(f"{', '.join(v.neutral_factors)} {'does' if len(v.neutral_factors) == 1 else 'do'} not change "
+                    "the launch outcome")
+    findings = "".join(f"; but {FINDINGS.get(f.get('kind'), f.get('kind'))}" for f in v.findings)
+    if v.conclusive:
+        control = "" if v.controlled else f"Not controlled ({len(v.confounds)} confound(s)): "
+        return _capital(control + ("; ".join(said) or "no factor changes the launch outcome") + _break_even(v)
+                        + findings, v.factors) + "."
+    first, *rest = [f for f in v.factors if v.factors[f].status in (CONFOUNDED, FLAKY, UNDETERMINED)] or [""]
+    why = _why_not(v, first) if first else (v.inconclusive_reasons or ["?"])[0]
+    others = _others(v, rest)
+    known = f"; {'; '.join(said)}" if said else ""
+    return f"Inconclusive: {why}{others}{known}{_break_even(v)}{findings}."
+
+
+def _why_not(v: Verdict, factor: str) -> str:
+    """Why one factor leaves the verdict inconclusive, in a clause: what it would say, and what stands in the way."""
+    d = v.factors[factor]
+    if d.status == CONFOUNDED:
+        kinds = sorted({c.kind for c in v.confounds if set(c.runs) & set(d.confounded_runs)})
+        n = len(d.confounded_runs)
+        would = (_says(factor, d, d.would_be).replace(" decides", " would decide", 1)
+                 .replace(" does not change", " would not change", 1).replace(" changes how", " would change how", 1)
+                 if d.would_be else f"{factor} cannot be judged")
+        which = (f"a confound ({kinds[0]}) touches" if len(kinds) == 1 else
+                 f"confounds ({', '.join(kinds)}) touch" if kinds else "a confound touches")
+        return f"{would}, but {which} {n} run{'s' if n != 1 else ''} it rests on"
+    if d.status == FLAKY:
+        return f"{factor} is flaky: repetitions of one variant disagree ({_levels(d)})"
+    return d.summary.split(" (", 1)[0]
+
+
+def _others(v: Verdict, factors: list[str]) -> str:
+    """'; graphs and debug are confounded too; custom_ar is undetermined too'."""
+    by: dict[str, list[str]] = {}
+    for f in factors:
+        by.setdefault(v.factors[f].status, []).append(f)
+    return "".join(f"; {' and '.join(names)} {'is' if len(names) == 1 else 'are'} {status} too"
+                   for status, names in by.items())
+
+
+def _weakest(v: Verdict) -> tuple[str, Decision] | None:
+    """The decision the headline's strength is of: the weakest of those that decide or would decide (the largest
+    p-value); else the weakest neutral one."""
+    def rank(statuses):
+        found = [(f, d) for f, d in v.factors.items()
+                 if (d.would_be if d.status == CONFOUNDED else d.status) in statuses and d.p_value is not None]
+        return max(found, key=lambda fd: fd[1].p_value, default=None)
+    return rank((*DECIDING, CHANGES_HOW)) or rank((NEUTRAL,))
+
+
+def _strength(v: Verdict) -> tuple[str, str]:
+    """('not significant: p = 0.1, Fisher's exact test, 3 runs a side', '4 runs a side would settle it')."""
+    found = _weakest(v)
+    if found is None:
+        undetermined = [f for f in v.factors if v.factors[f].status == UNDETERMINED]
+        return ("no exact test: no factor was compared on valid runs of both its levels",
+                f"valid runs of every level of {', '.join(undetermined) or 'the factors'} would settle it (see the "
+                "level checks)")
+    factor, d = found
+    side = f"{d.runs_per_side} run{'s' if d.runs_per_side != 1 else ''} a side" if d.runs_per_side else "runs a side unknown"
+    test = f"p = {d.p_value:.2g}, Fisher's exact test, {side}"
+    status = d.would_be if d.status == CONFOUNDED else d.status
+    if status == NEUTRAL:
+        words = "no difference seen"
+    else:
+        words = "significant at 0.05" if d.significant else "not significant at 0.05"
+    words += f" ({factor})" if len(v.factors) > 1 else ""
+    if v.confounded_factors:
+        return (f"{words}: {test}; not a controlled comparison ({len(v.confounds)} confound(s))",
+                "the same runs without the confounds (see Confounds)"
+                + (f", {d.repetitions_to_settle} a side," if d.repetitions_to_settle and not d.significant else "")
+                + " would settle it")
+    if any(v.factors[f].status in (FLAKY, UNDETERMINED) for f in v.factors):
+        flaky_or_not = [f for f in v.factors if v.factors[f].status in (FLAKY, UNDETERMINED)]
+        return f"{words}: {test}", f"valid, agreeing runs of every level of {', '.join(flaky_or_not)} would settle it"
+    if status in (*DECIDING, CHANGES_HOW) and not d.significant:
+        settle = (f"{d.repetitions_to_settle} runs a side would settle it" if d.repetitions_to_settle
+                  else "more than 100 runs a side would be needed")
+        return f"{words}: {test}", settle
+    return f"{words}: {test}", ""
+
+
+def _search(v: Verdict, finish: str) -> Headline:
+    """A threshold search: the interval per stratum next to the server's predicted break-even."""
+    t = v.thresholds or {}
+    flag, strata = t.get("flag", "the flag"), t.get("strata") or []
+    said: dict[str, list[str]] = {}  # what a stratum found → the strata that found it (said once)
+    open_ = []
+    for row in strata:
+        if row.get("state") == "converged":
+            predicted = row.get("predicted_break_even")
+            side = ("" if predicted is None or predicted != predicted else
+                    f" (the server's own numbers predict {significant(predicted)}, "
+                    f"{'inside' if row.get('predicted_in_interval') else 'OUTSIDE'} it)")
+            found = f"the launch starts from a {flag} in ({row['interval_low']:g}, {row['interval_high']:g}]{side}"
+        else:
+            open_.append(row)
+            found = f"no threshold yet: the search is {row.get('state')}"
+        said.setdefault(found, []).append(str(row["stratum"]))
+    def where(names: list[str]) -> str:
+        if len(strata) == 1:
+            return ""
+        return " in every stratum" if len(said) == 1 else f" at {'; '.join(names)}"
+
+    said = [found + where(names) for found, names in said.items()]
+    lead = _capital("; ".join(said) or f"no threshold of {flag} found") + "."
+    if open_:
+        lead = "Inconclusive: " + lead[0].lower() + lead[1:]
+    launches = sum(int(r.get("launches") or r.get("probes") or 0) for r in strata)
+    strength = (f"a threshold search: {launches} launches, each interval as narrow as the resolution "
+                f"{t.get('resolution')}" if not open_ else f"a threshold search not finished in {len(open_)} stratum(s)")
+    settle = finish or ("`launchlab run PARAMS --resume RUN_DIR` would continue the search" if open_ else "")
+    return Headline(lead, strength, settle)

@@ -1,0 +1,126 @@
+"""The headline atop every report (reporting/headline.py): one sentence that never claims more than the verdict, its
+strength from the verdict's own numbers, what would settle it; first in report.md and last on the CLI's terminal."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import LAUNCHLAB, ROOT
+from launchlab.reporting import headline
+from launchlab.store import rundir
+from launchlab.store.verdictrecord import (
+    CONFOUNDED,
+    DECIDING,
+    Decision,
+    ExcludedRun,
+    Stratum,
+    Verdict,
+)
+
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*/2*") if (p / "verdict.json").exists())
+
+
+def _verdict(path):
+    return Verdict.from_json(json.loads((path / "verdict.json").read_text()))
+
+
+def _planned(path) -> int:
+    return len(rundir.RunDir(path).manifest().run_ids)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
+def test_an_examples_headline_leads_with_inconclusive_exactly_when_its_verdict_is_and_states_the_weakest_p(example):
+    v = _verdict(example)
+    found = headline.of(v, planned=_planned(example), resume="launchlab run P --resume R")
+    assert found.lead.startswith("Inconclusive") == (not v.conclusive or any(
+        r.get("state") != "converged" for r in (v.thresholds or {}).get("strata", []))), found.lead
+    assert "\n" not in found.lead and found.lead.endswith(".") and found.strength
+    if v.thresholds is not None:
+        return
+    deciding = [d for d in v.factors.values() if d.p_value is not None
+                and (d.would_be if d.status == CONFOUNDED else d.status) in DECIDING]
+    if deciding:
+        weakest = max(deciding, key=lambda d: d.p_value)
+        assert f"p = {weakest.p_value:.2g}, Fisher's exact test, {weakest.runs_per_side} runs a side" in found.strength
+        assert ("not significant" in found.strength) == (not weakest.significant)
+        if not weakest.significant and weakest.repetitions_to_settle:
+            assert f"{weakest.repetitions_to_settle} " in found.settle and "settle it" in found.settle
+    for factor in v.outcome_factors:
+        assert factor in found.lead
+
+
+def _empty_verdict(**changes) -> Verdict:
+    fields = {"controlled": False, "conclusive": False, "inconclusive_reasons": [], "baseline": "a",
+              "outcome_factors": [], "neutral_factors": [], "undetermined_factors": ["x"],
+              "factors": {"x": Decision("undetermined", "x is undetermined: no valid run", [])}, "confounds": [],
+              "effects": [], "level_checks": [], "excluded_runs": [], "budget": [], "warnings": []}
+    return Verdict(**{**fields, **changes})
+
+
+def test_without_any_valid_run_the_lead_is_the_verdicts_own_reason_and_the_strength_says_no_observation():
+    reason = "nothing can be concluded: none of the 4 planned runs is a valid observation of the server (4 kit errors)"
+    v = _empty_verdict(inconclusive_reasons=[reason],
+                       excluded_runs=[ExcludedRun(f"0{i}_x-a_rep1", "kit error") for i in range(1, 5)])
+    found = headline.of(v, planned=4)
+    assert found.lead == "N" + reason[1:] + "."
+    assert found.strength == "no valid observation of the server"
+    assert found.settle and "--resume" not in found.settle  # kit errors: nothing left to resume
+
+
+def test_an_unfinished_batch_is_settled_by_the_resume_command_said_as_code():
+    stratum = Stratum(held={}, changes=True, levels={"a": {"ready": 1, "valid": 1, "invalid": ""},
+                                                     "b": {"ready": 0, "valid": 1, "invalid": ""}})
+    decision = Decision("decides", "x decides the launch", [stratum], p_value=1.0, significant=False,
+                        repetitions_to_settle=4, runs_per_side=1)
+    v = _empty_verdict(conclusive=True, controlled=True, outcome_factors=["x"], undetermined_factors=[],
+                       factors={"x": decision}, excluded_runs=[ExcludedRun("03_x-a_rep2", "missing")])
+    found = headline.of(v, planned=3, resume="launchlab run params/p.yaml --resume outputs/p/1")
+    assert found.lead.startswith("x decides whether the launch starts") and "a starts (1/1 ready)" in found.lead
+    assert "1 of 3 runs" in found.settle and "`launchlab run params/p.yaml --resume outputs/p/1`" in found.settle
+    assert "`launchlab run params/p.yaml --resume outputs/p/1`" in found.markdown()
+    assert "<code>launchlab run params/p.yaml --resume outputs/p/1</code>" in found.html()
+    assert "p = 1, Fisher's exact test, 1 run a side" in found.strength
+
+
+def test_the_headline_escapes_what_came_from_a_params_file():
+    bad = "<img src=x onerror=alert(1)>*x*"
+    stratum = Stratum(held={}, changes=True, levels={bad: {"ready": 2, "valid": 2, "invalid": ""},
+                                                     "b": {"ready": 0, "valid": 2, "invalid": ""}})
+    decision = Decision("decides", f"{bad} decides the launch", [stratum], p_value=0.33, significant=False,
+                        repetitions_to_settle=4, runs_per_side=2)
+    v = _empty_verdict(conclusive=True, controlled=True, outcome_factors=[bad], undetermined_factors=[],
+                       factors={bad: decision})
+    found = headline.of(v, planned=4)
+    assert bad in found.lead
+    assert "<img" not in found.html() and "&lt;img" in found.html()
+    assert "<img" not in found.markdown() and r"\*x\*" in found.markdown()
+
+
+@pytest.mark.parametrize("name", ["h200-sglang-kv", "h200-vllm-threshold"])
+def test_report_md_opens_with_the_headline_and_the_cli_ends_with_it(name, tmp_path):
+    [example] = [p for p in EXAMPLES if p.parent.name == name]
+    copy = tmp_path / example.name
+    shutil.copytree(example, copy)
+    proc = subprocess.run([*LAUNCHLAB, "report", "--no-html", str(copy)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = headline.of_run_dir(copy)
+    assert found is not None
+    lines = (copy / "report.md").read_text().splitlines()
+    assert lines[0].startswith("# ") and lines[1] == ""
+    assert "\n".join(lines[2:2 + len(found.markdown().splitlines())]) == found.markdown()
+    assert lines[2].startswith("**") and found.lead[:40].replace("_", "\\_")[:20] in lines[2]
+    said = proc.stderr.rstrip("\n").splitlines()
+    assert said[-len(found.lines()):] == found.text().splitlines()
+    assert proc.stdout.strip().splitlines()[-1].endswith("report.md")  # stdout's last line: still the path
+
+
+def test_launchlab_run_ends_with_the_headline_of_the_batch_it_ran(demo_run):
+    run_dir, stderr = demo_run
+    found = headline.of_run_dir(run_dir)
+    assert found is not None and found.lead
+    assert stderr.rstrip("\n").splitlines()[-len(found.lines()):] == found.text().splitlines()
+    v = _verdict(run_dir)
+    assert found.lead.startswith("Inconclusive") == (not v.conclusive)

@@ -1,0 +1,96 @@
+"""The answer on the first screen and nothing important behind a sideways scroll (issue 49, points 1 and 4), measured
+in a real headless Chromium on every committed example: at 1280 and 800 px the headline is above the fold and
+before every table; at 1280 px no table hides a column; at 800 px each failure message is read whole, wrapped."""
+
+import html
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+from test_browser import FLAGS, chromium  # noqa: F401 (the fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*/2*") if (p / "summary.html").exists())
+FOLD_PX = 900  # the window's height: what a reader sees before scrolling
+
+PROBE = """<script>window.addEventListener('load', () => { setTimeout(() => {
+  const page = document.documentElement.clientWidth;
+  const box = (el) => { const r = el.getBoundingClientRect(); return {top: r.top + scrollY, bottom: r.bottom + scrollY,
+                                                                       left: r.left, right: r.right, width: r.width}; };
+  const head = document.querySelector('.ll-headline');
+  const scroller = (el) => { for (let p = el.parentElement; p; p = p.parentElement) {
+    if (['auto', 'scroll'].includes(getComputedStyle(p).overflowX)) return p; } return null; };
+  const tables = [...document.querySelectorAll('table')].map((t) => {
+    const s = scroller(t);
+    return {text: t.innerText.slice(0, 60), ...box(t), hidden: s ? s.scrollWidth - s.clientWidth : 0};
+  });
+  const messages = [...document.querySelectorAll('.ll-message')].map((m) => ({text: m.textContent.slice(0, 60),
+    ...box(m), overflows: m.scrollWidth > m.clientWidth + 1, cell: box(m.closest('td')),
+    outside: (() => { const s = scroller(m), r = m.getBoundingClientRect();  // outside its box's visible part
+      if (!s) return false; const b = s.getBoundingClientRect(); return r.right > b.right + 1 || r.left < b.left - 1; })()
+  }));
+  document.body.setAttribute('data-first', JSON.stringify({page, head: head ? {...box(head),
+    lead: head.querySelector('.ll-lead').textContent} : null, tables, messages}));
+}, 200); });</script></body>"""
+
+
+def first_screen(chromium, page: Path, width: int, tmp_path: Path) -> dict:  # noqa: F811
+    copy = tmp_path / f"page-{width}.html"
+    copy.write_text(page.read_text().replace("</body>", PROBE))
+    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+                          f"--window-size={width},{FOLD_PX}", "--virtual-time-budget=8000", "--dump-dom", copy.as_uri()],
+                         capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return json.loads(html.unescape(re.search(r'data-first="([^"]*)"', dom.stdout).group(1)))
+
+
+@pytest.mark.parametrize("width", (1280, 800))
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
+def test_the_headline_is_on_the_first_screen_before_any_table(chromium, example, tmp_path, width):  # noqa: F811
+    found = first_screen(chromium, example / "summary.html", width, tmp_path)
+    head = found["head"]
+    assert head is not None, "no headline on the page"
+    verdict = json.loads((example / "verdict.json").read_text())
+    assert head["lead"].startswith("Inconclusive") or verdict["conclusive"], head["lead"]
+    assert head["bottom"] <= FOLD_PX, f"the headline ends at {head['bottom']:.0f} px, below the first screen"
+    assert found["tables"], "no table on the page: the order check would be empty"
+    above = [t["text"] for t in found["tables"] if t["top"] < head["bottom"]]
+    assert above == [], f"tables before the headline: {above}"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
+def test_at_1280_px_no_table_hides_a_column(chromium, example, tmp_path):  # noqa: F811
+    found = first_screen(chromium, example / "summary.html", 1280, tmp_path)
+    assert len(found["tables"]) >= 3
+    hidden = [(t["text"], t["hidden"]) for t in found["tables"] if t["hidden"] > 1 or t["right"] > found["page"] + 1]
+    assert hidden == [], f"tables wider than a 1280 px page (columns behind a sideways scroll): {hidden}"
+
+
+@pytest.mark.parametrize("example", [p for p in EXAMPLES if (pd.read_parquet(p / "runs.parquet")["status"] != "ready")
+                                     .any()], ids=lambda p: p.parent.name)
+def test_at_800_px_every_failure_message_is_read_whole(chromium, example, tmp_path):  # noqa: F811
+    runs = pd.read_parquet(example / "runs.parquet")
+    failed = runs[(runs["status"] != "ready") & runs["failure_message"].fillna("").astype(bool)]
+    found = first_screen(chromium, example / "summary.html", 800, tmp_path)
+    # each message twice: in "Why launches failed" and in "Every run"
+    assert len(found["messages"]) == 2 * len(failed) > 0, found["messages"]
+    cut = [m["text"] for m in found["messages"] if m["right"] > found["page"] + 1 or m["overflows"] or m["outside"]]
+    assert cut == [], f"failure messages not wholly in view at 800 px: {cut}"
+
+
+def test_the_probe_sees_a_table_behind_a_scroll_and_a_message_that_runs_off_the_page(chromium, tmp_path):  # noqa: F811
+    """The checks above can fail: a wide table in a scrolling box and an unwrapped message are both caught."""
+    cells = "".join(f"<td>cell-{i}-with-a-long-name</td>" for i in range(40))
+    page = tmp_path / "bad.html"
+    page.write_text(f'<html><body><div class="ll-headline"><p class="ll-lead">x</p></div>'
+                    f'<div style="overflow-x: auto"><table><tr>{cells}</tr></table></div>'
+                    f'<table><tr><td><span class="ll-message" style="white-space: pre">{"m" * 400}</span></td></tr>'
+                    "</table></body></html>")
+    found = first_screen(chromium, page, 800, tmp_path)
+    assert found["tables"][0]["hidden"] > 1
+    assert found["messages"][0]["right"] > found["page"] + 1
