@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import LAUNCHLAB, ROOT
 
@@ -34,9 +35,12 @@ def test_the_pair_prints_its_run_directory_and_ls_points_at_resume(tmp_path, sim
                     "../params/demo.yaml")
     assert run.returncode == 0, run.stderr[-3000:]
     [run_dir] = [p.parent for p in outputs.glob("*/*/manifest.json")]
-    resume = f"launchlab run {ROOT / 'params/demo.yaml'} --resume {run_dir}"
+    repetitions = yaml.safe_load((ROOT / "params/demo.yaml").read_text())["repetitions"]
+    planned = 4 * repetitions  # the demo's 2 × 2 variants
+    # the plan it was made with, which --resume must be given again
+    resume = f"launchlab run {ROOT / 'params/demo.yaml'} --resume {run_dir} --repetitions {repetitions}"
     said = [line for line in run.stderr.replace("\r", "\n").splitlines() if line.startswith("run_variant.ipynb:")]
-    assert said == [f"run_variant.ipynb: run directory {run_dir} (1 of its 8 planned runs; `{resume}` runs the rest)"]
+    assert said == [f"run_variant.ipynb: run directory {run_dir} (1 of its {planned} planned runs; `{resume}` runs the rest)"]
     # the notebook says it once, in its own output: the terminal's line is not copied into it
     assert stream_texts(tmp_path / "run.ipynb").count(str(run_dir)) == 2  # "run directory: …" and "run … written to …"
     assert "run_variant.ipynb:" not in stream_texts(tmp_path / "run.ipynb")
@@ -46,7 +50,7 @@ def test_the_pair_prints_its_run_directory_and_ls_points_at_resume(tmp_path, sim
             in summary.stderr.replace("\r", "\n").splitlines()), summary.stderr[-2000:]
     listed = subprocess.run([*LAUNCHLAB, "ls", str(outputs)], capture_output=True, text=True, timeout=120)
     [line] = listed.stdout.splitlines()
-    assert "unfinished: 1 of 8 planned runs (one run of run_variant.ipynb)" in line and "launchlab report" not in line
-    assert line.endswith(f"; next: {resume} --repetitions 2"), line
+    assert f"unfinished: 1 of {planned} planned runs (one run of run_variant.ipynb)" in line and "launchlab report" not in line
+    assert line.endswith(f"; next: {resume}"), line
     assert shlex.split(line.split("; next: ")[1])[:5] == ["launchlab", "run", str(ROOT / "params/demo.yaml"),
                                                           "--resume", str(run_dir)]

@@ -7,7 +7,6 @@ exact test does not back says so in its strength; the break-even is the server's
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,15 +99,7 @@ def of_run_dir(run_dir: Path) -> Headline | None:
         manifest = directory.manifest()
     except (OSError, LaunchlabError):
         return None
-    return of(verdict, planned=len(manifest.run_ids), resume=resume_command(manifest, directory.path))
-
-
-def resume_command(manifest: rundir.Manifest, run_dir: Path) -> str:
-    """`launchlab run PARAMS --resume RUN_DIR`, with the params file the run directory was made from; empty for the
-    folder of one run_variant.ipynb run, which no batch made (its report says to run `launchlab run PARAMS`)."""
-    if manifest.single_run:
-        return ""
-    return shlex.join(["launchlab", "run", manifest.params_file or "PARAMS", "--resume", str(run_dir)])
+    return of(verdict, planned=len(manifest.run_ids), resume=manifest.resume_command(directory.path))
 
 
 def _capital(text: str, names=()) -> str:

@@ -61,28 +61,12 @@ def listed(run_dir: rundir.RunDir) -> Listed:
         headline = (f"unfinished: {got.done} of {got.planned} planned runs"
                     + (" (one run of run_variant.ipynb)" if manifest.single_run else "")
                     + (f"; its verdict so far: {headline}" if strength else ""))
-        next_step = resume_command(run_dir, manifest)
+        next_step = manifest.resume_command(run_dir.path)
     else:
         next_step = f"launchlab report {shlex.quote(os.path.abspath(run_dir.path))}" if why_again else ""
     return Listed(run_dir.path, experiment=manifest.experiment, question=manifest.question or "",
                   created_at=manifest.created_at or "", done=got.done, planned=got.planned, headline=headline,
                   strength=strength, p_value=p_value, next_step=next_step, report=_report(run_dir))
-
-
-def resume_command(run_dir: rundir.RunDir, manifest: rundir.Manifest) -> str:
-    """`launchlab run PARAMS --resume RUN_DIR`, with the options that give the plan the batch was made with (the
-    levels it was narrowed to, its repetitions): --resume refuses another plan. PARAMS is the file the batch was
-    run from, where the manifest names one."""
-    params_file = manifest.params_file or "PARAMS"
-    again: list[str] = []
-    if manifest.search is None and manifest.runs:
-        only = [f"{factor}={level}" for factor, levels in manifest.factors.items()
-                for level in levels if {e.levels.get(factor) for e in manifest.runs} < set(levels)
-                and level in {e.levels.get(factor) for e in manifest.runs}]
-        again += ["--only", *only] if only else []
-    if manifest.search is None and manifest.repetitions:
-        again += ["--repetitions", str(manifest.repetitions)]
-    return shlex.join(["launchlab", "run", params_file, "--resume", os.path.abspath(run_dir.path), *again])
 
 
 def summary_line(verdict: Verdict) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -34,9 +33,9 @@ def ensure_run_dir(params_path: str | Path, run_dir: str | Path = "") -> Path:
 
     path = batch.new_run_dir(found_params(params_path))
     # and on the terminal that started the kernel (papermill's): where the run went, and how to run the rest
-    planned = len(rundir.RunDir(path).manifest().run_ids)
-    terminal.say(f"run_variant.ipynb: run directory {path} (1 of its {planned} planned runs; `launchlab run "
-                 f"{shlex.quote(str(Path(params_path).resolve()))} --resume {shlex.quote(str(path))}` runs the rest)")
+    manifest = rundir.RunDir(path).manifest()
+    terminal.say(f"run_variant.ipynb: run directory {path} (1 of its {len(manifest.run_ids)} planned runs; "
+                 f"`{manifest.resume_command(path)}` runs the rest)")
     return path
 
 

@@ -27,6 +27,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 from dataclasses import asdict, dataclass, field, fields
@@ -151,6 +152,21 @@ class Manifest:
     # made by run_variant.ipynb for its own one run (papermill or JupyterLab, no batch): the rest of the plan is
     # listed but was never meant to run here
     single_run: bool = False
+
+    def resume_command(self, run_dir: Path | str) -> str:
+        """`launchlab run PARAMS --resume RUN_DIR`, with the options that give the plan the batch was made with (the
+        levels it was narrowed to, its repetitions): --resume refuses another plan. PARAMS is the file the batch
+        was run from, where the manifest names one. The one command every listing and report prints."""
+        again: list[str] = []
+        if self.search is None and self.runs:
+            ran = {factor: {e.levels.get(factor) for e in self.runs} for factor in self.factors}
+            only = [f"{factor}={level}" for factor, levels in self.factors.items()
+                    for level in levels if ran[factor] < set(levels) and level in ran[factor]]
+            again += ["--only", *only] if only else []
+        if self.search is None and self.repetitions:
+            again += ["--repetitions", str(self.repetitions)]
+        return shlex.join(["launchlab", "run", self.params_file or "PARAMS", "--resume", os.path.abspath(run_dir),
+                           *again])
 
     @classmethod
     def from_json(cls, data: dict, path: Path | str = "manifest.json") -> Manifest:
