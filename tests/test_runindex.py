@@ -50,7 +50,8 @@ def test_the_page_has_one_row_per_run_directory_each_linking_its_report(tmp_path
         assert f"<b>{manifest['experiment']}</b>" in text
         assert f"{len(manifest['run_ids'])}/{len(manifest['run_ids'])}</td>" in text
     assert "<script src" not in text and "http" not in text.replace("http-equiv", ""), "nothing is fetched"
-    assert "not significant: p = 0.33 (4 runs per side would settle it)" in text  # transformers-kv's strength
+    # transformers-kv's strength, as its report's headline says it
+    assert "p = 0.33, Fisher&#x27;s exact test, 2 runs a side; 4 runs a side would settle it" in text
 
 
 def test_the_default_page_is_index_html_in_the_folder_and_its_links_move_with_it(tmp_path):

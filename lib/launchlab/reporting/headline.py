@@ -212,6 +212,12 @@ def _others(v: Verdict, factors: list[str]) -> str:
                    for status, names in by.items())
 
 
+def weakest_p(v: Verdict) -> float | None:
+    """The p-value the headline's strength is of (an index sorts by it); None where no factor was tested."""
+    found = None if v.thresholds is not None else _weakest(v)  # a search's strength is its intervals, not a test
+    return found[1].p_value if found else None
+
+
 def _weakest(v: Verdict) -> tuple[str, Decision] | None:
     """The decision the headline's strength is of: the weakest of those that decide or would decide (the largest
     p-value); else the weakest neutral one."""

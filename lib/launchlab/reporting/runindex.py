@@ -20,6 +20,7 @@ from pathlib import Path
 from launchlab import safefiles
 from launchlab.errors import RunDirError
 from launchlab.escaping import visible
+from launchlab.reporting import headline
 from launchlab.store import rundir
 from launchlab.store.verdictrecord import Verdict
 
@@ -56,7 +57,7 @@ def listed(run_dir: rundir.RunDir) -> Listed:
     except RunDirError as exc:
         return Listed(run_dir.path, unreadable=str(exc))
     manifest = got.manifest
-    headline, strength, p_value, why_again = _verdict(run_dir)
+    headline, strength, p_value, why_again = _verdict(run_dir, planned=got.planned)
     if not got.finished and not manifest.imported:
         headline = (f"unfinished: {got.done} of {got.planned} planned runs"
                     + (" (one run of run_variant.ipynb)" if manifest.single_run else "")
@@ -69,36 +70,9 @@ def listed(run_dir: rundir.RunDir) -> Listed:
                   strength=strength, p_value=p_value, next_step=next_step, report=_report(run_dir))
 
 
-def summary_line(verdict: Verdict) -> str:
-    """The verdict in one sentence. The best one-line summary verdict.json offers today is the record's own headline
-    (inconclusive first, then what decides the launch and how strongly); a headline module of the report can take
-    its place here, the one function the index asks."""
-    return verdict.headline()
-
-
-def strength(verdict: Verdict) -> tuple[str, float | None]:
-    """(how strongly the runs back the verdict, in words with its p-value; the weakest p of the deciding factors)."""
-    if not verdict.conclusive:
-        return "inconclusive", None
-    control = "" if verdict.controlled else "not controlled; "
-    deciding = [verdict.factors[f] for f in verdict.outcome_factors  # as the headline: how it fails is no decision
-                if f in verdict.factors and not verdict.factors[f].how_only]
-    if not deciding:
-        return f"{control}conclusive: no factor decides the launch", None
-    known = [d for d in deciding if d.p_value is not None]
-    if not known:
-        return f"{control}conclusive (no p-value: a verdict of an older kit)", None
-    weakest = max(known, key=lambda d: d.p_value)
-    p = weakest.p_value
-    if p < 0.05:
-        return f"{control}significant: p = {p:.2g}", p
-    settle = (f"{weakest.repetitions_to_settle} runs per side would settle it" if weakest.repetitions_to_settle
-              else "more than 100 runs per side would be needed")
-    return f"{control}not significant: p = {p:.2g} ({settle})", p
-
-
-def _verdict(run_dir: rundir.RunDir) -> tuple[str, str, float | None, bool]:
-    """(the verdict's line, its strength, p-value, whether `launchlab report` should write it again)."""
+def _verdict(run_dir: rundir.RunDir, *, planned: int) -> tuple[str, str, float | None, bool]:
+    """(the report's headline: its lead, its strength, the p-value of that strength; whether `launchlab report`
+    should write the verdict again)."""
     if safefiles.lstat(run_dir.verdict_file) is None:
         return "no verdict yet", "", None, True
     try:
@@ -108,7 +82,9 @@ def _verdict(run_dir: rundir.RunDir) -> tuple[str, str, float | None, bool]:
         return f"verdict.json unreadable ({exc})", "", None, True
     try:
         verdict = Verdict.from_json(data)
-        return (summary_line(verdict), *strength(verdict), False)
+        said = headline.of(verdict, planned=planned)  # the unfinished batch's command is the row's own next step
+        strength = said.strength + (f"; {said.settle}" if said.settle else "")
+        return said.lead, strength, headline.weakest_p(verdict), False
     except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a verdict.json the kit did not write
         return f"verdict.json unreadable ({type(exc).__name__})", "", None, True
 
