@@ -4,6 +4,7 @@ SVG or PNG with alternative text, the end of a log. Shared by the notebook's sec
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import os
@@ -80,7 +81,10 @@ def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = Non
     formats = column_formats(frame, precision)
     names = {c: html_text(c) for c in frame.columns}
     frame = frame.rename(columns=names)
-    styler = frame.style.hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
+    # the table's id (its CSS selectors) from its content: pandas draws a random one, and a re-rendered report
+    # would differ in every table
+    uuid = hashlib.sha256(f"{precision}\0{rows_of}\0{frame.to_csv()}".encode()).hexdigest()[:5]
+    styler = Styler(frame, uuid=uuid).hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
     for column, format_value in formats.items():
         styler = styler.format(format_value, subset=[names[column]], na_rep="")
     if rows_of is not None and rows_of in names:
