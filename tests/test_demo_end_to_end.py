@@ -23,7 +23,7 @@ def test_the_run_directory_has_the_documented_layout(demo_run):
                  "summary.ipynb", "summary.html"):
         assert (run_dir / name).is_file(), name
     runs = sorted((run_dir / "runs").iterdir())
-    assert len(runs) == 8
+    assert len(runs) == 16
     for folder in runs:
         for name in ("run_variant.ipynb", "status.json", "server.log", "nvidia-smi.csv.gz", "provenance.json"):
             assert (folder / name).is_file(), f"{folder.name}/{name}"
