@@ -108,16 +108,17 @@ def _phases_on_log_scale(ax, data: pd.DataFrame, parts, reserve: pd.DataFrame, c
     written above each variant's row (red where there was none)."""
     offsets = [0.3 * (k / max(len(parts) - 1, 1) - 0.5) for k in range(len(parts))]
     shown = []
+    # one line of markers per phase (not one per dot: each is a group of the SVG, and the committed reports count)
     for (column, _label, colour), dy in zip(parts, offsets, strict=True):
-        values = data[column].astype(float)
-        for y, value in enumerate(values):
-            if pd.notna(value) and value > 0:
-                ax.plot(value, y + dy, "o", color=colour, markersize=6, markeredgecolor="black", markeredgewidth=0.4)
-                shown.append(value)
-    for y, value in enumerate(reserve["reserved_gib"]):
-        if pd.notna(value) and value > 0:
-            ax.plot(value, y, "|", color="black", markersize=16, markeredgewidth=2, gid=RESERVED_GID)
-            shown.append(value)
+        at = [(value, y + dy) for y, value in enumerate(data[column].astype(float)) if pd.notna(value) and value > 0]
+        if at:
+            ax.plot(*zip(*at, strict=True), "o", color=colour, markersize=6, markeredgecolor="black",
+                    markeredgewidth=0.4)
+            shown += [value for value, _ in at]
+    at = [(value, y) for y, value in enumerate(reserve["reserved_gib"]) if pd.notna(value) and value > 0]
+    if at:
+        ax.plot(*zip(*at, strict=True), "|", color="black", markersize=16, markeredgewidth=2, gid=RESERVED_GID)
+        shown += [value for value, _ in at]
     if card_gib:
         ax.axvline(card_gib, color="black", linewidth=1.2)
         shown.append(card_gib)
