@@ -37,7 +37,7 @@ def test_a_run_notebook_s_own_run_directory_is_marked_as_one_run_not_a_batch(tmp
 def test_the_summary_s_default_is_the_newest_finished_batch_and_it_names_the_newer_ones_it_passed_over(
         tmp_path, monkeypatch):
     monkeypatch.setenv("LAUNCHLAB_OUTPUTS", str(tmp_path))
-    finished = made(done=8, single_run=False, at=1_000)
+    finished = made(done=16, single_run=False, at=1_000)
     unfinished = made(done=3, single_run=False, at=2_000)
     alone = made(done=1, single_run=True, at=3_000)
     assert rundir.latest(tmp_path).path == alone.path  # the newest of all is the one-run folder
