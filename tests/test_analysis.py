@@ -17,7 +17,7 @@ def demo_facts(demo_run):
     return runs, facts
 
 
-BASELINE = "custom_ar=off, mem_fraction=0.55"
+BASELINE = "custom_ar=off, mem_fraction=0.75"
 
 
 def test_the_real_demo_runs_have_no_confound(demo_facts):
@@ -64,7 +64,7 @@ def test_every_run_running_modified_code_is_a_warning_not_a_confound(demo_facts)
 def test_a_baseline_that_is_not_reproducible(demo_facts):
     runs, facts = demo_facts
     runs = runs.copy()
-    runs.loc[runs["run_id"] == runs["run_id"][0], "status"] = "ready"
+    runs.loc[runs["run_id"] == runs["run_id"][0], "status"] = "failed"  # one of the baseline's 4 ready runs
     kinds = [c["kind"] for c in confounds.find(runs, facts, BASELINE)]
     assert kinds == ["baseline"]
 
@@ -76,5 +76,5 @@ def test_hosts_that_are_not_balanced_over_the_variants(demo_facts):
     [found] = confounds.find(runs, facts, BASELINE)
     assert found["kind"] == "host" and "other-box×1" in found["detail"]
     balanced = runs.copy()
-    balanced["host"] = ["a"] * 4 + ["b"] * 4  # one replicate per host, as the plan spreads them
+    balanced["host"] = ["a"] * 8 + ["b"] * 8  # two replicates per host, as the plan spreads them
     assert confounds.find(balanced, facts, BASELINE) == []

@@ -50,7 +50,7 @@ def test_the_report_renders_offline_with_its_tables_and_plots(chromium, demo_run
     assert "Outcome" in dom.stdout and "Verdict" in dom.stdout
     assert dom.stdout.count("<h1") == 1, "one title: summary.ipynb's own (notebook-only) is not in the page"
     assert "kv_cache_no_memory" in dom.stdout
-    assert "2/2 ready" in dom.stdout and "0/2 ready" in dom.stdout
+    assert "4/4 ready" in dom.stdout and "0/4 ready" in dom.stdout
     assert "Threshold search" not in dom.stdout, "a fixed plan shows no (empty) threshold-search section"
     images = re.search(r'data-images="(\d+):(\d+)"', dom.stdout)
     assert images and int(images.group(1)) >= 3 and images.group(1) == images.group(2), "a figure did not render"

@@ -14,7 +14,7 @@ def cli(*args, **kw):
 def test_validate_accepts_the_demo():
     res = cli("validate", str(ROOT / "params/demo.yaml"))
     assert res.returncode == 0
-    assert "8 runs" in res.stdout and "simulated" in res.stdout
+    assert "16 runs" in res.stdout and "simulated" in res.stdout
 
 
 @pytest.mark.slow

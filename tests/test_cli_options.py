@@ -25,8 +25,8 @@ def test_dry_run_prints_every_run_and_each_variants_command_with_secrets_masked_
     proc = cli("run", str(path), "--dry-run", "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "8 runs" in out and "nothing is launched" in out
-    assert "01_custom_ar-off.mem_fraction-0.55_rep1" in out and "08_custom_ar-on.mem_fraction-0.85_rep2" in out
+    assert "16 runs" in out and "nothing is launched" in out
+    assert "01_custom_ar-off.mem_fraction-0.75_rep1" in out and "16_custom_ar-on.mem_fraction-0.85_rep4" in out
     assert "--disable-custom-all-reduce" in out and "--mem-fraction-static 0.85" in out
     assert "SGLANG_FORCE_CUSTOM_AR_PCIE=0" in out
     assert "hf_dryrunsecret123" not in out and "sk-dryrun-456" not in out and "HF_TOKEN=****" in out
@@ -39,9 +39,9 @@ def test_only_and_repetitions_select_a_subset_of_the_plan(tmp_path):
     assert proc.returncode == 0, proc.stderr
     runs = [line.split()[1] for line in proc.stdout.splitlines() if line.strip().startswith("[")]
     assert runs == ["02_custom_ar-off.mem_fraction-0.85_rep1", "04_custom_ar-on.mem_fraction-0.85_rep1"]
-    proc = cli("run", str(ROOT / "params/demo.yaml"), "--dry-run", "--only", "on", "0.55")
+    proc = cli("run", str(ROOT / "params/demo.yaml"), "--dry-run", "--only", "on", "0.75")
     runs = [line.split()[1] for line in proc.stdout.splitlines() if line.strip().startswith("[")]
-    assert runs == ["03_custom_ar-on.mem_fraction-0.55_rep1", "07_custom_ar-on.mem_fraction-0.55_rep2"]
+    assert runs == [f"{seq:02d}_custom_ar-on.mem_fraction-0.75_rep{rep}" for seq, rep in ((3, 1), (7, 2), (11, 3), (15, 4))]
     bad = cli("run", str(ROOT / "params/demo.yaml"), "--dry-run", "--only", "0.99")
     assert bad.returncode == 2 and "--only 0.99: no such level" in bad.stderr and "mem_fraction=0.85" in bad.stderr
 
@@ -54,7 +54,7 @@ def test_only_runs_just_those_runs_and_ls_lists_the_run_directory(tmp_path, sim_
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip())
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["run_ids"] == ["01_custom_ar-off.mem_fraction-0.55_rep1", "02_custom_ar-off.mem_fraction-0.85_rep1"]
+    assert manifest["run_ids"] == ["01_custom_ar-off.mem_fraction-0.75_rep1", "02_custom_ar-off.mem_fraction-0.85_rep1"]
     listing = cli("ls", str(out))
     assert listing.returncode == 0, listing.stderr
     [line] = listing.stdout.splitlines()
@@ -65,18 +65,19 @@ def test_only_runs_just_those_runs_and_ls_lists_the_run_directory(tmp_path, sim_
 
 @pytest.mark.slow
 def test_more_repetitions_than_the_params_file_has_runs_every_one_of_them(tmp_path, sim_root):
-    # the run notebook finds its run in the plan the batch made, not in the file's (2 repetitions in demo.yaml)
+    # the run notebook finds its run in the plan the batch made, not in the file's (4 repetitions in demo.yaml)
     out = tmp_path / "out"
     proc = cli("run", "--no-html", str(ROOT / "params/demo.yaml"), "--out", str(out), "--only", "custom_ar=off",
-               "mem_fraction=0.55", "--repetitions", "3")
+               "mem_fraction=0.75", "--repetitions", "5")
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip())
     records = {p.parent.name: json.loads(p.read_text()) for p in run_dir.glob("runs/*/status.json")}
-    assert sorted(records) == [f"0{seq}_custom_ar-off.mem_fraction-0.55_rep{rep}" for seq, rep in ((1, 1), (5, 2), (9, 3))]
-    # the progress counts the selection: [3/3] for the run the full plan places ninth, never [9/3]
-    assert "[3/3] 09_custom_ar-off.mem_fraction-0.55_rep3" in proc.stderr and "[9/3]" not in proc.stderr, proc.stderr
-    # each ran its server (the same outcome three times), none is the kit's error
-    assert {r["status"] for r in records.values()} == {records["01_custom_ar-off.mem_fraction-0.55_rep1"]["status"]}
+    assert sorted(records) == [f"{seq:02d}_custom_ar-off.mem_fraction-0.75_rep{rep}"
+                               for seq, rep in ((1, 1), (5, 2), (9, 3), (13, 4), (17, 5))]
+    # the progress counts the selection: [5/5] for the run the full plan places 17th, never [17/5]
+    assert "[5/5] 17_custom_ar-off.mem_fraction-0.75_rep5" in proc.stderr and "[17/5]" not in proc.stderr, proc.stderr
+    # each ran its server (the same outcome five times), none is the kit's error
+    assert {r["status"] for r in records.values()} == {records["01_custom_ar-off.mem_fraction-0.75_rep1"]["status"]}
     assert all(r["status"] != "error" and r["phase_reached"] for r in records.values()), records
 
 

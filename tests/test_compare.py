@@ -33,10 +33,10 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def demo_copy(folder: Path, weights: str) -> Path:
     """params/demo.yaml at a fast pace, with `weights` GiB of weights per rank."""
     text = DEMO.read_text()
-    old = "weights_gib_per_rank: 70.0"
-    assert old in text
+    old, pace = "weights_gib_per_rank: 70.0", "pace: 0.5 "
+    assert old in text and pace in text
     path = folder / f"demo-{weights}.yaml"
-    path.write_text(text.replace(old, f"weights_gib_per_rank: {weights}\n    pace: 0.05"))
+    path.write_text(text.replace(old, f"weights_gib_per_rank: {weights}").replace(pace, "pace: 0.05 "))
     return path
 
 
@@ -48,14 +48,15 @@ def run_batch(path: Path, env: dict, *extra: str) -> Path:
 
 @pytest.fixture(scope="module")
 def compared_demo(tmp_path_factory):
-    """The demo (custom_ar off, both fractions, 2 repetitions) before; after, the same with SGLang 0.5.9 in its
-    log (the simulated server's SIM_SGLANG_VERSION) and 74 GiB of weights per rank instead of 70; then
+    """The demo (custom_ar off, both fractions, 2 repetitions) with 66 GiB of weights per rank before; after, the
+    same with SGLang 0.5.9 in its log (the simulated server's SIM_SGLANG_VERSION) and the demo's 70 GiB (its
+    break-even, 0.748, still below both fractions: every run starts on both sides); then
     `launchlab compare` of the two."""
     base = tmp_path_factory.mktemp("compare-demo")
     env = {**os.environ, "LAUNCHLAB_SIM_ROOT": str(base / "sim"), "LAUNCHLAB_OUTPUTS": str(base / "outputs")}
     subset = ("--repetitions", "2", "--only", "custom_ar=off")
-    before = run_batch(demo_copy(base, "70.0"), env, *subset)
-    after = run_batch(demo_copy(base, "74.0"), {**env, "SIM_SGLANG_VERSION": "0.5.9"}, *subset)
+    before = run_batch(demo_copy(base, "66.0"), env, *subset)
+    after = run_batch(demo_copy(base, "70.0"), {**env, "SIM_SGLANG_VERSION": "0.5.9"}, *subset)
     proc = cli("compare", str(before), str(after))
     assert processes_using(str(base / "sim")) == []
     return before, after, proc
@@ -77,14 +78,14 @@ def test_the_demo_against_a_new_version_with_heavier_weights_names_the_versions_
     before, after, proc = compared_demo
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "Same question: the same factors and levels (custom_ar: off, on; mem_fraction: 0.55, 0.85)." in out
+    assert "Same question: the same factors and levels (custom_ar: off, on; mem_fraction: 0.75, 0.85)." in out
     assert f"{VERSION_LINE} differs: 0.5.8: all 4 runs before; 0.5.9: all 4 runs after" in out
     assert "Outcomes unchanged: every variant (2) has the same share of ready runs before and after." in out
-    assert "params hosts.box.weights_gib_per_rank differs: 70.0 before, 74.0 after" in out
+    assert "params hosts.box.weights_gib_per_rank differs: 66.0 before, 70.0 after" in out
     record = record_of(before, after)
     assert record["comparable"] is True and record["outcomes_unchanged"] is True
     assert [(o["variant"], o["changed"], o["p_value"]) for o in record["outcomes"]] == [
-        ("custom_ar=off, mem_fraction=0.55", False, 1.0), ("custom_ar=off, mem_fraction=0.85", False, 1.0)]
+        ("custom_ar=off, mem_fraction=0.75", False, 1.0), ("custom_ar=off, mem_fraction=0.85", False, 1.0)]
     [version] = [d for d in record["differences"] if d["what"] == VERSION_LINE]
     assert version["kind"] == "log" and version["within"] == [] and version["before_runs"] == []
     assert sorted(version["after_runs"]) == sorted(rundir.RunDir(after).manifest().run_ids)
@@ -103,8 +104,9 @@ def test_the_break_even_moves_up_with_heavier_weights_as_each_side_s_own_verdict
         assert s["before_mean"] == pytest.approx(own[0][s["variant"]]) and s["after_mean"] == pytest.approx(own[1][s["variant"]])
         assert s["diff"] > 0.03 and s["before_n"] == s["after_n"] == 2
     assert "Break-even mem_fraction_static (1 − avail/total) moved up in every variant" in proc.stdout
-    [kv] = [s for s in record["shifts"] if s["metric"] == "kv_tokens"]  # only the ready variant has a KV cache
-    assert kv["variant"] == "custom_ar=off, mem_fraction=0.85" and kv["diff"] < 0
+    kv = [s for s in record["shifts"] if s["metric"] == "kv_tokens"]  # both variants start, each with a KV cache
+    assert {s["variant"] for s in kv} == {"custom_ar=off, mem_fraction=0.75", "custom_ar=off, mem_fraction=0.85"}
+    assert all(s["diff"] < 0 for s in kv)
     assert "KV capacity (tokens) moved down in every variant" in proc.stdout
 
 

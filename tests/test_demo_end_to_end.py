@@ -23,7 +23,7 @@ def test_the_run_directory_has_the_documented_layout(demo_run):
                  "summary.ipynb", "summary.html"):
         assert (run_dir / name).is_file(), name
     runs = sorted((run_dir / "runs").iterdir())
-    assert len(runs) == 8
+    assert len(runs) == 16
     for folder in runs:
         for name in ("run_variant.ipynb", "status.json", "server.log", "nvidia-smi.csv.gz", "provenance.json"):
             assert (folder / name).is_file(), f"{folder.name}/{name}"
@@ -40,31 +40,34 @@ def test_the_run_directory_has_the_documented_layout(demo_run):
 def test_the_outcome_matrix_is_the_seed_scenario(demo_run):
     run_dir, _ = demo_run
     runs = pd.read_parquet(run_dir / "runs.parquet")
-    assert len(runs) == 8
-    low, high = runs[runs["mem_fraction"] == "0.55"], runs[runs["mem_fraction"] == "0.85"]
-    assert set(low["status"]) == {"failed"}
-    assert set(low["failure_reason"]) == {"kv_cache_no_memory"}
-    assert set(low["failure_phase"]) == {"kv_cache"}
-    assert set(high["status"]) == {"ready"}
-    assert high["startup_s"].notna().all()
-    # interleaved: A B C D A B C D
-    assert list(runs["variant"].iloc[:4]) == list(runs["variant"].iloc[4:])
+    assert len(runs) == 16
+    # 0.75 lies between the break-evens (0.748 without custom all-reduce, 0.753 with it): the seed's symptom
+    dies = runs[(runs["mem_fraction"] == "0.75") & (runs["custom_ar"] == "on")]
+    starts = runs[~runs["run_id"].isin(dies["run_id"])]
+    assert len(dies) == 4 and set(dies["status"]) == {"failed"}
+    assert set(dies["failure_reason"]) == {"kv_cache_no_memory"}
+    assert set(dies["failure_phase"]) == {"kv_cache"}
+    assert len(starts) == 12 and set(starts["status"]) == {"ready"}
+    assert starts["startup_s"].notna().all()
+    # interleaved: A B C D A B C D …
+    assert list(runs["variant"].iloc[:4]) * 4 == list(runs["variant"])
 
 
-def test_custom_all_reduce_costs_kv_capacity_but_does_not_decide_the_launch(demo_run):
+def test_custom_all_reduce_costs_kv_capacity_and_decides_the_launch_only_at_the_fraction_between(demo_run):
     run_dir, _ = demo_run
     runs = pd.read_parquet(run_dir / "runs.parquet")
     events = pd.read_parquet(run_dir / "events.parquet")
     kv = events[(events["field"] == "kv_tokens") & (events["rank"] == "0")].merge(runs, on="run_id")
+    kv = kv[kv["mem_fraction"] == "0.85"]
     on = kv[kv["custom_ar"] == "on"]["value"]
     off = kv[kv["custom_ar"] == "off"]["value"]
-    assert len(on) == len(off) == 2
+    assert len(on) == len(off) == 4
     assert on.max() < off.min()
     assert on.min() > 0.9 * off.max()  # a little, not a lot
     from launchlab.verdicts import analysis
 
     deciders = analysis.outcome_deciders(runs, ["custom_ar", "mem_fraction"]).set_index("factor")
-    assert not deciders.loc["custom_ar", "changes_launch_outcome"]
+    assert deciders.loc["custom_ar", "changes_launch_outcome"]
     assert deciders.loc["mem_fraction", "changes_launch_outcome"]
 
 
@@ -82,13 +85,13 @@ def test_frames_have_the_documented_columns(demo_run):
     assert telemetry.groupby("run_id")["gpu_index"].nunique().eq(8).all()
     assert (telemetry["mem_total_mib"] == 97887).all()
     ready = runs[runs["status"] == "ready"]["peak_mem_used_mib"]
-    assert (ready > 80_000).all()
+    assert (ready > 70 * 1024).all()  # the weights (70 GiB a rank) and a KV pool
 
 
 def test_progress_lines_name_the_run_its_state_and_elapsed_time(demo_run):
     _, stderr = demo_run
-    assert re.search(r"\[1/8\] 01_custom_ar-off\.mem_fraction-0\.55_rep1  watching  [\d.]+ s", stderr)
-    assert re.search(r"\[8/8\] 08_custom_ar-on\.mem_fraction-0\.85_rep2  ready at [\d.]+ s, stopped by the kit "
+    assert re.search(r"\[1/16\] 01_custom_ar-off\.mem_fraction-0\.75_rep1  watching  [\d.]+ s", stderr)
+    assert re.search(r"\[16/16\] 16_custom_ar-on\.mem_fraction-0\.85_rep4  ready at [\d.]+ s, stopped by the kit "
                      r"\(done in [\d.]+ s\)", stderr)
 
 
@@ -252,7 +255,7 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
     assert a0 < b1 and b0 < a1, f"the two runs did not overlap: {windows}"
 
 
-def test_the_demo_verdict_names_the_deciding_factor_and_the_neutral_one_with_its_kv_effect(demo_run):
+def test_the_demo_verdict_has_custom_all_reduce_decide_at_one_fraction_significantly_and_says_why(demo_run):
     run_dir, _ = demo_run
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert set(verdict) >= {"controlled", "conclusive", "inconclusive_reasons", "baseline", "outcome_factors",
@@ -262,30 +265,37 @@ def test_the_demo_verdict_names_the_deciding_factor_and_the_neutral_one_with_its
     assert verdict["controlled"] is True, verdict["confounds"]
     assert verdict["conclusive"] is True and verdict["inconclusive_reasons"] == [] and verdict["excluded_runs"] == []
     assert verdict["undetermined_factors"] == []
-    assert verdict["baseline"] == "custom_ar=off, mem_fraction=0.55"
-    assert verdict["outcome_factors"] == ["mem_fraction"] and verdict["neutral_factors"] == ["custom_ar"]
+    assert verdict["baseline"] == "custom_ar=off, mem_fraction=0.75"
+    assert verdict["outcome_factors"] == ["custom_ar", "mem_fraction"] and verdict["neutral_factors"] == []
+    # custom all-reduce decides at 0.75 (4/4 vs 0/4: Fisher's exact p = 2/70 < 0.05) and not at 0.85
+    car = verdict["factors"]["custom_ar"]
+    assert car["status"] == "decides_in_some" and car["significant"] is True and car["repetitions_to_settle"] is None
+    assert car["p_value"] == pytest.approx(2 / 70) and car["p_value"] < 0.05
+    by_stratum = {s["held"]["mem_fraction"]: s for s in car["strata"]}
+    assert by_stratum["0.75"]["changes"] is True and by_stratum["0.85"]["changes"] is False
+    [compared] = by_stratum["0.75"]["comparisons"]
+    assert (compared["ready"], compared["reference_ready"], compared["valid"]) == (0, 4, 4) and compared["significant"]
+    assert verdict["factors"]["mem_fraction"]["status"] == "decides_in_some"
     [kv] = [e for e in verdict["effects"] if (e["factor"], e["level"], e["metric"]) == ("custom_ar", "on", "kv_tokens")]
-    assert kv["n"] == 2 and kv["diff"] < 0 and 0.9 < kv["ratio"] < 1
-    assert kv["ci_low"] <= kv["diff"] <= kv["ci_high"] and kv["pairs"] == 2, "n=2 per side: a 95 % interval"
-    assert any("kv_tokens n=2 vs 2" in w for w in verdict["warnings"]), verdict["warnings"]
-    # the strength of the decision: 2/2 vs 0/2 ready in each stratum, Fisher's exact p = 1/3, settled by 4 per side
-    decision = verdict["factors"]["mem_fraction"]
-    assert decision["p_value"] == pytest.approx(1 / 3) and decision["significant"] is False
-    assert decision["repetitions_to_settle"] == 4
-    # the first screen: the headline (its strength and what would settle it), the outcomes, the verdict's prose
+    assert kv["n"] == 4 and kv["pairs"] == 4 and kv["diff"] < 0 and 0.9 < kv["ratio"] < 1
+    assert kv["strata"] == ["mem_fraction=0.85"], "compared where both start"
+    # the first screen: the headline (its strength), the outcomes, the verdict's prose
     first_screen = "\n## ".join((run_dir / "report.md").read_text().split("\n## ")[:3])
-    assert "0.85 2/2 vs 0.55 0/2 ready at custom\\_ar=off" in first_screen, first_screen
-    assert "p = 0.33" in first_screen and "4 runs per side would settle it" in first_screen
+    assert "on 0/4 vs off 4/4 ready at mem\\_fraction=0.75" in first_screen, first_screen
+    assert "p = 0.029, significant at 0.05" in first_screen
+    headline = (run_dir / "report.md").read_text().split("\n## ")[0]
+    assert "p = 0.029" in headline and "significant at 0.05" in headline, headline
     html = (run_dir / "summary.html").read_text()
-    assert html.index("4 runs a side would settle it") < html.index(">Outcomes<"), "the headline, first"
-    # the budget recomputed from the logged numbers explains both outcomes
+    assert html.index("p = 0.029") < html.index(">Outcomes<"), "the headline, first"
+    # why: the all-reduce buffers move the break-even from 0.748 to 0.753, and 0.75 lies between
     by_variant = {b["variant"]: b for b in verdict["budget"]}
-    low, high = by_variant["custom_ar=off, mem_fraction=0.55"], by_variant["custom_ar=off, mem_fraction=0.85"]
-    assert low["rest_gib"] < 0 < high["rest_gib"]
-    assert 0.55 < low["break_even_fraction"] < 0.85
-    assert high["kv_gib"] == pytest.approx(high["rest_gib"], abs=0.05)
+    off, on = by_variant["custom_ar=off, mem_fraction=0.75"], by_variant["custom_ar=on, mem_fraction=0.75"]
+    assert round(off["break_even_fraction"], 3) == 0.748 and round(on["break_even_fraction"], 3) == 0.753
+    assert on["rest_gib"] < 0 < off["rest_gib"]
+    assert "the break-even moves from 0.748 to 0.753" in first_screen
+    assert "mem\\_fraction\\_static = 0.75 lies between them" in first_screen, first_screen
     html = (run_dir / "summary.html").read_text()
-    assert "Break-even" in html and f"{low['break_even_fraction']:.3f}" in html
+    assert "Break-even" in html and "the break-even moves from 0.748 to 0.753" in html
     assert "Controlled comparison" in (run_dir / "report.md").read_text()
 
 
@@ -293,16 +303,16 @@ def test_the_demo_level_checks_confirm_every_level_from_the_log(demo_run):
     run_dir, _ = demo_run
     checks = json.loads((run_dir / "verdict.json").read_text())["level_checks"]
     levels = {(c["factor"], c["level"]) for c in checks}
-    assert levels == {("custom_ar", "off"), ("custom_ar", "on"), ("mem_fraction", "0.55"), ("mem_fraction", "0.85")}
+    assert levels == {("custom_ar", "off"), ("custom_ar", "on"), ("mem_fraction", "0.75"), ("mem_fraction", "0.85")}
     assert all(not c["runs_contradicted"] for c in checks), checks
     by = {(c["factor"], c["level"], c["check"]): c for c in checks}
-    assert len(by[("custom_ar", "off", "disable_custom_all_reduce=True")]["runs_confirmed"]) == 4
-    assert len(by[("custom_ar", "off", "custom all-reduce inactive")]["runs_confirmed"]) == 4
-    assert len(by[("custom_ar", "on", "disable_custom_all_reduce=False")]["runs_confirmed"]) == 4
-    # the 0.55 runs fail before CUDA-graph capture, where the log shows custom all-reduce at work
+    assert len(by[("custom_ar", "off", "disable_custom_all_reduce=True")]["runs_confirmed"]) == 8
+    assert len(by[("custom_ar", "off", "custom all-reduce inactive")]["runs_confirmed"]) == 8
+    assert len(by[("custom_ar", "on", "disable_custom_all_reduce=False")]["runs_confirmed"]) == 8
+    # the on/0.75 runs fail before CUDA-graph capture, where the log shows custom all-reduce at work
     active = by[("custom_ar", "on", "custom all-reduce active")]
-    assert len(active["runs_confirmed"]) == 2 and len(active["runs_unknown"]) == 2
-    assert len(by[("mem_fraction", "0.55", "mem_fraction_static=0.55")]["runs_confirmed"]) == 4
+    assert len(active["runs_confirmed"]) == 4 and len(active["runs_unknown"]) == 4
+    assert len(by[("mem_fraction", "0.75", "mem_fraction_static=0.75")]["runs_confirmed"]) == 8
 
 
 def test_the_report_shows_commands_level_checks_failed_logs_and_links_to_each_run(demo_run):

@@ -37,8 +37,8 @@ def test_the_demo_params_validate():
     exp = params.load(DEMO)
     assert exp.simulated
     assert [v.name for v in params.expand(exp)] == [
-        "custom_ar=off, mem_fraction=0.55", "custom_ar=off, mem_fraction=0.85",
-        "custom_ar=on, mem_fraction=0.55", "custom_ar=on, mem_fraction=0.85"]
+        "custom_ar=off, mem_fraction=0.75", "custom_ar=off, mem_fraction=0.85",
+        "custom_ar=on, mem_fraction=0.75", "custom_ar=on, mem_fraction=0.85"]
 
 
 def test_unknown_key_is_rejected_with_its_field_path_line_and_a_suggestion(tmp_path):

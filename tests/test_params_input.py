@@ -114,17 +114,17 @@ def test_a_short_string_repeated_by_aliases_past_the_text_limit_is_refused(tmp_p
 
 
 def test_modest_aliases_still_work(tmp_path):
-    text = DEMO_TEXT.replace('"0.55": {flags: {--mem-fraction-static: "0.55"}}',
-                             '"0.55": &low {flags: {--mem-fraction-static: "0.55"}}')
+    text = DEMO_TEXT.replace('"0.75": {flags: {--mem-fraction-static: "0.75"}}',
+                             '"0.75": &low {flags: {--mem-fraction-static: "0.75"}}')
     path = tmp_path / "exp.yaml"
     path.write_text(text.replace('"0.85": {flags: {--mem-fraction-static: "0.85"}}', '"0.85": *low'))
     exp = params.load(path)
-    assert exp.factors["mem_fraction"]["0.85"].flags == {"--mem-fraction-static": "0.55"}
+    assert exp.factors["mem_fraction"]["0.85"].flags == {"--mem-fraction-static": "0.75"}
 
 
 @pytest.mark.parametrize("escape", ["\\0", "\\x00", "\\u0000"])
 def test_a_nul_written_as_an_escape_is_refused_in_any_string(tmp_path, escape):
-    problems = problems_of(tmp_path, DEMO_TEXT.replace('"0.55"}}', f'"0.5{escape}5"}}}}', 1))
+    problems = problems_of(tmp_path, DEMO_TEXT.replace('"0.75"}}', f'"0.7{escape}5"}}}}', 1))
     assert any("NUL" in p and "line 26" in p for p in problems)
 
 
@@ -152,7 +152,7 @@ def test_a_string_over_64_kib_is_refused(tmp_path):
 @pytest.mark.parametrize("value", ["2001-13-45", "!!float abc", "!!int abc", "!!timestamp abc", "9" * 5000, "!!set a"],
                          ids=["bad-date", "bad-float", "bad-int", "bad-timestamp", "5000-digit-int", "set-of-a-scalar"])
 def test_values_pyyaml_cannot_construct_are_params_errors(tmp_path, value):
-    problems = problems_of(tmp_path, DEMO_TEXT.replace("repetitions: 2", f"repetitions: {value}"))
+    problems = problems_of(tmp_path, DEMO_TEXT.replace("repetitions: 4", f"repetitions: {value}"))
     assert any(p.startswith("line 29:") for p in problems), problems
 
 
@@ -201,8 +201,8 @@ def test_a_control_character_yaml_refuses_is_named_with_its_line(tmp_path):
 def test_an_unquoted_flag_value_is_one_problem_named_once(tmp_path):
     # issue 28: it was listed twice, once per branch of the flag value's type
     demo = (ROOT / "params/demo.yaml").read_text()
-    found = problems_of(tmp_path, demo.replace('--mem-fraction-static: "0.55"', "--mem-fraction-static: 0.55"))
-    assert len(found) == 1 and "--mem-fraction-static: must be a quoted string, got the number 0.55" in found[0]
+    found = problems_of(tmp_path, demo.replace('--mem-fraction-static: "0.75"', "--mem-fraction-static: 0.75"))
+    assert len(found) == 1 and "--mem-fraction-static: must be a quoted string, got the number 0.75" in found[0]
 
 
 def test_a_misspelt_enum_value_or_params_path_gets_a_did_you_mean(tmp_path):

@@ -27,7 +27,7 @@ def with_factors(count: int, levels: int, repetitions: int = 1, name: str = "f{i
     baseline = "".join(f"{name.format(i=i)}: {level.format(i=i, j=0)}, " for i in range(count))
     return (DEMO_TEXT.replace("factors:\n", "factors:\n" + factors)
             .replace("baseline: {", "baseline: {" + baseline)
-            .replace("repetitions: 2", f"repetitions: {repetitions}"))
+            .replace("repetitions: 4", f"repetitions: {repetitions}"))
 
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".hidden", "-x", "x" * 65, "é"])
@@ -91,7 +91,7 @@ def test_a_level_name_is_a_slug_of_at_most_64_characters():
 def test_an_ssh_address_cannot_be_an_option_or_hold_spaces(address):
     text = DEMO_TEXT.replace("transport: sim                 # simulated GPUs; real processes on this machine",
                              f"transport: ssh\n    address: {address!r}").replace("    gpu_name:", "    #")
-    text = text.replace("    mem_total_mib", "    #").replace("    weights_gib", "    #")
+    text = text.replace("    mem_total_mib", "    #").replace("    weights_gib", "    #").replace("    pace:", "    #")
     [problem] = problems_of(text)
     assert problem.startswith("line 11: hosts.box.address:") and "not starting with '-'" in problem
 
@@ -101,7 +101,8 @@ def test_master_addr_and_ssh_user_cannot_be_options():
     assert any(p.startswith("line 8: master_addr: master_addr `-x` must be a host name") for p in problems)
     text = DEMO_TEXT.replace("transport: sim                 # simulated GPUs; real processes on this machine",
                              "transport: ssh\n    address: gpu-box\n    user: '-oX'").replace("    gpu_name:", "    #")
-    [problem] = problems_of(text.replace("    mem_total_mib", "    #").replace("    weights_gib", "    #"))
+    [problem] = problems_of(text.replace("    mem_total_mib", "    #").replace("    weights_gib", "    #")
+                            .replace("    pace:", "    #"))
     assert "hosts.box.user" in problem and "must be a user name" in problem
 
 
@@ -110,7 +111,7 @@ def test_master_addr_and_ssh_user_cannot_be_options():
     ("timeout_s: 120", "timeout_s: .nan", "server.ready.timeout_s"),
     ("timeout_s: 120", "timeout_s: 10000000", "server.ready.timeout_s"),
     ("tolerance_mib: 64", "tolerance_mib: 99999999999999999999", "drain.tolerance_mib"),
-    ("gpus: 8", "gpus: 100000", "hosts.box.gpus"),
+    ("pace: 0.5 ", "gpus: 100000\n    pace: 0.5 ", "hosts.box.gpus"),
 ])
 def test_infinite_nan_and_huge_numbers_are_refused(old, new, field):
     [problem] = problems_of(DEMO_TEXT.replace(old, new))
@@ -161,7 +162,8 @@ def test_problems_across_fields_each_get_their_own_line():
 
 def test_a_field_of_another_transport_is_not_suggested_as_its_own_spelling():
     [problem] = problems_of(DEMO_TEXT.replace("transport: sim ", "transport: local\n    workdir: /w\n    #"
-                                              ).replace("    gpu_name:", "    #").replace("    weights_gib", "    #"))
+                                              ).replace("    gpu_name:", "    #").replace("    weights_gib", "    #")
+                            .replace("    pace:", "    #"))
     assert "hosts.box.mem_total_mib: is not a field here" in problem
 
 

@@ -8,7 +8,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from launchlab.reporting import plots  # noqa: E402
+from launchlab.reporting import budgetchart, plots  # noqa: E402
 
 
 def boxes(fig, texts):
@@ -32,16 +32,33 @@ def test_the_outcome_grid_tick_labels_do_not_overlap_even_with_long_levels():
     assert ax.get_xlabel() == "batching" and ax.get_ylabel() == "memory_percent"
 
 
-def test_the_budget_chart_legend_does_not_cover_its_axis_label():
+def test_the_budget_chart_legend_does_not_cover_its_axis_labels_or_panels():
     memory = pd.DataFrame({"variant": ["a=1", "a=2"], "dist_init_mem_gib": [1.0, 1.0],
                            "weights_mem_gib": [70.0, 70.0], "kv_gib": [10.0, 15.0],
                            "graph_mem_gib": [1.0, 1.0], "weights_end_avail_gib": [23.0, 23.0]})
     for rows in (memory, pd.concat([memory] * 3).assign(variant=[f"v{i}" for i in range(6)])):
-        fig = plots.memory_budget(rows, card_gib=95.6)
-        ax = fig.axes[0]
-        [label] = boxes(fig, [ax.xaxis.label])
-        legend = ax.get_legend().get_window_extent(fig.canvas.get_renderer())
-        assert not legend.overlaps(label), f"{len(rows)} variants: the legend covers the x label"
+        fig = budgetchart.memory_budget(rows, card_gib=95.6)
+        renderer = fig.canvas.get_renderer()
+        [legend] = fig.legends
+        box = legend.get_window_extent(renderer)
+        for ax in fig.axes:
+            [label] = boxes(fig, [ax.xaxis.label])
+            assert not box.overlaps(label), f"{len(rows)} variants: the legend covers the x label"
+            assert not box.overlaps(ax.get_window_extent(renderer)), f"{len(rows)} variants: the legend covers a panel"
+
+
+def test_the_budget_chart_marks_the_kept_back_share_at_the_cards_end_and_the_room_it_left():
+    memory = pd.DataFrame({"variant": ["custom_ar=on"], "dist_init_mem_gib": [2.1], "weights_mem_gib": [70.0],
+                           "free_gib": [22.9]})
+    summary = pd.DataFrame({"variant": ["custom_ar=on"], "total_gib": [92.92], "fraction": [0.75],
+                            "rest_gib": [-0.31]})
+    fig = budgetchart.memory_budget(memory, 95.6, summary, "--mem-fraction-static")
+    card_ax, log_ax = fig.axes
+    [band] = [p for p in card_ax.patches if p.get_gid() == budgetchart.RESERVED_GID]
+    assert band.get_x() == pytest.approx(95.6 - 92.92 * 0.25) and band.get_x() + band.get_width() == pytest.approx(95.6)
+    assert "kept back by --mem-fraction-static" in fig.legends[0].get_texts()[1].get_text()
+    [room] = [t.get_text() for t in log_ax.texts]
+    assert room == "room for KV -0.31 GiB"
 
 
 def test_the_threshold_plots_legend_covers_no_probe():

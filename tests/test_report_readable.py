@@ -9,7 +9,7 @@ import pandas as pd  # noqa: E402
 
 from launchlab import numtext, params  # noqa: E402
 from launchlab.logparse.kinds import KINDS  # noqa: E402
-from launchlab.reporting import plots, report  # noqa: E402
+from launchlab.reporting import budgetchart, plots, report  # noqa: E402
 from launchlab.reporting.reporttables import markdown, styled  # noqa: E402
 from launchlab.store.verdictrecord import Effect  # noqa: E402
 from launchlab.verdicts import budget, question  # noqa: E402
@@ -96,14 +96,17 @@ def test_the_timeline_scales_to_its_data_its_legend_is_outside_and_no_phase_is_m
     assert min(t.get_fontsize() for t in texts) >= plots.MIN_FONT_PT
 
 
-def test_the_budget_scales_to_its_bars_and_writes_out_a_part_too_narrow_to_see():
+def test_the_budget_draws_the_card_on_its_scale_and_each_phase_readable_on_a_log_scale():
     memory = pd.DataFrame({"variant": ["low"], "dist_init_mem_gib": [0.001], "weights_mem_gib": [0.6],
                            "kv_gib": [0.3], "graph_mem_gib": [0.0]})
-    fig = plots.memory_budget(memory, 140.0)
-    ax = fig.axes[0]
-    assert ax.get_xlim()[1] < 1.0, "the bars are drawn on the card's 140 GiB scale"
-    assert [t.get_text() for t in ax.texts] == ["dist init 0.00 GiB"]
-    assert "card capacity 140 GiB, off this scale" in ax.get_xlabel()
+    fig = budgetchart.memory_budget(memory, 140.0)
+    card_ax, log_ax = fig.axes
+    assert card_ax.get_xlim()[1] >= 140.0, "the card's panel spans the card"
+    assert log_ax.get_xscale() == "log"
+    low, high = log_ax.get_xlim()
+    assert low <= 0.001 and high >= 140.0, "0.001 GiB and the card on one readable scale"
+    dots = sorted(float(x) for line in log_ax.lines if line.get_marker() == "o" for x in line.get_xdata())
+    assert dots == [0.001, 0.3, 0.6], "every phase that took memory (none for the CUDA graphs' 0)"
 
 
 def test_probe_runs_of_one_value_are_drawn_apart_and_the_interval_and_tick_beside_them():

@@ -61,19 +61,19 @@ def test_the_demo_interrupted_and_resumed_is_judged_like_the_demo_run_in_one_go(
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err[-2000:]
     [run_dir] = out.glob("*/*")
-    assert not (run_dir / "runs" / "03_custom_ar-on.mem_fraction-0.55_rep1").exists()  # interrupted midway
+    assert not (run_dir / "runs" / "03_custom_ar-on.mem_fraction-0.75_rep1").exists()  # interrupted midway
     resumed = subprocess.run([*LAUNCHLAB, "run", "--no-html", DEMO, *ONCE, "--resume", str(run_dir)],
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "01_custom_ar-off.mem_fraction-0.55_rep1  already done, skipped" in resumed.stderr
-    first = json.loads((run_dir / "runs/01_custom_ar-off.mem_fraction-0.55_rep1/provenance.json").read_text())
+    assert "01_custom_ar-off.mem_fraction-0.75_rep1  already done, skipped" in resumed.stderr
+    first = json.loads((run_dir / "runs/01_custom_ar-off.mem_fraction-0.75_rep1/provenance.json").read_text())
     last = json.loads((run_dir / "runs/04_custom_ar-on.mem_fraction-0.85_rep1/provenance.json").read_text())
     # the resume did run on another box: its folders differ, and are recorded as the kit's own
     assert first["host_env"]["LAUNCHLAB_SIM_STATE"] != last["host_env"]["LAUNCHLAB_SIM_STATE"]
     assert first["kit_env"]["LAUNCHLAB_SIM_STATE"] == first["host_env"]["LAUNCHLAB_SIM_STATE"]
     assert (run_dir / "runs/02_custom_ar-off.mem_fraction-0.85_rep1/attempts/1").is_dir()  # the interrupted attempt
     in_one_go = judged(Path(whole.stdout.strip()))
-    # the demo's verdict: controlled, the fraction decides the launch, custom all-reduce does not
+    # the demo's verdict: controlled, custom all-reduce decides at 0.75 and the fraction with custom all-reduce on
     assert in_one_go["controlled"] is True and in_one_go["confounds"] == []
-    assert in_one_go["outcome_factors"] == ["mem_fraction"] and in_one_go["neutral_factors"] == ["custom_ar"]
+    assert in_one_go["outcome_factors"] == ["custom_ar", "mem_fraction"] and in_one_go["neutral_factors"] == []
     assert judged(run_dir) == in_one_go

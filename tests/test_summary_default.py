@@ -37,7 +37,7 @@ def test_a_run_notebook_s_own_run_directory_is_marked_as_one_run_not_a_batch(tmp
 def test_the_summary_s_default_is_the_newest_finished_batch_and_it_names_the_newer_ones_it_passed_over(
         tmp_path, monkeypatch):
     monkeypatch.setenv("LAUNCHLAB_OUTPUTS", str(tmp_path))
-    finished = made(done=8, single_run=False, at=1_000)
+    finished = made(done=16, single_run=False, at=1_000)
     unfinished = made(done=3, single_run=False, at=2_000)
     alone = made(done=1, single_run=True, at=3_000)
     assert rundir.latest(tmp_path).path == alone.path  # the newest of all is the one-run folder
@@ -45,8 +45,8 @@ def test_the_summary_s_default_is_the_newest_finished_batch_and_it_names_the_new
     assert chosen.finished and chosen.run_dir.path == finished.path
     name = f"{alone.path.parent.name}/"
     assert chosen.skipped == [
-        f"{name}{alone.path.name}: one run of run_variant.ipynb (1 of 8 planned runs), not a batch",
-        f"{name}{unfinished.path.name}: its batch did not finish (3 of 8 planned runs have a final status; "
+        f"{name}{alone.path.name}: one run of run_variant.ipynb (1 of 16 planned runs), not a batch",
+        f"{name}{unfinished.path.name}: its batch did not finish (3 of 16 planned runs have a final status; "
         "`launchlab run PARAMS --resume RUN_DIR` finishes it)"]
 
 
@@ -57,7 +57,7 @@ def test_with_no_finished_batch_the_summary_s_default_is_the_newest_run_director
     alone = made(done=1, single_run=True, at=2_000)
     chosen = rundir.newest_finished(tmp_path)
     assert not chosen.finished and chosen.run_dir.path == alone.path
-    assert chosen.why_not == "one run of run_variant.ipynb (1 of 8 planned runs), not a batch"
+    assert chosen.why_not == "one run of run_variant.ipynb (1 of 16 planned runs), not a batch"
     assert [s.split(":")[0] for s in chosen.skipped] == [f"{older.path.parent.name}/{older.path.name}"]
     with pytest.raises(RunDirError, match="no run directory under"):
         rundir.newest_finished(tmp_path / "empty")

@@ -63,7 +63,7 @@ def test_the_fast_sampler_is_chosen_in_params_and_prints_the_same_csv(tmp_path):
     from launchlab import nvml_sampler, params
 
     exp = params.loads((DATA.parents[1] / "params/demo.yaml").read_text().replace(
-        "repetitions: 2", "repetitions: 2\nsampler: {kind: nvml, interval_ms: 5}"))
+        "repetitions: 4", "repetitions: 4\nsampler: {kind: nvml, interval_ms: 5}"))
     assert commands.gpu_sampler(exp.sampler.interval_ms, [1], exp.sampler.kind) == [
         "python3", "-m", "launchlab.nvml_sampler", "--interval-ms", "5", "-i", "1"]
     header = nvml_sampler.HEADER.split(", ")

@@ -63,11 +63,11 @@ def test_an_experiment_whose_every_run_is_a_kit_error_concludes_nothing(demo_cop
     v = rebuild(demo_copy)
     assert v["conclusive"] is False and v["controlled"] is False
     [reason] = v["inconclusive_reasons"]
-    assert reason.startswith("nothing can be concluded") and "8 kit errors" in reason and "nvidia-smi not found" in reason
+    assert reason.startswith("nothing can be concluded") and "16 kit errors" in reason and "nvidia-smi not found" in reason
     assert v["outcome_factors"] == [] and v["neutral_factors"] == []
     assert v["undetermined_factors"] == ["custom_ar", "mem_fraction"]
     assert v["effects"] == []
-    assert len(v["excluded_runs"]) == 8 and {r["why"] for r in v["excluded_runs"]} == {"kit error"}
+    assert len(v["excluded_runs"]) == 16 and {r["why"] for r in v["excluded_runs"]} == {"kit error"}
     md = (demo_copy / "report.md").read_text()
     head, verdict_part = md.split("## Outcomes")[0], md.split("\n## Verdict\n")[1].split("\n## ")[0]
     assert "Nothing can be concluded" in head, "the headline: the verdict's own reason"
@@ -87,11 +87,12 @@ def test_a_level_with_only_kit_errors_leaves_its_factor_and_the_others_undetermi
     v = rebuild(demo_copy)
     assert v["conclusive"] is False
     assert "mem_fraction" not in v["neutral_factors"] and "mem_fraction" not in v["outcome_factors"]
-    assert v["undetermined_factors"] == ["custom_ar", "mem_fraction"]
+    # custom AR decided where it could be compared (0.75, 4/4 vs 0/4): that stands; the fraction is unknown
+    assert v["undetermined_factors"] == ["mem_fraction"] and v["outcome_factors"] == ["custom_ar"]
     text = " ".join(v["inconclusive_reasons"])
     assert "no valid runs of mem_fraction=0.85" in text and "kit error" in text and "nvidia-smi not found" in text
-    # custom AR was compared where it could be (0.55) and did not change the outcome there: said, not hidden
-    assert "does not change the launch outcome at mem_fraction=0.55" in v["factors"]["custom_ar"]["summary"]
+    # custom AR was compared where it could be (0.75) and changed the outcome there: said, not hidden
+    assert "custom_ar decides the launch at mem_fraction=0.75" in v["factors"]["custom_ar"]["summary"]
     assert v["controlled"] is True  # what was observed is controlled; it just cannot decide
 
 
@@ -102,22 +103,22 @@ def test_runs_that_never_finished_are_missing_named_and_not_counted(demo_copy):
     v = rebuild(demo_copy)
     missing = [r for r in v["excluded_runs"] if r["why"] == "missing"]
     assert sorted(r["run_id"] for r in missing) == sorted(f.name for f in gone)
-    assert v["undetermined_factors"] == ["custom_ar", "mem_fraction"] and v["conclusive"] is False
+    assert v["undetermined_factors"] == ["mem_fraction"] and v["conclusive"] is False
     assert any("missing run" in r for r in v["inconclusive_reasons"])
-    assert any("4 of 8 planned runs are not observations" in w for w in v["warnings"])
+    assert any("8 of 16 planned runs are not observations" in w for w in v["warnings"])
     outcomes = (demo_copy / "report.md").read_text()
     assert "no valid run" in outcomes
 
 
 def test_a_run_whose_kernel_died_is_excluded_and_its_peak_does_not_count(demo_copy):
-    [victim, survivor] = folders(demo_copy, custom_ar="off", mem_fraction="0.85")
+    victim, survivor, *_ = folders(demo_copy, custom_ar="off", mem_fraction="0.85")
     as_kit_error(victim, "the run notebook failed: DeadKernelError: Kernel died", keep_files=True, peak=0.0)
     v = rebuild(demo_copy)
     assert [r["run_id"] for r in v["excluded_runs"]] == [victim.name]
-    assert v["conclusive"] is True and v["outcome_factors"] == ["mem_fraction"]
+    assert v["conclusive"] is True and v["outcome_factors"] == ["custom_ar", "mem_fraction"]
     [peak] = [e for e in v["effects"] if (e["factor"], e["level"], e["metric"]) == ("custom_ar", "on", "peak_mem_used_mib")]
     survivor_peak = json.loads((survivor / "status.json").read_text())["peak_mem_used_mib"]
-    assert peak["baseline_n"] == 3  # 2 at 0.55, 1 at 0.85: the dead run is not one of them
+    assert peak["baseline_n"] == 3  # 3 of 4 at 0.85 (at 0.75 the phases differ): the dead run is not one of them
     assert peak["baseline_mean"] > 70_000 and survivor_peak > 80_000
     assert not any("peak_mem_used_mib: the spread" in w for w in v["warnings"])
 

@@ -238,53 +238,6 @@ def _label_marks(ax, marks: list[tuple[float, str]], high: float, band: float, r
         placed.append(box)
 
 
-# a budget part narrower than this share of the axis is not seen as a bar: its value is written at the bar's end
-BUDGET_VISIBLE_SHARE = 0.005  # ~2.5 px of a 500 px axis
-
-
-def memory_budget(rank_memory: pd.DataFrame, card_gib: float | None) -> plt.Figure:
-    """Stacked memory budget per variant (the mean rank, from the server's log): where the card's memory went. The
-    axis ends at the longest bar (the card's capacity drawn only near it, else said in the axis label); a part too
-    narrow to see is written out at the end of its bar."""
-    data = rank_memory.set_index("variant")
-    # a long variant name (four factors) one level a line: on one line its label widened the figure past the page
-    data.index = [str(v).replace(", ", "\n") if len(str(v)) > 28 else str(v) for v in data.index]
-    lines = max((str(v).count("\n") + 1 for v in data.index), default=1)
-    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 0.9 + (0.3 + 0.2 * lines) * len(data)))
-    left = pd.Series(0.0, index=data.index)
-    parts = []
-    for column, label, colour in BUDGET_PARTS:  # free_gib: the server kind's (ServerKind.free_memory), if any
-        values = data[column] if column in data else pd.Series(0.0, index=data.index)
-        values = values.fillna(0.0).clip(lower=0.0)
-        ax.barh(data.index, values, left=left, color=colour, label=label, gid=f"budget: {column}")
-        parts.append((PHASE_ENDS.get(column, label), values))
-        left = left + values
-    top = float(left.max()) if len(left) else 0.0
-    on_scale = capacity_on_scale(top, card_gib)
-    if on_scale:
-        ax.axvline(card_gib, color="black", linestyle="--", linewidth=0.8, label="card capacity")
-    ax.set_xlim(0, max(top, card_gib if on_scale else 0) * 1.02 or 1)
-    _annotate_narrow(ax, parts, left)
-    off = "" if on_scale or not card_gib else f"; card capacity {card_gib:,.0f} GiB, off this scale"
-    ax.set_xlabel(f"GiB per GPU (server log; free = what was left after the last phase that ran{off})")
-    ax.invert_yaxis()
-    # above the bars: below them the legend covered the axis label
-    ax.legend(fontsize=MIN_FONT_PT, ncols=3, loc="lower center", bbox_to_anchor=(0.5, 1.01), frameon=False)
-    fig.tight_layout()
-    return fig
-
-
-def _annotate_narrow(ax, parts: list[tuple[str, pd.Series]], ends: pd.Series) -> None:
-    """Each bar's parts that are not zero but too narrow to see, as text right of the bar (gid "budget note")."""
-    span = ax.get_xlim()[1]
-    for y, variant in enumerate(ends.index):
-        narrow = [f"{label} {values[variant]:.2f}" for label, values in parts
-                  if 0 < values[variant] < BUDGET_VISIBLE_SHARE * span]
-        if narrow:
-            ax.text(ends[variant] + span * 0.01, y, "; ".join(narrow) + " GiB", va="center", fontsize=MIN_FONT_PT,
-                    color="dimgray", gid="budget note")
-
-
 GRID_CMAP = plt.get_cmap("RdYlGn")
 
 

@@ -503,8 +503,13 @@ class Report:
         if free is not None and (left := free(memory)) is not None:
             memory = memory.assign(free_gib=left)
         card = self.frames.telemetry["mem_total_mib"].max() / 1024 if len(self.frames.telemetry) else None
-        show(_plots().memory_budget(memory, card), "Stacked bars: where each variant's GPU memory went, per the "
-                                                  "server's log (distributed init, weights, KV cache, CUDA graphs, free)")
+        from launchlab.reporting import budgetchart  # matplotlib, as _plots
+
+        flag = KINDS[self.exp.server.kind].break_even
+        show(budgetchart.memory_budget(memory, card, self.budget_summary(), flag.flag if flag else "the memory flag"),
+             "Stacked bars: where each variant's GPU memory went, per the server's log (distributed init, weights, KV "
+             "cache, CUDA graphs, free), against the card's capacity and the share the memory flag keeps back; "
+             "beside them each phase on a log scale")
 
     def timeline(self) -> None:
         if self.frames.telemetry.empty:

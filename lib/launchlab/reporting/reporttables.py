@@ -4,6 +4,7 @@ SVG or PNG with alternative text, the end of a log. Shared by the notebook's sec
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import os
@@ -84,7 +85,10 @@ def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = Non
     formats = column_formats(frame, precision)
     names = {c: html_text(c) for c in frame.columns}
     frame = frame.rename(columns=names)
-    styler = frame.style.hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
+    # the table's id (its CSS selectors) from its content: pandas draws a random one, and a re-rendered report
+    # would differ in every table
+    uuid = hashlib.sha256(f"{precision}\0{rows_of}\0{breakable}\0{frame.to_csv()}".encode()).hexdigest()[:5]
+    styler = Styler(frame, uuid=uuid).hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
     # a header may break after each underscore (`peak_mem_<wbr>used_gib`): a column is as wide as its values, not as
     # its one-word name, so the outcomes, effects and budget tables fit a 1280 px page (issue 49)
     styler = styler.format_index(lambda name: str(name).replace("_", "_<wbr>"), axis="columns")

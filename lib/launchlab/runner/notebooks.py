@@ -235,5 +235,8 @@ def summarize(run_dir: Path, say: Say = stderr, html: bool = True, server: kerne
         raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None
     _mask_notebook(exp, nb)
     from launchlab.reporting import export  # nbconvert: only for the HTML
+    from launchlab.runner import reproducible
+
+    reproducible.settle_file(nb)  # the same run directory renders the same bytes
 
     return export.notebook_to_html(nb, directory.summary_html, title=f"{exp.experiment} — launchlab report")

@@ -133,7 +133,47 @@ def break_even_markdown(summary: pd.DataFrame) -> str:
         [value] = by_value
         return head + f"{value} in every variant. A launch has room for a KV cache only above it."
     return (head + "; ".join(f"{value} for {md(' · '.join(names))}" for value, names in by_value.items())
-            + ". A launch has room for a KV cache only above it.")
+            + ". A launch has room for a KV cache only above it." + _between(summary, found))
+
+
+ASKED = ("fraction", "utilization")  # the budget's column of the value each launch asked for (SGLang, vLLM)
+
+
+def _between(summary: pd.DataFrame, found: BreakEven) -> str:
+    """Why an outcome depends on the variant where the break-even moves: an asked value that lies between two
+    break-evens starts above the lower and fails below the higher (the seed's symptom: custom all-reduce's buffers
+    move SGLang's from 0.748 to 0.753, and 0.75 then fails with them only). Empty where no asked value lies between."""
+    asked = next((c for c in ASKED if c in summary), None)
+    values = summary[found.column].dropna()
+    if asked is None or values.nunique() < 2:
+        return ""
+    low, high = values.min(), values.max()
+    said = []
+    for value in sorted(summary[asked].dropna().unique()):
+        if not low < value < high:
+            continue
+        rows = summary[summary[asked] == value].dropna(subset=[found.column])
+        below = rows[rows[found.column] < value]
+        above = rows[rows[found.column] > value]
+        if below.empty or above.empty:
+            continue
+        names = _differing(rows["variant"])
+        sides = [f"{' · '.join(names[v] for v in side['variant'])} (break-even {significant(side[found.column].max())})"
+                 for side in (below, above)]
+        said.append(f"{found.arg} = {value:g} lies between them: it leaves room for a KV "
+                    f"cache with {sides[0]} and none with {sides[1]}")
+    if not said:
+        return ""
+    return (f" **Why the outcome depends on the variant:** the break-even moves from {significant(low)} to "
+            f"{significant(high)}; " + md("; ".join(said)) + ".")
+
+
+def _differing(variants: pd.Series) -> dict[str, str]:
+    """Each variant named by the levels it does not share with the others at the same asked value
+    (`custom_ar=on` for `custom_ar=on, mem_fraction=0.75`); its whole name where names are not `factor=level` lists."""
+    parts = {v: v.split(", ") for v in variants}
+    common = set.intersection(*(set(p) for p in parts.values())) if parts else set()
+    return {v: ", ".join(x for x in p if x not in common) or v for v, p in parts.items()}
 
 
 # the names these recomputations had before the kinds declared them (kept for callers of budget.py)
