@@ -60,7 +60,7 @@ def test_only_runs_just_those_runs_and_ls_lists_the_run_directory(tmp_path, sim_
     [line] = listing.stdout.splitlines()
     assert str(run_dir) in line and "demo-custom-ar-vs-mem-fraction" in line and "2/2 runs" in line
     # the subset cannot decide custom_ar, and the headline says so first
-    assert "INCONCLUSIVE: custom_ar is undetermined: only custom_ar=off was planned" in line
+    assert "Inconclusive: custom_ar is undetermined: only custom_ar=off was planned" in line, line
 
 
 @pytest.mark.slow

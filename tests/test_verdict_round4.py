@@ -78,9 +78,10 @@ class Imported:
         return row
 
     def prose(self) -> list[str]:
-        """The verdict's paragraphs in report.md: after the header and notes, before the first section."""
-        head = self.report.split("\n## ", 1)[0]
-        return [p for p in head.split("\n\n") if p and not p.startswith(("# ", "Question:", "> "))]
+        """The verdict's paragraphs in report.md: its `## Verdict` section (after the headline and the outcomes)."""
+        section = self.report.split("\n## Verdict\n", 1)[1].split("\n## ", 1)[0]
+        paragraphs = [p.strip() for p in section.split("\n\n")]
+        return [p for p in paragraphs if p and not p.startswith(("Question:", "> "))]
 
 
 def grid(folder: str, factor_names: tuple[str, ...], parse) -> list[dict]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from launchlab import search
 from launchlab.errors import LaunchlabError
 from launchlab.escaping import html_text, md, md_spans, visible
 from launchlab.numtext import significant
@@ -30,6 +31,17 @@ from launchlab.store.verdictrecord import (
 from launchlab.verdicts import budget, ledger
 
 NO_OBSERVATION = "no valid observation of the server"
+# a threshold search's stratum that found no threshold: (what happened, what would settle it) in words
+OPEN_SEARCH = {
+    search.SEARCHING: ("the batch stopped before the search ended", search.SEARCHING),  # → the resume command
+    search.NOISY: ("repetitions of one probed value disagree", "more repetitions per probed value would settle it"),
+    search.NON_MONOTONE: ("a lower value started where a higher one did not",
+                          "repetitions at the values that disagree would settle it"),
+    search.NOT_BRACKETED: ("the outcome did not change inside the range",
+                           "a range that brackets the threshold (wider low and high) would settle it"),
+    search.NO_OBSERVATION: ("no probe was a valid observation of the server",
+                            "probes that launch the server and end, ready or failed, would settle it"),
+}
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,7 @@ def of(v: Verdict, *, planned: int, resume: str = "") -> Headline:
     finish = (f"finish the batch ({len(unfinished)} of {planned} runs have no final status) with `{resume}`"
               if unfinished and resume else "")
     if v.thresholds is not None:
-        return _search(v, finish)
+        return _search(v, finish, resume=resume)
     valid = planned - len(v.excluded_runs)
     if valid <= 0 or not v.factors:
         reason = (v.inconclusive_reasons or [f"nothing can be concluded: none of the {planned} planned runs is a "
@@ -146,10 +158,13 @@ def _where(d: Decision) -> str:
 
 def _says(factor: str, d: Decision, status: str) -> str:
     if status in DECIDING:
-        return f"{factor} decides whether the launch starts{_where(d)}: {_levels(d)}"
+        levels = _levels(d)
+        # a level that starts but fails its first request: what it decides is whether the server serves
+        what = "decides the launch" if " starts but " in levels else "decides whether the launch starts"
+        return f"{factor} {what}{_where(d)}: {levels}"
     if status == CHANGES_HOW:
         return f"{factor} changes how the launch fails, not whether it starts{_where(d)}: {_levels(d)}"
-    return f"{factor} does not change the launch outcome"
+    return f"{factor} does not change the launch outcome{_where(d)}"  # where it was compared, never beyond
 
 
 def _break_even(v: Verdict) -> str:
@@ -171,9 +186,7 @@ def _lead(v: Verdict) -> str:
     """The sentence: inconclusive and why first; then what decides, where, by how much; what does not."""
     deciding = [f for f in v.outcome_factors if f in v.factors]
     said = [_says(f, v.factors[f], v.factors[f].status) for f in deciding]
-    if v.neutral_factors:
-        said.append(f"{', '.join(v.neutral_factors)} {'does' if len(v.neutral_factors) == 1 else 'do'} not change "
-                    "the launch outcome")
+    said += [_says(f, v.factors[f], NEUTRAL) for f in v.neutral_factors if f in v.factors]
     findings = "".join(f"; but {FINDINGS.get(f.get('kind'), f.get('kind'))}" for f in v.findings)
     if v.conclusive:
         control = "" if v.controlled else f"Not controlled ({len(v.confounds)} confound(s)): "
@@ -247,9 +260,8 @@ def _strength(v: Verdict) -> tuple[str, str]:
     words += f" ({factor})" if len(v.factors) > 1 else ""
     if v.confounded_factors:
         return (f"{words}: {test}; not a controlled comparison ({len(v.confounds)} confound(s))",
-                "the same runs without the confounds (see Confounds)"
-                + (f", {d.repetitions_to_settle} a side," if d.repetitions_to_settle and not d.significant else "")
-                + " would settle it")
+                (f"{d.repetitions_to_settle} runs a side" if d.repetitions_to_settle and not d.significant
+                 else "the same comparison") + " without the confounds (see Confounds) would settle it")
     if any(v.factors[f].status in (FLAKY, UNDETERMINED) for f in v.factors):
         flaky_or_not = [f for f in v.factors if v.factors[f].status in (FLAKY, UNDETERMINED)]
         return f"{words}: {test}", f"valid, agreeing runs of every level of {', '.join(flaky_or_not)} would settle it"
@@ -260,7 +272,7 @@ def _strength(v: Verdict) -> tuple[str, str]:
     return f"{words}: {test}", ""
 
 
-def _search(v: Verdict, finish: str) -> Headline:
+def _search(v: Verdict, finish: str, *, resume: str = "") -> Headline:
     """A threshold search: the interval per stratum next to the server's predicted break-even."""
     t = v.thresholds or {}
     flag, strata = t.get("flag", "the flag"), t.get("strata") or []
@@ -275,7 +287,7 @@ def _search(v: Verdict, finish: str) -> Headline:
             found = f"the launch starts from a {flag} in ({row['interval_low']:g}, {row['interval_high']:g}]{side}"
         else:
             open_.append(row)
-            found = f"no threshold yet: the search is {row.get('state')}"
+            found = f"no threshold yet: {OPEN_SEARCH.get(row.get('state'), (row.get('state'), ''))[0]}"
         said.setdefault(found, []).append(str(row["stratum"]))
     def where(names: list[str]) -> str:
         if len(strata) == 1:
@@ -289,5 +301,8 @@ def _search(v: Verdict, finish: str) -> Headline:
     launches = sum(int(r.get("launches") or r.get("probes") or 0) for r in strata)
     strength = (f"a threshold search: {launches} launches, each interval as narrow as the resolution "
                 f"{t.get('resolution')}" if not open_ else f"a threshold search not finished in {len(open_)} stratum(s)")
-    settle = finish or ("`launchlab run PARAMS --resume RUN_DIR` would continue the search" if open_ else "")
+    todo = list(dict.fromkeys(OPEN_SEARCH.get(r.get("state"), ("", ""))[1] for r in open_))
+    todo = [f"`{resume or 'launchlab run PARAMS --resume RUN_DIR'}` would continue the search"
+            if t == search.SEARCHING else t for t in todo if t]
+    settle = finish or "; ".join(todo)
     return Headline(lead, strength, settle)

@@ -20,6 +20,13 @@ from launchlab.store.records import Run
 
 Say = Callable[[str], None]
 
+# the unnamed file papermill writes is /proc/self/fd/N (safefiles.replacing): no extension, which papermill warns of
+# at every run. Filtered for the process, not in a catch_warnings block: a batch runs hosts in threads, and one
+# thread's block ending restores the filters while another's notebook is written (the warning then split a
+# progress line in two)
+warnings.filterwarnings("ignore", message="the file is not specified with any extension")
+
+
 
 def stderr(line: str) -> None:
     """A progress line to stderr; dropped when the terminal is gone (interrupts.unless_gone)."""
@@ -93,10 +100,7 @@ def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKern
     a kernel forked from it; with neither, papermill starts and shuts down one of its own."""
     # papermill writes the executed notebook in a private folder, renamed into place however it ends (a failed
     # cell's notebook is the evidence): a `summary.ipynb` someone linked elsewhere is replaced, never written through
-    with safefiles.replacing(output, mode=rundir.derived_mode(output), keep_on_error=True) as tmp, \
-            warnings.catch_warnings():
-        # the unnamed file papermill writes is /proc/self/fd/N: no extension, which papermill warns of at every run
-        warnings.filterwarnings("ignore", message="the file is not specified with any extension")
+    with safefiles.replacing(output, mode=rundir.derived_mode(output), keep_on_error=True) as tmp:
         _execute(template, tmp, parameters, pool, server=server)
 
 
