@@ -343,6 +343,23 @@ def test_make_s_variables_and_the_environment_s_own_bin_folder_on_path_are_no_di
     assert "None" not in found["detail"] and "'" not in found["detail"]
 
 
+def test_a_search_list_that_differs_only_in_repeated_entries_is_no_difference():
+    """The H100 diagnose example (2026-12-05): the call that started the batch ran through a script that put its
+    `patch` folder on PATH twice, the call that resumed it once — every command resolves the same, and the verdict
+    called the fraction confounded. A repeat after an entry's first occurrence is never reached; an entry moved to
+    the front, or another one, still is a difference."""
+    from launchlab.verdicts import confounds
+
+    base = "/usr/local/bin:/usr/bin:/tmp/t/debroot/usr/bin"
+    first = {"host_env": {"PATH": base + ":/tmp/t/debroot/usr/bin", "PYTHONPATH": "/tmp/t/site:/w/lib:/tmp/t/site"}}
+    resumed = {"host_env": {"PATH": base, "PYTHONPATH": "/tmp/t/site:/w/lib"}}
+    assert confounds.env_differences(["a", "b"], {"a": first, "b": resumed}) == []
+    moved = {"host_env": {"PATH": "/tmp/t/debroot/usr/bin:/usr/local/bin:/usr/bin", "PYTHONPATH": "/tmp/t/site:/w/lib"}}
+    [found] = confounds.env_differences(["a", "b"], {"a": first, "b": moved})
+    assert "PATH" in found["detail"], "the same folders searched in another order can find other files"
+    assert confounds.without_repeats("a::b:a:") == "a::b"
+
+
 def test_a_change_of_what_decides_is_said_in_words_not_verdict_json_s_values():
     """Issue 49: the prose said `decides_in_some before, decides after`."""
     from types import SimpleNamespace

@@ -50,7 +50,8 @@ def test_the_pair_prints_its_run_directory_and_ls_points_at_resume(tmp_path, sim
             in summary.stderr.replace("\r", "\n").splitlines()), summary.stderr[-2000:]
     listed = subprocess.run([*LAUNCHLAB, "ls", str(outputs)], capture_output=True, text=True, timeout=120)
     [line] = listed.stdout.splitlines()
-    assert f"unfinished: 1 of {planned} planned runs (one run of run_variant.ipynb)" in line and "launchlab report" not in line
+    assert f"unfinished: 1 of {planned} planned runs ended (one run of run_variant.ipynb)" in line
+    assert "launchlab report" not in line
     assert line.endswith(f"; next: {resume}"), line
     assert shlex.split(line.split("; next: ")[1])[:5] == ["launchlab", "run", str(ROOT / "params/demo.yaml"),
                                                           "--resume", str(run_dir)]

@@ -213,7 +213,7 @@ def _diagnose(args: argparse.Namespace) -> int:
                               gpu_memory_gib=args.gpu_memory or _card_gib(args.host))
     print(diagnose.text(found))
     made = draft.make(found, draft.Options(command=args.command, host=args.host, search=args.search))
-    out = args.out or _draft_path(found)
+    out = args.out or _draft_path(found, search=args.search)
     draft.write(made, out, force=args.force)
     for note in made.notes:
         print(f"draft: {note}")
@@ -244,11 +244,11 @@ def _card_gib(host: str | None) -> float | None:
     return gpus[0].mem_total_mib / 1024 if gpus else None
 
 
-def _draft_path(found) -> Path:
+def _draft_path(found, *, search: bool) -> Path:
     """params/<experiment>.yaml where the current folder has params/ (a checkout, a workspace), else beside it."""
     from launchlab.runner import draft
 
-    name = f"{draft.experiment_name(found)}.yaml"
+    name = f"{draft.experiment_name(found, search=search)}.yaml"
     return Path("params") / name if Path("params").is_dir() else Path(name)
 
 

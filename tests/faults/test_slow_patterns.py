@@ -79,14 +79,12 @@ def test_the_generic_parser_gives_up_on_a_pattern_after_a_few_slow_lines_and_sti
         return compiled[pattern][-1]
 
     monkeypatch.setattr(patterns.regex, "compile", counted)
-    tic = time.monotonic()
     parsed = generic.parse(lines, ready_pattern=r"(a+)+$|serving", fatal_patterns=[r"boom"])
     # what bounds the cost, whatever the machine's load: after MAX_SLOW_LINES searches over budget, the pattern is
     # never searched again (a pattern tried on every line would be searched 52 times)
     assert sum(c.searches for c in compiled[r"(a+)+$|serving"]) == patterns.MAX_SLOW_LINES
-    # trying the pattern on all 50 slow lines would take at least 50 search budgets (2.5 s); giving up after 5
-    # takes a fifth of that plus the rest (1.6 s once on a machine loaded 3x; the structural check is given_up)
-    assert time.monotonic() - tic < 50 * patterns.SEARCH_BUDGET_S
+    # no wall-clock bound here: a loaded machine (a newcomer check beside other work, 2026-12-05) took 3.0 s where a
+    # quiet one takes under 1; the count above is what bounds the cost, and bench/ measures the time
     assert [(s.pattern, s.line, s.given_up) for s in parsed.slow_patterns] == [(r"(a+)+$|serving", 1, True)]
     assert "after 5 such lines it was no longer tried" in parsed.slow_patterns[0].note()
     assert parsed.failure.message == "RuntimeError: boom"

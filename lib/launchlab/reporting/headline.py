@@ -87,7 +87,7 @@ def of(v: Verdict, *, planned: int, resume: str = "") -> Headline:
     """The headline of a verdict. planned: the runs the plan asked for; resume: the command that finishes an
     unfinished batch (`launchlab run PARAMS --resume RUN_DIR`), said when some planned run has no final status."""
     unfinished = [r for r in v.excluded_runs if r.why in (ledger.MISSING, ledger.INTERRUPTED)]
-    finish = (f"finish the batch ({len(unfinished)} of {planned} runs have no final status) with `{resume}`"
+    finish = (f"finish the batch ({len(unfinished)} of {planned} runs interrupted or not run) with `{resume}`"
               if unfinished and resume else "")
     if v.thresholds is not None:
         return _search(v, finish, resume=resume)

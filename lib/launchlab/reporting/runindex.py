@@ -59,7 +59,7 @@ def listed(run_dir: rundir.RunDir) -> Listed:
     manifest = got.manifest
     headline, strength, p_value, why_again = _verdict(run_dir, planned=got.planned)
     if not got.finished and not manifest.imported:
-        headline = (f"unfinished: {got.done} of {got.planned} planned runs"
+        headline = (f"unfinished: {got.done} of {got.planned} planned runs ended"
                     + (" (one run of run_variant.ipynb)" if manifest.single_run else "")
                     + (f"; its verdict so far: {headline}" if strength else ""))
         next_step = manifest.resume_command(run_dir.path)

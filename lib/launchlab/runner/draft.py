@@ -75,7 +75,7 @@ def make(found: Diagnosis, opts: Options) -> Draft:
     factors, baseline = parts.factors, parts.baseline
     compiles = bool(found.kind and found.kind.relaunch and found.kind.relaunch.compiles)
     varied = found.kind.break_even.flag if search and found.kind and found.kind.break_even else None
-    lines = [*_header(found, notes), f"experiment: {_q(experiment_name(found))}",
+    lines = [*_header(found, notes), f"experiment: {_q(experiment_name(found, search=bool(search)))}",
              f"question: {_q(_question(found, factors, searched=varied))}", "hosts:", *host, "server:",
              f"  kind: {_q(found.kind.name if found.kind else 'generic')}",
              f"  command: [{', '.join(_q(word) for word in command)}]", *_ready(found, simulated)]
@@ -383,9 +383,11 @@ def _header(found: Diagnosis, notes: list[str]) -> list[str]:
     return lines + [f"# {quote(note)}" for note in notes]
 
 
-def experiment_name(found: Diagnosis) -> str:
+def experiment_name(found: Diagnosis, *, search: bool = False) -> str:
+    """The draft's experiment (and default file) name; a search's ends in -search, so that drafting both from one
+    log keeps two files and two folders of run directories apart."""
     parts = ["diagnose", found.kind.name if found.kind else "server", found.failure.reason if found.failure else "launch"]
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts))[:60]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(parts))[:60] + ("-search" if search else "")
 
 
 def _question(found: Diagnosis, factors: dict, *, searched: str | None = None) -> str:

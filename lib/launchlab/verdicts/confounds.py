@@ -37,6 +37,9 @@ LAUNCH_CONTEXT_ENV = {"MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "MAKE
                       "VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "CONDA_PROMPT_MODIFIER",
                       "CONDA_SHLVL"}
 ENV_PREFIXES = ("VIRTUAL_ENV", "CONDA_PREFIX")  # an active environment's folder: its bin/ may lead PATH
+# lists searched in order, first match wins: an entry repeated further on can never be reached, so two lists that
+# differ only in repeats find the same files (a script that appends its folder twice is not a different setting)
+SEARCH_PATH_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "LIBRARY_PATH")
 HOST_FACTS = (("driver", "driver version"), ("cuda", "CUDA version"), ("os", "operating system"), ("kernel", "kernel"))
 
 
@@ -178,7 +181,14 @@ def inherited_env(node: dict) -> dict[str, str]:
         elif name in env and env[name].startswith(value + os.pathsep):
             env[name] = env[name][len(value) + len(os.pathsep):]
     env = without_env_bins(env, [env.get(n) for n in ENV_PREFIXES] + [_of(node, "interpreter", "prefix")])
+    env = {k: (without_repeats(v) if k in SEARCH_PATH_ENV else v) for k, v in env.items()}
     return {k: v for k, v in env.items() if k not in config.VARIABLES and k not in LAUNCH_CONTEXT_ENV}
+
+
+def without_repeats(value: str) -> str:
+    """A search list (PATH, PYTHONPATH, …) with every entry after its first occurrence left out: the search stops at
+    the first, so the list finds the same files with or without them."""
+    return os.pathsep.join(dict.fromkeys(value.split(os.pathsep)))
 
 
 def without_env_bins(env: dict[str, str], prefixes: list) -> dict[str, str]:
