@@ -317,6 +317,35 @@ def test_the_report_says_whether_the_baseline_reproduced_the_diagnosed_failure()
                                     kind="sglang") is None
 
 
+def test_a_search_checks_the_diagnosed_failure_on_its_probes_below_the_predicted_break_even():
+    """A search has no baseline run at the log's value: its probes below the prediction should fail as the log did
+    (seen on the H100: 0.0051 failed with SGLang's own 0.00520, 0.0053 was interrupted); none compared is said as
+    not checked, never as "not reproduced"."""
+    import pandas as pd
+
+    from launchlab.params.schema import ReproduceSpec
+    from launchlab.verdicts import consistency, ledger
+    from launchlab.verdicts.verdict import _reproduced
+
+    runs = pd.DataFrame([{"run_id": f"0{i}_p", "variant": f"mem_fraction_static={v}", "status": status,
+                          "failure_reason": reason, "failure_phase": phase, "mem_fraction_static": v}
+                         for i, (v, status, reason, phase) in enumerate(
+        [("0.0051", "failed", "kv_cache_no_memory", "kv_cache"), ("0.0053", "ready", None, None)], 1)])
+    budget = pd.DataFrame({"run_id": ["01_p"], "break_even_fraction": [0.0052]})
+    spec = ReproduceSpec(log="failing-launch.log", reason="kv_cache_no_memory", phase="kv_cache", break_even="0.0052")
+    led = ledger.build(runs, ["mem_fraction_static"])
+    below = consistency.Expecting.probes_below("mem_fraction_static", "0.00520")
+    said = consistency.reproduction(led, budget, expected=spec, baseline="mem_fraction_static=0.0055", kind="sglang",
+                                    expecting=below)
+    assert said["runs"] == said["matched"] == ["01_p"] and said["reproduced"] is True
+    assert _reproduced(said).startswith("**Reproduced:** the probes below the predicted break-even 0.00520 failed as "
+                                        "`failing-launch.log` did")
+    nothing = consistency.reproduction(led, budget, expected=spec, baseline="mem_fraction_static=0.0055",
+                                       kind="sglang")
+    assert nothing["runs"] == [] and _reproduced(nothing).startswith("**Reproduction not checked:** no valid run of "
+                                                                     "the baseline")
+
+
 def test_a_draft_of_one_factor_asks_whether_it_decides_not_which_of_one_does():
     """Issue 49: "Which of mem_fraction_static decides …" with one factor."""
     from types import SimpleNamespace

@@ -42,3 +42,17 @@ def test_a_manifest_without_runs_reads_and_one_whose_entries_are_not_runs_is_ref
     assert Manifest.from_json(old).runs == []
     with pytest.raises(RunDirError, match="is not a launchlab manifest"):
         Manifest.from_json({**data, "runs": [{"run": "x"}]})
+
+
+def test_a_report_says_the_resume_command_from_the_folder_holding_params_and_run_directory(tmp_path):
+    # a shared report carried the renderer's checkout path (/home/…/launchlab/outputs/…) in its resume command
+    manifest = Manifest(experiment="x", baseline="b", factors={}, host="h", run_ids=[],
+                        params_file=str(tmp_path / "ws" / "params" / "x.yaml"))
+    run_dir = tmp_path / "ws" / "outputs" / "x" / "20261205-000000"
+    assert manifest.resume_command(run_dir, shared=True) == \
+        "launchlab run params/x.yaml --resume outputs/x/20261205-000000"
+    assert manifest.resume_command(run_dir) == f"launchlab run {tmp_path}/ws/params/x.yaml --resume {run_dir}"
+    elsewhere = Manifest(experiment="x", baseline="b", factors={}, host="h", run_ids=[],
+                         params_file="/params-of-another-disk/x.yaml")
+    assert elsewhere.resume_command(run_dir, shared=True) == \
+        f"launchlab run /params-of-another-disk/x.yaml --resume {run_dir}"  # nothing in common but the root

@@ -39,6 +39,19 @@ def test_tables_write_whole_numbers_as_integers_drop_empty_columns_and_keep_ids_
     assert "137,178 |" in table and "0.00522" in table and "-0.000" not in table
 
 
+def test_the_value_a_launch_asked_for_is_written_as_given_in_the_budget_tables():
+    # issue 48: the budget showed --mem-fraction-static 0.0025 as 0.003, a value nobody asked for
+    frame = pd.DataFrame({"variant": ["a", "b", "c"], "fraction": [0.0025, 0.85, 1.0], "rest_gib": [-0.0081, 2.0, 3.5]})
+    html, table = styled(frame, precision=3).to_html(), markdown(frame)
+    for written in (">0.0025<", ">0.85<", ">1<"):
+        assert written in html
+    assert "| 0.0025 |" in table and "| 0.85 |" in table and "| 1 |" in table and "0.003 |" not in table
+    assert "-0.008" in table, "the other columns keep their precision"
+    vllm = markdown(pd.DataFrame({"utilization": [0.0051, 0.3], "rest_gib": [0.5, 0.25]}))
+    assert "| 0.0051 |" in vllm and "| 0.3 |" in vllm
+    assert [numtext.as_given(v) for v in (0.1 + 0.2, 1e-05, -0.0071)] == ["0.3", "0.00001", "-0.0071"]
+
+
 def test_a_long_table_writes_a_quantity_of_whole_numbers_as_integers_beside_one_of_decimals():
     # the effects table: one row per metric, its KV tokens beside its GiB (5,401,344.000 read as a measured fraction)
     frame = pd.DataFrame({"metric": ["weights_mem_gib", "kv_tokens", "kv_tokens"], "mean": [0.3, 5401344.0, 137178.0],

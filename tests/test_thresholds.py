@@ -126,6 +126,11 @@ def test_each_stratum_says_its_launches_against_bisection_alone_and_that_the_pre
                                 "strata": found.to_dict("records"), "differences": []})
     assert "(5 probed values; 5 launches, bisection alone 5; the prediction held)" in text
     assert "prediction failed" not in text
+    # a stratum still searching has seen one side of the prediction: it has not held yet, nothing contradicts it
+    searching = [{**off, "state": "searching"}]
+    text = thresholds.markdown({"flag": "--mem-fraction-static", "low": "0.70", "high": "0.80", "resolution": "0.01",
+                                "strata": searching, "differences": []})
+    assert "no outcome so far contradicts the prediction" in text and "the prediction held" not in text
 
 
 def test_a_prediction_an_outcome_contradicts_failed_and_the_report_names_the_runs():

@@ -34,6 +34,26 @@ def fixed(value: float, decimals: int = 2, thousands: bool = True) -> str:
     return text[1:] if text.startswith("-") and not text.strip("-0.,") else text
 
 
+def as_given(value: float) -> str:
+    """A value a launch asked for (`--mem-fraction-static 0.0025`) as it was written: every digit it has and no
+    more (0.0025 rounded to 0.003 named a value nobody asked for, 0.85 padded to 0.850 one with a precision it
+    never had)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    text = f"{float(value):.12g}"  # 12 digits: a mean of equal values read back as 0.30000000000000004 is 0.3
+    if "e" in text:  # 1e-05: plain digits, as everywhere in the report
+        text = f"{float(value):.20f}".rstrip("0").rstrip(".")
+    return text
+
+
+ASKED = ("fraction", "utilization")  # a budget's column of the value each launch asked for (SGLang, vLLM)
+
+
+def is_asked(column: str) -> bool:
+    """A budget's column of the value each launch asked for: written as given (as_given), never rounded."""
+    return column in ASKED
+
+
 def is_break_even(column: str) -> bool:
     """A column that holds a break-even (the budget's `break_even_fraction`, a search's `predicted_break_even`,
     its `predicted_min`/`_max`), written to BREAK_EVEN_DIGITS significant digits wherever it appears."""

@@ -18,12 +18,12 @@ import pandas as pd
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
+from launchlab.numtext import ASKED
 from launchlab.reporting.plots import BUDGET_PARTS, FIGURE_WIDTH_IN, MIN_FONT_PT
 
 # what the card held before the log's first phase (driver, CUDA context): the card's capacity less the total the
 # server sized its memory from and its distributed init; drawn only where the budget gives that total
 BEFORE = ("before_gib", "before the log (driver, CUDA context)", "silver")
-ASKED = ("fraction", "utilization")  # the budget's column of the value the launch asked for (SGLang, vLLM)
 RESERVED_GID = "budget: reserved"
 PLOT_AREA_GIDS = ("budget-card-area", "budget-log-area")  # the panels' backgrounds, for a browser to measure
 LOG_PANEL_SHARE = 0.42  # of the panels' width

@@ -34,6 +34,7 @@ from launchlab.store.verdictrecord import Verdict, plain
 from launchlab.verdicts import (
     analysis,
     budget,
+    consistency,
     frames,
     grouping,
     ledger,
@@ -210,6 +211,13 @@ class Report:
             return None
         return Verdict.from_json(data) if data.get("kit_version") == KIT_VERSION else None
 
+    def _expecting(self) -> consistency.Expecting | None:
+        """Which runs should fail as a diagnosed log did: the baseline's (None), or a search's probes below its
+        predicted break-even (the log's own where the search predicts none)."""
+        search, spec = self.exp.search, self.exp.reproduce
+        edge = search and spec and (search.predicted or spec.break_even)
+        return consistency.Expecting.probes_below(search.factor, edge) if edge else None
+
     def computed_verdict(self) -> Verdict:
         rows = [{k: plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
         built = verdict.build(self.ledger, self.frames.runs, self.frames.events, self.baseline_levels,
@@ -217,7 +225,7 @@ class Report:
                               budget_runs=self.budget, kind=self.exp.server.kind,
                               tolerance_mib=self.exp.drain.tolerance_mib, parsed=self.parsed,
                               declared_args=levelchecks.declared_args(self.exp), before_weights=self.before_weights,
-                              reproduce=self.exp.reproduce)
+                              reproduce=self.exp.reproduce, expecting=self._expecting())
         if self.exp.search is not None:
             built.thresholds = self.threshold_verdict
         # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's
@@ -322,7 +330,7 @@ class Report:
     def headline_record(self) -> headline.Headline:
         """The answer in one sentence, its strength and what would settle it (headline.py), from the verdict."""
         return headline.of(self.verdict, planned=len(self.manifest.run_ids),
-                           resume=self.manifest.resume_command(self.run_dir))
+                           resume=self.manifest.resume_command(self.run_dir, shared=True))
 
     def headline(self) -> HTML:
         """The report's first box: the answer, its strength, what would settle it (before any table but the

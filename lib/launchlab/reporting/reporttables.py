@@ -142,7 +142,8 @@ def _numeric(values: pd.Series) -> bool:
 
 
 def column_formats(frame: pd.DataFrame, precision: int = 2) -> dict[str, Callable[[object], str]]:
-    """How each numeric column is written: a break-even to numtext.BREAK_EVEN_DIGITS significant digits, a column
+    """How each numeric column is written: a break-even to numtext.BREAK_EVEN_DIGITS significant digits, the value a
+    launch asked for (a budget's fraction) as given, a column
     of whole numbers (counts, tokens, repetitions) as integers, the rest with `precision` decimals; never `-0.0`."""
     formats: dict[str, Callable[[object], str]] = {}
     for column in frame.columns:
@@ -151,6 +152,8 @@ def column_formats(frame: pd.DataFrame, precision: int = 2) -> dict[str, Callabl
             continue
         if numtext.is_break_even(str(column)):
             formats[column] = numtext.significant
+        elif numtext.is_asked(str(column)):
+            formats[column] = numtext.as_given
         elif numtext.whole(values):
             formats[column] = partial(numtext.fixed, decimals=0)
         else:

@@ -153,10 +153,13 @@ class Manifest:
     # listed but was never meant to run here
     single_run: bool = False
 
-    def resume_command(self, run_dir: Path | str) -> str:
+    def resume_command(self, run_dir: Path | str, *, shared: bool = False) -> str:
         """`launchlab run PARAMS --resume RUN_DIR`, with the options that give the plan the batch was made with (the
         levels it was narrowed to, its repetitions): --resume refuses another plan. PARAMS is the file the batch
-        was run from, where the manifest names one. The one command every listing and report prints."""
+        was run from, where the manifest names one. The one command every listing and report prints. `shared`
+        (a report, made to be passed on): both paths said from the folder that holds them both (the workspace:
+        `params/x.yaml`, `outputs/x/<date>`), so a report does not carry where that folder lay on the disk of
+        whoever rendered it; absolute where they share no folder but the root."""
         again: list[str] = []
         if self.search is None and self.runs:
             ran = {factor: {e.levels.get(factor) for e in self.runs} for factor in self.factors}
@@ -165,8 +168,10 @@ class Manifest:
             again += ["--only", *only] if only else []
         if self.search is None and self.repetitions:
             again += ["--repetitions", str(self.repetitions)]
-        return shlex.join(["launchlab", "run", self.params_file or "PARAMS", "--resume", os.path.abspath(run_dir),
-                           *again])
+        params, folder = self.params_file or "PARAMS", os.path.abspath(run_dir)
+        if shared and self.params_file:
+            params, folder = _from_common_folder(params, folder)
+        return shlex.join(["launchlab", "run", params, "--resume", folder, *again])
 
     @classmethod
     def from_json(cls, data: dict, path: Path | str = "manifest.json") -> Manifest:
@@ -690,3 +695,12 @@ def read_frame(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
 
 
 MAX_FRAME_BYTES = 4 * 2**30  # a frame of a large search's telemetry; past it, not one the kit wrote
+
+
+def _from_common_folder(*paths: str) -> list[str]:
+    """`paths` relative to the deepest folder that holds them all, unless that is the file system's root."""
+    absolute = [os.path.abspath(p) for p in paths]
+    common = os.path.commonpath(absolute)
+    if os.path.dirname(common) == common:  # the root: nothing shared worth leaving out
+        return absolute
+    return [os.path.relpath(p, common) for p in absolute]

@@ -14,7 +14,7 @@ import pandas as pd
 from launchlab.escaping import md
 from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import BreakEven
-from launchlab.numtext import significant
+from launchlab.numtext import ASKED, significant
 from launchlab.verdicts import consistency
 from launchlab.verdicts.ledger import Ledger
 
@@ -134,9 +134,6 @@ def break_even_markdown(summary: pd.DataFrame) -> str:
         return head + f"{value} in every variant. A launch has room for a KV cache only above it."
     return (head + "; ".join(f"{value} for {md(' · '.join(names))}" for value, names in by_value.items())
             + ". A launch has room for a KV cache only above it." + _between(summary, found))
-
-
-ASKED = ("fraction", "utilization")  # the budget's column of the value each launch asked for (SGLang, vLLM)
 
 
 def _between(summary: pd.DataFrame, found: BreakEven) -> str:

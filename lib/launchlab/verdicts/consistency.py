@@ -11,6 +11,8 @@ keeps under `findings`: kind, detail, runs, and for the instrumentation `hypothe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -166,19 +168,40 @@ def break_even_contradicted(led: Ledger, summary: pd.DataFrame, events: pd.DataF
                        "memory figures it was computed from are not the ones the server sized with"}]
 
 
-def reproduction(led: Ledger, budget: pd.DataFrame, *, expected, baseline: str, kind: str) -> dict | None:
-    """Whether the baseline's runs failed as the diagnosed log did (params `reproduce:`): the same reason in the
-    same phase, and, where the log gave a break-even, their own within one unit of its last printed digit. None
-    without a `reproduce:`."""
+@dataclass(frozen=True)
+class Expecting:
+    """Which runs should fail as the diagnosed log did, and how the report names them: the baseline's in a fixed
+    plan; in a threshold search, which has no baseline run at the log's value, the probes below the predicted
+    break-even (a search's values below its threshold fail)."""
+
+    who: str
+    includes: Callable[[RunEvidence], bool]
+
+    @classmethod
+    def probes_below(cls, factor: str, edge: str) -> Expecting:
+        def below(run: RunEvidence) -> bool:
+            try:
+                return float(run.declared.get(factor, "nan")) < float(edge)
+            except ValueError:
+                return False
+        return cls(f"the probes below the predicted break-even {edge}", below)
+
+
+def reproduction(led: Ledger, budget: pd.DataFrame, *, expected, baseline: str, kind: str,
+                 expecting: Expecting | None = None) -> dict | None:
+    """Whether the runs that should fail as the diagnosed log did (params `reproduce:`; `expecting`, by default the
+    baseline's) did: the same reason in the same phase, and, where the log gave a break-even, their own within one
+    unit of its last printed digit. None without a `reproduce:`."""
     if expected is None:
         return None
+    expecting = expecting or Expecting("the baseline", lambda run: run.variant == baseline)
     found = KINDS[kind].break_even if kind in KINDS else None
     by_run = budget.set_index("run_id") if len(budget) and "run_id" in budget else pd.DataFrame()
     want = float(expected.break_even) if expected.break_even is not None else None
     unit = 10.0 ** min(-len(expected.break_even.partition(".")[2]), 0) if expected.break_even else None
     runs, matched, differs = [], [], []
     for run in led.observations:
-        if run.variant != baseline:
+        if not expecting.includes(run):
             continue
         runs.append(run.run_id)
         how = []
@@ -190,8 +213,8 @@ def reproduction(led: Ledger, budget: pd.DataFrame, *, expected, baseline: str, 
                 how.append(f"break-even {significant(float(got))}")
         (differs.append(f"{run.run_id}: " + ", ".join(how)) if how else matched.append(run.run_id))
     said = f"{expected.reason} in {expected.phase}" + (f", break-even {expected.break_even}" if want is not None else "")
-    return {"log": expected.log, "expected": said, "runs": runs, "matched": matched, "differs": differs,
-            "reproduced": bool(runs) and len(matched) == len(runs)}
+    return {"log": expected.log, "expected": said, "who": expecting.who, "runs": runs, "matched": matched,
+            "differs": differs, "reproduced": bool(runs) and len(matched) == len(runs)}
 
 
 def _arg(log: dict, name: str) -> float | None:

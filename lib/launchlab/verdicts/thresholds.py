@@ -312,6 +312,8 @@ def _cost(row: dict) -> str:
     blind = row.get("blind_launches")
     text = f"; {row['launches']:.0f} launches" + ("" if _missing(blind) else f", bisection alone {blind:.0f}")
     held = row.get("prediction_held")
+    if held is True and row.get("state") != "converged":  # one side seen: it has not failed yet, it has not held
+        return text + "; no outcome so far contradicts the prediction"
     return text + ("; the prediction held" if held is True else "; the prediction failed" if held is False else "")
 
 

@@ -52,11 +52,13 @@ def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline
           *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict],
           budget_runs: pd.DataFrame | None = None, kind: str = "", tolerance_mib: float = 256,
           parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset(),
-          before_weights: dict[str, float] | None = None, reproduce=None) -> Verdict:
+          before_weights: dict[str, float] | None = None, reproduce=None,
+          expecting: consistency.Expecting | None = None) -> Verdict:
     """verdict.json from the evidence ledger of a run directory (ledger.build): see verdictrecord.Verdict and
     docs/reading-the-report.md for every key. budget_rows: the budget per variant (budget.summarize); budget_runs:
     per run (budget.recompute), for the consistency findings; kind: the server kind; reproduce: the params'
-    `reproduce:` (a drafted experiment's diagnosed log), whose baseline runs are checked against it."""
+    `reproduce:` (a drafted experiment's diagnosed log), whose baseline runs (or `expecting`'s) are checked against
+    it."""
     factors = list(led.factors)
     obs = led.frame(runs)
     valid = obs[obs["valid"]]
@@ -95,7 +97,8 @@ def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline
                   + _unread_traces(parsed or {}, list(obs["run_id"])) + _left_out_of_budget(led)),
         findings=findings,
         reproduced=consistency.reproduction(led, budget_runs if budget_runs is not None else pd.DataFrame(),
-                                            expected=reproduce, baseline=baseline_variant, kind=kind),
+                                            expected=reproduce, baseline=baseline_variant, kind=kind,
+                                            expecting=expecting),
     )
 
 
@@ -260,10 +263,12 @@ HYPOTHESES = {"instrumentation": "the instrumentation itself is wrong", "code pa
 def _reproduced(r: dict) -> str:
     """Whether the baseline failed as the diagnosed log did, n of n, and how the others ended."""
     n, of = len(r["matched"]), len(r["runs"])
-    if not of:
-        return f"**Not reproduced:** no valid run of the baseline to compare with {md(r['log'])} ({md(r['expected'])})."
+    who = r.get("who", "the baseline")  # verdicts written before searches were compared have no `who`
+    if not of:  # nothing to compare is no finding either way: never "not reproduced"
+        return (f"**Reproduction not checked:** no valid run of {md(who)} to compare with {md_code(r['log'])} "
+                f"({md(r['expected'])}).")
     head = "Reproduced" if r["reproduced"] else "Not reproduced"
-    text = f"**{head}:** the baseline failed as {md_code(r['log'])} did ({md(r['expected'])}) in {n} of {of} runs"
+    text = f"**{head}:** {md(who)} failed as {md_code(r['log'])} did ({md(r['expected'])}) in {n} of {of} runs"
     return text + (f"; {md('; '.join(r['differs']))}" if r["differs"] else "") + "."
 
 
