@@ -52,13 +52,11 @@ def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline
           *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict],
           budget_runs: pd.DataFrame | None = None, kind: str = "", tolerance_mib: float = 256,
           parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset(),
-          before_weights: dict[str, float] | None = None, reproduce=None,
-          expecting: consistency.Expecting | None = None) -> Verdict:
+          before_weights: dict[str, float] | None = None, reproduce=None, expecting=None) -> Verdict:
     """verdict.json from the evidence ledger of a run directory (ledger.build): see verdictrecord.Verdict and
     docs/reading-the-report.md for every key. budget_rows: the budget per variant (budget.summarize); budget_runs:
     per run (budget.recompute), for the consistency findings; kind: the server kind; reproduce: the params'
-    `reproduce:` (a drafted experiment's diagnosed log), whose baseline runs (or `expecting`'s) are checked against
-    it."""
+    `reproduce:`, checked against the baseline's runs (or a consistency.Expecting's: a search's)."""
     factors = list(led.factors)
     obs = led.frame(runs)
     valid = obs[obs["valid"]]
