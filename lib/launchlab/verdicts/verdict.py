@@ -94,9 +94,8 @@ def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline
         warnings=(_warnings(obs, facts, measured, found) + not_compared
                   + _unread_traces(parsed or {}, list(obs["run_id"])) + _left_out_of_budget(led)),
         findings=findings,
-        reproduced=consistency.reproduction(led, budget_runs if budget_runs is not None else pd.DataFrame(),
-                                            expected=reproduce, baseline=baseline_variant, kind=kind,
-                                            expecting=expecting),
+        reproduced=consistency.reproduction(led, pd.DataFrame() if budget_runs is None else budget_runs, kind=kind,
+                                            expected=reproduce, baseline=baseline_variant, expecting=expecting),
     )
 
 
