@@ -181,3 +181,22 @@ def test_the_guides_carry_the_prediction_with_the_drain_tolerance_as_slack_and_d
     guides = thresholds.guides(["off"], runs, planned, factor="mem_fraction_static", budget=figures,
                                resolution=Decimal("0.01"), tolerance_mib=64)
     assert "disagrees with the stratum's other probes" in guides["off"].distrust
+
+
+def test_a_search_guided_by_the_params_prediction_is_judged_by_it_not_by_its_runs_own_figures():
+    """The H100 search (examples/h100-sglang-diagnose-search/20261205-231315) in small: the params predicted 0.745,
+    the search probed 0.74 and 0.75 around it and stopped; the same runs' own figures say 0.7435. Judged with
+    the runs' figures, the pair is no bracket bisection would have reached (the ends are missing); judged as the
+    search ran, it converged."""
+    runs, planned = probes([("01", "s", "0.74", "failed"), ("02", "s", "0.75", "ready")])
+    figures = budget([("01", 0.7440, 93.54), ("02", 0.7430, 93.54)])
+    prior = search.Guide(Decimal("0.745"), prior=True)
+    assert thresholds.guides(["s", "t"], runs, planned, factor="mem_fraction_static", budget=figures,
+                             resolution=BOUNDS.resolution, prior=prior) == {"s": prior, "t": prior}
+    [unguided] = thresholds.table(BOUNDS, ["s"], runs, planned, factor="mem_fraction_static",
+                                  budget=figures).to_dict("records")
+    assert unguided["state"] == "searching"
+    [row] = thresholds.table(BOUNDS, ["s"], runs, planned, factor="mem_fraction_static", budget=figures,
+                             prior=prior).to_dict("records")
+    assert (row["state"], row["interval_low"], row["interval_high"], row["launches"]) == ("converged", 0.74, 0.75, 2)
+    assert row["prediction_held"] is True and row["predicted_break_even"] == pytest.approx(0.7435)

@@ -257,7 +257,8 @@ class Report:
             return pd.DataFrame(columns=thresholds.COLUMNS)
         strata = self.manifest.strata or [v.name for v in params.expand(self.exp)]
         return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, factor=spec.factor, budget=self.budget,
-                                repetitions=spec.repetitions, facts=self.facts, tolerance_mib=self.exp.drain.tolerance_mib)
+                                repetitions=spec.repetitions, facts=self.facts, tolerance_mib=self.exp.drain.tolerance_mib,
+                                prior=spec.prior)
 
     @property
     def threshold_verdict(self) -> dict:

@@ -74,7 +74,8 @@ def guides(exp: params.Experiment, directory: rundir.RunDir) -> dict[str, search
     from launchlab.verdicts import analysis, budget, frames, thresholds  # pandas: loaded for a search only
 
     assert exp.search is not None
-    if exp.search.prior is not None:  # given with the params (a diagnosed log's own numbers): it guides every stratum
+    if exp.search.prior is not None:  # the params' prediction guides every stratum (as thresholds.guides has the report
+        # re-judge it): the runs' own figures are not read between rounds
         return {s: exp.search.prior for s in plans.strata(exp)}
     predicts = KINDS[exp.server.kind].break_even
     if predicts is None or predicts.arg != exp.search.factor or not directory.manifest().run_ids:

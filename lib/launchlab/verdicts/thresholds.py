@@ -146,14 +146,20 @@ def _prediction(stratum: str, budget: pd.DataFrame, predicts: budget_mod.BreakEv
 
 
 def guides(strata: list[str], runs: pd.DataFrame, planned: list[ManifestEntry], *, factor: str, budget: pd.DataFrame,
-           resolution: Decimal, facts: dict[str, dict] | None = None, tolerance_mib: float = 256
-           ) -> dict[str, search.Guide]:
-    """Each stratum's prediction as search.py follows it (search.Guide): the predicted break-even of `table`,
+           resolution: Decimal, facts: dict[str, dict] | None = None, tolerance_mib: float = 256,
+           prior: search.Guide | None = None) -> dict[str, search.Guide]:
+    """Each stratum's prediction as search.py follows it (search.Guide). prior: the params' `search: predicted`
+    (a diagnosed log's own numbers), which guides every stratum from the first probe to the last — the runs'
+    own figures then only stand beside it in the report (the H100 search: probes at 0.0051 and 0.0053 around the
+    log's 0.0052 converged, and the same runs' own mean 0.00512 would have sent the search to the range's ends).
+    Without one, the predicted break-even of `table`,
     with a slack of the drain tolerance in flag units (the tolerance over the memory the flag is a fraction of),
     at most half the search's resolution (a 512 MiB tolerance is 0.0036 of an H200, wider than a vLLM search's
     range); not to be followed when a probe of the stratum disagrees with the others (`probes`) or processes
     outside its runs held GPU memory during one (confounds.foreign_gpu_memory). Empty where the kind predicts no
     break-even of the searched flag."""
+    if prior is not None:
+        return dict.fromkeys(strata, prior)
     budget = budget_mod.own_figures(budget)
     predicts = _predicts(budget, factor)
     if predicts is None:
@@ -176,7 +182,7 @@ def guides(strata: list[str], runs: pd.DataFrame, planned: list[ManifestEntry], 
 
 def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned: list[ManifestEntry], *, factor: str,
           budget: pd.DataFrame, repetitions: int = 1, facts: dict[str, dict] | None = None,
-          tolerance_mib: float = 256) -> pd.DataFrame:
+          tolerance_mib: float = 256, prior: search.Guide | None = None) -> pd.DataFrame:
     """One row per stratum (the `thresholds` frame). budget: the server kind's per-run budget recomputation
     (run_id, its break-even column, total_gib), empty when its log gives no numbers. The prediction is the kind's
     break-even (SGLang's `mem_fraction_static`, vLLM's `gpu_memory_utilization`), given only where the searched
@@ -184,13 +190,14 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
     (probes(); all of them when none does): predicted_n runs, from predicted_min to predicted_max; flagged_probes
     says which disagree and why. The search's guides (`guides`) are asked again over every run: launches,
     blind_launches, prediction_held and prediction_note say what the prediction did for the search.
-    facts: provenance.json by run id (free memory at each run's start); tolerance_mib: the drain tolerance."""
+    facts: provenance.json by run id (free memory at each run's start); tolerance_mib: the drain tolerance; prior:
+    the params' predicted break-even, which the search followed (`guides`)."""
     stratum_of = {p.run_id: p.stratum for p in planned}
     budget = budget_mod.own_figures(budget)  # a failed launch's row with borrowed figures predicts nothing new
     predicts = _predicts(budget, factor)
     per_probe = probes(runs, planned, factor, budget, facts=facts, tolerance_mib=tolerance_mib)
     guided = guides(strata, runs, planned, factor=factor, budget=budget, resolution=bounds.resolution, facts=facts,
-                    tolerance_mib=tolerance_mib)
+                    tolerance_mib=tolerance_mib, prior=prior)
     rows = []
     for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions,
                               guides=guided):
