@@ -82,7 +82,8 @@ def test_judged_again_the_baseline_reproduces_the_log_and_the_fraction_decides_a
     assert "p = 0.029" in report and "Finish the batch (2 of 16 runs interrupted or not run)" in report
 
 
-SEARCH_RUN_DIR = next((EXAMPLE.parent / "h100-sglang-diagnose-search").glob("2*"))
+SEARCH_RUN_DIR = EXAMPLE.parent / "h100-sglang-diagnose-search" / "20261205-183811"
+SEARCHED_RUN_DIR = EXAMPLE.parent / "h100-sglang-diagnose-search" / "20261205-231315"
 
 
 def test_the_search_begun_on_the_h100_reproduced_below_the_prediction_and_claims_no_threshold(tmp_path):
@@ -109,3 +110,25 @@ def test_the_search_begun_on_the_h100_reproduced_below_the_prediction_and_claims
     # said from the folder holding the params and the run directory (examples/): no checkout's path in the report
     assert ("`launchlab run h100-sglang-diagnose/diagnose-here-search-cold.yaml --resume "
             "h100-sglang-diagnose-search/20261205-183811`") in report
+
+
+def test_the_search_run_to_its_end_on_the_h100_brackets_sglang_s_minimum_in_two_launches_as_the_search_said(tmp_path):
+    """The search draft as drafted (with its warm-up) in the next session: 0.0051 failed as the log did, 0.0053
+    started; the search said "converged in (0.0051, 0.0053] — 2 launches, bisection alone 4; the prediction held".
+    The report judged it "no threshold yet" on the same runs — it followed the runs' own mean break-even (0.00512)
+    where the search had followed the params' (0.00520) — until both asked thresholds.guides for the prior."""
+    statuses = {p.name: json.loads((p / "status.json").read_text()) for p in (SEARCHED_RUN_DIR / "runs").iterdir()}
+    assert [(statuses[r]["status"], statuses[r]["failure_reason"]) for r in sorted(statuses)] == [
+        ("failed", "kv_cache_no_memory"), ("ready", None), ("ready", None)]  # 01, 02 and the warm-up
+    call = (SEARCHED_RUN_DIR.parent / "sglang-example-231315.log").read_text()
+    assert "converged in (0.0051, 0.0053] — 2 launches, bisection alone 4; the prediction held" in call
+    for v in (json.loads((SEARCHED_RUN_DIR / "verdict.json").read_text()), rejudged(SEARCHED_RUN_DIR, tmp_path)):
+        [stratum] = v["thresholds"]["strata"]
+        assert stratum["state"] == "converged" and (stratum["interval_low"], stratum["interval_high"]) == (0.0051, 0.0053)
+        assert stratum["interval_low"] < SGLANG_MINIMUM <= stratum["interval_high"]
+        assert (stratum["launches"], stratum["blind_launches"], stratum["prediction_held"]) == (2, 4, True)
+        assert v["reproduced"]["reproduced"] is True and v["reproduced"]["matched"] == ["01_mem_fraction_static-0.0051_rep1"]
+        assert v["conclusive"] and not v["inconclusive_reasons"]
+    report = (SEARCHED_RUN_DIR / "report.md").read_text()
+    assert report.splitlines()[2].startswith("**The launch starts from a --mem-fraction-static in (0.0051, 0.0053\\]")
+    assert "--resume" not in report and "2 launches, bisection alone 4; the prediction held" in report
