@@ -264,6 +264,12 @@ def test_an_interrupted_search_resumes_without_repeating_a_decided_probe(tmp_pat
     assert "--resume" in err
     decided = {p.name: (p / "status.json").read_text() for p in sorted((run_dir / "runs").iterdir())[:3]}
     assert json.loads((in_flight / "status.json").read_text())["status"] == "error"
+    # judged before the resume (4 probed values: the interrupted one among them), the record says what the
+    # report's first line says: no threshold yet is not a conclusive verdict
+    subprocess.run([*LAUNCHLAB, "report", "--no-html", str(run_dir)], capture_output=True, check=True, timeout=300)
+    stopped = json.loads((run_dir / "verdict.json").read_text())
+    assert not stopped["conclusive"] and [r for r in stopped["inconclusive_reasons"] if r.startswith(
+        "the threshold search of --mem-fraction-static has no interval at baseline: not converged after 4 probed")]
 
     again = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(path), "--resume", str(run_dir)], capture_output=True, text=True,
                            timeout=600)

@@ -200,3 +200,7 @@ def test_a_search_guided_by_the_params_prediction_is_judged_by_it_not_by_its_run
                              prior=prior).to_dict("records")
     assert (row["state"], row["interval_low"], row["interval_high"], row["launches"]) == ("converged", 0.74, 0.75, 2)
     assert row["prediction_held"] is True and row["predicted_break_even"] == pytest.approx(0.7435)
+    found = {"flag": "--mem-fraction-static", "strata": [row, unguided]}
+    assert thresholds.unfinished(found) == ["the threshold search of --mem-fraction-static has no interval at s: not "
+                                            "converged after 2 probed value(s): the batch stopped before the search "
+                                            "ended; --resume continues it"]

@@ -228,6 +228,8 @@ class Report:
                               reproduce=self.exp.reproduce, expecting=self._expecting())
         if self.exp.search is not None:
             built.thresholds = self.threshold_verdict
+            built.inconclusive_reasons += thresholds.unfinished(built.thresholds)
+            built.conclusive = not built.inconclusive_reasons
         # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's
         # run_ids, which leave them out), so verdict.build never sees them; they are listed here
         built.warnings += ordereffects.cold_first_runs(self.valid_runs)

@@ -324,6 +324,19 @@ def _cost(row: dict) -> str:
     return text + ("; the prediction held" if held is True else "; the prediction failed" if held is False else "")
 
 
+def why_open(row: dict) -> str:
+    """Why a stratum that did not converge has no interval (its note, or the search stopped unfinished)."""
+    return row["note"] or (f"not converged after {row['probes']} probed value(s): the batch stopped before the "
+                           "search ended; --resume continues it" if row["state"] == "searching" else row["state"])
+
+
+def unfinished(found: dict) -> list[str]:
+    """One inconclusive reason per stratum without an interval: verdict.json is not conclusive where the report's
+    first line says the search found no threshold (the H100 search's record said conclusive under that line)."""
+    return [f"the threshold search of {found['flag']} has no interval at {row['stratum']}: {why_open(row)}"
+            for row in found["strata"] if row["state"] != search.CONVERGED]
+
+
 def markdown(found: dict) -> str:
     """The threshold section of report.md and the summary: per stratum its interval and the predicted
     break-even next to it, then each stratum against the baseline's."""
@@ -338,8 +351,7 @@ def markdown(found: dict) -> str:
             lines.append(f"- **{md(row['stratum'])}**: ready from a value in ({row['interval_low']:g}, "
                          f"{row['interval_high']:g}] ({row['probes']} probed values{_cost(row)}){side}")
         else:
-            note = row["note"] or (f"not converged after {row['probes']} probed value(s): the batch stopped before the "
-                                   "search ended; --resume continues it" if row["state"] == "searching" else "")
+            note = why_open(row) if row["note"] or row["state"] == search.SEARCHING else ""
             predicted = row.get("predicted_break_even")
             if predicted is not None and not _missing(predicted):
                 note += f"; the server's own numbers predict the break-even at {significant(predicted)}{_spread(row)}"
