@@ -90,6 +90,7 @@ def finish(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFold
         if late is not None:  # what the log says is not known: the run is an error that says why
             outcome = Outcome("error", None, late)
         _scheduler_end(run_nodes, record)
+        outcome = _ended_by_scheduler(run_nodes, outcome, kit_stopped=record.stopped_with != "gone")
         if progress:
             progress("collecting")
         _record_kept(run_nodes, record)
@@ -257,6 +258,27 @@ def _scheduler_end(run_nodes: list[Node], record: RunRecord) -> None:
                 ends.append(facts)
     if ends:
         record.scheduler_end = ends
+
+
+def _ended_by_scheduler(run_nodes: list[Node], outcome: Outcome | None, *, kit_stopped: bool) -> Outcome | None:
+    """A failed launch whose job the scheduler ended (time limit, node failure, preemption) failed for that reason,
+    whatever its server wrote as it went down (a rank's TERM read as "Received sigquit …" by SGLang). Asked once
+    the job is gone: while the scheduler ends a job it says only COMPLETING (for as long as its KillWait), so the
+    watch, which stops at the server's last line, cannot know yet. A cancelled job the kit stopped itself (it stops
+    a server whose log said it failed) is the kit's doing, not someone else's."""
+    if outcome is None or outcome.status != "failed":
+        return outcome
+    for node in run_nodes:
+        if not node.refs:
+            continue
+        try:
+            ended = node.host.ended_why(node.refs[-1].pgid)
+        except LaunchlabError:
+            continue  # how the job ended is then unknown: the record's note (_scheduler_end) says so
+        if ended is not None and not (ended[0] == "job_cancelled" and kit_stopped):
+            where = "" if len(run_nodes) == 1 else f"{node.label}: "
+            return Outcome("failed", ended[0], where + ended[1], outcome.ready_after_s)
+    return outcome
 
 
 def _preflight(host: Host, slot: list[int] | None = None) -> dict | None:

@@ -248,11 +248,8 @@ class _Scan:
 
 
 def _exited(nodes: list[Node], logs: list[LogMirror], dead: list[Node], tails: list[bytes]) -> Outcome:
-    """A node's server exited before it was ready: why, as its scheduler or its last line says."""
-    # a scheduler that ended the job (time limit, node failure, preemption) names why
-    ended = next((why for n in dead if (why := n.host.ended_why(n.refs[-1].pgid)) is not None), None)
-    if ended is not None:
-        return Outcome("failed", ended[0], ended[1])
+    """A node's server exited before it was ready: why, as its last line says (a scheduler's own reason, a time
+    limit or a preemption, is asked once the job is gone: lifecycle._ended_by_scheduler)."""
     for node, log in zip(nodes, logs, strict=True):
         tails[node.rank] = (tails[node.rank] + log.read()[0])[-TAIL_BYTES:]
     where = "" if len(nodes) == 1 else f" on {', '.join(n.label for n in dead)}"
