@@ -17,14 +17,28 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--host-resolver-rules=MAP * ~NOTFOUND"]
 
 
-@pytest.fixture
-def chromium():
+def chromium_or_skip() -> str:
     if CHROMIUM is None:
         if os.environ.get("LAUNCHLAB_REQUIRE_CHROMIUM") == "1":
             pytest.fail("chromium is required here (LAUNCHLAB_REQUIRE_CHROMIUM=1) but not installed: "
                         "apt-get install -y chromium")
         pytest.skip("chromium is not installed (apt-get install -y chromium); .ci/run installs it")
     return CHROMIUM
+
+
+@pytest.fixture
+def chromium():
+    return chromium_or_skip()
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory):
+    """One headless Chromium for the session's worker, driven over DevTools (devtools.Browser), with FLAGS."""
+    from devtools import Browser
+
+    started = Browser(chromium_or_skip(), FLAGS, tmp_path_factory.mktemp("chromium-profile"))
+    yield started
+    started.close()
 
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "outputs" / "test-artifacts"  # git-ignored
@@ -152,25 +166,20 @@ LAYOUT_PROBE = """<script>window.addEventListener('load', async () => {
 });</script></body>"""
 
 
-def layout(chromium, html_text: str, tmp_path: Path, width: int = 1400) -> dict:
+def layout(browser, html_text: str, tmp_path: Path, width: int = 1400) -> dict:
     """What LAYOUT_PROBE measured on the page laid out `width` px wide by headless Chromium."""
-    import html
     import json
 
     page = tmp_path / "page.html"
     page.write_text(html_text.replace("</body>", LAYOUT_PROBE))
-    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},2400",
-                          "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    return json.loads(html.unescape(re.search(r'data-layout="([^"]*)"', dom.stdout).group(1)))
+    return json.loads(browser.read(page.as_uri(), width, 2400, "data-layout"))
 
 
 @pytest.mark.parametrize("width", [800, 1400])
 def test_the_report_is_titled_after_the_experiment_its_figures_say_what_they_show_labels_never_overlap_and_wide_tables_scroll(
-        chromium, demo_run, tmp_path, width):
+        browser, demo_run, tmp_path, width):
     run_dir, _ = demo_run
-    found = layout(chromium, (run_dir / "summary.html").read_text(), tmp_path, width)
+    found = layout(browser, (run_dir / "summary.html").read_text(), tmp_path, width)
     assert found["title"] == "demo-custom-ar-vs-mem-fraction — launchlab report"
     assert len(found["alts"]) >= 3
     assert all(alt and "No description" not in alt for alt in found["alts"]), found["alts"]
@@ -191,7 +200,7 @@ def test_the_report_is_titled_after_the_experiment_its_figures_say_what_they_sho
     assert [c for c in found["contrast"] if c["ratio"] < 4.5] == [], found["contrast"]
 
 
-def test_the_layout_probe_finds_tick_labels_that_overlap(chromium, tmp_path):
+def test_the_layout_probe_finds_tick_labels_that_overlap(browser, tmp_path):
     """The check above can fail: a chart whose x tick labels are long and close together is caught."""
     import matplotlib
 
@@ -205,6 +214,6 @@ def test_the_layout_probe_finds_tick_labels_that_overlap(chromium, tmp_path):
     ax.bar(range(4), [1, 2, 3, 4])
     ax.set_xticks(range(4), [f"a-rather-long-level-name-{i}" for i in range(4)])
     page = f'<html><body><div role="img" aria-label="bars">{inline_svg(figure_svg(fig))}</div></body></html>'
-    found = layout(chromium, page, tmp_path)
+    found = layout(browser, page, tmp_path)
     assert found["alts"] == ["bars"]
     assert "a-rather-long-level-name-0 / a-rather-long-level-name-1" in found["overlaps"], found

@@ -2,17 +2,14 @@
 panels take at least half the figure (they had collapsed to ~30 px, the axis reading "0 100") and the share
 --mem-fraction-static keeps back is marked."""
 
-import html
 import json
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
 from launchlab.reporting import budgetchart
-from test_browser import FLAGS, chromium  # noqa: F401 (the fixture)
+from test_browser import browser  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 # the real SGLang example: 0.5 GiB of weights and KV on a 140 GiB card, a fraction of 0.004 keeping back the rest
@@ -33,21 +30,17 @@ PROBE = """<script>window.addEventListener('load', () => { setTimeout(() => {
 }, 200); });</script></body>"""
 
 
-def measure(chromium, page: Path, width: int, tmp_path: Path) -> dict:  # noqa: F811
+def measure(browser, page: Path, width: int, tmp_path: Path) -> dict:  # noqa: F811
     probe = PROBE.replace("%(areas)s", json.dumps(list(budgetchart.PLOT_AREA_GIDS)))
     copy = tmp_path / f"budget-{width}.html"
     copy.write_text(page.read_text().replace("</body>", probe.replace("%(reserved)s", budgetchart.RESERVED_GID)))
-    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},900",
-                          "--virtual-time-budget=8000", "--dump-dom", copy.as_uri()],
-                         capture_output=True, text=True, timeout=180)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    return json.loads(html.unescape(re.search(r'data-budget="([^"]*)"', dom.stdout).group(1)))
+    return json.loads(browser.read(copy.as_uri(), width, 900, "data-budget"))
 
 
 @pytest.mark.parametrize("width", (1280, 800))
 def test_a_real_examples_budget_chart_gives_its_panels_half_the_figure_and_marks_the_kept_back_share(
-        chromium, tmp_path, width):  # noqa: F811
-    found = measure(chromium, EXAMPLE / "summary.html", width, tmp_path)
+        browser, tmp_path, width):  # noqa: F811
+    found = measure(browser, EXAMPLE / "summary.html", width, tmp_path)
     assert found["found"], "no budget chart in the example's report"
     (fig_w, fig_h), (plot_w, plot_h) = found["figure"], found["plot"]
     assert plot_w * plot_h >= 0.5 * fig_w * fig_h, f"the panels take {plot_w:.0f}×{plot_h:.0f} of {fig_w:.0f}×{fig_h:.0f} px"

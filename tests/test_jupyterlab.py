@@ -3,80 +3,21 @@ passes) and driven by a real headless Chromium over the DevTools protocol — ru
 shows its live progress updating and prints its run directory; summary.ipynb then shows the verdict.
 Screenshots are kept in outputs/test-artifacts/."""
 
-import base64
 import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-import websocket
 
 from conftest import ROOT
+from devtools import Browser, Page, free_port, http_ok, wait_for
 from test_browser import ARTIFACTS, FLAGS, chromium  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(what: str, check, timeout: float, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
-
-
-class Page:
-    """One Chromium tab over the DevTools protocol (a websocket of JSON commands)."""
-
-    def __init__(self, debug_port: int):
-        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{debug_port}/json", timeout=10))
-        url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
-        self.ws = websocket.create_connection(url, timeout=60, suppress_origin=True)
-        self.next_id = 0
-
-    def send(self, method: str, **params) -> dict:
-        self.next_id += 1
-        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
-        while True:
-            message = json.loads(self.ws.recv())
-            if message.get("id") == self.next_id:
-                if "error" in message:
-                    raise AssertionError(f"{method}: {message['error']}")
-                return message["result"]
-
-    def js(self, expression: str):
-        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in result:
-            raise AssertionError(f"{expression[:80]}: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def screenshot(self, path: Path) -> None:
-        path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"]))
-
-    def close(self) -> None:
-        self.ws.close()
 
 
 def outputs_text(page: Page) -> str:
@@ -98,7 +39,7 @@ def lab(tmp_path, chromium):  # noqa: F811
     """A JupyterLab on a copy of the notebooks and params, and a Chromium tab showing it."""
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     shutil.copytree(ROOT / "params", tmp_path / "params")
-    token, port, debug_port = secrets.token_hex(16), free_port(), free_port()
+    token, port = secrets.token_hex(16), free_port()
     env = {**os.environ, "LAUNCHLAB_OUTPUTS": str(tmp_path / "outputs"), "LAUNCHLAB_SIM_ROOT": str(tmp_path / "sim"),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
     root = ["--allow-root"] if os.geteuid() == 0 else []
@@ -112,28 +53,22 @@ def lab(tmp_path, chromium):  # noqa: F811
         wait_for("jupyter lab to answer", lambda: http_ok(f"http://127.0.0.1:{port}/api/status?token={token}"), 120)
         # the report test's flags, with this machine's JupyterLab let through the blocked name lookups
         flags = [f if not f.startswith("--host-resolver-rules") else f + ", EXCLUDE 127.0.0.1" for f in FLAGS]
-        browser = subprocess.Popen([chromium, *flags, f"--user-data-dir={tmp_path / 'profile'}",
-                                    f"--remote-debugging-port={debug_port}", "--remote-allow-origins=*",
-                                    "--window-size=1400,1000", "--disable-renderer-backgrounding",
-                                    "--disable-background-timer-throttling",
-                                    "--disable-backgrounding-occluded-windows", "about:blank"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        wait_for("chromium's DevTools port", lambda: http_ok(f"http://127.0.0.1:{debug_port}/json/version"), 60)
-        page = Page(debug_port)
-        page.send("Page.enable")
+        browser = Browser(chromium, [*flags, "--disable-renderer-backgrounding", "--disable-background-timer-throttling",
+                                     "--disable-backgrounding-occluded-windows"], tmp_path / "profile")
+        page = browser.page
         page.send("Page.bringToFront")  # a page in the background gets no animation frames: Lab would not redraw
         page.send("Emulation.setFocusEmulationEnabled", enabled=True)
         yield page, f"http://127.0.0.1:{port}", token, tmp_path
-        page.close()
     finally:
-        for proc in (browser, server):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, 15)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
+        if browser is not None:
+            browser.close()
+        if server.poll() is None:
+            os.killpg(server.pid, 15)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, 9)
+                server.wait()
 
 
 def panel_of(name: str) -> str:

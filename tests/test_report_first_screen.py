@@ -2,17 +2,14 @@
 in a real headless Chromium on every committed example: at 1280 and 800 px the headline is above the fold and
 before every table; at 1280 px no table hides a column; at 800 px each failure message is read whole, wrapped."""
 
-import html
 import json
-import re
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from conftest import ROOT
-from test_browser import FLAGS, chromium  # noqa: F401 (the fixture)
+from test_browser import browser  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*/2*") if (p / "summary.html").exists())
@@ -39,20 +36,16 @@ PROBE = """<script>window.addEventListener('load', () => { setTimeout(() => {
 }, 200); });</script></body>"""
 
 
-def first_screen(chromium, page: Path, width: int, tmp_path: Path) -> dict:  # noqa: F811
+def first_screen(browser, page: Path, width: int, tmp_path: Path) -> dict:  # noqa: F811
     copy = tmp_path / f"page-{width}.html"
     copy.write_text(page.read_text().replace("</body>", PROBE))
-    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
-                          f"--window-size={width},{FOLD_PX}", "--virtual-time-budget=8000", "--dump-dom", copy.as_uri()],
-                         capture_output=True, text=True, timeout=180)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    return json.loads(html.unescape(re.search(r'data-first="([^"]*)"', dom.stdout).group(1)))
+    return json.loads(browser.read(copy.as_uri(), width, FOLD_PX, "data-first"))
 
 
 @pytest.mark.parametrize("width", (1280, 800))
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
-def test_the_headline_is_on_the_first_screen_before_any_table(chromium, example, tmp_path, width):  # noqa: F811
-    found = first_screen(chromium, example / "summary.html", width, tmp_path)
+def test_the_headline_is_on_the_first_screen_before_any_table(browser, example, tmp_path, width):  # noqa: F811
+    found = first_screen(browser, example / "summary.html", width, tmp_path)
     head = found["head"]
     assert head is not None, "no headline on the page"
     verdict = json.loads((example / "verdict.json").read_text())
@@ -64,8 +57,8 @@ def test_the_headline_is_on_the_first_screen_before_any_table(chromium, example,
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
-def test_at_1280_px_no_table_hides_a_column(chromium, example, tmp_path):  # noqa: F811
-    found = first_screen(chromium, example / "summary.html", 1280, tmp_path)
+def test_at_1280_px_no_table_hides_a_column(browser, example, tmp_path):  # noqa: F811
+    found = first_screen(browser, example / "summary.html", 1280, tmp_path)
     assert len(found["tables"]) >= 3
     hidden = [(t["text"], t["hidden"]) for t in found["tables"] if t["hidden"] > 1 or t["right"] > found["page"] + 1]
     assert hidden == [], f"tables wider than a 1280 px page (columns behind a sideways scroll): {hidden}"
@@ -73,17 +66,17 @@ def test_at_1280_px_no_table_hides_a_column(chromium, example, tmp_path):  # noq
 
 @pytest.mark.parametrize("example", [p for p in EXAMPLES if (pd.read_parquet(p / "runs.parquet")["status"] != "ready")
                                      .any()], ids=lambda p: p.parent.name)
-def test_at_800_px_every_failure_message_is_read_whole(chromium, example, tmp_path):  # noqa: F811
+def test_at_800_px_every_failure_message_is_read_whole(browser, example, tmp_path):  # noqa: F811
     runs = pd.read_parquet(example / "runs.parquet")
     failed = runs[(runs["status"] != "ready") & runs["failure_message"].fillna("").astype(bool)]
-    found = first_screen(chromium, example / "summary.html", 800, tmp_path)
+    found = first_screen(browser, example / "summary.html", 800, tmp_path)
     # each message twice: in "Why launches failed" and in "Every run"
     assert len(found["messages"]) == 2 * len(failed) > 0, found["messages"]
     cut = [m["text"] for m in found["messages"] if m["right"] > found["page"] + 1 or m["overflows"] or m["outside"]]
     assert cut == [], f"failure messages not wholly in view at 800 px: {cut}"
 
 
-def test_the_probe_sees_a_table_behind_a_scroll_and_a_message_that_runs_off_the_page(chromium, tmp_path):  # noqa: F811
+def test_the_probe_sees_a_table_behind_a_scroll_and_a_message_that_runs_off_the_page(browser, tmp_path):  # noqa: F811
     """The checks above can fail: a wide table in a scrolling box and an unwrapped message are both caught."""
     cells = "".join(f"<td>cell-{i}-with-a-long-name</td>" for i in range(40))
     page = tmp_path / "bad.html"
@@ -91,6 +84,6 @@ def test_the_probe_sees_a_table_behind_a_scroll_and_a_message_that_runs_off_the_
                     f'<div style="overflow-x: auto"><table><tr>{cells}</tr></table></div>'
                     f'<table><tr><td><span class="ll-message" style="white-space: pre">{"m" * 400}</span></td></tr>'
                     "</table></body></html>")
-    found = first_screen(chromium, page, 800, tmp_path)
+    found = first_screen(browser, page, 800, tmp_path)
     assert found["tables"][0]["hidden"] > 1
     assert found["messages"][0]["right"] > found["page"] + 1

@@ -1,16 +1,14 @@
 """The report read at 1280 and 800 px in a real headless Chromium: the demo, the threshold demo and every committed
 example, measured by the page itself (issue 41, point 5)."""
 
-import html
 import json
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import LAUNCHLAB, ROOT
-from test_browser import ARTIFACTS, FLAGS, chromium  # noqa: F401 (the fixture)
+from test_browser import ARTIFACTS, browser  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*/2*") if (p / "summary.html").exists())
@@ -90,19 +88,15 @@ PROBE = """<script>window.addEventListener('load', () => { setTimeout(() => {
 }, 200); });</script></body>""".replace("%(min)s", str(MIN_TEXT_PX))
 
 
-def measure(chromium, page: Path, width: int, tmp_path: Path, name: str) -> dict:  # noqa: F811
+def measure(browser, page: Path, width: int, tmp_path: Path, name: str) -> dict:  # noqa: F811
     """What PROBE found on a copy of `page` laid out `width` px wide; a screenshot of its first screen, as a
     reader sees it, goes to outputs/test-artifacts/."""
     copy = tmp_path / f"{name}-{width}.html"
     copy.write_text(page.read_text().replace("</body>", PROBE))
-    base = [chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},900"]
-    dom = subprocess.run([*base, "--virtual-time-budget=8000", "--dump-dom", copy.as_uri()],
-                         capture_output=True, text=True, timeout=180)
-    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = json.loads(browser.read(copy.as_uri(), width, 900, "data-widths"))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    shot = ARTIFACTS / f"{name}-{width}.png"
-    subprocess.run([*base, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=180, check=True)
-    return json.loads(html.unescape(re.search(r'data-widths="([^"]*)"', dom.stdout).group(1)))
+    browser.page.screenshot(ARTIFACTS / f"{name}-{width}.png")
+    return found
 
 
 def assert_reads_well(found: dict, width: int) -> None:
@@ -128,26 +122,26 @@ def demo_threshold_run(demo_env):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_demo_report_reads_at_1280_and_800_px(chromium, demo_run, tmp_path, width):  # noqa: F811
-    found = measure(chromium, demo_run[0] / "summary.html", width, tmp_path, "demo")
+def test_the_demo_report_reads_at_1280_and_800_px(browser, demo_run, tmp_path, width):  # noqa: F811
+    found = measure(browser, demo_run[0] / "summary.html", width, tmp_path, "demo")
     assert_reads_well(found, width)
     assert width > 1000 or found["scrolling"] >= 1, "at 800 px the effects table scrolls: the cue check ran"
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_threshold_demo_report_reads_at_1280_and_800_px(chromium, demo_threshold_run, tmp_path, width):  # noqa: F811
-    assert_reads_well(measure(chromium, demo_threshold_run / "summary.html", width, tmp_path, "demo-threshold"),
+def test_the_threshold_demo_report_reads_at_1280_and_800_px(browser, demo_threshold_run, tmp_path, width):  # noqa: F811
+    assert_reads_well(measure(browser, demo_threshold_run / "summary.html", width, tmp_path, "demo-threshold"),
                       width)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.parent.name)
-def test_every_committed_example_reads_at_1280_and_800_px(chromium, example, tmp_path, width):  # noqa: F811
-    assert_reads_well(measure(chromium, example / "summary.html", width, tmp_path, example.parent.name), width)
+def test_every_committed_example_reads_at_1280_and_800_px(browser, example, tmp_path, width):  # noqa: F811
+    assert_reads_well(measure(browser, example / "summary.html", width, tmp_path, example.parent.name), width)
 
 
 def test_the_probe_finds_a_legend_on_the_data_small_text_and_a_table_that_scrolls_without_its_cue(
-        chromium, tmp_path):  # noqa: F811
+        browser, tmp_path):  # noqa: F811
     """The checks above can fail: a legend drawn over its line, 7 pt text in a wide figure and a wide table in a
     scrolling box without the report's cue are each caught."""
     import matplotlib
@@ -165,5 +159,5 @@ def test_the_probe_finds_a_legend_on_the_data_small_text_and_a_table_that_scroll
     page = tmp_path / "bad.html"
     page.write_text(f'<html><body><div role="img">{inline_svg(figure_svg(fig))}</div>'
                     f'<div style="overflow-x: auto">{table}</div></body></html>')
-    found = measure(chromium, page, 800, tmp_path, "probe-check")
+    found = measure(browser, page, 800, tmp_path, "probe-check")
     assert found["onLegend"] and found["noCue"] and any("chart" in s for s in found["small"]), found
