@@ -294,7 +294,7 @@ def running_slurm(tmp_path_factory, nodes: int):
 # outputs folder, a module's batch) run in one pytest-xdist group, so one worker builds it once; everything else
 # is spread over the workers (`--dist loadgroup`). The Slurm cluster is per worker: it starts in seconds, and a
 # worker's Slurm tests use it one at a time, as they did per module before.
-PROCESS_FIXTURES = {"sim_root", "small_params", "sshd", "slurm", "slurm2", "demo_env", "demo_run", "chromium",
+PROCESS_FIXTURES = {"sim_root", "small_params", "sshd", "slurm", "slurm2", "demo_env", "demo_run", "chromium", "browser",
                     "lab", "installed", "demo_import", "demo_search_run", "tiny_venv", "compared_demo", "compared_search"}
 GROUPS = {"demo_env": "demo", "demo_import": "import", "installed": "install", "demo_search_run": "search",
           "tiny_venv": "patching", "compared_demo": "compare-demo", "imported_pair": "compare-import",

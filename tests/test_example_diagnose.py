@@ -102,8 +102,12 @@ def test_the_search_run_to_its_end_on_the_h100_brackets_sglang_s_minimum_in_two_
         assert stratum["state"] == "converged" and (stratum["interval_low"], stratum["interval_high"]) == (0.0051, 0.0053)
         assert stratum["interval_low"] < SGLANG_MINIMUM <= stratum["interval_high"]
         assert (stratum["launches"], stratum["blind_launches"], stratum["prediction_held"]) == (2, 4, True)
+        # what held is the params' prediction, not the runs' own mean next to it (0.00512): the report names which
+        assert (stratum["guide_prediction"], stratum["guide_from"]) == (0.0052, "params")
         assert v["reproduced"]["reproduced"] is True and v["reproduced"]["matched"] == ["01_mem_fraction_static-0.0051_rep1"]
         assert v["conclusive"] and not v["inconclusive_reasons"]
     report = (SEARCHED_RUN_DIR / "report.md").read_text()
     assert report.splitlines()[2].startswith("**The launch starts from a --mem-fraction-static in (0.0051, 0.0053\\]")
-    assert "--resume" not in report and "2 launches, bisection alone 4; the prediction held" in report
+    assert "--resume" not in report and ("2 launches, bisection alone 4; the prediction it followed (0.0052, given with "
+                                          "the params) held); the server's own numbers predict the break-even at "
+                                          "0.00512") in report

@@ -204,3 +204,27 @@ def test_a_search_guided_by_the_params_prediction_is_judged_by_it_not_by_its_run
     assert thresholds.unfinished(found) == ["the threshold search of --mem-fraction-static has no interval at s: not "
                                             "converged after 2 probed value(s): the batch stopped before the search "
                                             "ended; --resume continues it"]
+
+
+def test_a_prediction_given_with_the_params_is_named_where_it_held_apart_from_the_runs_own_figures():
+    """The H100 search followed the params' 0.0052 and its runs' own figures said 0.00512: "the prediction held" next
+    to 0.00512 read as if 0.00512 had held. The CLI's end of search and the report name the one it followed."""
+    from launchlab.params.searchspec import SearchSpec
+    from launchlab.runner import searchbatch
+
+    spec = SearchSpec(flag="--mem-fraction-static", low="0.0047", high="0.0055", resolution="0.0002", predicted="0.0052")
+    result = search.StratumResult("baseline", search.CONVERGED, Decimal("0.0051"), Decimal("0.0053"), probes=2,
+                                  runs=["01", "02"], prediction=search.HELD)
+    said = searchbatch.cost(spec, result, spec.prior)
+    assert said == " — 2 launches, bisection alone 4; the prediction it followed (0.0052, given with the params) held"
+    row = {"stratum": "baseline", "state": "converged", "interval_low": 0.0051, "interval_high": 0.0053, "probes": 2,
+           "launches": 2, "blind_launches": 4, "prediction_held": True, "predicted_break_even": 0.00512,
+           "predicted_in_interval": True, "predicted_n": 2, "predicted_min": 0.00505, "predicted_max": 0.0052,
+           "guide_prediction": 0.0052, "guide_from": "params", "note": "", "prediction_note": ""}
+    text = thresholds.markdown({"flag": "--mem-fraction-static", "low": "0.0047", "high": "0.0055",
+                                "resolution": "0.0002", "strata": [row], "differences": []})
+    assert ("2 launches, bisection alone 4; the prediction it followed (0.0052, given with the params) held); the "
+            "server's own numbers predict the break-even at 0.00512") in text
+    # the runs' own prediction is the figure said right after: not named twice
+    assert "the prediction held" in thresholds.markdown({**{"flag": "f", "low": "0", "high": "1", "resolution": "0.1"},
+                                                         "strata": [{**row, "guide_from": "runs"}], "differences": []})

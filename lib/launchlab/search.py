@@ -30,6 +30,8 @@ import math
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 
+from launchlab.numtext import significant
+
 # the states of a stratum; only `searching` asks for more probes
 SEARCHING, CONVERGED, NOISY, NON_MONOTONE, NOT_BRACKETED, NO_OBSERVATION = (
     "searching", "converged", "noisy", "non_monotone", "not_bracketed", "no_observation")
@@ -126,6 +128,16 @@ class Guide:
     # given before any probe (the params' `search: predicted`, from a failing log's own numbers): its pair is
     # probed first, the ends only where the pair contradicts it
     prior: bool = False
+
+
+def named(prediction: Decimal | float | None, prior: bool) -> str:
+    """The prediction a search followed, by value and source, for what is said of it ('held', 'failed'): the
+    params' figure and the runs' own can differ (the H100 search followed the log's 0.0052; its runs said 0.00512)."""
+    if prediction is None:
+        return "the prediction"
+    if prior:  # as the params wrote it
+        return f"the prediction it followed ({Decimal(str(prediction)).normalize():f}, given with the params)"
+    return f"the prediction it followed ({significant(float(prediction))}, from its runs' own numbers)"
 
 
 def judge(guide: Guide | None, observations: list[Observation]) -> tuple[str, str]:

@@ -36,14 +36,15 @@ def run_search(exp: params.Experiment, run_dir: Path, say: notebooks.Say, run_al
             say(f"[{run.seq}/{total}] {run.run_id}  already done, skipped")
     run_all(redo, total)
     while True:
+        followed = guides(exp, directory)
         results = search.step(exp.search.bounds, plans.strata(exp), observations(directory, known),
-                              exp.search.repetitions, guides=guides(exp, directory))
+                              exp.search.repetitions, guides=followed)
         probes = [p for r in results for p in r.next]
         if not probes:
             for r in results:
                 say(f"launchlab: {r.stratum}: {r.state}" + (f" in ({r.low}, {r.high}]" if r.state == search.CONVERGED
                                                             else f" — {r.note}" if r.note else "")
-                    + cost(exp.search, r))
+                    + cost(exp.search, r, followed.get(r.stratum)))
             return results
         new = plans.probe_runs(exp, probes, len(known) + 1)
         record_probes(directory, new)
@@ -92,13 +93,14 @@ def guides(exp: params.Experiment, directory: rundir.RunDir) -> dict[str, search
                              tolerance_mib=exp.drain.tolerance_mib)
 
 
-def cost(spec: SearchSpec, result: search.StratumResult) -> str:
+def cost(spec: SearchSpec, result: search.StratumResult, guide: search.Guide | None = None) -> str:
     """What a stratum's answer cost, said at the end of the search: its launches, bisection's alone on the same
-    outcomes, and what became of the prediction."""
+    outcomes, and what became of the prediction it followed (`guide`, named by value and source)."""
     text = f" — {len(result.runs)} launches"
     if result.state == search.CONVERGED and result.high is not None:
         text += f", bisection alone {search.blind_probes(spec.bounds, result.high) * spec.repetitions}"
-    return text + {search.HELD: "; the prediction held", search.FAILED: "; the prediction failed",
+    which = search.named(guide.prediction, guide.prior) if guide is not None else "the prediction"
+    return text + {search.HELD: f"; {which} held", search.FAILED: f"; {which} failed",
                    search.NOT_FOLLOWED: "; the prediction was not followed"}.get(result.prediction, "")
 
 

@@ -36,7 +36,11 @@ COLUMNS = ["stratum", "state", "interval_low", "interval_high", "width", "probes
            # (None where it says nothing: noisy, non-monotone, unfinished), and what became of the prediction
            # (True: every outcome agreed with it; False: one contradicted it, prediction_note names it; None: no
            # prediction, or one not followed, prediction_note says why)
-           "launches", "blind_launches", "prediction_held", "prediction_note"]
+           "launches", "blind_launches", "prediction_held", "prediction_note",
+           # the prediction the search followed, and where it came from: "params" (`search: predicted`, a diagnosed
+           # log's figure) or "runs" (the stratum's own runs' budget) — prediction_held is of this one, which need
+           # not be predicted_break_even (the runs' mean: the H100 search followed 0.0052, its runs said 0.00512)
+           "guide_prediction", "guide_from"]
 PROBE_KEYS = ("stratum", "value", "runs", "predicted_break_even", "pre_load_free_gib", "free_at_start_mib", "flagged",
               "why", "budget_total_gib")
 LEGACY_TOTAL = "pre_load_free_gib"
@@ -202,6 +206,10 @@ def table(bounds: search.Bounds, strata: list[str], runs: pd.DataFrame, planned:
     for result in search.step(bounds, strata, observations(runs, planned, factor), repetitions,
                               guides=guided):
         row = _row(result, bounds, repetitions)
+        guide = guided.get(result.stratum)
+        if guide is not None and not guide.distrust:
+            row["guide_prediction"] = _float(guide.prediction)
+            row["guide_from"] = "params" if guide.prior else "runs"
         row["flagged_probes"] = "; ".join(p["why"] for p in per_probe if p["stratum"] == result.stratum and p["flagged"])
         predicted = None if predicts is None else _prediction(result.stratum, budget, predicts, stratum_of=stratum_of,
                                                                 per_probe=per_probe)
@@ -230,7 +238,7 @@ def _row(result: search.StratumResult, bounds: search.Bounds, repetitions: int) 
             "budget_total_gib": None,
             "launches": len(result.runs), "blind_launches": None if blind is None else blind * repetitions,
             "prediction_held": {search.HELD: True, search.FAILED: False}.get(result.prediction),
-            "prediction_note": result.prediction_note}
+            "prediction_note": result.prediction_note, "guide_prediction": None, "guide_from": None}
 
 
 def differences(frame: pd.DataFrame, baseline: str, flag: str) -> list[dict]:
@@ -319,9 +327,20 @@ def _cost(row: dict) -> str:
     blind = row.get("blind_launches")
     text = f"; {row['launches']:.0f} launches" + ("" if _missing(blind) else f", bisection alone {blind:.0f}")
     held = row.get("prediction_held")
+    which = _followed(row)
     if held is True and row.get("state") != "converged":  # one side seen: it has not failed yet, it has not held
-        return text + "; no outcome so far contradicts the prediction"
-    return text + ("; the prediction held" if held is True else "; the prediction failed" if held is False else "")
+        return text + f"; no outcome so far contradicts {which}"
+    return text + (f"; {which} held" if held is True else f"; {which} failed" if held is False else "")
+
+
+def _followed(row: dict) -> str:
+    """The prediction the search followed: named (search.named) where the params gave it, which the runs' own
+    figures said next to it need not match; 'the prediction' where it is those figures (or the verdict is of a kit
+    that did not record which)."""
+    value, source = row.get("guide_prediction"), row.get("guide_from")
+    if source != "params" or _missing(value):
+        return "the prediction"
+    return search.named(value, prior=True)
 
 
 def why_open(row: dict) -> str:
@@ -345,7 +364,7 @@ def markdown(found: dict) -> str:
     for row in found["strata"]:
         if row["state"] == "converged":
             predicted = row["predicted_break_even"]
-            side = ("" if predicted is None else f"; the server's own numbers predict the break-even at "
+            side = ("" if _missing(predicted) else f"; the server's own numbers predict the break-even at "
                     f"{significant(predicted)} ({'inside' if row['predicted_in_interval'] else 'OUTSIDE'} the interval)"
                     f"{_spread(row)}")
             lines.append(f"- **{md(row['stratum'])}**: ready from a value in ({row['interval_low']:g}, "
