@@ -282,7 +282,10 @@ class Report:
         display(Markdown(THRESHOLD_INTRO + "\n\n" + thresholds.markdown(self.threshold_verdict)))
         # each stratum's runs counted, not listed: a dozen ids made a wall of text in one cell (they are each
         # named in the bullets above and in the table of every run)
-        shown = self.thresholds.assign(runs=[len(r.split(", ")) if r else 0 for r in self.thresholds["runs"]])
+        # and what the bullets say in words (the prediction the search followed) or the frame keeps only for older
+        # readers (pre_load_free_gib: budget_total_gib under its old name) left out: the table fits 1280 px
+        shown = self.thresholds.assign(runs=[len(r.split(", ")) if r else 0 for r in self.thresholds["runs"]]).drop(
+            columns=[thresholds.LEGACY_TOTAL, "guide_prediction", "guide_from"])
         display(styled(shown, precision=4))
         if self.frames.runs.empty:
             return
