@@ -124,3 +124,17 @@ def test_launchlab_run_ends_with_the_headline_of_the_batch_it_ran(demo_run):
     assert stderr.rstrip("\n").splitlines()[-len(found.lines()):] == found.text().splitlines()
     v = _verdict(run_dir)
     assert found.lead.startswith("Inconclusive") == (not v.conclusive)
+
+
+def test_the_headline_names_the_confounds_the_verdict_found_touching_a_factor_in_its_order():
+    """h200-sglang-kv: fraction is touched by the host and environment confounds of runs 16–18. The headline had
+    recomputed the kinds from every confound and named "level" too (custom_ar=on not in effect on one GPU, in every
+    run of both sides: no confound of fraction), unlike the `## Verdict` section under it."""
+    run_dir = ROOT / "examples" / "h200-sglang-kv" / "20261203-092613"
+    verdict = Verdict.from_json(json.loads((run_dir / "verdict.json").read_text()))
+    fraction = verdict.factors["fraction"]
+    assert fraction.confounded_by == ["host", "environment"]
+    assert fraction.summary.startswith("fraction is confounded: host, environment confound(s) touch 1 run(s)")
+    lead = headline.of_run_dir(run_dir).lead
+    assert "but confounds (host, environment) touch 1 run it rests on" in lead and "level)" not in lead, lead
+    assert "confounds (host, environment) touch" in (run_dir / "report.md").read_text().splitlines()[2]

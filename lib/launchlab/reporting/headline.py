@@ -203,7 +203,9 @@ def _why_not(v: Verdict, factor: str) -> str:
     """Why one factor leaves the verdict inconclusive, in a clause: what it would say, and what stands in the way."""
     d = v.factors[factor]
     if d.status == CONFOUNDED:
-        kinds = sorted({c.kind for c in v.confounds if set(c.runs) & set(d.confounded_runs)})
+        # the kinds the verdict found touching it, in its order (the `## Verdict` section's): recomputed from every
+        # confound, a level that did not take effect in any run of either side was named too (h200-sglang-kv)
+        kinds = d.confounded_by or sorted({c.kind for c in v.confounds if set(c.runs) & set(d.confounded_runs)})
         n = len(d.confounded_runs)
         would = (_says(factor, d, d.would_be).replace(" decides", " would decide", 1)
                  .replace(" does not change", " would not change", 1).replace(" changes how", " would change how", 1)

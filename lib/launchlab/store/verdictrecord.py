@@ -124,6 +124,9 @@ class Decision:
     repetitions_to_settle: int | None = None
     would_be: DecisionStatus | None = None  # a confounded decision: what it would say without the confound
     confounded_runs: list[str] = field(default_factory=list)
+    # the kinds of the confounds that touch it, as the verdict judged them (a level that did not take effect
+    # confounds another factor only where it took effect in some runs and not in others); empty in an older kit's
+    confounded_by: list[str] = field(default_factory=list)
     runs_per_side: int | None = None  # the fewest valid runs a side has in the comparisons it rests on
     # what the summary says, claim by claim (claims.Claim.to_json: kind, subject, strata, not_observed, runs,
     # statistic, text); empty in a verdict.json of an older kit

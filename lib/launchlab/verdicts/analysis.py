@@ -327,12 +327,12 @@ def confounded(decision: dict, found: list[dict]) -> dict:
     if not hits:
         return decision
     runs = sorted(rests_on & {r for c in hits for r in c["runs"]})
-    kinds = ", ".join(dict.fromkeys(c["kind"] for c in hits))
+    kinds = list(dict.fromkeys(c["kind"] for c in hits))
     named = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
-    summary = (f"{decision['factor']} is confounded: {kinds} confound(s) touch {len(runs)} run(s) it rests on "
-               f"({named}); without them it would read: {decision['summary']}")
+    summary = (f"{decision['factor']} is confounded: {', '.join(kinds)} confound(s) touch {len(runs)} run(s) it rests "
+               f"on ({named}); without them it would read: {decision['summary']}")
     return {**decision, "status": CONFOUNDED, "summary": summary, "would_be": decision["status"],
-            "confounded_runs": runs}
+            "confounded_runs": runs, "confounded_by": kinds}
 
 
 def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:
