@@ -138,3 +138,20 @@ def test_the_headline_names_the_confounds_the_verdict_found_touching_a_factor_in
     lead = headline.of_run_dir(run_dir).lead
     assert "but confounds (host, environment) touch 1 run it rests on" in lead and "level)" not in lead, lead
     assert "confounds (host, environment) touch" in (run_dir / "report.md").read_text().splitlines()[2]
+
+
+def test_a_level_whose_runs_end_as_often_one_way_as_another_is_not_said_to_end_mostly_one_way():
+    """'mostly fails (cuda_oom …)' where half the runs failed one way and half another picked one at random."""
+    from launchlab.store.verdictrecord import Stratum
+
+    levels = {"0.9": {"valid": 3, "ready": 3, "outcomes": {"starts": 3}},
+              "0.5": {"valid": 4, "ready": 0, "outcomes": {"fails: cuda_oom in cuda_graph": 2,
+                                                           "fails: kv_cache_no_memory in kv_cache": 2}}}
+    d = Decision("decides", "f decides the launch", [Stratum({}, True, levels)], p_value=0.03, significant=True)
+    said = headline._levels(d)
+    assert "mostly" not in said
+    assert said == ("0.9 starts (3/3 ready), 0.5 ends as often one way as another (fails: cuda_oom in cuda_graph ×2, "
+                    "fails: kv_cache_no_memory in kv_cache ×2; 0/4 ready)")
+    levels["0.5"]["outcomes"]["fails: cuda_oom in cuda_graph"] = 3
+    levels["0.5"]["valid"] = 5
+    assert "0.5 mostly fails (cuda_oom in cuda_graph; 0/5 ready)" in headline._levels(d)

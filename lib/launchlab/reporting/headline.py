@@ -123,7 +123,7 @@ def _capital(text: str, names=()) -> str:
 def _levels(d: Decision) -> str:
     """'0.004 starts (6/6 ready), 0.002 fails (kv_cache_no_memory in kv_cache; 0/6 ready)': each level's valid runs
     summed over the strata where the factor changed the outcome (all strata where it changed it nowhere), with how
-    most of them ended."""
+    most of them ended ("mostly" where not all did; each way with its count where no one way is the most)."""
     strata = [s for s in d.strata if s.changes] or d.strata
     counts: dict[str, list] = {}
     for s in strata:
@@ -137,6 +137,10 @@ def _levels(d: Decision) -> str:
     for level, (ready, valid, hows) in counts.items():
         if not valid:
             parts.append(f"{level} no valid run")
+            continue
+        if hows and list(hows.values()).count(max(hows.values())) > 1:  # no one way is the most: say each
+            ways = ", ".join(f"{how} ×{n}" for how, n in sorted(hows.items(), key=lambda hn: -hn[1]))
+            parts.append(f"{level} ends as often one way as another ({ways}; {ready}/{valid} ready)")
             continue
         how = max(hows, key=hows.get) if hows else ("starts" if ready == valid else "fails")
         verb, _, why = how.partition(": ")  # 'fails: kv_cache_no_memory in kv_cache'
