@@ -38,3 +38,14 @@ def test_the_sglang_kv_examples_level_that_did_not_take_effect_is_one_sentence_w
     assert f"{len(contradicted)} runs (" in line
     assert line.count("one GPU") == 1
     assert not any(r in line for r in contradicted)  # named by their numbers, not their whole ids
+
+
+def test_a_sentence_that_holds_the_separator_stays_whole_and_is_grouped_whole():
+    """A server's message quoted in a per-run sentence may hold "; " itself: split there, its first half was said
+    as is once per run and its second half grouped apart ("x: failed; x: failed; 2 runs (01, 02): see the log")."""
+    text = "custom_ar=on: failed; see the log in run 01_a; custom_ar=on: failed; see the log in run 02_b"
+    assert grouping.sentences(text) == ["custom_ar=on: failed; see the log in run 01_a",
+                                        "custom_ar=on: failed; see the log in run 02_b"]
+    assert grouping.detail(text) == "2 runs (01, 02): custom_ar=on: failed; see the log"
+    # a closing piece of no run stays a sentence of its own
+    assert grouping.sentences("a in run 01_x; b in run 02_y; the rest") == ["a in run 01_x", "b in run 02_y", "the rest"]

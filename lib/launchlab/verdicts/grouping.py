@@ -54,4 +54,18 @@ def grouped(sentences: list[str]) -> list[str]:
 
 def detail(text: str, sep: str = "; ") -> str:
     """A detail of per-run sentences joined by `sep` (a level check's, a level confound's), grouped."""
-    return sep.join(grouped(text.split(sep)))
+    return sep.join(grouped(sentences(text, sep)))
+
+
+def sentences(text: str, sep: str = "; ") -> list[str]:
+    """The per-run sentences of a detail joined by `sep`. A sentence may hold `sep` itself (a server's message
+    quoted: "…: failed; see the log in run 01"): a piece that does not end in ' in run <id>' belongs with the
+    pieces after it up to one that does — split at every `sep`, its halves were grouped apart and read garbled."""
+    found: list[str] = []
+    pending: list[str] = []
+    for piece in text.split(sep):
+        pending.append(piece)
+        if _IN_RUN.match(piece):
+            found.append(sep.join(pending))
+            pending = []
+    return found + pending

@@ -205,7 +205,7 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
     contradicted = [c for c in v.level_checks if c.runs_contradicted]
     if contradicted:
         # one sentence per run said once, the runs counted (15 runs of one GPU said the same sentence 15 times)
-        said = grouping.grouped([s for c in contradicted for s in c.detail.split("; it took effect")[0].split("; ")])
+        said = grouping.grouped([s for c in contradicted for s in grouping.sentences(c.detail.split("; it took effect")[0])])
         lines.append("**A level did not take effect:** " + md("; ".join(said))
                      + ". Its runs were left out of that factor's comparisons.")
     lines += _decisions(v)
