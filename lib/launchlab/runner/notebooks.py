@@ -225,12 +225,14 @@ def summarize(run_dir: Path, say: Say = stderr, html: bool = True, server: kerne
     directory = rundir.RunDir.check(run_dir)
     exp = params.load(directory.experiment_file)
     frames.write(directory.path, frames.build(directory.path, exp))
-    verdict = reportmd.write_verdict(directory.path)
+    # the verdict itself is said once, as the report's headline, at the end (the CLI's last lines): its one-line
+    # record form here too said the same answer in other words
+    reportmd.write_verdict(directory.path)
     if not html:
-        say(f"launchlab: frames, verdict.json and report.md written ({verdict.headline()}); summary.html not rendered "
+        say("launchlab: frames, verdict.json and report.md written; summary.html not rendered "
             f"(--no-html): `launchlab report {directory.path}` renders it")
         return directory.report_md
-    say(f"launchlab: frames, verdict.json and report.md written ({verdict.headline()}); rendering the summary")
+    say("launchlab: frames, verdict.json and report.md written; rendering the summary")
     nb = directory.summary_notebook
     try:
         execute("summary.ipynb", nb, {"run_dir": str(directory.path)}, server=server)
