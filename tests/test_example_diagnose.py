@@ -80,6 +80,9 @@ def test_judged_again_the_baseline_reproduces_the_log_and_the_fraction_decides_a
     report = (RUN_DIR / "report.md").read_text()
     assert "**Reproduced:** the baseline failed as `failing-launch.log` did" in report and "in 4 of 4 runs" in report
     assert "p = 0.029" in report and "Finish the batch (2 of 16 runs interrupted or not run)" in report
+    # its paths are said from the folder that holds both (a shared report names no folder of the renderer's disk):
+    # the command says where it runs from
+    assert "--repetitions 4` from the folder that holds both its paths." in report
 
 
 SEARCHED_RUN_DIR = EXAMPLE.parent / "h100-sglang-diagnose-search" / "20261205-231315"

@@ -83,14 +83,17 @@ def _html_spans(text: str) -> str:
     return "".join(f"<code>{html_text(p)}</code>" if i % 2 else html_text(p) for i, p in enumerate(parts))
 
 
-def of(v: Verdict, *, planned: int, resume: str = "") -> Headline:
+def of(v: Verdict, *, planned: int, resume: str = "", relative: bool = False) -> Headline:
     """The headline of a verdict. planned: the runs the plan asked for; resume: the command that finishes an
-    unfinished batch (`launchlab run PARAMS --resume RUN_DIR`), said when some planned run has no final status."""
+    unfinished batch (`launchlab run PARAMS --resume RUN_DIR`), said when some planned run has no final status;
+    relative: its paths are said from the folder that holds them both (a shared report's), which is said too —
+    the folder's name would say where it lay on the renderer's disk."""
     unfinished = [r for r in v.excluded_runs if r.why in (ledger.MISSING, ledger.INTERRUPTED)]
-    finish = (f"finish the batch ({len(unfinished)} of {planned} runs interrupted or not run) with `{resume}`"
+    where = " from the folder that holds both its paths" if relative and resume else ""
+    finish = (f"finish the batch ({len(unfinished)} of {planned} runs interrupted or not run) with `{resume}`{where}"
               if unfinished and resume else "")
     if v.thresholds is not None:
-        return _search(v, finish, resume=resume)
+        return _search(v, finish, resume=resume, where=where)
     valid = planned - len(v.excluded_runs)
     if valid <= 0 or not v.factors:
         reason = (v.inconclusive_reasons or [f"nothing can be concluded: none of the {planned} planned runs is a "
@@ -278,7 +281,7 @@ def _strength(v: Verdict) -> tuple[str, str]:
     return f"{words}: {test}", ""
 
 
-def _search(v: Verdict, finish: str, *, resume: str = "") -> Headline:
+def _search(v: Verdict, finish: str, *, resume: str = "", where: str = "") -> Headline:
     """A threshold search: the interval per stratum next to the server's predicted break-even."""
     t = v.thresholds or {}
     flag, strata = t.get("flag", "the flag"), t.get("strata") or []
@@ -308,7 +311,7 @@ def _search(v: Verdict, finish: str, *, resume: str = "") -> Headline:
     strength = (f"a threshold search: {launches} launches, each interval as narrow as the resolution "
                 f"{t.get('resolution')}" if not open_ else f"a threshold search not finished in {len(open_)} stratum(s)")
     todo = list(dict.fromkeys(OPEN_SEARCH.get(r.get("state"), ("", ""))[1] for r in open_))
-    todo = [f"`{resume or 'launchlab run PARAMS --resume RUN_DIR'}` would continue the search"
+    todo = [f"`{resume or 'launchlab run PARAMS --resume RUN_DIR'}`{where if resume else ''} would continue the search"
             if t == search.SEARCHING else t for t in todo if t]
     settle = finish or "; ".join(todo)
     return Headline(lead, strength, settle)

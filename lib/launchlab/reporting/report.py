@@ -336,7 +336,8 @@ class Report:
     def headline_record(self) -> headline.Headline:
         """The answer in one sentence, its strength and what would settle it (headline.py), from the verdict."""
         return headline.of(self.verdict, planned=len(self.manifest.run_ids),
-                           resume=self.manifest.resume_command(self.run_dir, shared=True))
+                           resume=self.manifest.resume_command(self.run_dir, shared=True),
+                           relative=self.manifest.resume_relative(self.run_dir))
 
     def headline(self) -> HTML:
         """The report's first box: the answer, its strength, what would settle it (before any table but the

@@ -173,6 +173,12 @@ class Manifest:
             params, folder = _from_common_folder(params, folder)
         return shlex.join(["launchlab", "run", params, "--resume", folder, *again])
 
+    def resume_relative(self, run_dir: Path | str) -> bool:
+        """Whether a shared resume_command says its paths from the folder that holds them both (it then runs from
+        there, not from wherever the reader is), rather than absolute."""
+        return bool(self.params_file) and not os.path.isabs(
+            _from_common_folder(self.params_file, os.path.abspath(run_dir))[0])
+
     @classmethod
     def from_json(cls, data: dict, path: Path | str = "manifest.json") -> Manifest:
         """A manifest read back; keys a newer kit added are ignored, a missing required one is a RunDirError."""
