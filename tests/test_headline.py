@@ -155,3 +155,23 @@ def test_a_level_whose_runs_end_as_often_one_way_as_another_is_not_said_to_end_m
     levels["0.5"]["outcomes"]["fails: cuda_oom in cuda_graph"] = 3
     levels["0.5"]["valid"] = 5
     assert "0.5 mostly fails (cuda_oom in cuda_graph; 0/5 ready)" in headline._levels(d)
+
+
+def test_a_flaky_factor_is_not_said_to_have_no_comparison_and_more_repetitions_are_what_settles_it():
+    """custom_ar on 2/3 ready against off 3/3: both levels were compared on valid runs; the strength line said "no
+    factor was compared on valid runs of both its levels" and asked for "valid runs of every level"."""
+    from launchlab.store.verdictrecord import Stratum
+
+    levels = {"on": {"valid": 3, "ready": 2, "outcomes": {"starts": 2, "fails: cuda_graph_failed in cuda_graph": 1}},
+              "off": {"valid": 3, "ready": 3, "outcomes": {"starts": 3}}}
+    flaky = Decision("flaky", "custom_ar's repetitions disagree at mem_fraction=0.85",
+                     [Stratum({"mem_fraction": "0.85"}, None, levels, flaky=["on"])])
+    said = headline.of(_empty_verdict(controlled=True, inconclusive_reasons=["custom_ar is flaky"],
+                                      undetermined_factors=[], flaky_factors=["custom_ar"],
+                                      factors={"custom_ar": flaky}), planned=6)
+    assert said.lead.startswith("Inconclusive: custom_ar is flaky")
+    assert "no factor was compared" not in said.strength
+    assert said.strength == ("no exact test decides: the repetitions of one variant of custom_ar disagree, so that "
+                             "variant has no one outcome to compare")
+    assert said.settle == "more repetitions of the variants whose runs disagree would settle whether custom_ar changes " \
+                          "the outcome"

@@ -255,6 +255,14 @@ def _strength(v: Verdict) -> tuple[str, str]:
     found = _weakest(v)
     if found is None:
         undetermined = [f for f in v.factors if v.factors[f].status == UNDETERMINED]
+        flaky = [f for f in v.factors if v.factors[f].status == FLAKY]
+        if flaky:  # compared on valid runs of both levels, but a variant's own repetitions disagree
+            names = ", ".join(flaky)
+            return (f"no exact test decides: the repetitions of one variant of {names} disagree, so that variant "
+                    "has no one outcome to compare",
+                    f"more repetitions of the variants whose runs disagree would settle whether {names} "
+                    f"{'changes' if len(flaky) == 1 else 'change'} the outcome"
+                    + (f", and valid runs of every level of {', '.join(undetermined)}" if undetermined else ""))
         return ("no exact test: no factor was compared on valid runs of both its levels",
                 f"valid runs of every level of {', '.join(undetermined) or 'the factors'} would settle it (see the "
                 "level checks)")
