@@ -175,3 +175,22 @@ def test_a_flaky_factor_is_not_said_to_have_no_comparison_and_more_repetitions_a
                              "variant has no one outcome to compare")
     assert said.settle == "more repetitions of the variants whose runs disagree would settle whether custom_ar changes " \
                           "the outcome"
+
+
+def test_where_a_factor_decides_comes_from_its_claim_records_not_from_the_words_of_its_summary():
+    from launchlab.store.verdictrecord import Stratum
+    from launchlab.verdicts import claims
+
+    levels = {"0.9": {"valid": 3, "ready": 3, "outcomes": {"starts": 3}},
+              "0.5": {"valid": 3, "ready": 0, "outcomes": {"fails: kv_cache_no_memory in kv_cache": 3}}}
+    strata = [Stratum({"graphs": "off"}, True, levels), Stratum({"graphs": "cuda"}, None, levels)]
+    # a summary whose words the headline must not parse (a server's message may hold "decides the launch")
+    odd = "f: the log said 'decides the launch at nowhere' — whatever"
+    some = Decision("decides_in_some", odd, strata,
+                    claims=[{"kind": claims.DECIDES, "strata": ["graphs=off"]}])
+    assert headline._says("f", some, "decides_in_some").startswith("f decides whether the launch starts at graphs=off: ")
+    every = Decision("decides", odd, strata, claims=[{"kind": claims.DECIDES, "strata": ["graphs=off", "graphs=cuda"]}])
+    assert headline._says("f", every, "decides").startswith("f decides whether the launch starts at every level of graphs: ")
+    # a verdict of a kit that wrote no claims: read from its summary as before
+    old = Decision("decides", "f decides the launch at graphs=off — 0.5 fails", strata)
+    assert headline._says("f", old, "decides").startswith("f decides whether the launch starts at graphs=off: ")

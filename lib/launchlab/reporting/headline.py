@@ -28,7 +28,7 @@ from launchlab.store.verdictrecord import (
     Decision,
     Verdict,
 )
-from launchlab.verdicts import budget, ledger
+from launchlab.verdicts import budget, claims, ledger
 
 NO_OBSERVATION = "no valid observation of the server"
 # a threshold search's stratum that found no threshold: (what happened, what would settle it) in words
@@ -154,8 +154,14 @@ def _levels(d: Decision) -> str:
     return ", ".join(parts)
 
 
-def _where(d: Decision) -> str:
-    """Where it decides, from its summary: ' at every level of graphs', ' at fraction=0.004, graphs=off'."""
+def _where(d: Decision, kind: str) -> str:
+    """Where a claim of `kind` holds (' at every level of graphs', ' at fraction=0.004, graphs=off'), from the
+    decision's claim records as claims.py places them; from its summary's words in a verdict of a kit that wrote
+    no claims."""
+    claim = next((c for c in d.claims if c.get("kind") == kind), None)
+    if claim is not None and d.strata:
+        return claims.where(claim.get("strata") or [], len(claim.get("strata") or []) == len(d.strata),
+                            list(d.strata[0].held))
     summary = d.summary.split(" — ", 1)[0]
     for verb in ("decides the launch", "changes how the launch fails", "does not change the launch outcome"):
         if verb in summary:
@@ -168,10 +174,10 @@ def _says(factor: str, d: Decision, status: str) -> str:
         levels = _levels(d)
         # a level that starts but fails its first request: what it decides is whether the server serves
         what = "decides the launch" if " starts but " in levels else "decides whether the launch starts"
-        return f"{factor} {what}{_where(d)}: {levels}"
+        return f"{factor} {what}{_where(d, claims.DECIDES)}: {levels}"
     if status == CHANGES_HOW:
-        return f"{factor} changes how the launch fails, not whether it starts{_where(d)}: {_levels(d)}"
-    return f"{factor} does not change the launch outcome{_where(d)}"  # where it was compared, never beyond
+        return f"{factor} changes how the launch fails, not whether it starts{_where(d, claims.CHANGES_HOW)}: {_levels(d)}"
+    return f"{factor} does not change the launch outcome{_where(d, claims.SAME)}"  # where compared, never beyond
 
 
 def _break_even(v: Verdict) -> str:

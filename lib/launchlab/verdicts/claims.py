@@ -53,7 +53,7 @@ def places(strata: list[str]) -> str:
     return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
 
 
-def _where(strata: list[str], everywhere: bool, others: list[str]) -> str:
+def where(strata: list[str], everywhere: bool, others: list[str]) -> str:
     """' at every level of graphs' where the claim holds in every stratum there is (more than one), ' at graphs=off'
     where it rests on some, '' for a factor alone."""
     if not strata or strata == ["alone"]:
@@ -95,16 +95,16 @@ def _kind(stratum: dict) -> str:
 
 
 def _sentence(claim: Claim, group: list[dict], everywhere: bool, others: list[str]) -> str:
-    factor, where = claim.subject, _where(claim.strata, everywhere, others)
-    placed = len(group) > 1  # one stratum is named in `where` already; several, each after its ends
+    factor, place = claim.subject, where(claim.strata, everywhere, others)
+    placed = len(group) > 1  # one stratum is named in `place` already; several, each after its ends
     if claim.kind == DECIDES:
         ends = "; ".join(_ends(factor, s, placed=placed) for s in group if _breaks(s))
-        return f"{factor} decides the launch{where}" + (f" — {ends}" if ends else "")
+        return f"{factor} decides the launch{place}" + (f" — {ends}" if ends else "")
     if claim.kind == CHANGES_HOW:
-        return f"{factor} changes how the launch fails{where} — " + "; ".join(
+        return f"{factor} changes how the launch fails{place} — " + "; ".join(
             _fails_how(factor, s, placed=placed) for s in group)
     if claim.kind == SAME:
-        return f"{factor} does not change the launch outcome{where}"
+        return f"{factor} does not change the launch outcome{place}"
     if claim.kind == DISAGREES:
         return f"{factor}'s repetitions disagree " + "; ".join(_flaky_why(factor, s) for s in group)
     return f"{factor} was not compared " + "; ".join(
