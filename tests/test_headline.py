@@ -194,3 +194,22 @@ def test_where_a_factor_decides_comes_from_its_claim_records_not_from_the_words_
     # a verdict of a kit that wrote no claims: read from its summary as before
     old = Decision("decides", "f decides the launch at graphs=off — 0.5 fails", strata)
     assert headline._says("f", old, "decides").startswith("f decides whether the launch starts at graphs=off: ")
+
+
+def test_a_levels_counts_are_said_per_stratum_as_the_exact_test_compares_them_not_summed():
+    """h200-sglang-kv said "0.004 starts (6/6 ready), 0.002 fails (0/6 ready)" over a strength of "p = 0.1, 3 runs a
+    side": summed over the two strata where it decides, the counts read as stronger evidence than the test is of."""
+    from launchlab.store.verdictrecord import Stratum
+
+    def stratum(held, ready_hi, valid_hi):
+        return Stratum(held, True, {"0.9": {"valid": valid_hi, "ready": ready_hi, "outcomes": {"starts": ready_hi}},
+                                    "0.5": {"valid": 3, "ready": 0, "outcomes": {"fails: oom in load": 3}}})
+
+    same = Decision("decides", "f decides the launch", [stratum({"g": "a"}, 3, 3), stratum({"g": "b"}, 3, 3)])
+    assert headline._levels(same) == "0.9 starts (3/3 ready at each), 0.5 fails (oom in load; 0/3 ready at each)"
+    apart = Decision("decides", "f decides the launch", [stratum({"g": "a"}, 3, 3), stratum({"g": "b"}, 2, 2)])
+    assert headline._levels(apart) == "0.9 starts (3/3, 2/2 ready), 0.5 fails (oom in load; 0/3 ready at each)"
+    run_dir = ROOT / "examples" / "h200-sglang-kv" / "20261203-092613"
+    said = headline.of_run_dir(run_dir)
+    assert "0.004 starts (3/3 ready at each), 0.002 fails (kv_cache_no_memory in kv_cache; 0/3 ready at each)" in \
+        said.lead and "3 runs a side" in said.strength

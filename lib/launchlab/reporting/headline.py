@@ -124,34 +124,47 @@ def _capital(text: str, names=()) -> str:
 
 
 def _levels(d: Decision) -> str:
-    """'0.004 starts (6/6 ready), 0.002 fails (kv_cache_no_memory in kv_cache; 0/6 ready)': each level's valid runs
-    summed over the strata where the factor changed the outcome (all strata where it changed it nowhere), with how
-    most of them ended ("mostly" where not all did; each way with its count where no one way is the most)."""
+    """'0.004 starts (3/3 ready at each), 0.002 fails (kv_cache_no_memory in kv_cache; 0/3 ready at each)': each
+    level's valid runs in each stratum where the factor changed the outcome (all strata where it changed it
+    nowhere) — per stratum, as the exact test compares them (summed, 6/6 against 0/6 read as stronger evidence than
+    the 3 a side its p-value is of) — with how most of them ended ("mostly" where not all did; each way with its
+    count where no one way is the most)."""
     strata = [s for s in d.strata if s.changes] or d.strata
     counts: dict[str, list] = {}
     for s in strata:
         for level, p in s.levels.items():
-            c = counts.setdefault(level, [0, 0, {}])
-            c[0] += int(p.get("ready") or 0)
-            c[1] += int(p.get("valid") or 0)
+            c = counts.setdefault(level, [[], {}])
+            c[0].append((int(p.get("ready") or 0), int(p.get("valid") or 0)))
             for how, n in (p.get("outcomes") or {}).items():
-                c[2][how] = c[2].get(how, 0) + n
+                c[1][how] = c[1].get(how, 0) + n
     parts = []
-    for level, (ready, valid, hows) in counts.items():
+    for level, (per_stratum, hows) in counts.items():
+        ready, valid = sum(r for r, _ in per_stratum), sum(v for _, v in per_stratum)
         if not valid:
             parts.append(f"{level} no valid run")
             continue
+        said = _counts(per_stratum)
         if hows and list(hows.values()).count(max(hows.values())) > 1:  # no one way is the most: say each
             ways = ", ".join(f"{how} ×{n}" for how, n in sorted(hows.items(), key=lambda hn: -hn[1]))
-            parts.append(f"{level} ends as often one way as another ({ways}; {ready}/{valid} ready)")
+            parts.append(f"{level} ends as often one way as another ({ways}; {said})")
             continue
         how = max(hows, key=hows.get) if hows else ("starts" if ready == valid else "fails")
         verb, _, why = how.partition(": ")  # 'fails: kv_cache_no_memory in kv_cache'
         verb = verb if len(hows) <= 1 else f"mostly {verb}"
         if verb.endswith(")") and not why:  # 'starts but its first request fails (kv_cache_no_memory)'
             verb, _, why = verb[:-1].rpartition(" (")
-        parts.append(f"{level} {verb} ({why + '; ' if why else ''}{ready}/{valid} ready)")
+        parts.append(f"{level} {verb} ({why + '; ' if why else ''}{said})")
     return ", ".join(parts)
+
+
+def _counts(per_stratum: list[tuple[int, int]]) -> str:
+    """'3/3 ready'; '3/3 ready at each' (the same in every stratum said); '3/3, 2/3 ready' (stratum by stratum, in
+    the order the places are said); strata without a valid run of the level are left out."""
+    seen = [(r, v) for r, v in per_stratum if v]
+    if len(set(seen)) == 1:
+        r, v = seen[0]
+        return f"{r}/{v} ready" + (" at each" if len(seen) > 1 else "")
+    return ", ".join(f"{r}/{v}" for r, v in seen) + " ready"
 
 
 def _where(d: Decision, kind: str) -> str:
