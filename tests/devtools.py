@@ -95,9 +95,14 @@ class Browser:
         self.loads += 1
         url = f"{url}?load={self.loads}"  # the old page's value must not answer for the new one, the same file or not
         self.page.send("Page.navigate", url=url)
-        return wait_for(f"{attribute} on {url}", lambda: self.page.js(
-            f"document.URL === {json.dumps(url)} && document.body && document.body.getAttribute({json.dumps(attribute)})"),
-            timeout, 0.05)
+        ask = f"document.URL === {json.dumps(url)} && document.body && document.body.getAttribute({json.dumps(attribute)})"
+
+        def answer():
+            try:
+                return self.page.js(ask)
+            except AssertionError:  # asked while the old page's context was torn down: ask again
+                return None
+        return wait_for(f"{attribute} on {url}", answer, timeout, 0.05)
 
     def close(self) -> None:
         if getattr(self, "page", None) is not None:

@@ -171,8 +171,8 @@ def test_a_flaky_factor_is_not_said_to_have_no_comparison_and_more_repetitions_a
                                       factors={"custom_ar": flaky}), planned=6)
     assert said.lead.startswith("Inconclusive: custom_ar is flaky")
     assert "no factor was compared" not in said.strength
-    assert said.strength == ("no exact test decides: the repetitions of one variant of custom_ar disagree, so that "
-                             "variant has no one outcome to compare")
+    assert said.strength == ("no exact test decides: repetitions of the same variant of custom_ar disagree, so such "
+                             "a variant has no one outcome to compare")
     assert said.settle == "more repetitions of the variants whose runs disagree would settle whether custom_ar changes " \
                           "the outcome"
 
@@ -213,3 +213,33 @@ def test_a_levels_counts_are_said_per_stratum_as_the_exact_test_compares_them_no
     said = headline.of_run_dir(run_dir)
     assert "0.004 starts (3/3 ready at each), 0.002 fails (kv_cache_no_memory in kv_cache; 0/3 ready at each)" in \
         said.lead and "3 runs a side" in said.strength
+
+
+def test_a_levels_counts_come_from_the_strata_its_claim_names_not_from_one_where_it_only_fails_differently():
+    """Decides at y=a (on 3/3 against off 0/3); at y=b both fail, differently. The headline named only y=a but
+    counted y=b's failures too: "on ends as often one way as another (…; 3/3, 0/3 ready)"."""
+    from launchlab.store.verdictrecord import Stratum
+    from launchlab.verdicts import claims
+
+    a = Stratum({"y": "a"}, True, {"on": {"valid": 3, "ready": 3, "outcomes": {"starts": 3}},
+                                   "off": {"valid": 3, "ready": 0, "outcomes": {"fails: oom in load": 3}}})
+    b = Stratum({"y": "b"}, True, {"on": {"valid": 3, "ready": 0, "outcomes": {"fails: kv in kv_cache": 3}},
+                                   "off": {"valid": 3, "ready": 0, "outcomes": {"fails: oom in load": 3}}},
+                fails_differently=True)
+    d = Decision("decides_in_some", "x decides the launch at y=a", [a, b],
+                 claims=[{"kind": claims.DECIDES, "strata": ["y=a"]}, {"kind": claims.CHANGES_HOW, "strata": ["y=b"]}])
+    assert headline._says("x", d, "decides_in_some") == (
+        "x decides whether the launch starts at y=a: on starts (3/3 ready), off fails (oom in load; 0/3 ready)")
+
+
+@pytest.mark.slow
+def test_a_summary_that_fails_to_render_still_leaves_the_verdict_on_the_terminal(tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(ROOT / "examples" / "h200-vllm-kv" / "20261202-015320", run_dir)
+    (run_dir / "summary.html").unlink()
+    (run_dir / "summary.html").mkdir()  # the export cannot write it
+    proc = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "summary.html was not rendered; the verdict (report.md):\nutilization decides whether the launch starts" \
+        in proc.stderr, proc.stderr[-2000:]
+    assert "Strength: not significant at 0.05 (utilization): p = 0.1" in proc.stderr

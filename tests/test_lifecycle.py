@@ -343,3 +343,26 @@ def test_a_run_notebook_that_fails_is_recorded_with_its_exception_and_an_edited_
     message = notebooks.notebook_error(info.value)
     assert message.startswith("ParamsError: ") and "changed after the batch validated it" in message
     assert not list(run_dir.glob("runs/*/processes.json"))  # nothing was launched
+
+
+def test_a_failed_launch_takes_the_schedulers_reason_unless_the_kit_cancelled_the_job_itself():
+    """lifecycle._ended_by_scheduler: Node.ended_why (read right after the stop) overrides the server's last line
+    for a preemption; a CANCELLED job is someone else's cancel unless the kit sent `scancel` itself (KILL) — its
+    TERM only signals the steps, so after a TERM a CANCELLED job was cancelled from outside."""
+    from launchlab.hosts.nodes import Node
+    from launchlab.run.lifecycle import _ended_by_scheduler
+    from launchlab.store.records import Outcome
+
+    server_said = Outcome("failed", None, "Received sigquit from a child process.")
+
+    def node(ended):
+        return Node(0, None, "/x", "tag", ended_why=ended)
+
+    preempted = ("job_preempted", "job 7: Slurm preempted the job")
+    cancelled = ("job_cancelled", "job 7: the job was cancelled outside launchlab (CANCELLED)")
+    assert _ended_by_scheduler([node(preempted)], server_said, kit_cancelled=True).reason == "job_preempted"
+    assert _ended_by_scheduler([node(cancelled)], server_said, kit_cancelled=False).reason == "job_cancelled"
+    assert _ended_by_scheduler([node(cancelled)], server_said, kit_cancelled=True) is server_said
+    assert _ended_by_scheduler([node(None)], server_said, kit_cancelled=False) is server_said
+    ready = Outcome("ready", None, "", 3.0)
+    assert _ended_by_scheduler([node(preempted)], ready, kit_cancelled=False) is ready  # only a failure is explained

@@ -41,6 +41,9 @@ class Node:
     # interruption): a later look that finds it gone must not say it exited by itself
     stopped: dict[int, str] = field(default_factory=dict)
     kept: dict[str, LogCut] = field(default_factory=dict)  # what the run folder keeps of each server log, by name
+    # how the scheduler ended the server's job (Host.ended_why: reason, message), read right after the stop: a
+    # controller without accounting forgets a job after MinJobAge, sooner than a slow drain and collection end
+    ended_why: tuple[str, str] | None = None
 
     @property
     def log_name(self) -> str:

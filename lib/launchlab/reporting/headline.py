@@ -123,13 +123,13 @@ def _capital(text: str, names=()) -> str:
     return text if first in names or text.startswith("`") else text[:1].upper() + text[1:]
 
 
-def _levels(d: Decision) -> str:
+def _levels(d: Decision, kind: str | None = None) -> str:
     """'0.004 starts (3/3 ready at each), 0.002 fails (kv_cache_no_memory in kv_cache; 0/3 ready at each)': each
     level's valid runs in each stratum where the factor changed the outcome (all strata where it changed it
     nowhere) — per stratum, as the exact test compares them (summed, 6/6 against 0/6 read as stronger evidence than
     the 3 a side its p-value is of) — with how most of them ended ("mostly" where not all did; each way with its
     count where no one way is the most)."""
-    strata = [s for s in d.strata if s.changes] or d.strata
+    strata = _claimed(d, kind) or [s for s in d.strata if s.changes] or d.strata
     counts: dict[str, list] = {}
     for s in strata:
         for level, p in s.levels.items():
@@ -157,14 +157,23 @@ def _levels(d: Decision) -> str:
     return ", ".join(parts)
 
 
+def _claimed(d: Decision, kind: str | None) -> list:
+    """The strata a claim of `kind` rests on (the places `_where` says), in their order; [] without such a claim
+    (an older kit's verdict: the strata where the outcome changed stand in)."""
+    claim = next((c for c in d.claims if c.get("kind") == kind), None) if kind else None
+    if claim is None:
+        return []
+    named = set(claim.get("strata") or [])
+    return [s for s in d.strata if claims.label(s.held) in named]
+
+
 def _counts(per_stratum: list[tuple[int, int]]) -> str:
     """'3/3 ready'; '3/3 ready at each' (the same in every stratum said); '3/3, 2/3 ready' (stratum by stratum, in
-    the order the places are said); strata without a valid run of the level are left out."""
-    seen = [(r, v) for r, v in per_stratum if v]
-    if len(set(seen)) == 1:
-        r, v = seen[0]
-        return f"{r}/{v} ready" + (" at each" if len(seen) > 1 else "")
-    return ", ".join(f"{r}/{v}" for r, v in seen) + " ready"
+    the order the places are said, 'none valid' where the level has no valid run in one)."""
+    if len(set(per_stratum)) == 1:
+        r, v = per_stratum[0]
+        return f"{r}/{v} ready" + (" at each" if len(per_stratum) > 1 else "")
+    return ", ".join(f"{r}/{v}" if v else "none valid" for r, v in per_stratum) + " ready"
 
 
 def _where(d: Decision, kind: str) -> str:
@@ -184,12 +193,13 @@ def _where(d: Decision, kind: str) -> str:
 
 def _says(factor: str, d: Decision, status: str) -> str:
     if status in DECIDING:
-        levels = _levels(d)
+        levels = _levels(d, claims.DECIDES)
         # a level that starts but fails its first request: what it decides is whether the server serves
         what = "decides the launch" if " starts but " in levels else "decides whether the launch starts"
         return f"{factor} {what}{_where(d, claims.DECIDES)}: {levels}"
     if status == CHANGES_HOW:
-        return f"{factor} changes how the launch fails, not whether it starts{_where(d, claims.CHANGES_HOW)}: {_levels(d)}"
+        return (f"{factor} changes how the launch fails, not whether it starts{_where(d, claims.CHANGES_HOW)}: "
+                f"{_levels(d, claims.CHANGES_HOW)}")
     return f"{factor} does not change the launch outcome{_where(d, claims.SAME)}"  # where compared, never beyond
 
 
@@ -240,7 +250,7 @@ def _why_not(v: Verdict, factor: str) -> str:
                  f"confounds ({', '.join(kinds)}) touch" if kinds else "a confound touches")
         return f"{would}, but {which} {n} run{'s' if n != 1 else ''} it rests on"
     if d.status == FLAKY:
-        return f"{factor} is flaky: repetitions of one variant disagree ({_levels(d)})"
+        return f"{factor} is flaky: repetitions of one variant disagree ({_levels(d, claims.DISAGREES)})"
     return d.summary.split(" (", 1)[0]
 
 
@@ -277,8 +287,8 @@ def _strength(v: Verdict) -> tuple[str, str]:
         flaky = [f for f in v.factors if v.factors[f].status == FLAKY]
         if flaky:  # compared on valid runs of both levels, but a variant's own repetitions disagree
             names = ", ".join(flaky)
-            return (f"no exact test decides: the repetitions of one variant of {names} disagree, so that variant "
-                    "has no one outcome to compare",
+            return (f"no exact test decides: repetitions of the same variant of {names} disagree, so such a "
+                    "variant has no one outcome to compare",
                     f"more repetitions of the variants whose runs disagree would settle whether {names} "
                     f"{'changes' if len(flaky) == 1 else 'change'} the outcome"
                     + (f", and valid runs of every level of {', '.join(undetermined)}" if undetermined else ""))

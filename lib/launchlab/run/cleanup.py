@@ -51,6 +51,12 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
         for ref in node.refs:
             if ref.role != "sampler":
                 stop(node, ref)
+    for node in nodes:  # how a scheduler ended each job, while it still remembers (lifecycle._ended_by_scheduler)
+        if node.refs:
+            try:
+                node.ended_why = node.host.ended_why(node.refs[-1].pgid)
+            except LaunchlabError as exc:
+                result.notes.append(f"how the job on {node.label} ended is unknown: {exc}")
     # then what left the servers' groups (a `setsid` child), found by the run id it carries; the samplers of every
     # node are spared until the drain is over (nodes can share a machine, and they share the run id)
     samplers = set().union(*(n.sampler_groups for n in nodes))

@@ -90,7 +90,7 @@ def finish(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFold
         if late is not None:  # what the log says is not known: the run is an error that says why
             outcome = Outcome("error", None, late)
         _scheduler_end(run_nodes, record)
-        outcome = _ended_by_scheduler(run_nodes, outcome, kit_stopped=record.stopped_with != "gone")
+        outcome = _ended_by_scheduler(run_nodes, outcome, kit_cancelled=record.stopped_with == "KILL")
         if progress:
             progress("collecting")
         _record_kept(run_nodes, record)
@@ -260,22 +260,18 @@ def _scheduler_end(run_nodes: list[Node], record: RunRecord) -> None:
         record.scheduler_end = ends
 
 
-def _ended_by_scheduler(run_nodes: list[Node], outcome: Outcome | None, *, kit_stopped: bool) -> Outcome | None:
+def _ended_by_scheduler(run_nodes: list[Node], outcome: Outcome | None, *, kit_cancelled: bool) -> Outcome | None:
     """A failed launch whose job the scheduler ended (time limit, node failure, preemption) failed for that reason,
-    whatever its server wrote as it went down (a rank's TERM read as "Received sigquit …" by SGLang). Asked once
-    the job is gone: while the scheduler ends a job it says only COMPLETING (for as long as its KillWait), so the
-    watch, which stops at the server's last line, cannot know yet. A cancelled job the kit stopped itself (it stops
-    a server whose log said it failed) is the kit's doing, not someone else's."""
+    whatever its server wrote as it went down (a rank's TERM read as "Received sigquit …" by SGLang). Read by the
+    cleanup right after the stop (Node.ended_why): while the scheduler ends a job it says only COMPLETING (for as long
+    as its KillWait), so the watch, which stops at the server's last line, cannot know yet. A cancelled job is
+    someone else's doing unless the kit cancelled it itself (`scancel` without a signal, its stop past the grace:
+    stopped_with "KILL"; its TERM only signals the job's steps, which never makes a job CANCELLED)."""
     if outcome is None or outcome.status != "failed":
         return outcome
     for node in run_nodes:
-        if not node.refs:
-            continue
-        try:
-            ended = node.host.ended_why(node.refs[-1].pgid)
-        except LaunchlabError:
-            continue  # how the job ended is then unknown: the record's note (_scheduler_end) says so
-        if ended is not None and not (ended[0] == "job_cancelled" and kit_stopped):
+        ended = node.ended_why
+        if ended is not None and not (ended[0] == "job_cancelled" and kit_cancelled):
             where = "" if len(run_nodes) == 1 else f"{node.label}: "
             return Outcome("failed", ended[0], where + ended[1], outcome.ready_after_s)
     return outcome

@@ -217,8 +217,7 @@ def summarize(run_dir: Path, say: Say = stderr, html: bool = True, server: kerne
     """Rebuild the frames from the raw files, write verdict.json and report.md, execute summary.ipynb and
     export summary.html (what `launchlab report` does); return the HTML's path. html=False stops after report.md
     (`launchlab run --no-html`) and returns its path: no summary kernel, no export."""
-    import papermill  # here: the run kernel imports this module, and these (pandas, matplotlib, nbconvert) cost it seconds
-
+    # imported here: the run kernel imports this module, and these (pandas, matplotlib, nbconvert) cost it seconds
     from launchlab.reporting import reportmd
     from launchlab.verdicts import frames
 
@@ -233,6 +232,23 @@ def summarize(run_dir: Path, say: Say = stderr, html: bool = True, server: kerne
             f"(--no-html): `launchlab report {directory.path}` renders it")
         return directory.report_md
     say("launchlab: frames, verdict.json and report.md written; rendering the summary")
+    try:
+        return _render(exp, directory, server=server)
+    except Exception:
+        # the answer is in report.md already; said here, as the CLI would have at its end, so a failed render
+        # does not leave the terminal without it
+        from launchlab.reporting import headline
+
+        found = headline.of_run_dir(directory.path)
+        if found is not None:
+            say(f"launchlab: summary.html was not rendered; the verdict (report.md):\n{found.text()}")
+        raise
+
+
+def _render(exp: params.Experiment, directory: rundir.RunDir, *, server=None) -> Path:
+    """summary.ipynb executed on the run directory, its secrets masked, and exported as summary.html."""
+    import papermill  # here, as in summarize
+
     nb = directory.summary_notebook
     try:
         execute("summary.ipynb", nb, {"run_dir": str(directory.path)}, server=server)
