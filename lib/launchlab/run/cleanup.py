@@ -51,12 +51,7 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
         for ref in node.refs:
             if ref.role != "sampler":
                 stop(node, ref)
-    for node in nodes:  # how a scheduler ended each job, while it still remembers (lifecycle._ended_by_scheduler)
-        if node.refs:
-            try:
-                node.ended_why = node.host.ended_why(node.refs[-1].pgid)
-            except LaunchlabError as exc:
-                result.notes.append(f"how the job on {node.label} ended is unknown: {exc}")
+    _ask_how_jobs_ended(nodes, result)
     # then what left the servers' groups (a `setsid` child), found by the run id it carries; the samplers of every
     # node are spared until the drain is over (nodes can share a machine, and they share the run id)
     samplers = set().union(*(n.sampler_groups for n in nodes))
@@ -79,6 +74,17 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
         except LaunchlabError as exc:
             result.notes.append(f"how the run's processes were stopped is not recorded in processes.json: {exc}")
     return _collect_all(nodes, folder, result, COLLECT_S if collect_s is None else collect_s) if collect else None
+
+
+def _ask_how_jobs_ended(nodes: list[Node], result: RunRecord) -> None:
+    """How a scheduler ended each node's job (Node.ended_why, for lifecycle._ended_by_scheduler), asked right after
+    the stop, while the controller still remembers the job."""
+    for node in nodes:
+        if node.refs:
+            try:
+                node.ended_why = node.host.ended_why(node.refs[-1].pgid)
+            except LaunchlabError as exc:
+                result.notes.append(f"how the job on {node.label} ended is unknown: {exc}")
 
 
 def _collect_all(nodes: list[Node], folder: rundir.RunFolder, result: RunRecord, collect_s: float) -> str | None:
