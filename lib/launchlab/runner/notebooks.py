@@ -108,12 +108,15 @@ def _execute(template: str, output: Path, parameters: dict, pool: kernels.RunKer
              *, server: kernels.ForkServer | None) -> None:
     import papermill  # here, not at the top: the run kernel imports this module, and papermill costs it seconds
 
+    from launchlab.runner import nbengine  # papermill's engine, writing the notebook at its start and end only
+
     if pool is None and server is None:
         for attempt in range(2):
             try:
                 papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
                                            kernel_name=kernels.KERNEL_NAME, progress_bar=False,
-                                           cwd=str(notebooks_dir()), extra_arguments=kernels.KERNEL_ARGS)
+                                           engine_name=nbengine.NAME, cwd=str(notebooks_dir()),
+                                           extra_arguments=kernels.KERNEL_ARGS)
                 return
             except RuntimeError as exc:
                 # a kernel that died before it replied ran no cell: started again, once, as a batch's kernels are
@@ -125,7 +128,8 @@ def _execute(template: str, output: Path, parameters: dict, pool: kernels.RunKer
                                                                          kernels.KERNEL_ARGS, discard=kernels.stop)
     try:
         papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
-                                   kernel_name=kernels.KERNEL_NAME, progress_bar=False, km=kernel)
+                                   kernel_name=kernels.KERNEL_NAME, progress_bar=False, engine_name=nbengine.NAME,
+                                   km=kernel)
     finally:
         if pool is not None:
             pool.release(kernel)
