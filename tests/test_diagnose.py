@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import LAUNCHLAB  # the warm CLI (tests/cliserver.py): a fresh one imports scipy.stats for each draft
 from launchlab import params, search
 from launchlab.logparse.kinds import KINDS
 from launchlab.runner import diagnose, draft
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-LAUNCHLAB = [str(ROOT / ".venv" / "bin" / "launchlab")]
 SEED = FIXTURES / "constructed-diagnose" / "sglang-seed-tp8-custom-ar-not-enough-memory.log"
 REAL_LOGS = sorted(p for p in FIXTURES.rglob("*.log"))
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import LAUNCHLAB
 from test_example_sglang import rejudged
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "h100-sglang-diagnose"
@@ -31,7 +31,7 @@ def test_the_log_is_sglang_s_own_failure_on_an_h100_with_its_minimum():
 @pytest.mark.parametrize(("draft", "flags"), [("diagnose-here.yaml", []), ("diagnose-here-search.yaml", ["--search"])])
 def test_the_committed_drafts_are_what_this_kit_drafts_from_the_log(tmp_path, draft, flags):
     out = tmp_path / draft
-    subprocess.run([sys.executable, "-m", "launchlab.cli", "diagnose", str(EXAMPLE / "failing-launch.log"),
+    subprocess.run([*LAUNCHLAB, "diagnose", str(EXAMPLE / "failing-launch.log"),
                     "--host", "local", *flags, "-o", str(out)], check=True, capture_output=True, cwd=tmp_path)
     assert out.read_text() == (EXAMPLE / draft).read_text()
 

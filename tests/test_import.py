@@ -8,14 +8,13 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import DATA, ROOT
+from conftest import DATA, LAUNCHLAB, ROOT
 from launchlab import logparse, params
 from launchlab.errors import ImportFailed, ParamsError
 from launchlab.logparse import logfacts
@@ -45,7 +44,7 @@ def demo_import(tmp_path_factory) -> tuple[Path, dict]:
     """params/demo-import.yaml through the CLI, summary.html included; the originals' digests before."""
     before = {p.name: sha(p) for p in LOGS.iterdir()}
     out = tmp_path_factory.mktemp("import-out")
-    proc = subprocess.run([sys.executable, "-m", "launchlab.cli", "import", str(DEMO), "--out", str(out)],
+    proc = subprocess.run([*LAUNCHLAB, "import", str(DEMO), "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     run_dir = Path(proc.stdout.strip().splitlines()[-1])

@@ -10,13 +10,12 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import LAUNCHLAB, ROOT
 from launchlab import masking
 from launchlab.errors import ImportFailed, ParamsError
 from launchlab.runner import importer
@@ -36,7 +35,7 @@ def imports_with(folder: Path, logs: list[str], smi: str | None = None) -> Path:
 
 
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launchlab.cli", *args], capture_output=True, text=True,
+    return subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
