@@ -14,15 +14,35 @@ RANGES = [("0.002", "0.004", "0.0005"), ("0.50", "0.95", "0.05"), ("0.005", "0.0
           ("0.0", "1.0", "0.3"), ("10", "20", "3"), ("0.1", "0.9", "0.04"), ("0.0", "1.0", "0.5")]
 
 
+class _Replay:
+    """search.stratum_result as a function of the outcomes so far, each history asked once. The exhaustive tests
+    search every threshold of a range with the same guide: the first probes, and the search's answer to their
+    outcomes, are the same for most thresholds, so they are computed once rather than once per threshold (a
+    search's next probes depend on nothing but the observations and the guide)."""
+
+    def __init__(self, bounds: search.Bounds, guide: search.Guide | None):
+        self.bounds, self.guide = bounds, guide
+        self.known: dict[tuple[tuple[Decimal, bool], ...], search.StratumResult] = {}
+
+    def result(self, history: tuple[tuple[Decimal, bool], ...]) -> search.StratumResult:
+        if history not in self.known:
+            observations = [search.Observation("", value, f"r{i}", ready) for i, (value, ready) in enumerate(history)]
+            self.known[history] = search.stratum_result(self.bounds, "", observations, guide=self.guide)
+        return self.known[history]
+
+    def search(self, threshold: Decimal) -> tuple[int, search.StratumResult]:
+        """How many values the search probes for a server ready from `threshold` on, and where it ends."""
+        history: tuple[tuple[Decimal, bool], ...] = ()
+        while (result := self.result(history)).next:
+            history += tuple((Decimal(p.value), Decimal(p.value) >= threshold) for p in result.next)
+        return len(history), result
+
+
 def _launches(bounds: search.Bounds, threshold: Decimal, prediction: Decimal | None, slack: Decimal = Decimal(0)) -> int:
     """How many values the search probes for a server ready from `threshold` on, guided by `prediction` (an outcome
     on the wrong side of it by no more than `slack` does not fail it)."""
     guide = None if prediction is None else search.Guide(prediction, slack)
-    observations: list[search.Observation] = []
-    while (probes := search.stratum_result(bounds, "", observations, guide=guide).next):
-        observations += [search.Observation("", Decimal(p.value), f"r{len(observations)}", Decimal(p.value) >= threshold)
-                         for p in probes]
-    return len(observations)
+    return _Replay(bounds, guide).search(threshold)[0]
 
 
 def _grid(bounds: search.Bounds) -> list[Decimal]:
@@ -36,9 +56,10 @@ def test_no_search_takes_more_launches_than_the_bound_and_some_take_exactly_that
     bounds = search.Bounds.parse(low, high, resolution)
     grid = _grid(bounds)
     thresholds = [t for t in grid if t > bounds.low]
-    blind = max(_launches(bounds, t, None) for t in thresholds)
-    guided = max(_launches(bounds, t, p, slack) for t in thresholds for p in grid
-                 for slack in (Decimal(0), bounds.resolution / 2))
+    unguided = _Replay(bounds, None)
+    blind = max(unguided.search(t)[0] for t in thresholds)
+    guides = [_Replay(bounds, search.Guide(p, slack)) for p in grid for slack in (Decimal(0), bounds.resolution / 2)]
+    guided = max(guide.search(t)[0] for guide in guides for t in thresholds)
     assert blind == search.max_probes(bounds)
     assert guided == search.max_probes(bounds, guided=True)
 
@@ -50,12 +71,7 @@ def test_the_sglang_search_on_the_h200_takes_four_launches_when_the_prediction_h
 
 
 def _prior_launches(bounds: search.Bounds, threshold: Decimal, prediction: Decimal) -> tuple[int, search.StratumResult]:
-    guide = search.Guide(prediction, prior=True)
-    observations: list[search.Observation] = []
-    while (result := search.stratum_result(bounds, "", observations, guide=guide)).next:
-        observations += [search.Observation("", Decimal(p.value), f"r{len(observations)}", Decimal(p.value) >= threshold)
-                         for p in result.next]
-    return len(observations), result
+    return _Replay(bounds, search.Guide(prediction, prior=True)).search(threshold)
 
 
 @pytest.mark.parametrize(("low", "high", "resolution"), RANGES)
@@ -68,9 +84,10 @@ def test_a_prediction_given_with_the_params_never_takes_more_than_its_bound_and_
     bounds = search.Bounds.parse(low, high, resolution)
     grid = _grid(bounds)
     worst = 0
-    for threshold in [t for t in grid if bounds.low < t <= bounds.high]:
-        for prediction in [p for p in grid if bounds.low < p < bounds.high]:
-            n, result = _prior_launches(bounds, threshold, prediction)
+    for prediction in [p for p in grid if bounds.low < p < bounds.high]:
+        replay = _Replay(bounds, search.Guide(prediction, prior=True))
+        for threshold in [t for t in grid if bounds.low < t <= bounds.high]:
+            n, result = replay.search(threshold)
             worst = max(worst, n)
             assert result.state == search.CONVERGED, (threshold, prediction, result)
             assert result.low < threshold <= result.high and result.width <= bounds.resolution
