@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow  # real kernels
 PROBE = """\
 import os, sys
 print(json.dumps({"pid": os.getpid(), "cwd": os.getcwd(), "left": "left_by_earlier" in globals(),
-                  "preloaded": "launchlab.runner.runview" in sys.modules}))
+                  "preloaded": "launchlab.runner.runview" in sys.modules,
+                  "history": get_ipython().history_manager.enabled}))
 left_by_earlier = True
 """
 
@@ -57,8 +58,14 @@ def test_every_notebook_gets_a_fresh_kernel_started_ahead_and_none_outlives_the_
     assert not any(r["left"] for r in runs), "nothing passes from one notebook's kernel to the next"
     assert {r["cwd"] for r in runs} == {str(notebooks.notebooks_dir().resolve())}, runs  # where papermill would start it
     assert all(r["preloaded"] for r in runs), "the run notebook's imports are loaded while the kernel waits"
+    assert not any(r["history"] for r in runs), "no cell is written to the user's IPython history"
     assert not any(alive(pid) for pid in [r["pid"] for r in runs] + [spare_pid])
     assert not any(os.path.exists(f) for f in files), "connection files removed"
+
+
+def test_a_kernel_papermill_starts_alone_writes_no_ipython_history_either(probe, tmp_path):
+    notebooks.execute(str(probe), tmp_path / "alone.ipynb", {})  # as `launchlab report` runs the summary
+    assert seen(tmp_path / "alone.ipynb")["history"] is False
 
 
 def test_the_last_notebook_of_a_worker_leaves_no_spare_started_for_nothing(probe, tmp_path):

@@ -25,8 +25,11 @@ from jupyter_core.utils import run_sync
 from launchlab.runner.kernelfork import ForkedProvisioner, ForkServer
 
 KERNEL_NAME = "python3"
-# the kernel's own log says only that it talks TCP without encryption (on loopback), once per start
-KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
+# The kernel's own log says only that it talks TCP without encryption (on loopback), once per start. IPython's
+# history is off: left on, every kernel appended each cell it ran to the user's ~/.ipython history database — a
+# file outside the run directory, shared by every kernel of the user, that grew by each run's cells (89,277 rows,
+# 39 MB on the machine this was seen on) and that nobody reads for a papermill kernel.
+KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL", "--HistoryManager.enabled=False"]
 # what every run notebook imports first, imported by a spare while it waits (the imports are a third of a short
 # run's notebook); the notebook's own import then finds the modules loaded
 PRELOADED = ["launchlab.runner.runview"]
