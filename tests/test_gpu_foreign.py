@@ -45,7 +45,7 @@ import os, sys, time
 from pathlib import Path
 from launchlab.sim import state
 folder, gpu, mib, ready = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), Path(sys.argv[4])
-box = state.state_dir()
+box = Path(state.state_dir())
 state.set_allocation(box, os.getpid(), gpu, mib, sys.argv[5])
 ready.with_suffix(".tmp").write_text(str(os.getpid()))
 ready.with_suffix(".tmp").replace(ready)

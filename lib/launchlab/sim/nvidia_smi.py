@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import datetime
 
 from launchlab.sim import state
 
@@ -52,7 +51,10 @@ APP_FIELDS = {
 
 
 def _now() -> str:
-    return datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+    """The sample's local time to the millisecond (time, not datetime: this module starts as a process of its own
+    several times per run, and each import counts)."""
+    now = time.time()
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
 
 
 def _gpu_values(host: dict, gpu: dict, allocs: list[dict]) -> dict[str, object]:
@@ -135,7 +137,7 @@ def _parse_args(argv: list[str]) -> dict:
 def _table(host: dict, allocs: list[dict]) -> str:
     """The default `nvidia-smi` table in the R580 layout (names are cut to fit, as the real one does)."""
     bar = "+-----------------------------------------+------------------------+----------------------+"
-    lines = [datetime.now().strftime("%a %b %d %H:%M:%S %Y       "),
+    lines = [time.strftime("%a %b %d %H:%M:%S %Y       "),
              "+-----------------------------------------------------------------------------------------+",
              f"| NVIDIA-SMI {state.SIM_DRIVER}             Driver Version: {state.SIM_DRIVER}     "
              f"CUDA Version: {state.SIM_CUDA}     |",

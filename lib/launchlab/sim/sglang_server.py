@@ -290,7 +290,7 @@ TEARDOWN_S = 1.0  # seconds at pace 1; a real scheduler takes longer still
 
 
 def _scheduler(args: argparse.Namespace) -> int:
-    root = state.state_dir()
+    root = Path(state.state_dir())
     prefix = f" TP{args.sim_worker_rank}" if args.tp > 1 else ""
     host = state.read_host(root)
     try:
@@ -383,7 +383,7 @@ def _server_args_line(args: argparse.Namespace, fraction: float) -> str:
 
 def _main(argv: list[str]) -> int:
     args = _args(argv)
-    root = state.state_dir()
+    root = Path(state.state_dir())
     host = state.read_host(root)
     total = host["gpus"][0]["mem_total_mib"]
     fraction = args.mem_fraction_static if args.mem_fraction_static is not None else _auto_mem_fraction(args, total)
