@@ -71,7 +71,9 @@ def when_watching_and_checking_liveness(server, folder, action, times: int = 1, 
 
 
 def test_a_connection_dropped_while_the_server_starts_is_reopened_and_the_run_becomes_ready(tmp_path, sshd):
-    exp, run, run_dir = slow_ssh_run(tmp_path, sshd, reconnect_s=20)
+    # pace 3: the start lasts long enough for both cuts with the second a second after the first reconnected (at
+    # pace 1.5 a loaded machine once saw the server ready before the cutter caught a second liveness check)
+    exp, run, run_dir = slow_ssh_run(tmp_path, sshd, reconnect_s=20, pace=3.0)
     host = connect(exp)
     cutter = when_watching_and_checking_liveness(sshd, rundir.RunDir(run_dir).run(run.run_id).path, sshd.drop_sessions,
                                                  times=2)
