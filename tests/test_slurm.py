@@ -305,6 +305,12 @@ def test_a_job_preempted_by_a_higher_tier_partition_ends_the_run_as_a_preemption
     # only once the job is gone, is still the reason (CI saw 'exception' once: the sigquit line read as the cause)
     worker, result = slow_run_in_background(slurm, tmp_path, sim_root, dies_slowly=True)
     assert launchlab_jobs(slurm), "the run's job never ran"
+    # preempted only once the server runs (its first line in the kit's copy of its log): a job preempted between
+    # RUNNING and the server's start (seen under load) ends the same way but has no server to write the fatal line
+    log = tmp_path / "rd" / "runs" / "02_mem_fraction-0.85_rep1" / "server.log"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and log.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.2)
     # a job of the higher PriorityTier that needs every GPU of the node: Slurm cancels the run's job for it
     urgent = subprocess.run(["sbatch", "--parsable", "--partition=urgent", "--gres=gpu:16",
                              f"--output={tmp_path / 'urgent.out'}", "--wrap", "sleep 3"],
