@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -76,9 +78,14 @@ class Browser:
 
     def __init__(self, chromium: str, flags: list[str], profile: Path, *, window: str = "1400,1000"):
         port, self.loads = free_port(), 0
+        # a Chromium stopped by a signal leaves its singleton socket's folder in $TMPDIR (/tmp/org.chromium.Chromium.*,
+        # 40-odd a test run, never removed): give it a $TMPDIR of its own, removed by close() — a short one, as a
+        # socket's path must fit in 108 bytes (one under a test's tmp_path does not, and the browser never starts)
+        self.tmpdir = tempfile.mkdtemp(prefix="chromium-")
         self.proc = subprocess.Popen([chromium, *flags, f"--user-data-dir={profile}", f"--remote-debugging-port={port}",
                                       "--remote-allow-origins=*", f"--window-size={window}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                     env={**os.environ, "TMPDIR": self.tmpdir})
         try:
             wait_for("chromium's DevTools port", lambda: http_ok(f"http://127.0.0.1:{port}/json/version"), 60, 0.1)
             self.page = Page(port)
@@ -114,3 +121,4 @@ class Browser:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, 9)
                 self.proc.wait()
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
