@@ -99,8 +99,12 @@ def test_a_report_killed_with_sigkill_leaves_no_temporary_file_behind(tmp_path):
     no name to leave until it is whole."""
     run_dir = _copy(tmp_path)
     page = (run_dir / "summary.html").stat().st_mtime_ns
+    # the summary kernel's connection file (jupyter_client's, in $TMPDIR) is what a killed process cannot remove:
+    # kept out of the machine's /tmp, where each test run left one
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     proc = subprocess.Popen([*LAUNCHLAB_EXEC, "report", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp)})
     said = ""
     while "rendering the summary" not in said and proc.poll() is None:
         said += proc.stderr.readline()
