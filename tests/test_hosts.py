@@ -162,6 +162,7 @@ def test_validating_params_loads_no_transport_implementation():
 
 def test_a_local_host_reads_whether_a_group_is_alive_from_proc_as_the_shells_check_answers(tmp_path):
     # read from /proc, not with bash, ps and awk (a dozen asks per run; bench/run_overhead.py): the same answers
+    import signal
     import subprocess
     import time
 
@@ -183,6 +184,27 @@ def test_a_local_host_reads_whether_a_group_is_alive_from_proc_as_the_shells_che
         running.wait()
         zombie.wait()
     assert host.group_alive(running.pid) is False
+
+    # a group whose leader has exited, a zombie and then reaped, while a process it started lives on: alive until
+    # that one ends too (the leader's own entry answers first; here only the other processes can)
+    leader = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!"], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    member = int(leader.stdout.readline())
+    try:
+        deadline = time.monotonic() + 10
+        while open(f"/proc/{leader.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the leader never became a zombie"
+            time.sleep(0.01)
+        assert host.group_alive(leader.pid) is True and ShellHost.group_alive(host, leader.pid) is True
+        leader.wait()
+        assert host.group_alive(leader.pid) is True and ShellHost.group_alive(host, leader.pid) is True
+    finally:
+        os.kill(member, signal.SIGKILL)
+        leader.stdout.close()
+    deadline = time.monotonic() + 10
+    while host.group_alive(leader.pid):  # the member, killed, is reaped by init
+        assert time.monotonic() < deadline, "the group outlived its last process"
+        time.sleep(0.01)
 
 
 def test_a_local_host_lists_the_kits_tagged_processes_from_proc_as_the_shells_listing_does(tmp_path, sim_root):

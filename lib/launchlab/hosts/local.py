@@ -67,16 +67,13 @@ class LocalHost(ShellHost):
             pass  # another user's group exists: look at its states
         if not os.path.isdir("/proc/self"):
             return super().group_alive(pgid)
+        # the group's leader (the process the kit started) alive: the usual answer, from one file rather than from
+        # every process's — the scan below took 1.4 of a demo's 27 CPU seconds, asked at every poll of every run
+        if _alive_in_group(str(pgid), pgid):
+            return True
+        # the leader has exited or is a zombie: is any other process of its group left?
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue  # exited meanwhile
-            state, _ppid, group = stat[stat.rfind(b")") + 2:].split(maxsplit=3)[:3]  # after the command's name
-            if int(group) == pgid and state not in (b"Z", b"X"):
+            if entry.name.isdigit() and _alive_in_group(entry.name, pgid):
                 return True
         return False
 
@@ -159,3 +156,14 @@ class LocalHost(ShellHost):
             return exc.code
         except (urllib.error.URLError, OSError, ValueError):
             return None
+
+
+def _alive_in_group(pid: str, pgid: int) -> bool:
+    """Whether /proc/<pid> is a process of group pgid that is not a zombie (False when it exited meanwhile)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    state, _ppid, group = stat[stat.rfind(b")") + 2:].split(maxsplit=3)[:3]  # after the command's name
+    return int(group) == pgid and state not in (b"Z", b"X")
