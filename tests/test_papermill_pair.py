@@ -44,6 +44,10 @@ def test_the_pair_prints_its_run_directory_and_ls_points_at_resume(tmp_path, sim
     # the notebook says it once, in its own output: the terminal's line is not copied into it
     assert stream_texts(tmp_path / "run.ipynb").count(str(run_dir)) == 2  # "run directory: …" and "run … written to …"
     assert "run_variant.ipynb:" not in stream_texts(tmp_path / "run.ipynb")
+    # run alone, the notebook's run is a batch of its own, "-": what `launchlab run --resume` then changes is named as
+    # changed at the resume only when every run names the batch that ran it (confounds.at_the_resume)
+    [provenance] = run_dir.glob("runs/*/provenance.json")
+    assert json.loads(provenance.read_text())["batch"] == "-"
     summary = papermill("notebooks/summary.ipynb", str(tmp_path / "summary.ipynb"))
     assert summary.returncode == 0, summary.stderr[-3000:]
     assert (f"summary.ipynb: run directory {run_dir} (no batch under it finished: the newest of all)"

@@ -139,13 +139,6 @@ def _prepare(exp: params.Experiment, run: Run, run_nodes: list[Node], folder: ru
     return launches
 
 
-def _batch_of(run_dir: Path) -> str | None:
-    try:
-        return rundir.RunDir(run_dir).manifest().batch
-    except (LaunchlabError, OSError):
-        return None  # a run notebook run on its own, outside a batch
-
-
 def _done(value) -> Future:
     future: Future = Future()
     future.set_result(value)
@@ -377,10 +370,12 @@ def _refuse_a_second_attempt(folder: rundir.RunFolder) -> None:
 
 
 def _batch_of(run_dir: Path) -> str:
-    """The id of the batch running a run directory now (its manifest; `-` for a run started by hand)."""
+    """The id of the batch running a run directory now (its manifest; `-` for a run started by hand, e.g. the run
+    notebook run alone: a batch of its own for confounds.at_the_resume, which names what changed when a
+    `launchlab run --resume` ran the rest)."""
     try:
         return rundir.RunDir(run_dir).manifest().batch or "-"
-    except LaunchlabError:
+    except (LaunchlabError, OSError):
         return "-"
 
 
