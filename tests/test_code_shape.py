@@ -128,3 +128,39 @@ def test_the_call_check_resolves_a_module_an_imported_function_and_a_local_one(t
     assert positional_calls([caller], covered) == [
         "steps:6 hosts.provenance.node_record with 6 positional values",
         "steps:7 store.records.write_progress with 5 positional values", "steps:8 steps.local with 5 positional values"]
+
+
+def defined_twice(source: str) -> list[str]:
+    """Names a module, or a class body, defines twice with def or class: the later one replaces the earlier at import,
+    so the earlier is dead code that reads as live (ruff's F811 passes it when a function body names it)."""
+    found = []
+
+    def scan(body: list[ast.stmt], where: str) -> None:
+        seen: set[str] = set()
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                decorated = any(isinstance(d, ast.Attribute) for d in getattr(node, "decorator_list", []))
+                if node.name in seen and not decorated:  # `@x.setter` redefines a property on purpose
+                    found.append(f"{where}{node.name}")
+                seen.add(node.name)
+                if isinstance(node, ast.ClassDef):
+                    scan(node.body, f"{where}{node.name}.")
+
+    scan(ast.parse(source).body, "")
+    return found
+
+
+def test_no_module_of_the_kit_or_the_tests_defines_a_name_twice():
+    # lifecycle.py held two _batch_of (the earlier, dead, returned None where the later returned "-"); in a test file
+    # the earlier of two tests of one name is never collected
+    paths = sorted(LIB.rglob("*.py")) + sorted((LIB.parents[1] / "tests").glob("*.py"))
+    twice = {str(p.relative_to(LIB.parents[1])): names for p in paths if (names := defined_twice(p.read_text()))}
+    assert twice == {}
+
+
+def test_the_definition_check_sees_a_function_defined_again_but_not_a_property_setter():
+    source = ("def f():\n    return g()\n\ndef g():\n    return 1\n\ndef g():\n    return 2\n\n"
+              "class C:\n    @property\n    def x(self):\n        return 1\n\n"
+              "    @x.setter\n    def x(self, v):\n        pass\n\n"
+              "    def y(self):\n        pass\n\n    def y(self):\n        pass\n")
+    assert defined_twice(source) == ["g", "C.y"]
