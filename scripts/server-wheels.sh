@@ -23,7 +23,10 @@ MIN_PART_MIB=16  # below this, 1.2 GB of wheels take over 75 calls: a tree that 
 # environment, outputs/, these wheel folders).
 tree_bytes() {
   if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
-    git ls-files -co --exclude-standard -z | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}'
+    # a tracked file deleted and not yet committed is listed but has no size: stat fails on it (and xargs exits 123,
+    # which stopped the script without a word); it is not carried either
+    { git ls-files -co --exclude-standard -z | xargs -0 -r stat -c %s -- 2>/dev/null || true; } |
+      awk '{s += $1} END {print s + 0}'
   else
     find . \( -name .git -o -name .venv -o -name outputs -o -name site -o -name __pycache__ -o -name '.*_cache' \
       -o -name .hypothesis -o -name build -o -name '*.egg-info' -o -name .whl -o -name .vllm -o -name .sglang \) -prune \

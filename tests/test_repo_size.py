@@ -82,6 +82,15 @@ def test_the_part_size_is_computed_in_a_copy_that_is_not_a_git_checkout(copy_wit
     assert int(proc.stdout) >= 40  # the 70 MiB under .venv/ is not counted
 
 
+def test_a_checkout_with_a_tracked_file_deleted_and_not_committed_gets_its_part_size(copy_without_git):
+    subprocess.run(["git", "init", "-q"], cwd=copy_without_git, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=copy_without_git, check=True)  # tracked: in the index
+    (copy_without_git / "README.md").unlink()  # what a user editing the checkout does before the commit
+    proc = _part_size(copy_without_git)
+    assert proc.returncode == 0, proc.stderr  # it exited 123, saying nothing: stat of the deleted file failed
+    assert int(proc.stdout) >= 40
+
+
 def test_a_tree_that_leaves_no_room_is_refused_with_why(copy_without_git):
     (copy_without_git / "capture.bin").write_bytes(b"\0" * 55 * MIB)  # a large file the user left in the tree
     proc = _part_size(copy_without_git)
