@@ -11,11 +11,13 @@ from conftest import LAUNCHLAB  # the warm CLI (tests/cliserver.py): a fresh one
 from launchlab import params, search
 from launchlab.logparse.kinds import KINDS
 from launchlab.runner import diagnose, draft
+from test_sglang_0517_runs import LOGS as SGLANG_0517_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 SEED = FIXTURES / "constructed-diagnose" / "sglang-seed-tp8-custom-ar-not-enough-memory.log"
-REAL_LOGS = sorted(p for p in FIXTURES.rglob("*.log"))
+# the fixtures' logs and the SGLang 0.5.17 logs kept in the example batches (test_sglang_0517_runs.LOGS)
+REAL_LOGS = sorted(p for p in FIXTURES.rglob("*.log")) + [ROOT / run / "server.log" for run in SGLANG_0517_RUNS.values()]
 
 
 def _diagnose(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -28,7 +30,7 @@ def test_the_real_logs_cover_every_kind_the_issue_names():
     assert {"sglang", "vllm", "transformers", "tgi", "trtllm", "llamacpp"} <= kinds, kinds
 
 
-@pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.parent.name if p.name == "server.log" else p.name)
 @pytest.mark.parametrize("host", [None, "gpu-box"])
 def test_every_draft_of_a_real_log_validates(log, host, tmp_path):
     found = diagnose.diagnose([log])
@@ -88,7 +90,7 @@ def test_with_search_the_draft_bisects_the_memory_flag_around_the_break_even(tmp
 
 
 def test_custom_all_reduce_on_at_tensor_parallel_1_is_left_out_and_said_so(tmp_path):
-    log = FIXTURES / "sglang-0.5.17-h200" / "sglang-0.5.17-frac0.002-kv-error.log"
+    log = ROOT / "examples/h200-sglang-diagnose/failing-launch.log"  # SGLang 0.5.17's KV error
     out = tmp_path / "d.yaml"
     proc = _diagnose(tmp_path, str(log), "--host", "gpu-box", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -286,7 +288,7 @@ def test_the_budget_takes_the_servers_own_minimum_whatever_the_fraction_asked(tm
     """Issue 48: a launch at a negative fraction (a search's range once went below 0) states SGLang's minimum viable
     share all the same: its break-even is that, never one from "Load weight begin"."""
     log = tmp_path / "negative.log"
-    source = FIXTURES / "sglang-0.5.17-h200" / "sglang-0.5.17-frac0.002-kv-error.log"
+    source = ROOT / "examples/h200-sglang-diagnose/failing-launch.log"  # SGLang 0.5.17's KV error
     log.write_text(source.read_text().replace("mem-fraction-static=0.002", "mem-fraction-static=-0.0071")
                    .replace("mem_fraction_static=0.002", "mem_fraction_static=-0.0071"))
     found = diagnose.diagnose([log])

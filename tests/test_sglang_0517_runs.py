@@ -1,4 +1,4 @@
-"""Real SGLang 0.5.17 logs from the lent H200 (tests/fixtures/sglang-0.5.17-h200, values in its INDEX.md, read off
+"""Real SGLang 0.5.17 logs from the lent H200 (values in tests/fixtures/sglang-0.5.17-h200/INDEX.md, read off
 the lines before the parser changed): the parser reads 0.5.17's KV-sizing error with SGLang's own break-even, both
 graph captures, the IPC reservation and the seed's debug line; the budget puts the break-even where SGLang does
 (0.0029), not at 0.00216 from the "Load weight" lines."""
@@ -12,13 +12,21 @@ from conftest import ROOT
 from launchlab.logparse import sglang
 from launchlab.verdicts import budget
 
-FIXTURES = ROOT / "tests/fixtures/sglang-0.5.17-h200"
+# the logs, by the names INDEX.md gives them: the example batches' own server.log files, read where the batches keep
+# them (copies in the fixture folder were the same bytes, twice in a tracked tree that has a size limit)
+KV, THRESHOLD = "examples/h200-sglang-kv/20261203-092613/runs", "examples/h200-sglang-threshold/20261203-093428/runs"
+LOGS = {
+    "sglang-0.5.17-frac0.002-kv-error.log": f"{KV}/02_fraction-0.002.graphs-off.debug-off.custom_ar-on_rep1",
+    "sglang-0.5.17-frac0.004-graphs.log": f"{KV}/03_fraction-0.004.graphs-cuda.debug-off.custom_ar-on_rep1",
+    "sglang-0.5.17-frac0.004-debug-print.log": f"{KV}/05_fraction-0.004.graphs-off.debug-print.custom_ar-on_rep1",
+    "sglang-0.5.17-frac0.0030-tiny-pool.log": f"{THRESHOLD}/04_graphs-off.mem_fraction_static-0.0030_rep1",
+}
 SGLANG_MINIMUM = 0.0029  # "minimum viable = 1 - available/pre = 0.0029"
 RESOLUTION = 0.0005  # params/sglang-threshold.yaml
 
 
 def _parse(name: str):
-    with open(FIXTURES / name, encoding="utf-8") as fh:
+    with open(ROOT / LOGS[name] / "server.log", encoding="utf-8") as fh:
         return sglang.parse(fh)
 
 
