@@ -11,6 +11,7 @@ time); a stratum where fewer than two levels have valid runs is not compared, an
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 
@@ -180,6 +181,9 @@ def _odd_runs(valid: pd.DataFrame, ready: pd.Series) -> list[dict]:
 SIGNIFICANCE = 0.05
 
 
+# cached: a verdict asks the same few tables over and over (each stratum, each level, and settling_repetitions up to a
+# hundred tables per comparison), and one test costs about a millisecond of scipy
+@functools.lru_cache(maxsize=4096)
 def exact_p(ready: int, valid: int, ref_ready: int, ref_valid: int) -> float:
     from scipy.stats import fisher_exact  # imported here: scipy.stats costs a second, and only verdicts need it
 
