@@ -149,32 +149,32 @@ def _left_out(group: pd.DataFrame) -> str:
 
 
 def _level_outcomes(group: pd.DataFrame, factor: str, levels: list[str]) -> dict[str, dict]:
+    # the stratum's rows read once as records: selecting a few rows of a small frame per level, twice, was most of a
+    # verdict's time (a verdict decides each factor in each stratum, and the headline and the strength line again)
+    rows = group.to_dict("records")
     out = {}
     for level in levels:
-        runs = group[group[factor] == level]
-        valid = runs[runs["valid"]]
-        ready = valid["status"] == "ready"
-        labels = [ledger.outcome_label(r.get("status"), r.get("failure_reason"), r.get("failure_phase"))
-                  for r in valid.to_dict("records")]
-        out[level] = {"planned": len(runs), "valid": len(valid), "ready": int(ready.sum()),
-                      "invalid": tally(runs[~runs["valid"]]) if len(valid) < len(runs) else "",
-                      "runs": list(valid["run_id"]), "odd_runs": _odd_runs(valid, ready),
+        runs = [r for r in rows if r[factor] == level]
+        valid = [r for r in runs if r["valid"]]
+        labels = [ledger.outcome_label(r.get("status"), r.get("failure_reason"), r.get("failure_phase")) for r in valid]
+        invalid = tally(group[(group[factor] == level) & ~group["valid"]]) if len(valid) < len(runs) else ""
+        out[level] = {"planned": len(runs), "valid": len(valid), "ready": sum(r["status"] == "ready" for r in valid),
+                      "invalid": invalid, "runs": [r["run_id"] for r in valid], "odd_runs": _odd_runs(valid),
                       "outcomes": dict(sorted(Counter(labels).items()))}
     return out
 
 
-def _odd_runs(valid: pd.DataFrame, ready: pd.Series) -> list[dict]:
+def _odd_runs(valid: list[dict]) -> list[dict]:
     """The repetitions of one level that disagree with the others (the fewer side; on a tie the runs that
     were not ready), with how each ended: empty when they agree."""
-    n_ready = int(ready.sum())
-    if n_ready in (0, len(valid)):
+    ready = [r for r in valid if r["status"] == "ready"]
+    if len(ready) in (0, len(valid)):
         return []
-    odd = valid[ready] if n_ready < len(valid) - n_ready else valid[~ready]
-    reason = odd["failure_reason"] if "failure_reason" in odd else pd.Series(None, odd.index)
-    message = odd["failure_message"] if "failure_message" in odd else pd.Series(None, odd.index)
-    return [{"run_id": r, "status": s, "reason": why if isinstance(why, str) else None,
-             "message": said[:200] if isinstance(said, str) and said else None}
-            for r, s, why, said in zip(odd["run_id"], odd["status"], reason, message, strict=True)]
+    odd = ready if len(ready) < len(valid) - len(ready) else [r for r in valid if r["status"] != "ready"]
+    return [{"run_id": r["run_id"], "status": r["status"],
+             "reason": why if isinstance(why := r.get("failure_reason"), str) else None,
+             "message": said[:200] if isinstance(said := r.get("failure_message"), str) and said else None}
+            for r in odd]
 
 
 # the exact test of a decision: ready / not ready per level in one stratum (Fisher's, two-sided)
