@@ -73,6 +73,31 @@ def test_sglang_automatic_reduction_is_an_adjusted_argument_not_an_argument():
     assert [e.value for e in parsed.events if e.field == "mem_fraction_static"] == [0.6, 0.54]
 
 
+def test_what_sglang_announces_it_did_not_take_is_an_override_with_its_line():
+    """Issue 63: a value the server replaced (the profiled pool for a cap above it; the multimodal reduction of the
+    fraction) or a flag it takes and ignores (SGLang's DeprecatedAction, in its yellow ANSI) — each kept with the
+    line that says so, so the level checks call that level overridden, never confirmed by the argument dump."""
+    parsed = sglang.parse(lines(
+        "[2026-01-01 00:00:00] \x1b[1;33mThe command line argument '--enable-old-thing' is deprecated and will be "
+        "removed in future versions.\x1b[0m\n"
+        "[2026-01-01 00:00:01] server_args=ServerArgs(model_path='m', mem_fraction_static=0.6, max_total_tokens=2000000, "
+        "tp_size=2)\n"
+        "[2026-01-01 00:00:02] Automatically reduce --mem-fraction-static to 0.540 because this is a multimodal model.\n"
+        "[2026-01-01 00:00:09 TP0] max_total_tokens=2000000 is larger than the profiled value 137178. Use the profiled "
+        "value instead.\n"))
+    assert parsed.overrides["max_total_tokens"] == {
+        "asked": "2000000", "used": "137178",
+        "line": "max_total_tokens=2000000 is larger than the profiled value 137178. Use the profiled value instead."}
+    assert parsed.overrides["mem_fraction_static"]["asked"] == "0.6"
+    assert parsed.overrides["mem_fraction_static"]["used"] == "0.540"
+    assert parsed.overrides["enable_old_thing"]["used"] is None
+    assert parsed.to_json()["overrides"] == parsed.overrides
+    # a profiled value of zero or less is no override: it is SGLang's failure to size a pool at all
+    failed = sglang.parse(lines("[2026-01-01 00:00:09 TP0] max_total_tokens=2000000 is larger than the profiled value "
+                                "-561981. Use the profiled value instead.\n"))
+    assert failed.overrides == {} and failed.failure is not None and failed.failure.reason == "kv_cache_no_memory"
+
+
 def test_vllm_non_default_args_dict_is_read_with_values_as_printed():
     parsed = vllm.parse(lines(
         "(APIServer pid=3413524) INFO 12-01 19:48:40 [entrypoints/utils.py:253] non-default args: "

@@ -131,8 +131,10 @@ class ParsedLog:
 
     `args`: the server's own account of its arguments (SGLang `server_args=ServerArgs(…)`, vLLM `non-default args`,
     `args: Namespace(…)` and the engine config line), keyed by Python attribute name, every value as the text the
-    server printed (`'0.55'`, `'True'`, `'None'`; strings without their quotes). `adjusted_args`: settings the server
-    changed on its own after printing them (SGLang "Automatically reduce --mem-fraction-static to 0.540 …").
+    server printed (`'0.55'`, `'True'`, `'None'`; strings without their quotes). `overrides`: the settings the server
+    announces it replaced after printing them, by argument: `{asked, used, line}` (SGLang "max_total_tokens=… is
+    larger than the profiled value N. Use the profiled value instead.", "Automatically reduce --mem-fraction-static to
+    0.540 …"); `adjusted_args` is their used values alone (what an older kit wrote).
     `rank_info`: what each rank says about itself in words (model_type, dtype, kv_cache_dtype, graph_kind, capture_bs).
     `pids`: process ids by role (`http_server`, `api_server`, `engine_core`); `rank_pids`: the pid a rank's lines carry.
     """
@@ -147,6 +149,7 @@ class ParsedLog:
     events: list[Event] = field(default_factory=list)
     args: dict[str, str] = field(default_factory=dict)
     adjusted_args: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, dict] = field(default_factory=dict)
     nccl_version: str | None = None
     facts: dict[str, str] = field(default_factory=dict)  # what only this kind states (vLLM: engine "v0"/"v1")
     rank_info: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -183,6 +186,13 @@ class ParsedLog:
             line = self.line
         if line:
             self.draft_phase_lines.setdefault(step, line)
+
+    def override(self, arg: str, asked: str | None, used: str | None, said: str) -> None:
+        """The server says it did not take `arg` as asked and uses `used` instead (None: it ignores the flag);
+        `said`: its line, cut."""
+        if used is not None:
+            self.adjusted_args[arg] = used
+        self.overrides.setdefault(arg, {"asked": asked, "used": used, "line": said.strip()[:300]})
 
     def record(self, t: datetime | None, rank: str, name: str, value: float, line: int) -> None:
         self.ranks.setdefault(rank, {})[name] = value
@@ -272,6 +282,7 @@ class ParsedLog:
             "debug": self.debug,
             "args": dict(self.args),
             "adjusted_args": dict(self.adjusted_args),
+            "overrides": {arg: dict(o) for arg, o in self.overrides.items()},
             "nccl_version": self.nccl_version,
             "phase_lines": {p: self.phase_lines[p] for p in PHASES if p in self.phase_lines},
             "draft_phase_lines": {p: self.draft_phase_lines[p] for p in DRAFT_PHASES if p in self.draft_phase_lines},

@@ -148,6 +148,50 @@ class GraphCapture:
 
 
 @dataclass(frozen=True)
+class Setting:
+    """One way to set a state the kit reads from a kind's log: a flag or an environment variable, what it sets, and
+    the server versions that read it (None: every version the kit knows of)."""
+
+    name: str  # "--disable-custom-all-reduce", "SGLANG_SKIP_P2P_CHECK"
+    sets: str  # what it does to the state, in words: "off", "trusts the driver's P2P report"
+    since: str | None = None
+    until: str | None = None
+    note: str = ""  # where it comes from, when not the upstream server ("the seed's build and the simulator")
+
+    def read_by(self, version: str | None) -> bool:
+        """Whether a server of this version reads it (an unknown version: as far as the kit knows, yes)."""
+        if version is None:
+            return True
+        v = _version_key(version)
+        return (self.since is None or v >= _version_key(self.since)) and \
+            (self.until is None or v[:len(_version_key(self.until))] <= _version_key(self.until))
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+@dataclass(frozen=True)
+class State:
+    """A state of the server the kit reads from its log (levelchecks: custom all-reduce), with the flags and
+    environment variables that set it and how the log shows it: a level that sets it counts as taken only where the
+    log shows it, or through a setting the server reads."""
+
+    name: str  # "custom all-reduce"
+    settings: tuple[Setting, ...]
+    shown_by: str  # how the log shows it, for a reader told what would show a level taking effect
+
+
+# the outcome's reason of a launch that started with a KV pool too small for one request at its own context length
+# (ServerKind.usable): degraded, not ready
+POOL_BELOW_CONTEXT = "kv_pool_below_context"
+
+# environment variables the libraries under every server read (NCCL, CUDA, PyTorch, Hugging Face): a level that sets
+# one is set for the server, whichever kind it is; a name outside these and the kind's own table is not known to be read
+LIBRARY_ENV = ("NCCL_", "CUDA_", "PYTORCH_", "TORCH_", "NVIDIA_", "HF_", "TRANSFORMERS_", "OMP_", "TOKENIZERS_")
+
+
+@dataclass(frozen=True)
 class ServerKind:
     """Everything the kit knows about one kind of inference server.
 
@@ -188,6 +232,12 @@ class ServerKind:
     pool_cap_args   the arguments it records that cap its KV pool whatever memory is left (SGLang's
                     max_total_tokens): a capped pool's size says nothing of the memory its fraction left, so the
                     budget never infers memory from it
+    states          the states the kit reads from its log that flags and environment variables set (State): an
+                    environment variable is evidence of a level only where this table (or LIBRARY_ENV) says the
+                    server reads it
+    usable          (parsed log as parsed.json holds it) → why a launch that started cannot serve one request at its
+                    own context length (SGLang: a KV pool of fewer tokens than `context_len`), in words; None: it can,
+                    or the log does not say. None: the kind refuses such a launch by itself (vLLM) or does not say
     """
 
     name: str
@@ -211,6 +261,20 @@ class ServerKind:
     instrumentation: Instrumentation | None = None
     units_note: str = "GiB"
     pool_cap_args: tuple[str, ...] = ()
+    states: tuple[State, ...] = ()
+    usable: Callable[[dict], str | None] | None = None
+
+    def reads_env(self, name: str, version: str | None = None) -> Setting | None:
+        """The setting an environment variable is to this kind's server (of this version), or None when the kit
+        does not know the server to read it; the libraries' variables (LIBRARY_ENV) are read by every kind."""
+        for state in self.states:
+            for setting in state.settings:
+                if setting.name == name and setting.read_by(version):
+                    return setting
+        return Setting(name, "read by the libraries under the server") if name.startswith(LIBRARY_ENV) else None
+
+    def state(self, name: str) -> State | None:
+        return next((s for s in self.states if s.name == name), None)
 
     def rules(self, ready_pattern: str | None = None, fatal_patterns: Iterable[str] = ()) -> ReadyRules:
         """This kind's ready line and fatal patterns with the params' own added (a params ready pattern wins)."""

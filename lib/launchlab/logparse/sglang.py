@@ -35,7 +35,17 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
-from launchlab.logparse.serverkind import BreakEven, GraphCapture, Instrumentation, LogFacts, Relaunch, ServerKind, Suspect
+from launchlab.logparse.kindstates import SGLANG_STATES, sglang_usable
+from launchlab.logparse.serverkind import (
+    POOL_BELOW_CONTEXT,
+    BreakEven,
+    GraphCapture,
+    Instrumentation,
+    LogFacts,
+    Relaunch,
+    ServerKind,
+    Suspect,
+)
 from launchlab.logparse.tracebacks import HEADERLESS_FRAME, Attribution
 
 if TYPE_CHECKING:  # annotations only: parsing a log never loads pandas
@@ -46,6 +56,7 @@ ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weigh
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
            "KV cache dtype", "Automatically reduce", "Started server process", "NCCL", "Interrupt", "SystemExit",
+           "is deprecated and will be removed",
            "atchdog timeout", "CUDA IPC for multimodal", "mem-fraction-static", "speculative", "draft", "Draft",
            "Capturing batches", "architectures=", 'File "', *custom_ar.ANCHORS)
 
@@ -94,7 +105,9 @@ _STATEMENTS = [
 ]
 # A statement that ends a phase: a failure right after it belongs to the next phase.
 _NEXT = {"Load weight end": "kv_cache", "Memory pool end": "cuda_graph"}
-_OVER_CAP = re.compile(r"max_total_tokens=\d+ is larger than the profiled value (-?\d+)")
+_OVER_CAP = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")
+# a flag SGLang's argparse takes and ignores (its DeprecatedAction stores nothing): the level it set never took effect
+_IGNORED_FLAG = re.compile(r"The command line argument '--([\w-]+)' is deprecated and will be removed in future versions")
 _SERVER_ARGS = "server_args=ServerArgs("
 _SETTINGS = ("mem_fraction_static", "tp_size")  # also kept as events, for the frames
 _SUMMARY_PAIR = re.compile(r"(\w+)=(-?[\d.]+)( GB)?")  # max_total_num_tokens=…, context_len=…, available_gpu_mem=… GB
@@ -259,8 +272,12 @@ class SGLangParser:
                 self._graph_total(number, t, rank, prefix)
             return
         self._kv_minimum(number, msg, t, rank)
-        if (over := _OVER_CAP.search(msg)) is not None and int(over.group(1)) <= 0:
+        if (over := _OVER_CAP.search(msg)) is not None and int(over.group(2)) <= 0:
             log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
+        elif over is not None:  # the cap is not taken: the pool is the profiled size
+            log.override("max_total_tokens", over.group(1), over.group(2), msg)
+        elif (ignored := _IGNORED_FLAG.search(msg)) is not None:
+            log.override(ignored.group(1).replace("-", "_"), None, None, msg)
         elif _NOT_ENOUGH.search(msg):
             log.fail("kv_cache_no_memory", "kv_cache", msg)
         elif _WATCHDOG.match(msg):  # a scheduler stuck that long: SGLang kills the server after it
@@ -377,7 +394,7 @@ class SGLangParser:
             if (kv := _KV_DTYPE.search(msg)) is not None:
                 log.describe(rank, "kv_cache_dtype", kv.group(1) or kv.group(2))
         elif (auto := _MEM_FRACTION_AUTO.search(msg)) is not None:
-            log.adjusted_args["mem_fraction_static"] = auto.group(1)
+            log.override("mem_fraction_static", log.args.get("mem_fraction_static"), auto.group(1), msg)
             log.setting(t, "mem_fraction_static", float(auto.group(1)), number)
         elif (url := _UVICORN.search(msg)) is not None:
             log.http_url = url.group(1)
@@ -445,7 +462,8 @@ def _budget(events, runs, telemetry):
         if budget.missing(avail, fraction):
             continue
         # a pool capped by a flag (--max-total-tokens) is smaller than the room the fraction left: it gives no total
-        total, source = _total(v, avail, fraction, run["status"] == "ready" and not bool(run.get("pool_capped")))
+        started = run["status"] == "ready" or run.get("failure_reason") == POOL_BELOW_CONTEXT  # its pool allocated
+        total, source = _total(v, avail, fraction, started and not bool(run.get("pool_capped")))
         if total is None:
             continue
         rest = avail - total * (1 - fraction)
@@ -509,6 +527,8 @@ KIND = ServerKind(
                          flag="--mem-fraction-static", margin=0.01),
     pool_cap_args=("max_total_tokens",),
     custom_ar_off="--disable-custom-all-reduce",
+    states=SGLANG_STATES,
+    usable=sglang_usable,
     arg_aliases={"tp": "tp_size", "tp-size": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size",
                  "model": "model_path"},
     # "sglang==0.5.6" (pip freeze, env dumps), "SGLang version 0.5.8"

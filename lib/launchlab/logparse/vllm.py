@@ -38,6 +38,7 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.kindstates import VLLM_STATES
 from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, Relaunch, ServerKind, Suspect
 from launchlab.logparse.tracebacks import FRAME, HEADERLESS_FRAME, Attribution, method_phase
 
@@ -612,6 +613,7 @@ KIND = ServerKind(
                          margin=0.01),
     pool_cap_args=("num_gpu_blocks_override", "kv_cache_memory_bytes"),
     custom_ar_off="--disable-custom-all-reduce",
+    states=VLLM_STATES,
     arg_aliases={"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"},
     # "vLLM API server version 0.7.3", "Initializing a V1 LLM engine (v0.8.5) with config", "vLLM version 0.9"
     # and the ASCII banner of ≥ 0.2x: "… █ ▀▄▀ █  version 0.23.0"
