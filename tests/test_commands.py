@@ -97,8 +97,19 @@ def test_http_status_is_asked_with_its_values_in_argv_and_prints_the_status(http
     assert sh(cmd).stdout.strip() == "204"
 
 
-def test_http_status_prints_zero_when_nothing_answers():
-    assert sh(commands.http_status("http://127.0.0.1:9/", 1)).stdout.strip() == "0"
+def test_http_status_says_refused_when_nothing_listens_and_timed_out_when_nothing_answers(tmp_path):
+    """What the probe got stands in for a status (issue 63: the report says it): a closed port refuses; a socket that
+    accepts and never answers times out; both read back as Host.http_status returns them."""
+    import socket
+
+    assert sh(commands.http_status("http://127.0.0.1:9/", 1)).stdout.strip() == "refused"
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/health"
+        assert sh(commands.http_status(url, 0.5)).stdout.strip() == "timed out"
+    assert commands.answer_of("404\n") == 404 and commands.answer_of("refused") == "refused"
+    assert commands.answer_of("") == commands.answer_of("garbage") == "no answer"
 
 
 def test_http_post_sends_the_body_as_json_and_prints_status_and_text(http_server):

@@ -148,14 +148,14 @@ class LocalHost(ShellHost):
         except (urllib.error.URLError, OSError, ValueError) as exc:
             return None, str(exc)
 
-    def http_status(self, url: str, timeout: float = 2.0) -> int | None:
+    def http_status(self, url: str, timeout: float = 2.0) -> int | str:
         try:
             with urllib.request.urlopen(url, timeout=timeout) as resp:  # a URL from the params (http/https only)
                 return resp.status
         except urllib.error.HTTPError as exc:
             return exc.code
-        except (urllib.error.URLError, OSError, ValueError):
-            return None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            return commands.no_answer(exc)
 
 
 def _alive_in_group(pid: str, pgid: int) -> bool:

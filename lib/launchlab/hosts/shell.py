@@ -203,10 +203,9 @@ class ShellHost(abc.ABC):
         """A TCP port free on the host's 127.0.0.1 right now (the server binds it a moment later)."""
         return int(self.run(commands.free_port()).stdout.strip())
 
-    def http_status(self, url: str, timeout: float = 2.0) -> int | None:
+    def http_status(self, url: str, timeout: float = 2.0) -> int | str:
         """Asked from the host itself: servers often bind 127.0.0.1 only."""
-        code = self.run(commands.http_status(url, timeout), timeout=timeout + 10, check=False).stdout.strip()
-        return int(code) if code.isdigit() and code != "0" else None
+        return commands.answer_of(self.run(commands.http_status(url, timeout), timeout=timeout + 10, check=False).stdout)
 
     def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]:
         """POST a JSON body from the host itself: (status or None when nothing answered, response text)."""

@@ -357,12 +357,11 @@ class SlurmHost(ShellHost):
 
     # -- asked from inside the job ----------------------------------------------------------------------------
 
-    def http_status(self, url: str, timeout: float = 2.0) -> int | None:
+    def http_status(self, url: str, timeout: float = 2.0) -> int | str:
         if self._current is None:
-            return None
+            return "no job running"
         res = self.run(cmd.in_job(self._current, commands.http_status(url, timeout)), timeout=timeout + 30, check=False)
-        code = res.stdout.strip()
-        return int(code) if code.isdigit() and code != "0" else None
+        return commands.answer_of(res.stdout)
 
     def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]:
         import json

@@ -61,6 +61,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
         progress("watching")
         outcome = watch.watch(run_nodes, folder, exp.server.rules(), launches[0].health_url,
                               deadline=t_launch + exp.server.ready.timeout_s, t_launch=t_launch, notes=record.notes)
+        record.ready_line_s, record.probe_answers = outcome.ready_line_s, outcome.probe
         _look_at_gpus(run_nodes, gpustate.WATCHED, looks, record)
         if outcome.status == "ready" and exp.server.smoke is not None:
             progress("smoke request")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+import urllib.parse
 from pathlib import Path
 
 from launchlab import logparse, masking, params, safefiles
@@ -16,7 +17,7 @@ from launchlab.logparse.patterns import BudgetedPattern
 from launchlab.polling import backoff
 from launchlab.store import rundir
 from launchlab.store.keptlog import KeptLog, LogCut
-from launchlab.store.records import Outcome, RunRecord
+from launchlab.store.records import READY_SIGNALS, Outcome, RunRecord
 from launchlab.tags import RUN_ID_ENV
 from launchlab.verdicts import gpustate
 
@@ -168,10 +169,44 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
             node.kept[node.log_name] = log.close()
 
 
+class Probe:
+    """The kit's probe of the health URL (asked from node 0's host) and every answer it got, counted: what the
+    record keeps beside the server's own ready line, so a probe that never agrees with the server is said as such."""
+
+    def __init__(self, host: Host, url: str | None):
+        self.host, self.url = host, url
+        self.answers: dict[str, int] = {}
+        self.order: list[str] = []
+
+    @property
+    def path(self) -> str:
+        """The URL's path (its host and port are the run's own): what a report names, never a link."""
+        parts = urllib.parse.urlsplit(self.url or "")
+        return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+    def ok(self) -> bool:
+        """Asked now: whether it answered 200 (True without a URL to ask)."""
+        if self.url is None:
+            return True
+        answer = str(self.host.http_status(self.url))
+        if answer not in self.answers:
+            self.order.append(answer)
+        self.answers[answer] = self.answers.get(answer, 0) + 1
+        return answer == "200"
+
+    def said(self) -> str | None:
+        """'404 ×41'; '200 ×1 after refused ×3, 503 ×12' — None where it was never asked."""
+        if not self.answers:
+            return None
+        counted = [f"{a} ×{self.answers[a]}" for a in self.order]
+        return counted[-1] + (f" after {', '.join(counted[:-1])}" if len(counted) > 1 else "")
+
+
 def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], ready_rx: BudgetedPattern | None,
                *, fatal_rx: list[BudgetedPattern], health_url: str | None, deadline: float, t_launch: float,
                looks: GpuLooks) -> Outcome:
-    scan = _Scan(len(nodes), ready_rx, fatal_rx)
+    scan = _Scan(len(nodes), ready_rx, fatal_rx, t_launch)
+    probe = Probe(nodes[0].host, health_url)
     pauses, samples_at = backoff(FIRST_POLL_S, POLL_S), time.monotonic()
     while True:
         grew, behind = scan.read(nodes, logs)
@@ -184,11 +219,10 @@ def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], 
             return Outcome("failed", None, scan.fatal_line)
         if dead:
             return _exited(nodes, logs, dead, scan.tails)
-        if scan.fatal_line is None and scan.ready_line and (
-                health_url is None or nodes[0].host.http_status(health_url) == 200):
-            return Outcome("ready", None, "", time.monotonic() - t_launch)
+        if scan.fatal_line is None and scan.ready_line and probe.ok():
+            return Outcome("ready", None, "", time.monotonic() - t_launch, scan.ready_line_s, probe.said())
         if time.monotonic() > deadline:
-            return Outcome("timeout", None, f"not ready after {deadline - t_launch:.0f} s")
+            return _deadline(scan, probe, waited_s=deadline - t_launch)
         # after the checks above, so a look never delays seeing the server ready (it takes the place of this round's
         # pause); none once a fatal line came: the server goes down, and its processes vanish under the look
         if scan.fatal_line is None and looks.due():
@@ -202,14 +236,34 @@ def _poll_logs(nodes: list[Node], logs: list[LogMirror], samples: list[Mirror], 
         time.sleep(next(pauses))
 
 
+def _deadline(scan: _Scan, probe: Probe, *, waited_s: float) -> Outcome:
+    """Not ready by the deadline: slow (censored, the ledger says), or — where the server's own ready line came and
+    the probe never answered 200, or the probe answers 200 and the ready line never came — two ready signals that
+    disagree: a problem of the params (`ready: health_url`, `ready: log_pattern`) or the host, not of the server."""
+    said = f"not ready after {waited_s:.0f} s"
+    if scan.fatal_line is None and scan.ready_line and scan.ready_line_s is not None and probe.url is not None:
+        return Outcome("timeout", READY_SIGNALS,
+                       f"the server logged its ready line at {scan.ready_line_s:.1f} s, but the kit's probe of "
+                       f"{probe.path} got {probe.said() or 'no answer'} until the deadline ({waited_s:.0f} s): check "
+                       "ready: health_url in the params", None, scan.ready_line_s, probe.said())
+    if scan.fatal_line is None and not scan.ready_line and probe.url is not None and probe.ok():
+        return Outcome("timeout", READY_SIGNALS,
+                       f"the kit's probe of {probe.path} answers 200, but the server's ready line never came in "
+                       f"{waited_s:.0f} s: check ready: log_pattern in the params (or the server kind)", None, None,
+                       probe.said())
+    return Outcome("timeout", None, said, None, scan.ready_line_s, probe.said())
+
+
 class _Scan:
     """What the logs said so far: the ready line (node 0), the first fatal line (any node) and when it came, the
     lines read per node (where a slow pattern is reported) and each node's last lines (a server that exits says
     why in its last words)."""
 
-    def __init__(self, n_nodes: int, ready_rx: BudgetedPattern | None, fatal_rx: list[BudgetedPattern]):
-        self.ready_rx, self.fatal_rx = ready_rx, fatal_rx
+    def __init__(self, n_nodes: int, ready_rx: BudgetedPattern | None, fatal_rx: list[BudgetedPattern],
+                 t_launch: float):
+        self.ready_rx, self.fatal_rx, self.t_launch = ready_rx, fatal_rx, t_launch
         self.ready_line = ready_rx is None
+        self.ready_line_s: float | None = None  # when the ready line came (s from the launch); None: not seen
         self.fatal_line: str | None = None
         self.fatal_at: float | None = None
         self.numbers = [0] * n_nodes
@@ -242,6 +296,7 @@ class _Scan:
             at = (self.numbers[rank], node.log_name)
             if look_ready and not self.ready_line and ready_rx.search(line, *at):
                 self.ready_line = True
+                self.ready_line_s = round(time.monotonic() - self.t_launch, 2)
             if self.fatal_line is None and any(rx.search(line, *at) for rx in look_fatal):
                 self.fatal_line = line.strip() if rank == 0 else f"{node.label}: {line.strip()}"
                 self.fatal_at = time.monotonic()

@@ -177,6 +177,10 @@ def outcome_line(record: records.RunRecord) -> str:
     the order of the kit's steps ("stopping 6.5 s" then "ready 7.6 s" reads as ready after the stop)."""
     if record.status in ("ready", "degraded") and record.startup_s is not None:
         line = f"{record.status} at {record.startup_s:.1f} s"
+    elif record.failure_reason == records.READY_SIGNALS:  # not the server's doing: say both signals
+        line = (f"ready line at {record.ready_line_s:.1f} s, but the probe never got 200 ({record.probe_answers}): "
+                "check ready: health_url" if record.ready_line_s is not None else
+                f"the probe got 200 ({record.probe_answers}), but no ready line came: check ready: log_pattern")
     else:
         line = record.status + (f" ({record.failure_reason})" if record.failure_reason else "")
         if record.failure_phase:

@@ -60,14 +60,23 @@ class Run:
                                     warmup=self.warmup)
 
 
+# the reason of a run not ready by its deadline whose two ready signals disagree: the server logged its ready line and
+# the kit's probe never answered 200, or the probe answered 200 and the ready line never came (the watch's)
+READY_SIGNALS = "ready_signals_disagree"
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """How the watch (and the smoke request) ended: the status, a reason when the kit knows one, what it saw."""
+    """How the watch (and the smoke request) ended: the status, a reason when the kit knows one, what it saw; and
+    both ready signals as the watch saw them — when the server's own ready line came (seconds from the launch) and
+    what the kit's probe of the health URL got (`200 ×1 after 404 ×3`)."""
 
     status: Status
     reason: str | None
     message: str
     ready_after_s: float | None = None
+    ready_line_s: float | None = None
+    probe: str | None = None
 
 
 @dataclass
@@ -94,6 +103,9 @@ class RunRecord:
     simulated: bool = False
     nodes: list[str] = field(default_factory=list)
     gpus: list[int] | None = None  # the GPU slot the run was given (CUDA_VISIBLE_DEVICES); None: the whole host
+    # both ready signals: when the server's own ready line came (s from the start) and what the kit's probe got
+    ready_line_s: float | None = None
+    probe_answers: str | None = None
     smoke_status: int | None = None
     smoke_s: float | None = None
     smoke_response: str | None = None
@@ -116,7 +128,7 @@ class RunRecord:
     # the columns of runs.parquet, in order (then one column per factor)
     ROW = ("run_id", "variant", "repetition", "host", "status", "failure_reason", "failure_phase", "failure_message",
            "startup_s", "peak_mem_used_mib", "phase_reached", "simulated", "smoke_status", "imported", "misfiled",
-           "queue_s", "job_node")
+           "queue_s", "job_node", "ready_line_s", "probe_answers")
     # what a full disk still lets the kit write in place of the progress record
     ESSENTIAL = ("run_id", "variant", "repetition", "host", "levels", "status", "failure_message", "stopped_with")
 

@@ -30,7 +30,18 @@ from launchlab.hosts.commands.gpus import (
 from launchlab.hosts.commands.locks import UNUSABLE as LOCK_UNUSABLE
 from launchlab.hosts.commands.locks import lock_list, lock_release, lock_take, lock_take_over, lock_touch
 from launchlab.hosts.commands.patches import patch_apply, patch_check, patch_revert
-from launchlab.hosts.commands.probes import answer, env_value, free_port, host_clock, http_post, http_status, user_id, which
+from launchlab.hosts.commands.probes import (
+    answer,
+    answer_of,
+    env_value,
+    free_port,
+    host_clock,
+    http_post,
+    http_status,
+    no_answer,
+    user_id,
+    which,
+)
 from launchlab.hosts.commands.processes import (
     TAGGED_END,
     env_file_text,
@@ -59,6 +70,7 @@ __all__ = [
     "TAGGED_END", "answer", "env_file_text", "env_value", "find_launchlab_processes", "find_tagged", "free_port",
     "gpu_apps", "gpu_indices", "gpu_owners", "gpu_sampler",
     "gpu_snapshot", "group_alive", "host_clock", "host_environment", "host_facts", "http_post", "http_status",
+    "answer_of", "no_answer",
     "interpreter_facts", "model_facts", "kill_group", "LOCK_UNUSABLE",
     "lock_list", "lock_release", "lock_take", "lock_take_over", "lock_touch",
     "NOT_YOURS", "SMI_OUTPUT_BYTES", "bounded_checked", "make_private_dir", "own_folder", "package_integrity",

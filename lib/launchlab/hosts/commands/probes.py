@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import json
 import shlex
+import socket
 
 from launchlab.fields import ENV_NAME
 from launchlab.hosts import ports
@@ -45,15 +46,36 @@ def free_port() -> str:
 
 
 # Each prints one line; the values (URL, timeout, body) arrive in argv, never inside the code.
+# what a probe got when no HTTP status came back (Host.http_status): the words the report says it in
+REFUSED, TIMED_OUT, NO_ANSWER = "refused", "timed out", "no answer"
 _HTTP_STATUS = """\
-import sys, urllib.request, urllib.error
+import socket, sys, urllib.request, urllib.error
 try:
     print(urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])).status)
 except urllib.error.HTTPError as e:
     print(e.code)
-except Exception:
-    print(0)
+except Exception as e:
+    r = getattr(e, 'reason', e)
+    print('refused' if isinstance(r, ConnectionRefusedError) else
+          'timed out' if isinstance(r, (socket.timeout, TimeoutError)) else 'no answer')
 """
+
+
+def no_answer(exc: BaseException) -> str:
+    """What stood in for an HTTP status: the connection refused, timed out, or another failure (as the probe command
+    prints it on a remote host)."""
+    reason = getattr(exc, "reason", exc)
+    if isinstance(reason, ConnectionRefusedError):
+        return REFUSED
+    return TIMED_OUT if isinstance(reason, (TimeoutError, socket.timeout)) else NO_ANSWER
+
+
+def answer_of(text: str) -> int | str:
+    """The probe command's line as Host.http_status returns it: the status, or what stood in for one."""
+    text = text.strip()
+    if text.isdigit() and text != "0":
+        return int(text)
+    return text if text in (REFUSED, TIMED_OUT) else NO_ANSWER
 _HTTP_POST = """\
 import json, sys, urllib.request, urllib.error
 req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers={'Content-Type': 'application/json'}, method='POST')
@@ -68,7 +90,7 @@ except Exception as e:
 
 
 def http_status(url: str, timeout: float) -> str:
-    """GET url from the host; print the HTTP status, or 0 when nothing answered."""
+    """GET url from the host; print the HTTP status, or what stood in for one: refused, timed out, no answer."""
     return f"python3 -c {shlex.quote(_HTTP_STATUS)} {shlex.quote(url)} {shlex.quote(repr(float(timeout)))}"
 
 
