@@ -63,7 +63,7 @@ RANK_READY = """\
 """
 READY_END = """\
 [{t3} TP0] max_total_num_tokens={tokens}, chunked_prefill_size=8192, max_prefill_tokens=16384, \
-max_running_requests=4096, context_len=262144, available_gpu_mem=9.00 GB
+max_running_requests=4096, context_len=2048, available_gpu_mem=9.00 GB
 [{t3}] INFO:     Started server process [4242]
 [{t3}] INFO:     Waiting for application startup.
 [{t3}] INFO:     Application startup complete.

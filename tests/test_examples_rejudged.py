@@ -56,7 +56,12 @@ def counts(stratum: dict) -> list[tuple]:
 
 def test_the_kv_example_is_controlled_and_its_graphs_configs_follow_from_graphs_not_confounds(kv):
     run_dir, v = kv
-    assert v["confounds"] == [] and v["controlled"] is True and v["conclusive"] is True, v["confounds"]
+    assert v["confounds"] == [] and v["controlled"] is True, v["confounds"]
+    # controlled, but not settled at the kit's bar (issue 63): 3 runs a side give p = 0.1 for a complete split, and
+    # no change on 3 a side could not have shown one at 0.05 — what the runs did, observed, said as such
+    assert v["conclusive"] is False and [d["settled"] for d in v["factors"].values()] == [False, False]
+    assert [r.split(":")[0] for r in v["inconclusive_reasons"]] == ["utilization decides the launch on 3 runs per side",
+                                                                   "graphs changed nothing on 3 runs per side"]
     assert {d["arg"]: d["follows_from"] for d in v["derived_args"]} == {name: ["graphs"] for name in DERIVED}
     assert all(d["repeated"] for d in v["derived_args"]), "each level seen in three runs: a derived value, not chance"
     assert all(len(value) <= 110 for d in v["derived_args"] for value in d["values"].values()), "4 KB dumps are cut"
@@ -138,13 +143,15 @@ def test_the_search_example_is_controlled_leads_with_its_thresholds_and_the_pred
 def test_the_search_examples_decision_on_one_run_a_side_says_so_and_keeps_its_meaning(search):
     run_dir, v = search
     decision = v["factors"]["gpu_memory_utilization"]
-    # verdict.json's keys keep their meaning: it decides, conclusively, with p = 1 — and says on how many runs
-    assert decision["status"] == "decides" and v["conclusive"] is True and decision["p_value"] == 1.0
+    # verdict.json's keys keep their meaning: it decides, with p = 1, and says on how many runs — observed, not settled
+    # (issue 63: `settled` false); the search's verdict is its intervals, which converged: conclusive as a search
+    assert decision["status"] == "decides" and decision["p_value"] == 1.0 and decision["settled"] is False
+    assert v["conclusive"] is True and v["thresholds"] is not None
     assert decision["runs_per_side"] == 1 and decision["repetitions_to_settle"] == 4
     report = (run_dir / "report.md").read_text()
     assert "**Decides the launch:**" not in report
     line = next(line for line in report.splitlines() if line.startswith("**Decides the launch"))
-    assert line.startswith("**Decides the launch, on one run per side:**")
+    assert line.startswith("**Decides the launch, on one run per side — observed, not settled:**")
     assert "0.005 0/1 vs 0.007 1/1 ready at graphs=cuda" in line and "4 runs per side would settle it" in line
     assert "not yet how reliably" in line
     # the KV sentence of two strata of one run a side: the same difference twice, no zero-width interval

@@ -240,6 +240,7 @@ def test_a_summary_that_fails_to_render_still_leaves_the_verdict_on_the_terminal
     (run_dir / "summary.html").mkdir()  # the export cannot write it
     proc = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
-    assert "summary.html was not rendered; the verdict (report.md):\nutilization decides whether the launch starts" \
-        in proc.stderr, proc.stderr[-2000:]
+    assert "summary.html was not rendered; the verdict (report.md):\nInconclusive: utilization decides the launch on 3 " \
+           "runs per side: observed, not settled" in proc.stderr, proc.stderr[-2000:]
+    assert "; utilization decides whether the launch starts at every level of graphs" in proc.stderr
     assert "Strength: not significant at 0.05 (utilization): p = 0.1" in proc.stderr

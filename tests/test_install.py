@@ -112,7 +112,8 @@ def test_an_installed_kit_makes_a_workspace_and_runs_the_demo_there_writing_noth
     run_dir = Path(done.stdout.strip().splitlines()[-1])
     assert run_dir.is_relative_to(workspace / "outputs")
     verdict = json.loads((run_dir / "verdict.json").read_text())
-    assert verdict["controlled"] and verdict["conclusive"] and verdict["outcome_factors"] == ["custom_ar", "mem_fraction"]
+    assert verdict["controlled"] and verdict["outcome_factors"] == ["custom_ar", "mem_fraction"]
+    assert verdict["conclusive"] is False  # one run a side decides what it decides, observed, not settled (issue 63)
     assert (run_dir / "summary.html").stat().st_size > 10_000
     assert json.loads((run_dir / "manifest.json").read_text())["kit_version"] == version.stdout.split()[1]
 

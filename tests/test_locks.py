@@ -165,7 +165,9 @@ def test_two_demos_on_one_machine_at_once_both_finish_with_the_demo_verdict(tmp_
     for proc, (out, err) in zip(procs, results, strict=True):
         assert proc.returncode == 0, err[-3000:]
         verdict = json.loads((Path(out.strip()) / "verdict.json").read_text())
-        assert verdict["controlled"] is True and verdict["conclusive"] is True, verdict["confounds"]
+        assert verdict["controlled"] is True, verdict["confounds"]
+        # the demo's decisions, on one run a side: observed, not settled (issue 63), hence not conclusive
+        assert verdict["outcome_factors"] == ["custom_ar", "mem_fraction"] and verdict["conclusive"] is False
         assert verdict["outcome_factors"] == ["custom_ar", "mem_fraction"] and verdict["neutral_factors"] == []
     assert not (tmp_path / "sim").exists() or list((tmp_path / "sim").iterdir()) == []  # nothing left behind
     assert processes_using(str(tmp_path / "sim")) == []

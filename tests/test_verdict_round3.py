@@ -47,8 +47,10 @@ def test_two_levels_that_both_fail_but_differently_are_a_change_said_in_the_verd
     run_dir = run_batch(write_params(tmp_path, FAILS_DIFFERENTLY.format(work=tmp_path / "work")))
     verdict = json.loads((run_dir / "verdict.json").read_text())
     decision = verdict["factors"]["mem_fraction"]
-    # it changes how the launch fails, not whether it starts (issue 47): a status of its own, still an outcome factor
-    assert decision["status"] == "changes_how_it_fails" and verdict["outcome_factors"] == ["mem_fraction"]
+    # it changes how the launch fails, not whether it starts (issue 47): a status of its own — and a field of its own
+    # (issue 63), never among the outcome factors `ls`, `compare` and scripts read as "decides the launch"
+    assert decision["status"] == "changes_how_it_fails" and verdict["outcome_factors"] == []
+    assert verdict["failure_mode_factors"] == ["mem_fraction"]
     assert verdict["neutral_factors"] == []
     summary = decision["summary"]
     assert summary.startswith("mem_fraction changes how the launch fails — both fail, differently")

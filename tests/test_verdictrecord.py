@@ -81,7 +81,7 @@ def test_the_decision_statuses_are_spelled_once_and_used_by_name_everywhere_else
     """verdictrecord.STATUSES is the one vocabulary of a factor's status (issue 26): the analysis and the verdict
     use its names (DECIDES, FLAKY, …), so a status cannot be misspelled or added in one place only."""
     assert verdictrecord.STATUSES == ("decides", "decides_in_some", "changes_how_it_fails", "neutral", "flaky",
-                                      "confounded", "undetermined")
+                                      "confounded", "undetermined", "not_shown_to_vary")
     elsewhere = [p for p in sorted(LIB.rglob("*.py")) if p != LIB / "store" / "verdictrecord.py"]
     assert [s for p in elsewhere for s in status_spellings(p)] == []
 
@@ -91,3 +91,20 @@ def test_the_check_finds_a_decision_status_spelled_in_code(tmp_path):
     module.write_text('"""Says flaky in its docstring."""\ndef status(s):\n    if s["flaky"]:\n'
                       '        return "flaky"\n    return {"status": "neutral"}\n')
     assert status_spellings(module) == ["judge.py:4 'flaky'", "judge.py:5 'neutral'"]
+
+
+def test_a_factor_that_changes_only_how_the_launch_fails_is_never_read_as_deciding_it():
+    """Issue 63: `outcome_factors` is what `ls`, `compare` and scripts read as "decides the launch": a factor that only
+    changes how the launch fails has a field of its own — and a verdict.json of a kit before that, which listed it
+    among the outcome factors, is read the way this kit writes it."""
+    decision = {"status": "changes_how_it_fails", "summary": "f changes how the launch fails", "strata": [],
+                "p_value": 0.33, "significant": False, "runs_per_side": 2}
+    old = {"controlled": True, "conclusive": True, "inconclusive_reasons": [], "baseline": "f=a",
+           "outcome_factors": ["f", "g"], "neutral_factors": [], "undetermined_factors": [],
+           "factors": {"f": decision, "g": {**decision, "status": "decides", "summary": "g decides the launch"}},
+           "confounds": [], "effects": [], "level_checks": [], "excluded_runs": [], "budget": [], "warnings": []}
+    v = Verdict.from_json(old)
+    assert v.outcome_factors == ["g"] and v.failure_mode_factors == ["f"]
+    line = v.headline()
+    assert "decides the launch: g (p = 0.33" in line and "; changes how it fails: f (p = 0.33" in line, line
+    assert Verdict.from_json(v.to_json()) == v  # as written now: the same

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal
 
+from launchlab.logparse.serverkind import POOL_BELOW_CONTEXT
 from launchlab.numtext import significant
 
 # the states of a stratum; only `searching` asks for more probes
@@ -112,6 +113,16 @@ class Observation:
     value: Decimal
     run_id: str
     success: bool | None
+
+
+def success(status: str | None, reason: str | None) -> bool | None:
+    """A probe's outcome as the search counts it (Observation.success): it started — ready, or started with a KV
+    pool too small for one request (degraded for the verdict, POOL_BELOW_CONTEXT: the search brackets the
+    break-even of starting, which the kind's budget predicts at rest = 0, and the verdict says which probes start
+    unable to serve) — or not; None for a run that is no observation of the server (a kit error, an interruption)."""
+    if status == "error":
+        return None
+    return status == "ready" or reason == POOL_BELOW_CONTEXT
 
 
 @dataclass(frozen=True)

@@ -18,17 +18,19 @@ from launchlab.escaping import html_text, md, md_spans, visible
 from launchlab.numtext import significant
 from launchlab.store import rundir
 from launchlab.store.verdictrecord import (
+    AGAINST,
     CHANGES_HOW,
     CONFOUNDED,
     DECIDING,
     FINDINGS,
     FLAKY,
     NEUTRAL,
+    NOT_VARIED,
     UNDETERMINED,
     Decision,
     Verdict,
 )
-from launchlab.verdicts import budget, claims, ledger
+from launchlab.verdicts import analysis, budget, claims, ledger
 
 NO_OBSERVATION = "no valid observation of the server"
 # a threshold search's stratum that found no threshold: (what happened, what would settle it) in words
@@ -219,17 +221,22 @@ def _break_even(v: Verdict) -> str:
 
 
 def _lead(v: Verdict) -> str:
-    """The sentence: inconclusive and why first; then what decides, where, by how much; what does not."""
-    deciding = [f for f in v.outcome_factors if f in v.factors]
+    """The sentence: inconclusive and why first (a ready line and probe that disagree before anything); then what
+    decides, where, by how much; what does not; what the server's own figures say of it."""
+    deciding = [f for f in [*v.outcome_factors, *v.failure_mode_factors] if f in v.factors]
     said = [_says(f, v.factors[f], v.factors[f].status) for f in deciding]
     said += [_says(f, v.factors[f], NEUTRAL) for f in v.neutral_factors if f in v.factors]
-    findings = "".join(f"; but {FINDINGS.get(f.get('kind'), f.get('kind'))}" for f in v.findings)
+    findings = "".join(f"; {'but ' if f.get('kind') in AGAINST else ''}{FINDINGS.get(f.get('kind'), f.get('kind'))}"
+                       for f in v.findings if f.get("kind") != "readiness")
     if v.conclusive:
         control = "" if v.controlled else f"Not controlled ({len(v.confounds)} confound(s)): "
         return _capital(control + ("; ".join(said) or "no factor changes the launch outcome") + _break_even(v)
                         + findings, v.factors) + "."
-    first, *rest = [f for f in v.factors if v.factors[f].status in (CONFOUNDED, FLAKY, UNDETERMINED)] or [""]
-    why = _why_not(v, first) if first else (v.inconclusive_reasons or ["?"])[0]
+    blocking = (CONFOUNDED, FLAKY, UNDETERMINED, NOT_VARIED)
+    first, *rest = [f for f in v.factors if v.factors[f].status in blocking] or [""]
+    readiness = [f["detail"] for f in v.findings if f.get("kind") == "readiness"]
+    why = readiness[0] if readiness else _why_not(v, first) if first else (v.inconclusive_reasons or ["?"])[0]
+    rest = [first, *rest] if readiness and first else rest
     others = _others(v, rest)
     known = f"; {'; '.join(said)}" if said else ""
     return f"Inconclusive: {why}{others}{known}{_break_even(v)}{findings}."
@@ -292,6 +299,11 @@ def _strength(v: Verdict) -> tuple[str, str]:
                     f"more repetitions of the variants whose runs disagree would settle whether {names} "
                     f"{'changes' if len(flaky) == 1 else 'change'} the outcome"
                     + (f", and valid runs of every level of {', '.join(undetermined)}" if undetermined else ""))
+        unvaried = [f for f in v.factors if v.factors[f].status == NOT_VARIED]
+        if unvaried and not undetermined:  # compared, but nothing shows its levels differed
+            return (f"no exact test counts: no run shows {', '.join(unvaried)} taking effect",
+                    "levels that take effect where the server's log shows it would settle it (see the level checks "
+                    "and what would show it)")
         return ("no exact test: no factor was compared on valid runs of both its levels",
                 f"valid runs of every level of {', '.join(undetermined) or 'the factors'} would settle it (see the "
                 "level checks)")
@@ -308,13 +320,15 @@ def _strength(v: Verdict) -> tuple[str, str]:
         return (f"{words}: {test}; not a controlled comparison ({len(v.confounds)} confound(s))",
                 (f"{d.repetitions_to_settle} runs a side" if d.repetitions_to_settle and not d.significant
                  else "the same comparison") + " without the confounds (see Confounds) would settle it")
-    if any(v.factors[f].status in (FLAKY, UNDETERMINED) for f in v.factors):
-        flaky_or_not = [f for f in v.factors if v.factors[f].status in (FLAKY, UNDETERMINED)]
+    if any(v.factors[f].status in (FLAKY, UNDETERMINED, NOT_VARIED) for f in v.factors):
+        flaky_or_not = [f for f in v.factors if v.factors[f].status in (FLAKY, UNDETERMINED, NOT_VARIED)]
         return f"{words}: {test}", f"valid, agreeing runs of every level of {', '.join(flaky_or_not)} would settle it"
     if status in (*DECIDING, CHANGES_HOW) and not d.significant:
         settle = (f"{d.repetitions_to_settle} runs a side would settle it" if d.repetitions_to_settle
                   else "more than 100 runs a side would be needed")
         return f"{words}: {test}", settle
+    if status == NEUTRAL and d.settled is False:  # too few runs a side to have seen a change at the kit's bar
+        return f"{words}, observed, not settled: {test}", f"{analysis.neutral_bar()} runs a side would settle it"
     return f"{words}: {test}", ""
 
 
@@ -335,12 +349,14 @@ def _search(v: Verdict, finish: str, *, resume: str = "", where: str = "") -> He
             open_.append(row)
             found = f"no threshold yet: {OPEN_SEARCH.get(row.get('state'), (row.get('state'), ''))[0]}"
         said.setdefault(found, []).append(str(row["stratum"]))
-    def where(names: list[str]) -> str:
+    def placed(names: list[str]) -> str:  # not `where`: the parameter of that name says where the command runs
         if len(strata) == 1:
             return ""
         return " in every stratum" if len(said) == 1 else f" at {'; '.join(names)}"
 
-    said = [found + where(names) for found, names in said.items()]
+    said = [found + placed(names) for found, names in said.items()]
+    said += [("but " if f.get("kind") in AGAINST else "") + FINDINGS.get(f.get("kind"), f.get("kind"))
+             for f in v.findings]  # what the server's own figures say of the probes (a start that cannot serve)
     lead = _capital("; ".join(said) or f"no threshold of {flag} found") + "."
     if open_:
         lead = "Inconclusive: " + lead[0].lower() + lead[1:]

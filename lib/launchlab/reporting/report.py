@@ -39,11 +39,11 @@ from launchlab.verdicts import (
     grouping,
     ledger,
     levelchecks,
-    ordereffects,
     question,
     thresholds,
     verdict,
 )
+from launchlab.verdicts.evidence import Evidence
 
 IMPORTED_NOTE = ("IMPORTED runs: made by hand and brought in with `launchlab import`. The kit did not watch "
                  "them — preflight GPU state, installed files and package versions, environment and startup time are "
@@ -164,6 +164,12 @@ class Report:
                             missing_why=self.missing_why)
 
     @cached_property
+    def runs(self) -> pd.DataFrame:
+        """runs.parquet as the ledger judges each run (ledger.Ledger.judged): what every table, the budget and a
+        search's thresholds read — a run directory of an older kit gets this kit's judgement."""
+        return self.ledger.judged(self.frames.runs)
+
+    @cached_property
     def observations(self) -> pd.DataFrame:
         return self.ledger.frame(self.frames.runs)
 
@@ -177,7 +183,7 @@ class Report:
     def budget(self) -> pd.DataFrame:
         """The kind's budget per run, over the runs that ran their variant as declared (a run whose level the server
         overrode ran another one: its figures would skew its variant's mean and break-even)."""
-        found = budget.observed(self.exp.server.kind, self.ledger, self.frames.events, self.frames.runs,
+        found = budget.observed(self.exp.server.kind, self.ledger, self.frames.events, self.runs,
                                 telemetry=self.frames.telemetry)
         return budget.with_weights(found, self.facts)
 
@@ -219,23 +225,19 @@ class Report:
         return consistency.Expecting.probes_below(search.factor, edge) if edge else None
 
     def computed_verdict(self) -> Verdict:
-        rows = [{k: plain(v) for k, v in row.items()} for row in budget.summarize(self.budget).to_dict("records")]
-        built = verdict.build(self.ledger, self.frames.runs, self.frames.events, self.baseline_levels,
-                              baseline_variant=self.baseline_name, facts=self.facts, budget_rows=rows,
-                              budget_runs=self.budget, kind=self.exp.server.kind,
-                              tolerance_mib=self.exp.drain.tolerance_mib, parsed=self.parsed,
-                              declared_args=levelchecks.declared_args(self.exp), before_weights=self.before_weights,
-                              reproduce=self.exp.reproduce, expecting=self._expecting())
-        if self.exp.search is not None:
-            built.thresholds = self.threshold_verdict
-            built.inconclusive_reasons += thresholds.unfinished(built.thresholds)
-            built.conclusive = not built.inconclusive_reasons
-        # order effects and warm-ups: warm-up runs never reach the frames (frames.build reads the manifest's
-        # run_ids, which leave them out), so verdict.build never sees them; they are listed here
-        built.warnings += ordereffects.cold_first_runs(self.valid_runs)
-        built.warmup_runs = self.warmup_runs
-        built.kit_version = KIT_VERSION
-        return built
+        """The verdict made from this run directory's evidence, whole (verdict.build): this layer renders it."""
+        return verdict.build(self.evidence)
+
+    @property
+    def evidence(self) -> Evidence:
+        """Everything the verdict is judged from, read once from the run directory (evidence.Evidence)."""
+        return Evidence(self.ledger, self.runs, self.frames.events, self.baseline_levels,
+                        baseline_variant=self.baseline_name, kind=self.exp.server.kind, facts=self.facts,
+                        parsed=self.parsed, budget_runs=self.budget, tolerance_mib=self.exp.drain.tolerance_mib,
+                        declared_args=frozenset(levelchecks.declared_args(self.exp)),
+                        before_weights=self.before_weights, reproduce=self.exp.reproduce, expecting=self._expecting(),
+                        thresholds=self.threshold_verdict if self.exp.search is not None else None,
+                        warmup_runs=self.warmup_runs, kit_version=KIT_VERSION)
 
     @cached_property
     def warmup_runs(self) -> list[dict]:
@@ -258,7 +260,7 @@ class Report:
         if spec is None:
             return pd.DataFrame(columns=thresholds.COLUMNS)
         strata = self.manifest.strata or [v.name for v in params.expand(self.exp)]
-        return thresholds.table(spec.bounds, strata, self.frames.runs, self.planned, factor=spec.factor, budget=self.budget,
+        return thresholds.table(spec.bounds, strata, self.runs, self.planned, factor=spec.factor, budget=self.budget,
                                 repetitions=spec.repetitions, facts=self.facts, tolerance_mib=self.exp.drain.tolerance_mib,
                                 prior=spec.prior)
 
@@ -269,7 +271,7 @@ class Report:
         strata = [{k: plain(v) for k, v in row.items()} for row in self.thresholds.to_dict("records")]
         return {"flag": spec.flag, "low": spec.low, "high": spec.high, "resolution": spec.resolution,
                 "outcome": spec.outcome, "strata": strata,
-                "probes": thresholds.probes(self.frames.runs, self.planned, spec.factor, self.budget, facts=self.facts,
+                "probes": thresholds.probes(self.runs, self.planned, spec.factor, self.budget, facts=self.facts,
                                             tolerance_mib=self.exp.drain.tolerance_mib),
                 "differences": thresholds.differences(self.thresholds, self.manifest.baseline, spec.flag)}
 
@@ -290,7 +292,7 @@ class Report:
         if self.frames.runs.empty:
             return
         stratum_of = {p.run_id: p.stratum for p in self.planned}
-        fig = _plots().threshold_outcomes(self.frames.runs, stratum_of, spec.factor, spec.flag, self.thresholds,
+        fig = _plots().threshold_outcomes(self.runs, stratum_of, spec.factor, spec.flag, self.thresholds,
                                        self.exp.simulated)
         show(fig, f"Dots: the outcome of every probe run against {spec.flag}, one row per stratum; shaded: the "
                   "interval found; black tick: the break-even the log's numbers predict")
@@ -541,7 +543,7 @@ class Report:
 
     def failures(self) -> HTML:
         """Each run that did not become ready, its failure message whole on a row of its own (wrapped at any width)."""
-        found = analysis.failures(self.frames.runs)
+        found = analysis.failures(self.runs)
         if found.empty:
             return HTML("<p>Every run became ready.</p>")
         return HTML(with_detail_rows(found, "failure_message", label="failure message"))
@@ -549,7 +551,7 @@ class Report:
     def failure_logs(self, lines: int = 20) -> HTML:
         """The last lines of the server log of every run that did not become ready."""
         parts = []
-        for run in self.frames.runs[self.frames.runs["status"] != "ready"].itertuples():
+        for run in self.runs[self.runs["status"] != "ready"].itertuples():
             path = rundir.RunDir(self.run_dir).run(run.run_id).log()
             tail = log_tail(path, lines) if path.exists() else "(no server log was collected)"
             parts.append(f"<details><summary>{html_text(run.run_id)} — {html_text(run.status)}</summary>"
@@ -558,7 +560,7 @@ class Report:
 
     def runs_table(self) -> HTML:
         """Every run, its failure message on a row of its own (as in "Why launches failed"): the table fits the page."""
-        return HTML(with_detail_rows(in_gib(self.frames.runs), "failure_message", label="failure message"))
+        return HTML(with_detail_rows(in_gib(self.runs), "failure_message", label="failure message"))
 
     def run_links(self) -> HTML:
         """Relative links to each run's raw files (they work where the run directory is opened whole)."""

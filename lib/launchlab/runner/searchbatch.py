@@ -62,9 +62,9 @@ def observations(directory: rundir.RunDir, runs: list[Run]) -> list[search.Obser
         status = records.read_status(directory.run(run.run_id))
         if status is None or not status.done or run.probe is None:
             continue
-        outcome = status.record.status
+        record = status.record
         found.append(search.Observation(run.probe.stratum, Decimal(run.probe.value), run.run_id,
-                                        None if outcome == "error" else outcome == "ready"))
+                                        search.success(record.status, record.failure_reason)))
     return found
 
 

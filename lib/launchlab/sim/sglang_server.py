@@ -69,7 +69,10 @@ FAULT_P2P_CHECK = "SIM_FAULT_P2P_CHECK_FAILS"  # fault injection: custom all-red
 FAULT_COMPILE_S = "SIM_FAULT_COMPILE_S"  # fault injection: CUDA-graph capture compiles N more seconds (wall time)
 # Kimi-K2 / DeepSeek-V3 MLA: (kv_lora_rank 512 + qk_rope_head_dim 64) × 61 layers × 2 bytes (bf16) per token.
 CELL_SIZE_BYTES = (512 + 64) * 61 * 2
-CONTEXT_LEN = 262144
+# the simulated model's context length when --context-length is not given: short, so that a start just above the
+# break-even (a pool of a few thousand tokens) can serve one request; a longer one is asked with --context-length
+# (a pool smaller than it is a start that cannot serve one request: degraded, the ledger says)
+CONTEXT_LEN = 2048
 class _OutOfMemoryError(RuntimeError):
     """Named as PyTorch's is in a traceback's last line (torch.OutOfMemoryError)."""
 
@@ -95,6 +98,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--chunked-prefill-size", type=int, default=8192)
     p.add_argument("--max-total-tokens", type=int, default=None)
+    p.add_argument("--context-length", type=int, default=None)  # the model's own (CONTEXT_LEN) when not given
     p.add_argument("--sim-worker-rank", type=int, default=None)
     p.add_argument("--sim-sync-dir", default=None)
     args, _unknown = p.parse_known_args(argv)  # real SGLang flags the simulation does not model are accepted
@@ -279,7 +283,7 @@ class _Rank:
         if self.rank == 0:
             self.log(f"max_total_num_tokens={tokens}, chunked_prefill_size={a.chunked_prefill_size}, "
                      f"max_prefill_tokens=16384, max_running_requests={min(4096, max(tokens // 64, 1))}, "
-                     f"context_len={CONTEXT_LEN}, available_gpu_mem={graph_after:.2f} GB")
+                     f"context_len={a.context_length or CONTEXT_LEN}, available_gpu_mem={graph_after:.2f} GB")
         (self.sync / f"ready.{self.rank}").write_text("1")
         while True:
             time.sleep(3600)
@@ -375,7 +379,8 @@ def _die_of_request_oom(children: list) -> None:
 def _server_args_line(args: argparse.Namespace, fraction: float) -> str:
     return (f"server_args=ServerArgs(model_path='{args.model_path}', tokenizer_path='{args.model_path}', "
             f"host='{args.host}', port={args.port}, mem_fraction_static={fraction}, "
-            f"max_total_tokens={args.max_total_tokens}, chunked_prefill_size={args.chunked_prefill_size}, "
+            f"max_total_tokens={args.max_total_tokens}, context_length={args.context_length}, "
+            f"chunked_prefill_size={args.chunked_prefill_size}, "
             f"tp_size={args.tp}, dp_size=1, ep_size=1, "
             f"disable_custom_all_reduce={args.disable_custom_all_reduce}, "
             f"cuda_graph_max_bs={args.cuda_graph_max_bs or (512 if args.tp >= 4 else 256)})")

@@ -33,6 +33,7 @@ class Batch:
     confounds: int
     outcome_factors: list[str]
     headline: str
+    failure_mode_factors: list[str] = field(default_factory=list)  # change only how the launch fails (issue 63)
 
 
 @dataclass(frozen=True)

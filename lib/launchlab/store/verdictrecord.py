@@ -18,28 +18,36 @@ from launchlab.escaping import md, md_code
 # spelling of each, which the analysis and the verdict use by name (see Decision)
 # (changes_how_it_fails: the levels end differently where the same share of them start — none, say — so it changes
 # how the launch fails, not whether it starts)
+# (not_shown_to_vary: no run shows any of its levels taking effect and its runs at every level look the same in
+# everything their logs give — what it did to the launch is not known, never "neutral": ledger.Ledger.varied)
 DecisionStatus = Literal["decides", "decides_in_some", "changes_how_it_fails", "neutral", "flaky", "confounded",
-                         "undetermined"]
+                         "undetermined", "not_shown_to_vary"]
 STATUSES: tuple[str, ...] = get_args(DecisionStatus)
-DECIDES, DECIDES_IN_SOME, CHANGES_HOW, NEUTRAL, FLAKY, CONFOUNDED, UNDETERMINED = STATUSES
-DECIDING = (DECIDES, DECIDES_IN_SOME)  # whether the launch starts
-OUTCOME = (*DECIDING, CHANGES_HOW)  # the launch's outcome, how it fails included: the verdict's outcome_factors
+DECIDES, DECIDES_IN_SOME, CHANGES_HOW, NEUTRAL, FLAKY, CONFOUNDED, UNDETERMINED, NOT_VARIED = STATUSES
+DECIDING = (DECIDES, DECIDES_IN_SOME)  # whether the launch starts: the verdict's outcome_factors
+OUTCOME = (*DECIDING, CHANGES_HOW)  # the launch's outcome, how it fails included (failure_mode_factors: how only)
 # each status in words, for prose a reader reads (the raw values are verdict.json's); "it" is the launch
 STATUS_WORDS = {DECIDES: "decides it", DECIDES_IN_SOME: "decides it at some levels of the other factors, not all",
                 CHANGES_HOW: "changes only how it fails", NEUTRAL: "changes nothing",
                 FLAKY: "gives different outcomes in repetitions of one variant",
                 CONFOUNDED: "is confounded (something else differs between its runs)",
-                UNDETERMINED: "is not determined (too few valid runs to compare)"}
+                UNDETERMINED: "is not determined (too few valid runs to compare)",
+                NOT_VARIED: "was not shown to vary (no run shows its levels taking effect)"}
 # what a factor did in one stratum (Stratum.state): the one spelling of each, as the statuses'
 StratumState = Literal["changes", "no change", "repetitions disagree", "not compared"]
 CHANGES, NO_CHANGE, DISAGREE, NOT_COMPARED = get_args(StratumState)
 SETTLED = (*OUTCOME, NEUTRAL)  # what the runs said for sure, unless a confound touches them
-INCONCLUSIVE = (UNDETERMINED, FLAKY, CONFOUNDED)  # each is a reason the verdict is not conclusive
+INCONCLUSIVE = (UNDETERMINED, FLAKY, CONFOUNDED, NOT_VARIED)  # each is a reason the verdict is not conclusive
 
 
 # a consistency finding's kind (consistency.py) as the verdict's headline and prose name it
 FINDINGS = {"instrumentation": "the server's own instrumentation contradicts the outcome",
-            "break-even": "a predicted break-even is contradicted by the runs"}
+            "break-even": "a predicted break-even is contradicted by the runs",
+            "instrumentation agrees": "the server's own instrumentation agrees with every outcome",
+            "unusable": "some launches start with a KV pool too small for one request",
+            "readiness": "the server's ready line and the kit's probe disagree"}
+# the findings that speak against what the runs seem to show (the headline says "but" before them)
+AGAINST = ("instrumentation", "break-even", "readiness")
 
 
 def plain(value):
@@ -131,6 +139,10 @@ class Decision:
     # what the summary says, claim by claim (claims.Claim.to_json: kind, subject, strata, not_observed, runs,
     # statistic, text); empty in a verdict.json of an older kit
     claims: list[dict] = field(default_factory=list)
+    # settled at the kit's bar: a change significant at 0.05 (Fisher's exact), or no change on enough runs a side that
+    # a complete change would have been (analysis.settled); False: what the runs did, observed, not settled (one run
+    # a side never settles anything); None: a verdict.json of an older kit, which did not say
+    settled: bool | None = None
 
     @property
     def how_only(self) -> bool:
@@ -309,6 +321,10 @@ class Verdict:
     warnings: list[str]
     flaky_factors: list[str] = field(default_factory=list)
     confounded_factors: list[str] = field(default_factory=list)
+    # the factors that change how the launch fails and nowhere whether it starts (never in outcome_factors, which
+    # a script reads as "decides the launch"), and those no run showed taking effect (Decision NOT_VARIED)
+    failure_mode_factors: list[str] = field(default_factory=list)
+    not_varied_factors: list[str] = field(default_factory=list)
     derived_args: list[dict] = field(default_factory=list)  # derivedargs.find: arguments that follow the levels
     warmup_runs: list[dict] = field(default_factory=list)  # never compared: [{run_id, host, status, startup_s, …}]
     kit_version: str | None = None  # the kit that wrote it (a summary reuses only its own kit's verdict.json)
@@ -340,6 +356,11 @@ class Verdict:
         picked["effects"] = [Effect.from_analysis(e) for e in picked["effects"]]
         picked["level_checks"] = [LevelCheck(**_pick(LevelCheck, c)) for c in picked["level_checks"]]
         picked["excluded_runs"] = [ExcludedRun(**_pick(ExcludedRun, r)) for r in picked["excluded_runs"]]
+        # a kit before failure_mode_factors listed a factor that changes only how the launch fails among the outcome
+        # factors: read as this kit writes it, so `ls` and `compare` never take it for one that decides the launch
+        how = [f for f in picked["outcome_factors"] if f in picked["factors"] and picked["factors"][f].how_only]
+        picked["outcome_factors"] = [f for f in picked["outcome_factors"] if f not in how]
+        picked["failure_mode_factors"] = list(dict.fromkeys([*picked.get("failure_mode_factors", []), *how]))
         return cls(**picked)
 
     def _strength(self, factor: str) -> str:
@@ -359,11 +380,10 @@ class Verdict:
             line = "INCONCLUSIVE: " + (self.inconclusive_reasons or ["?"])[0]
         else:
             control = "controlled" if self.controlled else "NOT controlled"
-            deciding = [f for f in self.outcome_factors if not (f in self.factors and self.factors[f].how_only)]
-            how = [f for f in self.outcome_factors if f not in deciding]
-            line = f"{control}; decides the launch: {', '.join(self._strength(f) for f in deciding) or 'no factor'}"
-            if how:
-                line += f"; changes how it fails: {', '.join(self._strength(f) for f in how)}"
+            deciding = ", ".join(self._strength(f) for f in self.outcome_factors) or "no factor"
+            line = f"{control}; decides the launch: {deciding}"
+            if self.failure_mode_factors:
+                line += f"; changes how it fails: {', '.join(self._strength(f) for f in self.failure_mode_factors)}"
             line += "".join(f"; {FINDINGS.get(f.get('kind'), f.get('kind'))}" for f in self.findings)
         if self.reproduced is not None and self.reproduced.get("runs"):
             r = self.reproduced

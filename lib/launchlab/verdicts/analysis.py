@@ -30,6 +30,7 @@ from launchlab.store.verdictrecord import (
     NEUTRAL,
     NO_CHANGE,
     NOT_COMPARED,
+    NOT_VARIED,
     OUTCOME,
     SETTLED,
     UNDETERMINED,
@@ -47,6 +48,7 @@ from launchlab.verdicts.ledger import (  # noqa: F401 (the kinds of exclusion, n
     MISSING,
     NOT_FINISHED,
     NOT_RUN_ALONE,
+    READINESS,
     UNKNOWN_OUTCOME,
 )
 
@@ -72,7 +74,8 @@ def excluded(obs: pd.DataFrame) -> list[dict]:
 _NOUNS = {KIT_ERROR: "kit error", INTERRUPTED: "interrupted run", MISSING: "missing run",
           UNKNOWN_OUTCOME: "imported log of unknown outcome", MISFILED: "misfiled imported log",
           CONTRADICTED: "run of another level", DUPLICATE: "duplicate log",
-          CENSORED: "run not ready by its deadline without an error (censored: slow, not failed)"}
+          CENSORED: "run not ready by its deadline without an error (censored: slow, not failed)",
+          READINESS: "run of disagreeing ready signals (its ready line and the kit's probe)"}
 
 
 def _counted(kind: str, n: int) -> str:
@@ -93,7 +96,7 @@ def tally(rows: pd.DataFrame) -> str:
             what = shown.index[0] if len(shown) == 1 and "contradicts its" not in shown.index[0] else ""
             text += (f" — the server's log shows another level than the run's{f' ({what})' if what else ''}: "
                      f"{', '.join(group['run_id'])}")
-        elif kind in (KIT_ERROR, UNKNOWN_OUTCOME, MISFILED, DUPLICATE, CENSORED):
+        elif kind in (KIT_ERROR, UNKNOWN_OUTCOME, MISFILED, DUPLICATE, CENSORED, READINESS):
             common = group["invalid_detail"].fillna("").value_counts()
             if len(common) and common.index[0]:
                 text += f" — {common.index[0][:200]}"
@@ -203,6 +206,31 @@ def settling_repetitions(share: float, reference_share: float, most: int = 100) 
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def neutral_bar() -> int:
+    """The fewest runs a side, the same on both, on which "no change" can be settled: where a complete change (every
+    run of one level starting, none of the other) would have been significant at 0.05 — 4 (Fisher's exact p =
+    0.029; 3 a side give 0.1)."""
+    return settling_repetitions(1.0, 0.0) or 100
+
+
+def could_show_change(comparison: dict) -> bool:
+    """Whether these counts could have shown a change at the kit's bar: a complete change between the two levels,
+    at the valid runs each has, would be significant at 0.05 (4 vs 3 runs: p = 0.029, yes; 3 vs 3: p = 0.1, no)."""
+    return exact_p(comparison["valid"], comparison["valid"], 0, comparison["reference_valid"]) < SIGNIFICANCE
+
+
+def settled(status: str, p_value: float | None, comparisons: list[dict]) -> bool:
+    """Whether a decision is settled at the kit's bar: a change significant at 0.05, or no change in comparisons
+    each of which could have shown one (could_show_change). Anything else is what the runs did, observed, not settled
+    — one run a side never settles anything."""
+    if status in OUTCOME:
+        return p_value is not None and p_value < SIGNIFICANCE
+    if status == NEUTRAL:
+        return bool(comparisons) and all(could_show_change(c) for c in comparisons)
+    return False
+
+
 def _shares(level: dict) -> frozenset:
     """How a level's valid runs ended, as shares (2 of 2 and 1 of 1 starting are the same ends)."""
     return frozenset((k, n / level["valid"]) for k, n in level["outcomes"].items())
@@ -272,7 +300,8 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     said = claims.decision_claims(factor, detail)
     return {"factor": factor, "status": status, "summary": claims.summary(factor, status, said),
             "strata": detail, "runs": runs, "p_value": p, "significant": None if p is None else p < SIGNIFICANCE,
-            "repetitions_to_settle": settle, "runs_per_side": per_side, "claims": [c.to_json() for c in said]}
+            "repetitions_to_settle": settle, "runs_per_side": per_side, "claims": [c.to_json() for c in said],
+            "settled": settled(status, p, [c for s in detail for c in s["comparisons"]])}
 
 
 def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *, reference: str | None) -> dict:
@@ -336,7 +365,14 @@ def confounded(decision: dict, found: list[dict]) -> dict:
     summary = (f"{decision['factor']} is confounded: {', '.join(kinds)} confound(s) touch {len(runs)} run(s) it rests "
                f"on ({named}); without them it would read: {decision['summary']}")
     return {**decision, "status": CONFOUNDED, "summary": summary, "would_be": decision["status"],
-            "confounded_runs": runs, "confounded_by": kinds}
+            "confounded_runs": runs, "confounded_by": kinds, "settled": False}
+
+
+def not_varied(decision: dict, why: str) -> dict:
+    """A decision on a factor no run showed varying (ledger.Ledger.varied): whatever its counts say, it is
+    `not_shown_to_vary`, with why and what would show it, and what the counts alone would have said."""
+    summary = f"{decision['factor']} was not shown to vary: {why}"
+    return {**decision, "status": NOT_VARIED, "summary": summary, "would_be": decision["status"], "settled": False}
 
 
 def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:

@@ -123,7 +123,8 @@ def batch(side: Side) -> Batch:
                  kit_version=m.kit_version, server_kind=side.server_kind, imported=m.imported, simulated=m.simulated,
                  search=m.search is not None, runs=len(m.run_ids), valid_runs=len(side.valid()),
                  controlled=v.controlled, conclusive=v.conclusive, confounds=len(v.confounds),
-                 outcome_factors=list(v.outcome_factors), headline=v.headline())
+                 outcome_factors=list(v.outcome_factors), headline=v.headline(),
+                 failure_mode_factors=list(v.failure_mode_factors))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pandas as pd
 
 from launchlab.logparse.kinds import KINDS
 from launchlab.numtext import significant
-from launchlab.verdicts.ledger import Ledger, RunEvidence
+from launchlab.verdicts.ledger import READINESS, UNUSABLE, Ledger, RunEvidence
 
 POOL_FIELDS = ("kv_tokens", "kv_gib", "kv_blocks")
 # what a version or code-path difference between runs is, among the confounds' kinds
@@ -68,7 +68,7 @@ def instrumentation(led: Ledger, budget: pd.DataFrame, events: pd.DataFrame, *, 
     budget_by_run = budget.set_index("run_id") if len(budget) and "run_id" in budget else pd.DataFrame()
     wrong = contradicted_instrumentation(led, events)
     if not wrong:
-        return []
+        return agreeing_instrumentation(led, events)
     runs = [r.run_id for r, _, _ in wrong]
     name = wrong[0][1]
     printed = sorted({rest for _, _, rest in wrong})
@@ -87,6 +87,65 @@ def instrumentation(led: Ledger, budget: pd.DataFrame, events: pd.DataFrame, *, 
         detail += f"; the instrumentation sized from other numbers than the server: {inputs}"
     hypotheses = _hypotheses(own_right=own_right, inputs=bool(inputs), effects=effects, confounds=confounds)
     return [{"kind": "instrumentation", "detail": detail, "runs": runs, "hypotheses": hypotheses}]
+
+
+def agreeing_instrumentation(led: Ledger, events: pd.DataFrame) -> list[dict]:
+    """The instrumentation agreeing with every outcome it printed in, said in words (the seed's question asks whether
+    the debug print is right, either way): no room in every run that failed for want of it, room in every run that
+    allocated its pool. Nothing where no observation printed it."""
+    said = [(run, *rest) for run in led.observations if (rest := _rest(run)) is not None]
+    if not said:
+        return []
+    room = [r.run_id for r, _, rest in said if rest > 0]
+    none = [r.run_id for r, _, rest in said if rest <= 0]
+    name = said[0][1]
+    parts = ([f"rest > 0 in {len(room)} run(s), none of which failed for want of room ({_named(room)})"]
+             if room else []) + \
+        ([f"rest ≤ 0 in {len(none)} run(s), none of which allocated a pool ({_named(none)})"] if none else [])
+    return [{"kind": "instrumentation agrees", "runs": [r.run_id for r, *_ in said],
+             "detail": f"its DEBUG {name} line is right in every run that printed it: " + " and ".join(parts)
+                       + "; the outcomes are what the server's own sizing says"}]
+
+
+def unusable(led: Ledger) -> list[dict]:
+    """The observations that started with a KV pool too small for one request at their own context length
+    (ledger.UNUSABLE), said in words with the numbers: they start, and cannot serve."""
+    found = [r for r in led.observations if r.outcome.reason == UNUSABLE]
+    if not found:
+        return []
+    by_variant: dict[str, list[RunEvidence]] = {}
+    for r in found:
+        by_variant.setdefault(r.variant, []).append(r)
+    said = "; ".join(f"{variant}: {(runs[0].outcome.message or '').removeprefix('started, but ')} "
+                     f"({len(runs)} run(s): {_named([r.run_id for r in runs])})" for variant, runs in by_variant.items())
+    return [{"kind": "unusable", "runs": [r.run_id for r in found],
+             "detail": f"{len(found)} launch(es) started but cannot serve one request at their context length — {said}; "
+                       "they count as degraded, not ready"}]
+
+
+def readiness(led: Ledger) -> list[dict]:
+    """The runs whose server said it was ready while the kit's probe never agreed, or the reverse (ledger.READINESS):
+    a problem of the params (ready: health_url, ready: log_pattern) or the host, not of the server — said first, and
+    no verdict of its outcome or speed rests on them."""
+    found = [r for r in led.runs if r.excluded == READINESS]
+    if not found:
+        return []
+    line = [r.ready_line_s for r in found if r.ready_line_s is not None]
+    got = sorted({part.split(" ×")[0] for r in found if r.probe for part in r.probe.replace(" after ", ", ").split(", ")})
+    if line:  # the watch recorded both signals: say them, across the runs
+        said = (f"the server logged its ready line {_seconds(line)} after its start in {len(line)} of them, but the "
+                f"kit's probe of its health URL (ready: health_url) never got 200 (it got {' or '.join(got) or 'no answer'})")
+    else:
+        said = found[0].excluded_detail
+    return [{"kind": "readiness", "runs": [r.run_id for r in found],
+             "detail": f"the server's own ready line and the kit's probe disagree in {len(found)} of {len(led)} runs "
+                       f"({_named([r.run_id for r in found])}): {said} — a problem of the params or the host, not of "
+                       "the server: fix ready: in the params; no outcome or startup time of these runs is compared"}]
+
+
+def _seconds(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.1f} s" if round(low, 1) == round(high, 1) else f"{low:.1f}–{high:.1f} s"
 
 
 def _inputs_differ(wrong: list[tuple[RunEvidence, str, float]], budget_by_run: pd.DataFrame) -> str:

@@ -23,10 +23,12 @@ import pandas as pd
 from launchlab import interrupts
 from launchlab.logparse.common import PHASES
 from launchlab.logparse.kinds import KINDS
+from launchlab.logparse.serverkind import POOL_BELOW_CONTEXT
 from launchlab.params import Experiment, expand
-from launchlab.store.records import VALID_STATUSES
+from launchlab.store.records import READY_SIGNALS, VALID_STATUSES
 from launchlab.store.rundir import ManifestEntry
-from launchlab.verdicts import levelchecks
+from launchlab.verdicts import levelchecks, varied
+from launchlab.verdicts.runstatus import unusable_why
 
 # the level a factor took in a run (Level.state)
 CONFIRMED = "confirmed"  # the log shows the declared level
@@ -41,7 +43,12 @@ UNKNOWN_OUTCOME = "outcome unknown"  # an imported log that ends before the serv
 MISFILED = "misfiled"  # an imported log whose server ran other levels than it was filed under
 DUPLICATE = "duplicate"  # the same server log as an earlier run: one observation, counted once
 CENSORED = "censored"  # not ready by its deadline and no error: slow, not failed — its outcome is unknown
+# the server's own ready line and the kit's probe disagree (one says ready, the other never did): a problem of the
+# params or the host, not of the server, so no observation of its outcome or its speed
+READINESS = "ready signals disagree"
 CONTRADICTED = "level contradicted"  # for one factor: the run's level did not take effect (Ledger.for_factor)
+
+UNUSABLE = POOL_BELOW_CONTEXT  # started, with a KV pool that cannot hold one request at its context length
 
 NOT_FINISHED = "listed in the manifest but it has no final status (the batch was interrupted or is still running)"
 # a run directory made by run_variant.ipynb for its own one run (the manifest's single_run)
@@ -91,6 +98,11 @@ class RunEvidence:
     debug: dict[str, float] = field(default_factory=dict)  # the instrumentation's values, `<name>.<key>`
     # (factor, check, state, why) behind `levels`; state: levelchecks' (confirmed, contradicted, failed, unknown)
     checks: tuple[tuple[str, str, str, str], ...] = ()
+    # what its log and record give that could tell two levels apart (varied.observed: the manipulation check)
+    observed: dict[str, object] = field(default_factory=dict)
+    # both ready signals, as the watch recorded them: when the server's ready line came (s) and what the probe got
+    ready_line_s: float | None = None
+    probe: str | None = None
 
     @property
     def observation(self) -> bool:
@@ -111,6 +123,8 @@ def outcome_label(status: str | None, reason: str | None, phase: str | None) -> 
     if status == "ready":
         return "starts"
     if status == "degraded":
+        if reason == UNUSABLE:
+            return "starts but its KV pool cannot hold one request at its context length"
         if reason == "exited_after_ready":
             return "starts, then exits by itself"
         return "starts but its first request fails" + (f" ({reason})" if reason and reason != "smoke_request_failed"
@@ -128,6 +142,7 @@ class Ledger:
 
     factors: tuple[str, ...]
     runs: tuple[RunEvidence, ...]
+    exp: Experiment | None = field(default=None, compare=False, repr=False)  # the params the levels were checked with
 
     def __iter__(self):
         return iter(self.runs)
@@ -149,7 +164,8 @@ class Ledger:
         by_id = runs.set_index("run_id").to_dict("index") if runs is not None and len(runs) else {}
         for r in self.runs:
             row = {"run_id": r.run_id, **by_id.get(r.run_id, {}), "variant": r.variant, **r.declared,
-                   "status": r.outcome.status, "valid": r.observation, "invalid_kind": r.excluded,
+                   "status": r.outcome.status, "failure_reason": r.outcome.reason, "failure_phase": r.outcome.phase,
+                   "failure_message": r.outcome.message, "valid": r.observation, "invalid_kind": r.excluded,
                    "invalid_detail": r.excluded_detail or None, "censored": r.outcome.censored,
                    "outcome": r.outcome.label, "repetition": r.repetition, "phase_reached": r.phase_reached}
             rows.append(row)
@@ -158,7 +174,22 @@ class Ledger:
             return pd.DataFrame(columns=["run_id", "variant", *self.factors, "status", "valid", "invalid_kind",
                                          "invalid_detail", "censored", "outcome", "repetition", "phase_reached"])
         frame["valid"] = frame["valid"].astype(bool)
+        for column in runs.columns if runs is not None else ():  # every run missing: runs.parquet's columns, empty
+            if column not in frame:
+                frame[column] = None
         return frame
+
+    def judged(self, runs: pd.DataFrame) -> pd.DataFrame:
+        """runs.parquet with each run's outcome as the ledger judges it (a start that cannot serve one request is
+        degraded, whatever a record of an older kit says): what a search's thresholds and the run tables read."""
+        outcomes = {r.run_id: r.outcome for r in self.runs if r.outcome.status is not None}
+        out = runs.copy()
+        for column, attr in (("status", "status"), ("failure_reason", "reason"), ("failure_phase", "phase"),
+                             ("failure_message", "message")):
+            if column in out:
+                out[column] = [getattr(outcomes[r], attr) if r in outcomes else v
+                               for r, v in zip(out["run_id"], out[column], strict=True)]
+        return out
 
     def for_factor(self, factor: str, runs: pd.DataFrame | None = None) -> pd.DataFrame:
         """frame(), with the runs whose `factor` level did not take effect made no observation of it (invalid_kind
@@ -187,6 +218,10 @@ class Ledger:
                    for f in r.levels):
                 odd.append(r)
         return odd
+
+    def varied(self, factor: str) -> varied.Varied:
+        """The factor's manipulation check: shown to vary, or not and why (varied.py)."""
+        return varied.check(self.runs, factor, self.factors, exp=self.exp)
 
     def level_checks(self) -> list[dict]:
         """verdict.json's `level_checks`: one row per (factor, level, check), the runs whose log confirms it (its
@@ -222,11 +257,15 @@ def build(runs: pd.DataFrame, factors: list[str], *, exp: Experiment | None = No
                                         missing_why, repetition=p.repetition))
             continue
         evidence.append(_run(row, factors, parsed.get(run_id) or {}, variants=variants, exp=exp, seen_logs=seen_logs))
-    return Ledger(tuple(factors), tuple(_instrumented(evidence, exp)))
+    return Ledger(tuple(factors), tuple(_instrumented(evidence, exp)), exp)
 
 
 def _text(value) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not pd.isna(value) else None
 
 
 def _run(row: dict, factors: list[str], log: dict, *, variants: dict, exp: Experiment | None,
@@ -235,6 +274,9 @@ def _run(row: dict, factors: list[str], log: dict, *, variants: dict, exp: Exper
     declared = {f: (None if pd.isna(row.get(f)) else str(row.get(f))) for f in factors}
     status, reason = _text(row.get("status")), _text(row.get("failure_reason"))
     phase, message = _text(row.get("failure_phase")), _text(row.get("failure_message"))
+    if status == "ready" and (unusable := unusable_why(log, exp.server.kind if exp is not None else "")):
+        # a record of a kit before issue 63 (runstatus.conclude says so since): judged as this kit would have
+        status, reason, phase, message = "degraded", UNUSABLE, "ready", f"started, but {unusable}"
     censored = status == "timeout" and not reason and not (log.get("failure") or None)
     outcome = Outcome(status, outcome_label(status, reason, phase), reason, phase, message, censored)
     checks = _checks(exp, variants, row, log) if exp is not None else []
@@ -248,12 +290,16 @@ def _run(row: dict, factors: list[str], log: dict, *, variants: dict, exp: Exper
     excluded, detail = _excluded(status, reason, message, misfiled=row.get("misfiled"), duplicate_of=duplicate_of,
                                  censored=censored, log=log)
     repetition = row.get("repetition")
+    variant = variants.get(tuple(sorted((f, str(row.get(f))) for f in exp.factors))) if exp is not None else None
     return RunEvidence(
         run_id, str(row.get("variant")), declared, levels, outcome, excluded, detail,
         repetition=None if repetition is None or pd.isna(repetition) else int(repetition),
         phase_reached=_text(row.get("phase_reached")) or _text(log.get("phase_reached")),
         log_sha256=sha, duplicate_of=duplicate_of, pool_capped=_pool_capped(exp, log),
-        debug=_debug(log), checks=tuple(checks))
+        debug=_debug(log), checks=tuple(checks), ready_line_s=_number(row.get("ready_line_s")),
+        probe=_text(row.get("probe_answers")),
+        observed=varied.observed(row, log, outcome=outcome.label, env=variant.env if variant is not None else {},
+                                 kind=exp.server.kind if exp is not None else ""))
 
 
 def _excluded(status, reason, message, *, misfiled, duplicate_of, censored, log) -> tuple[str | None, str]:
@@ -269,6 +315,11 @@ def _excluded(status, reason, message, *, misfiled, duplicate_of, censored, log)
     if duplicate_of is not None:
         return DUPLICATE, (f"the same server log as run {duplicate_of} (byte for byte): one launch, counted once "
                            "(imported twice?)")
+    if status == "timeout" and (reason == READY_SIGNALS or (censored and log.get("ready") is True)):
+        # the server said it was ready and the kit's probe never agreed (or the reverse): neither slow nor failed
+        return READINESS, (message if reason == READY_SIGNALS and message else
+                           "the server's log says it was ready, but the kit never saw it ready (its probe of "
+                           f"ready: health_url never answered 200): {message or 'not ready by its deadline'}")
     if censored:
         where = log.get("phase_reached") or "startup"
         return CENSORED, (f"{message or 'not ready by its deadline'}, still in {where} with no error: slow, not "

@@ -79,6 +79,16 @@ def _same(expected: object, logged: str) -> bool:
         return str(expected) == logged
 
 
+def about_custom_ar(exp: Experiment, factor: str) -> bool:
+    """The factor is about custom all-reduce: a level sets the kind's flag that switches it off, or its name says so
+    and its levels are named on and off."""
+    off = KINDS[exp.server.kind].custom_ar_off
+    levels = exp.factors[factor]
+    if off and any(off in lv.flags for lv in levels.values()):
+        return True
+    return bool(_CUSTOM_AR_NAME.search(factor)) and all(lv.lower() in _ON | _OFF for lv in levels)
+
+
 def _custom_ar_intent(exp: Experiment, factor: str, level: str, variant: Variant) -> str | None:
     """"active" / "inactive" when the factor is about custom all-reduce, else None."""
     off = KINDS[exp.server.kind].custom_ar_off  # the server kind's own flag (logparse/), if it has one
@@ -167,29 +177,40 @@ def rows(found: Iterable[tuple[str, str, str, str, str, str]]) -> list[dict]:
     for run_id, factor, level, check, state, why in found:
         row = out.setdefault((factor, level, check), {
             "factor": factor, "level": level, "check": check, "runs_confirmed": [], "runs_contradicted": [],
-            "runs_unknown": [], "_why": [], "_failed": []})
+            "runs_unknown": [], "_why": [], "_failed": [], "_unknown": []})
         row[f"runs_{CONFIRMED if state == FAILED else state}"].append(run_id)
         if state == CONTRADICTED:
             row["_why"].append(f"{factor}={level}: {why} in run {run_id}")
         elif state == FAILED:
             row["_failed"].append((run_id, why))
+        elif state == UNKNOWN and why:
+            row["_unknown"].append(why)
     return [_with_detail(row) for row in out.values()]
 
 
 def run_checks(exp: Experiment, variant, factor: str, level: str, *, log: dict):
     """(check, confirmed | contradicted | failed | unknown, why) for each thing one run's log can show of a level:
-    every flag the factor touches, and the custom all-reduce state where the level is about it."""
+    every flag the factor touches (a value the server announces it replaced is contradicted, never confirmed by
+    its argument dump), every environment variable it varies (whether the server is known to read it), and the
+    custom all-reduce state where the level is about it."""
     args = log.get("args") or {}
+    overrides = log.get("overrides") or {}
     touched = {f for lv in exp.factors[factor].values() for f in lv.flags}
     boolean = {f for lv in exp.factors[factor].values() for f, v in lv.flags.items() if v is True}
     for flag, want in _expected_flags(exp, variant, sorted(touched), boolean).items():
         name = arg_name(flag, exp.server.kind)
-        if name not in args:
+        if isinstance(overrides.get(name), dict):
+            said = overrides[name]
+            took = (f"it uses {name}={said['used']} instead" if said.get("used") is not None else
+                    f"it ignores {flag}")
+            yield f"{name}={want}", CONTRADICTED, f"the server announced {took} (\"{str(said.get('line', ''))[:200]}\")"
+        elif name not in args:
             yield f"{name}={want}", UNKNOWN, ""
         elif _same(want, str(args[name])):
             yield f"{name}={want}", CONFIRMED, ""
         else:
             yield f"{name}={want}", CONTRADICTED, f"the server ran with {name}={args[name]}, not {want}"
+    yield from _env_checks(exp, factor, level, log)
     intent = _custom_ar_intent(exp, factor, level, variant)
     if intent is not None:
         seen, what = custom_ar_observed(log)
@@ -211,6 +232,27 @@ def run_checks(exp: Experiment, variant, factor: str, level: str, *, log: dict):
             yield check, CONTRADICTED, f"custom all-reduce was {what}"
 
 
+def _env_checks(exp: Experiment, factor: str, level: str, log: dict):
+    """The environment variables the factor's levels set differently, for this level: none is shown by a log, so
+    each is `unknown`, with whether the server kind is known to read it (ServerKind.reads_env) — a variable it does
+    not read sets nothing, and only what the log shows can say the level took effect (ledger.Ledger.varied)."""
+    levels = exp.factors[factor]
+    kind = KINDS[exp.server.kind]
+    version = (log.get("log_facts") or {}).get("server_version")
+    for name in sorted({n for lv in levels.values() for n in lv.env}):
+        if len({lv.env.get(name) for lv in levels.values()}) < 2:
+            continue  # the same at every level: it varies nothing
+        value = levels[level].env.get(name)
+        if value is None:
+            continue  # a level that leaves it unset: what the others set says nothing of this one
+        setting = kind.reads_env(name, version)
+        said = f"{name}={value}"
+        why = (f"{said}: {kind.name} reads it ({setting.sets}{'; ' + setting.note if setting.note else ''}), but no "
+               "log line shows it" if setting is not None else
+               f"{said}: {kind.name} is not known to read {name}, so it sets nothing the log could show")
+        yield f"environment {name}", UNKNOWN, why
+
+
 def _ended_by_custom_ar(log: dict) -> bool:
     """The launch ended of its custom all-reduce: the log's failure is custom all-reduce's (its reason, or its
     message naming the kernel)."""
@@ -221,9 +263,11 @@ def _ended_by_custom_ar(log: dict) -> bool:
 
 def _with_detail(row: dict) -> dict:
     """The row with what the logs say of it in words (`detail`)."""
-    why, failed = row.pop("_why"), row.pop("_failed")
+    why, failed, unknown = row.pop("_why"), row.pop("_failed"), list(dict.fromkeys(row.pop("_unknown")))
     n = sum(len(row[k]) for k in ("runs_confirmed", "runs_contradicted", "runs_unknown"))
     parts = ["; ".join(why)] if why else []
+    if unknown:  # what the kit knows of a setting no log shows (an environment variable)
+        parts.append(f"not shown in any of the {n} runs: {'; '.join(unknown)}")
     if failed:
         said = dict.fromkeys(w for _, w in failed)
         parts.append(f"it took effect and failed in its own code in {len(failed)} of {n} runs "

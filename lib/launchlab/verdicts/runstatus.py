@@ -3,9 +3,12 @@ record. Pure: no I/O (the lifecycle reads the files and writes the record)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from launchlab.logparse import ParsedLog
+from launchlab.logparse.kinds import KINDS
+from launchlab.logparse.serverkind import POOL_BELOW_CONTEXT
 from launchlab.store.records import Outcome, RunRecord
 
 EXITED_AFTER_READY = "exited_after_ready"  # the failure reason of a server that was ready, then exited by itself
@@ -38,7 +41,7 @@ def conclude(record: RunRecord, outcome: Outcome | None, logs: list[NodeLog], pe
     elif outcome.status == "ready" and record.stopped_with == "gone":
         outcome = _exited_after_ready(outcome, failing)
         failing = None  # the reason is the exit after ready; the log's own failure is in the message
-    record.status = outcome.status
+    record.status = (outcome := _usable(outcome, first)).status
     if outcome.status in ("ready", "degraded"):
         record.startup_s = round(outcome.ready_after_s, 2)
     if outcome.status == "degraded":
@@ -59,10 +62,26 @@ def conclude(record: RunRecord, outcome: Outcome | None, logs: list[NodeLog], pe
             record.failure_message = outcome.message
     elif outcome.status != "ready":
         record.failure_message = outcome.message
-        if outcome.status == "error":  # a kit error says none; a run the kit stopped for an interrupt says so
+        if outcome.status in ("error", "timeout"):  # an interrupt's, ready signals that disagree; a kit error: none
             record.failure_reason = outcome.reason
         if outcome.status == "timeout":
             record.failure_phase = record.phase_reached
+
+
+def unusable_why(log: dict, kind: str = "") -> str | None:
+    """Why a launch the kit saw ready cannot serve one request at its own context length, as its kind reads its log
+    (parsed.json: ServerKind.usable); None where it can, or the kind does not say."""
+    found = KINDS.get(log.get("server") or kind)
+    return found.usable(log) if found is not None and found.usable is not None else None
+
+
+def _usable(outcome: Outcome, first: NodeLog | None) -> Outcome:
+    """Ready, with a KV pool its own log says cannot hold one request at its context length (ServerKind.usable): it
+    starts and cannot serve — degraded, with the numbers."""
+    if outcome.status != "ready" or first is None or (why := unusable_why(first.parsed.to_json())) is None:
+        return outcome
+    return dataclasses.replace(outcome, status="degraded", reason=POOL_BELOW_CONTEXT,
+                               message=f"ready at {outcome.ready_after_s:.1f} s, but {why}")
 
 
 def _died_of_request(outcome: Outcome, failing: NodeLog | None) -> Outcome:

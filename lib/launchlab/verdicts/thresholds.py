@@ -47,7 +47,8 @@ LEGACY_TOTAL = "pre_load_free_gib"
 
 
 def observations(runs: pd.DataFrame, planned: list[ManifestEntry], factor: str) -> list[search.Observation]:
-    """The finished probe runs (runs.parquet rows) as search.py sees them; planned: the manifest's runs."""
+    """The finished probe runs (runs.parquet rows) as search.py sees them (search.success); planned: the manifest's
+    runs."""
     strata = {p.run_id: p.stratum for p in planned}
     found = []
     for _, row in runs.iterrows():
@@ -55,8 +56,9 @@ def observations(runs: pd.DataFrame, planned: list[ManifestEntry], factor: str) 
         if stratum is None or value is None:
             continue
         found.append(search.Observation(stratum, Decimal(str(value)), row["run_id"],
-                                        None if row["status"] == "error" else row["status"] == "ready"))
+                                        search.success(row["status"], row.get("failure_reason"))))
     return found
+
 
 
 def _float(value: Decimal | None) -> float | None:

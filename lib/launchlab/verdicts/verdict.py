@@ -13,12 +13,15 @@ import pandas as pd
 
 from launchlab.escaping import md, md_code
 from launchlab.store.verdictrecord import (
+    CHANGES_HOW,
     CONFOUNDED,
+    DECIDING,
     FINDINGS,
     FLAKY,
     INCONCLUSIVE,
     NEUTRAL,
-    OUTCOME,
+    NOT_VARIED,
+    SETTLED,
     UNDETERMINED,
     Confound,
     Decision,
@@ -26,6 +29,7 @@ from launchlab.store.verdictrecord import (
     ExcludedRun,
     LevelCheck,
     Verdict,
+    plain,
 )
 from launchlab.verdicts import (
     analysis,
@@ -37,66 +41,72 @@ from launchlab.verdicts import (
     grouping,
     ledger,
     levelchecks,
+    ordereffects,
+    thresholds,
 )
+from launchlab.verdicts.evidence import Evidence
 
 
-def _findings(led: ledger.Ledger, budget_runs: pd.DataFrame | None, events: pd.DataFrame, *, measured: list[dict],
-              found: list[dict], budget_rows: list[dict], parsed: dict[str, dict], kind: str) -> list:
-    """What the server's own figures say against the outcome: its instrumentation, and its break-even."""
-    findings = consistency.instrumentation(led, budget_runs if budget_runs is not None else pd.DataFrame(), events,
-                                           effects=measured, confounds=found)
-    return findings + consistency.break_even_contradicted(led, pd.DataFrame(budget_rows), events, parsed=parsed,
-                                                          kind=kind)
+def _findings(e: Evidence, *, measured: list[dict], found: list[dict], budget_rows: list[dict]) -> list:
+    """What the server's own figures say of the outcomes: its instrumentation (against them, or agreeing with every
+    one), its break-even, the launches that start unable to serve one request, and a ready line and probe that
+    disagree."""
+    led, events = e.ledger, e.events
+    budget_runs = e.budget_runs if e.budget_runs is not None else pd.DataFrame()
+    findings = consistency.instrumentation(led, budget_runs, events, effects=measured, confounds=found)
+    findings += consistency.break_even_contradicted(led, pd.DataFrame(budget_rows), events, parsed=e.parsed,
+                                                    kind=e.kind)
+    return findings + consistency.unusable(led) + consistency.readiness(led)
 
-def build(led: ledger.Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline: dict[str, str],
-          *, baseline_variant: str, facts: dict[str, dict], budget_rows: list[dict],
-          budget_runs: pd.DataFrame | None = None, kind: str = "", tolerance_mib: float = 256,
-          parsed: dict[str, dict] | None = None, declared_args: set[str] = frozenset(),
-          before_weights: dict[str, float] | None = None, reproduce=None, expecting=None) -> Verdict:
-    """verdict.json from the evidence ledger of a run directory (ledger.build): see verdictrecord.Verdict and
-    docs/reading-the-report.md for every key. budget_rows: the budget per variant (budget.summarize); budget_runs:
-    per run (budget.recompute), for the consistency findings; kind: the server kind; reproduce: the params'
-    `reproduce:`, checked against the baseline's runs (or a consistency.Expecting's: a search's)."""
-    factors = list(led.factors)
-    obs = led.frame(runs)
-    valid = obs[obs["valid"]]
+
+def build(e: Evidence) -> Verdict:
+    """The verdict of a run directory, whole, from its evidence (evidence.Evidence): see verdictrecord.Verdict and
+    docs/reading-the-report.md for every key. Each factor is decided from the runs the ledger says observe it; one no
+    run showed varying is `not_shown_to_vary` (ledger.Ledger.varied), whatever its counts; `conclusive` means every
+    decision is settled at the kit's bar (analysis.settled) and nothing stands in the way (inconclusive_reasons)."""
+    led, obs = e.ledger, e.observations
+    budget_rows = [{k: plain(v) for k, v in row.items()} for row in
+                   (budget.summarize(e.budget_runs).to_dict("records") if e.budget_runs is not None else [])]
     checks = led.level_checks()
-    found, derived = _confounds(obs, runs, factors, checks, baseline_variant=baseline_variant, facts=facts,
-                                tolerance_mib=tolerance_mib, parsed=parsed or {}, declared_args=set(declared_args))
-    found += _memory_before_weights(obs, found, before_weights or {}, budget_rows=budget_rows)
-    decisions = [analysis.decide(led.for_factor(f, runs), f, factors, baseline.get(f)) for f in factors]
-    decisions = [analysis.confounded(d, _touching(found, checks)) for d in decisions]
-    measured, not_compared = effects.factor_effects(led, runs, events, baseline)
-    findings = _findings(led, budget_runs, events, measured=measured, found=found, budget_rows=budget_rows,
-                         parsed=parsed or {}, kind=kind)
-    reasons = inconclusive_reasons(obs, decisions)
+    found, derived = _confounds(obs, e, checks)
+    found += _memory_before_weights(obs, found, e.before_weights, budget_rows=budget_rows)
+    decisions = [_decision(e, f, checks, found) for f in led.factors]
+    measured, not_compared = effects.factor_effects(led, e.runs, e.events, e.baseline)
+    findings = _findings(e, measured=measured, found=found, budget_rows=budget_rows)
+    reasons = (inconclusive_reasons(obs, decisions, findings, search=e.thresholds is not None)
+               + (thresholds.unfinished(e.thresholds) if e.thresholds is not None else []))
+    named = _named(decisions)
+    return Verdict(
+        controlled=bool(obs["valid"].any()) and not found, conclusive=not reasons, inconclusive_reasons=reasons,
+        baseline=e.baseline_variant, outcome_factors=named(*DECIDING), neutral_factors=named(NEUTRAL),
+        undetermined_factors=named(UNDETERMINED), flaky_factors=named(FLAKY), confounded_factors=named(CONFOUNDED),
+        failure_mode_factors=named(CHANGES_HOW), not_varied_factors=named(NOT_VARIED),
+        factors={d["factor"]: Decision.from_json(d) for d in decisions},
+        confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found], derived_args=derived,
+        effects=[Effect.from_analysis(x) for x in measured], level_checks=[LevelCheck(**c) for c in checks],
+        excluded_runs=[ExcludedRun(**r) for r in analysis.excluded(obs)], budget=budget_rows,
+        warnings=_warnings(obs, e, measured, found, not_compared=not_compared),
+        findings=findings, thresholds=e.thresholds, warmup_runs=list(e.warmup_runs), kit_version=e.kit_version,
+        reproduced=consistency.reproduction(led, pd.DataFrame() if e.budget_runs is None else e.budget_runs,
+                                            kind=e.kind, expected=e.reproduce, baseline=e.baseline_variant,
+                                            expecting=e.expecting))
 
+
+def _named(decisions: list[dict]):
     def named(*statuses: str) -> list[str]:
         return [d["factor"] for d in decisions if d["status"] in statuses]
+    return named
 
-    return Verdict(
-        controlled=bool(len(valid)) and not found,
-        conclusive=not reasons,
-        inconclusive_reasons=reasons,
-        baseline=baseline_variant,
-        outcome_factors=named(*OUTCOME),
-        neutral_factors=named(NEUTRAL),
-        undetermined_factors=named(UNDETERMINED),
-        flaky_factors=named(FLAKY),
-        confounded_factors=named(CONFOUNDED),
-        factors={d["factor"]: Decision.from_json(d) for d in decisions},
-        confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found],
-        derived_args=derived,
-        effects=[Effect.from_analysis(e) for e in measured],
-        level_checks=[LevelCheck(**c) for c in checks],
-        excluded_runs=[ExcludedRun(**r) for r in analysis.excluded(obs)],
-        budget=budget_rows,
-        warnings=(_warnings(obs, facts, measured, found) + not_compared
-                  + _unread_traces(parsed or {}, list(obs["run_id"])) + _left_out_of_budget(led)),
-        findings=findings,
-        reproduced=consistency.reproduction(led, pd.DataFrame() if budget_runs is None else budget_runs, kind=kind,
-                                            expected=reproduce, baseline=baseline_variant, expecting=expecting),
-    )
+
+def _decision(e: Evidence, factor: str, checks: list[dict], found: list[dict]) -> dict:
+    """One factor's decision: from the runs that observe it, then not shown to vary (no run shows its levels taking
+    effect, and its levels' runs look alike) or confounded (a confound touches the runs it rests on)."""
+    decision = analysis.decide(e.ledger.for_factor(factor, e.runs), factor, list(e.ledger.factors),
+                               e.baseline.get(factor))
+    varied = e.ledger.varied(factor)
+    if not varied.shown:
+        return analysis.not_varied(decision, varied.why)
+    return analysis.confounded(decision, _touching(found, checks))
 
 
 def _left_out_of_budget(led: ledger.Ledger) -> list[str]:
@@ -121,9 +131,7 @@ def _memory_before_weights(obs: pd.DataFrame, found: list[dict], before: dict[st
     return confounds.memory_before_weights(compared, before, break_evens=break_evens, named=named)
 
 
-def _confounds(obs: pd.DataFrame, runs: pd.DataFrame, factors: list[str], checks: list[dict], *,
-               baseline_variant: str, facts: dict[str, dict], tolerance_mib: float, parsed: dict[str, dict],
-               declared_args: set[str]) -> tuple[list[dict], list[dict]]:
+def _confounds(obs: pd.DataFrame, e: Evidence, checks: list[dict]) -> tuple[list[dict], list[dict]]:
     """Every confound (a level that did not take effect first: nothing else means much), and the server
     arguments that follow from the factors (derived_args: not confounds)."""
     valid = obs[obs["valid"]]
@@ -132,10 +140,11 @@ def _confounds(obs: pd.DataFrame, runs: pd.DataFrame, factors: list[str], checks
     # outcome): they are no observations of a level, but what else differs in their install is what the user
     # must see — it is stated by their logs whatever the outcome
     left_out = obs[obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME])]
-    found += confounds.find(valid, facts, baseline_variant, tolerance_mib)
+    found += confounds.find(valid, e.facts, e.baseline_variant, e.tolerance_mib)
     compared = [*valid["run_id"], *left_out["run_id"]]
-    derived = derivedargs.find(compared, parsed, declared_args, derivedargs.levels_of(runs, factors))
-    found += confounds.log_differences(compared, parsed, {*declared_args, *(d["arg"] for d in derived)}, facts)
+    declared = set(e.declared_args)
+    derived = derivedargs.find(compared, e.parsed, declared, derivedargs.levels_of(e.runs, list(e.ledger.factors)))
+    found += confounds.log_differences(compared, e.parsed, {*declared, *(d["arg"] for d in derived)}, e.facts)
     return found, derived
 
 
@@ -149,10 +158,16 @@ def _touching(found: list[dict], checks: list[dict]) -> list[dict]:
                                                          for c in found if c["kind"] == "level"]
 
 
-def _warnings(obs: pd.DataFrame, facts: dict[str, dict], measured: list[dict], found: list[dict]) -> list[str]:
+def _warnings(obs: pd.DataFrame, e: Evidence, measured: list[dict], found: list[dict], *,
+              not_compared: list[str]) -> list[str]:
+    """What the reader should know besides the decisions: confounds and left-out runs first, then the install's
+    notes, small or spread effects, strata an effect was not compared in, unread GPU traces, runs left out of their
+    variant's budget, cold first runs."""
     valid = obs[obs["valid"]]
-    warnings = confounds.provenance_notes({r: f for r, f in facts.items() if r in set(valid["run_id"])})
-    warnings += effects.effect_warnings(measured)
+    warnings = confounds.provenance_notes({r: f for r, f in e.facts.items() if r in set(valid["run_id"])})
+    warnings += effects.effect_warnings(measured) + not_compared + _unread_traces(e.parsed, list(obs["run_id"]))
+    warnings += _left_out_of_budget(e.ledger) + ordereffects.cold_first_runs(e.runs[e.runs["run_id"].isin(
+        set(valid["run_id"]))])
     if len(valid) < len(obs) and len(valid):
         left = obs[~obs["valid"]]
         warnings.insert(0, f"{len(left)} of {len(obs)} planned runs are not observations of the server and were left "
@@ -169,12 +184,34 @@ def _unread_traces(parsed: dict[str, dict], ids: list[str]) -> list[str]:
             if isinstance(parsed.get(r), dict) and isinstance(parsed[r].get("telemetry_unread"), list)]
 
 
-def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict]) -> list[str]:
-    """Why the data cannot decide, one sentence each, naming runs and levels; empty when it can."""
+def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict], findings: list[dict] = (), *,
+                         search: bool = False) -> list[str]:
+    """Why the data cannot decide, one sentence each, naming runs and levels; empty when it can. A ready line and a
+    probe that disagree come first (no verdict rests on such runs); then each decision that is not settled: an
+    inconclusive status, or a decision the kit's bar does not back (analysis.settled) — except in a threshold search,
+    whose answer is its intervals (thresholds.unfinished says when they are not found), not tests between its
+    probes, which were never planned as a comparison (each decision still records `settled`)."""
+    first = [f["detail"] for f in findings if f.get("kind") == "readiness"]
     if not obs["valid"].any():
-        return [f"nothing can be concluded: none of the {len(obs)} planned runs is a valid observation of the server "
-                f"({analysis.tally(obs)})"]
-    return [d["summary"] for d in decisions if d["status"] in INCONCLUSIVE]
+        return first + [f"nothing can be concluded: none of the {len(obs)} planned runs is a valid observation of the "
+                        f"server ({analysis.tally(obs)})"]
+    return first + [d["summary"] if d["status"] in INCONCLUSIVE else _unsettled(d) for d in decisions
+                    if d["status"] in INCONCLUSIVE or (not search and d["status"] in SETTLED
+                                                       and d.get("settled") is False)]
+
+
+def _unsettled(d: dict) -> str:
+    """Why a decision the runs show is not settled at the kit's bar: observed, on how many runs a side, at what p."""
+    n = d.get("runs_per_side")
+    side = f"{n} run{'s' if n != 1 else ''} per side" if n else "its runs"
+    if d["status"] == NEUTRAL:
+        return (f"{d['factor']} changed nothing on {side}: observed, not settled — at these counts even a complete "
+                f"change would not be significant at 0.05 ({analysis.neutral_bar()} runs per side could show one)")
+    settle = d.get("repetitions_to_settle")
+    more = f"{settle} runs per side would settle it" if settle else "more than 100 runs per side would be needed"
+    what = "changes how the launch fails" if d["status"] == CHANGES_HOW else "decides the launch"
+    return (f"{d['factor']} {what} on {side}: observed, not settled — Fisher's exact p = {d['p_value']:.2g}, not "
+            f"significant at 0.05; {more}")
 
 
 def _sentence(reason: str, names) -> str:
@@ -193,7 +230,7 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
     lines = []
     if not v.conclusive:
         lines.append("**Inconclusive** — " + " ".join(md(_sentence(r, v.factors)) for r in v.inconclusive_reasons))
-    lines += [_finding(f) for f in v.findings]
+    lines += [_finding(f) for f in v.findings if f.get("kind") != "readiness"]  # that one leads the reasons above
     if v.reproduced is not None:
         lines.append(_reproduced(v.reproduced))
     if v.confounds:
@@ -209,7 +246,7 @@ def markdown(v: Verdict, budget_summary: pd.DataFrame) -> str:
         lines.append("**A level did not take effect:** " + md("; ".join(said))
                      + ". Its runs were left out of that factor's comparisons.")
     lines += _decisions(v)
-    if not v.conclusive and not (v.outcome_factors or v.neutral_factors):
+    if not v.conclusive and not (v.outcome_factors or v.failure_mode_factors or v.neutral_factors):
         return "\n\n".join(lines)
     lines += [_kv_sentence(e) for e in v.effects if e.metric == "kv_tokens" and e.mean is not None
               and e.baseline_mean]
@@ -223,28 +260,28 @@ ONE_RUN = " With one run of each level this is what those runs did, not yet how 
 
 def _decisions(v: Verdict) -> list[str]:
     """One line per factor, every status with its evidence (counts, exact p-value, the runs per side that would
-    settle it): a flaky or confounded decision too, on the first screen, not only in the tables below it. A
-    decision that rests on one run a side says so."""
+    settle it): a flaky, confounded or unvaried decision too, on the first screen, not only in the tables below
+    it. A decision the kit's bar does not back says it is observed, not settled (and one on one run a side, so)."""
     lines = []
 
     def said(label: str, factor: str, text: str) -> str:
         decision = v.factors.get(factor)
         evidence = decision.evidence() if decision is not None else ""
-        one = decision is not None and decision.runs_per_side == 1 and decision.status in (*OUTCOME, NEUTRAL)
-        return (f"**{label}{', on one run per side' if one else ''}:** {text}"
-                + (f" ({md(evidence)})" if evidence else "") + "." + (ONE_RUN if one else ""))
+        one = decision is not None and decision.runs_per_side == 1 and decision.status in SETTLED
+        unsettled = decision is not None and decision.settled is False and decision.status in SETTLED
+        head = label + (", on one run per side" if one else "") + (" — observed, not settled" if unsettled else "")
+        return (f"**{head}:** {text}" + (f" ({md(evidence)})" if evidence else "") + "." + (ONE_RUN if one else ""))
 
     for factor in v.outcome_factors:
-        decision = v.factors[factor]
-        if decision.how_only:  # neither level starts (or the same share does): it changes how, not whether
-            lines.append(said("Changes how the launch fails", factor,
-                              md(decision.summary.replace(" changes how the launch fails", "", 1))))
-        else:
-            lines.append(said("Decides the launch", factor, md(decision.summary.replace(" decides the launch", "", 1))))
+        lines.append(said("Decides the launch", factor,
+                          md(v.factors[factor].summary.replace(" decides the launch", "", 1))))
+    for factor in v.failure_mode_factors:  # neither level starts (or the same share does): how, not whether
+        lines.append(said("Changes how the launch fails", factor,
+                          md(v.factors[factor].summary.replace(" changes how the launch fails", "", 1))))
     for factor in v.neutral_factors:  # with its counts: how many runs "no change" rests on
         lines.append(said("Does not change the launch outcome", factor, md_code(factor)))
     for label, names in (("Flaky", v.flaky_factors), ("Confounded", v.confounded_factors),
-                         ("Undetermined", v.undetermined_factors)):
+                         ("Undetermined", v.undetermined_factors), ("Not shown to vary", v.not_varied_factors)):
         for factor in names:
             evidence = v.factors[factor].evidence() if factor in v.factors else ""
             where = " — its runs, the confounded ones included" if label == "Confounded" else ""
