@@ -4,6 +4,7 @@ host ends the watch as an error, never as a failure: it says nothing about the s
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import urllib.parse
@@ -162,8 +163,14 @@ def _poll(nodes: list[Node], folder: rundir.RunFolder, ready_rx: BudgetedPattern
     logs = [LogMirror(n.host, f"{n.dir}/{n.log_name}", folder.log(n.rank), n.masker) for n in nodes]
     samples = [Mirror(n.host, f"{n.dir}/{n.csv_name}", folder.live_samples(n.rank), n.masker) for n in nodes]
     try:
-        return _poll_logs(nodes, logs, samples, ready_rx, fatal_rx=fatal_rx, health_url=health_url, deadline=deadline,
-                          t_launch=t_launch, looks=looks)
+        outcome = _poll_logs(nodes, logs, samples, ready_rx, fatal_rx=fatal_rx, health_url=health_url,
+                             deadline=deadline, t_launch=t_launch, looks=looks)
+        # the samples up to the end of watching: a server ready within the first mirror's second would otherwise
+        # leave the live display (and the run's folder, were the host lost now) with none
+        with contextlib.suppress(HostError):  # the outcome stands: the samples are collected in full at the end
+            for mirror in samples:
+                mirror.new_lines()
+        return outcome
     finally:
         for node, log in zip(nodes, logs, strict=True):
             node.kept[node.log_name] = log.close()
