@@ -55,11 +55,17 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]#|~])")
 _BACKTICKS = re.compile(r"`+")
 
 
+# what a Markdown renderer turns into a link by itself (mistune, JupyterLab's marked: `http://…`, `www.…`): the `:` or
+# `.` written as an entity shows the same and links nothing
+_AUTOLINK = re.compile(r"(?<=[A-Za-z]):(?=//)|(?<=\bwww)\.", re.IGNORECASE)
+
+
 def md(text: object) -> str:
-    """Inline Markdown text: HTML escaped, Markdown punctuation backslash-escaped, on one line, control
-    characters shown (`\\x1b`)."""
+    """Inline Markdown text: HTML escaped, Markdown punctuation backslash-escaped, URLs not links (a log's URL stays
+    text: the page links nowhere it names), on one line, control characters shown (`\\x1b`)."""
     flat = visible(" ".join(str(text).splitlines()))
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(flat, quote=False))
+    escaped = _MD_SPECIAL.sub(r"\\\1", html.escape(flat, quote=False))
+    return _AUTOLINK.sub(lambda m: "&#58;" if m.group() == ":" else "&#46;", escaped)
 
 
 def md_code(text: object) -> str:

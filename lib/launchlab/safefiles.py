@@ -36,6 +36,9 @@ _DIR_FLAGS = os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
 _MAX_LINKS = 40  # as the kernel's own resolver: more hops than that is a loop
 _TMPFILE = getattr(os, "O_TMPFILE", 0)
 _UNNAMED: set[str] = set()  # the paths `replacing` handed out for unnamed files (/proc/self/fd/N): opened as they are
+# folders the kit writes no link into (run directories, run folders: `seal`): below them no link is followed, whoever
+# made it — a run directory unpacked from someone's tarball holds links of the reader's own making
+_SEALED: set[tuple[str, ...]] = set()
 
 
 def _user(uid: int) -> str:
@@ -52,6 +55,21 @@ def _trusted(uid: int) -> bool:
 
 def _parts(path: str | Path) -> list[str]:
     return [p for p in os.path.abspath(os.fspath(path)).split("/") if p and p != "."]
+
+
+def seal(path: str | Path) -> None:
+    """From now on, follow no link below `path` (as this process resolves it): a folder the kit never writes a link
+    into — a run directory, a run's folder — holds none it made, so one there leads who knows where (a tarball's link
+    to the reader's private key, a run folder that is a link out of the run directory), whoever made it."""
+    _SEALED.add(tuple(_parts(os.path.realpath(os.fspath(path)))))
+
+
+def _sealed(seen: list[str]) -> str | None:
+    """The sealed folder `seen` (a resolved path, as parts) lies in or below, or None."""
+    for base in _SEALED:
+        if tuple(seen[:len(base)]) == base:
+            return "/" + "/".join(base)
+    return None
 
 
 def _locate(path: str | Path, *, follow: bool = True) -> tuple[int, str]:
@@ -78,6 +96,11 @@ def _locate(path: str | Path, *, follow: bool = True) -> tuple[int, str]:
                 raise
             if stat.S_ISLNK(st.st_mode):
                 where = "/" + "/".join([*seen, part])
+                if (base := _sealed(seen)) is not None:
+                    raise OSError(errno.ELOOP, f"{where} is a symbolic link (made by {_user(st.st_uid)}) inside "
+                                               f"{base}, where the kit writes none and follows none (it may lead "
+                                               "anywhere, to a file of yours too): put the file or folder itself "
+                                               "there", os.fspath(path))
                 if not follow or not _trusted(st.st_uid):
                     raise OSError(errno.ELOOP, f"{where} is a symbolic link (made by {_user(st.st_uid)}), which the "
                                                "kit does not follow (another user's link may lead anywhere): put "

@@ -226,6 +226,7 @@ class RunFolder:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        safefiles.seal(self.path)  # the kit writes no link in it: it follows none there (safefiles.seal)
 
     @property
     def run_id(self) -> str:
@@ -315,6 +316,7 @@ class RunDir:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        safefiles.seal(self.path)  # the kit writes no link in it: it follows none there (safefiles.seal)
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"

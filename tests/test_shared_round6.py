@@ -1,0 +1,186 @@
+"""Issue 64: safe on a shared machine, round 6 — run directories others wrote, bombs in frames and traces, slow
+servers, secrets. Each finding is reproduced as the audit did, beside a safe variant that passes on the same code
+(so the condition tested is real). A run directory someone shares often arrives as a tarball: unpacked, its links are
+the reader's own — the kit must not follow them because of who made them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import LAUNCHLAB, ROOT
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = ROOT / "examples/h200-transformers-kv/20261129-232709"
+RUN = "runs/01_batching-continuous.memory_percent-0.5.num_blocks-auto_rep1"
+SECRET = "-----BEGIN OPENSSH PRIVATE KEY-----\nPRIVATE-KEY-9c1e77\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def unpacked(tmp_path: Path, links: dict[str, str], name: str = "shared") -> Path:
+    """The example as a colleague's tarball unpacked by the reader, with `links` (path in the run directory → target)
+    inside it: tar makes each link the reader's own."""
+    staging = tmp_path / f"{name}-staging"
+    shutil.copytree(EXAMPLE, staging)
+    for relative in links:
+        target = staging / relative
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(staging, arcname=name)
+        for relative, target in links.items():
+            info = tarfile.TarInfo(f"{name}/{relative}")
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer) as tar:
+        tar.extractall(tmp_path, filter="tar")  # the filter keeps links that point outside: a user's tar does
+    return tmp_path / name
+
+
+def leaked(folder: Path, marker: str) -> list[str]:
+    return [str(p) for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and marker.encode() in p.read_bytes()]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 1. report follows no link out of a run directory, whoever made it
+
+
+def test_report_does_not_publish_a_private_file_a_link_of_the_readers_own_making_points_to(tmp_path):
+    key = tmp_path / "home" / ".ssh" / "id_ed25519"
+    key.parent.mkdir(parents=True)
+    key.write_text(SECRET)
+    os.chmod(key, 0o600)
+    run_dir = unpacked(tmp_path, {f"{RUN}/server.log": str(key)})
+    assert (run_dir / RUN / "server.log").is_symlink() and (run_dir / RUN / "server.log").lstat().st_uid == os.getuid()
+    res = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert f"{RUN}/server.log is a symbolic link" in res.stderr and "follows none" in res.stderr, res.stderr[-2000:]
+    assert leaked(run_dir, "PRIVATE-KEY-9c1e77") == []
+    # the safe variant: the same run directory with its own log — the report is written from it
+    safe = unpacked(tmp_path, {}, name="plain")
+    res = subprocess.run([*LAUNCHLAB, "report", "--no-html", str(safe)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 2. no write through a link inside a run directory
+
+
+def test_report_compare_and_resume_write_nothing_through_links_of_the_readers_own_inside_a_run_directory(
+        tmp_path, example_built):
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(EXAMPLE / RUN, outside / "run")
+    (outside / "compare").mkdir()
+    was = tree(outside)
+    report_dir = unpacked(tmp_path, {RUN: str(outside / "run")}, name="report")
+    res = subprocess.run([*LAUNCHLAB, "report", "--no-html", str(report_dir)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert f"{RUN} is a symbolic link" in res.stderr, res.stderr[-2000:]
+    after = tmp_path / "after"
+    shutil.copytree(example_built(EXAMPLE), after)
+    (after / "compare").symlink_to(outside / "compare")  # the reader's own link, as a tarball's
+    res = subprocess.run([*LAUNCHLAB, "compare", str(example_built(EXAMPLE)), str(after)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "compare is a symbolic link" in res.stderr, res.stderr[-2000:]
+    assert tree(outside) == was  # nothing written there, nothing moved
+    # the safe variant: compare with a compare/ folder of its own writes there
+    plain = tmp_path / "plain-after"
+    shutil.copytree(example_built(EXAMPLE), plain)
+    res = subprocess.run([*LAUNCHLAB, "compare", str(example_built(EXAMPLE)), str(plain)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0 and list((plain / "compare").rglob("compare.json")), res.stderr[-2000:]
+
+
+GENERIC = """\
+experiment: exp
+hosts:
+  box: {transport: sim, gpus: 1}
+server:
+  kind: generic
+  command: [python3, -c, "print('READY', flush=True); import time; time.sleep(30)"]
+  ready: {timeout_s: 20, log_pattern: "^READY"}
+  stop_grace_s: 2
+factors:
+  f: {"a": {}, "b": {}}
+baseline: {f: "a"}
+repetitions: 1
+drain: {timeout_s: 5, tolerance_mib: 64}
+"""
+
+
+def test_resume_moves_nothing_out_of_a_run_folder_that_is_a_link_of_the_readers_own(tmp_path, sim_root):
+    params = tmp_path / "exp.yaml"
+    params.write_text(GENERIC)
+    res = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params), "--out", str(tmp_path / "outputs")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    run_dir = Path(res.stdout.strip())
+    second = sorted((run_dir / "runs").iterdir())[-1]
+    outside = tmp_path / "elsewhere" / second.name
+    shutil.copytree(second, outside)
+    (outside / "status.json").unlink()  # unfinished, as far as a resume can tell: it would run again
+    shutil.rmtree(second)
+    second.symlink_to(outside)  # the user's own link (a tarball's, a `cp -s`)
+    was = tree(outside.parent)
+    res = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params), "--resume", str(run_dir)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert f"{second.name} is a symbolic link" in res.stderr, res.stderr[-2000:]
+    assert tree(outside.parent) == was
+    # the safe variant: the run folder itself, unfinished, is run again by the resume
+    second.unlink()
+    shutil.copytree(outside, second)
+    res = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params), "--resume", str(run_dir)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0 and (second / "status.json").is_file(), res.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 3. markup in a string is text, and the report is written
+
+
+MARKUP = ('Does it start? ![x](http://evil.example/y.png) <img src="http://evil.example/i.png"> '
+          "<link rel=stylesheet href=//evil.example/a.css> <iframe src=http://evil.example/f></iframe> "
+          "<object data=http://evil.example/o></object> <style>body{background:url(http://evil.example/bg.png)}</style>"
+          " see www.evil.example")
+
+
+def test_markup_and_urls_in_a_run_directorys_strings_are_inert_text_and_both_pages_are_written(tmp_path, example_built):
+    import yaml
+
+    from launchlab.reporting import export
+
+    run_dir = tmp_path / "crafted"
+    shutil.copytree(example_built(EXAMPLE), run_dir)
+    exp = yaml.safe_load((run_dir / "experiment.yaml").read_text())
+    exp["question"] = MARKUP  # in the summary's prose
+    (run_dir / "experiment.yaml").write_text(yaml.safe_dump(exp, sort_keys=False))
+    for provenance in run_dir.glob("runs/*/provenance.json"):  # a package version: a difference compare.html states
+        data = json.loads(provenance.read_text())
+        data["interpreter"]["packages"]["accelerate"] = MARKUP
+        provenance.write_text(json.dumps(data))
+    res = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    res = subprocess.run([*LAUNCHLAB, "compare", str(example_built(EXAMPLE)), str(run_dir)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    [compare_html] = (run_dir / "compare").rglob("compare.html")
+    for page in (run_dir / "summary.html", compare_html):
+        html = page.read_text()
+        assert "evil.example" in html, page  # said, as text
+        assert export.remote_references(html) == [] and "href='http" not in html and 'href="http' not in html, page
+        assert "<img src=\"http" not in html and "<iframe" not in html and "<object" not in html, page
