@@ -184,3 +184,30 @@ def test_markup_and_urls_in_a_run_directorys_strings_are_inert_text_and_both_pag
         assert "evil.example" in html, page  # said, as text
         assert export.remote_references(html) == [] and "href='http" not in html and 'href="http' not in html, page
         assert "<img src=\"http" not in html and "<iframe" not in html and "<object" not in html, page
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 4. credentials by their shape, whatever their name
+
+ACCOUNT_KEY = "c2VjcmV0LWFjY291bnQta2V5LTdkMmY5YQ=="
+JWT = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjQ0In0.eyJzdWIiOiJqb2JfNzc3IiwibmFtZXNwYWNlIjoiY2kifQ.c2lnbmF0dXJlLTVlNmY3YQ"
+PEM_LINE = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ-4b1d"
+
+
+def test_a_connection_strings_key_a_jwt_and_a_private_key_in_the_environment_never_reach_the_run_directory(
+        tmp_path, sim_root):
+    params = tmp_path / "exp.yaml"
+    params.write_text(GENERIC)
+    env = {**os.environ,
+           "AZURE_STORAGE_CONNECTION_STRING": f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={ACCOUNT_KEY};"
+                                              "EndpointSuffix=core.windows.net",
+           "CI_JOB_JWT": JWT,
+           "DEPLOY_NOTES": f"-----BEGIN OPENSSH PRIVATE KEY-----\n{PEM_LINE}\n-----END OPENSSH PRIVATE KEY-----\n",
+           "BUILD_ID": "build-4711-plain"}  # the safe variant: a plain value the run directory keeps as it was
+    res = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params), "--out", str(tmp_path / "outputs")],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    run_dir = Path(res.stdout.strip())
+    for secret in (ACCOUNT_KEY, JWT, PEM_LINE):
+        assert leaked(run_dir, secret) == [], secret
+    assert leaked(run_dir, "build-4711-plain"), "the provenance records the caller's plain environment"

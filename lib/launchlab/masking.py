@@ -4,7 +4,8 @@ A value is secret when its environment variable's name says so (TOKEN, KEY, SECR
 CREDENTIAL, DSN, WEBHOOK, `*_PWD`), when it follows a secret flag (`--api-key`, `--hf-token`, any `--…-token`,
 `--…-key`, `--…-secret`, `--…-password`), when its shape says so whatever its name (SHAPES: the password of a URL
 `scheme://user:password@host`, a key-like user of one as a Sentry DSN's `https://KEY@host/1`, a webhook's URL
-(Slack, Discord, Teams), a token of a known prefix: `ghp_…`, `xoxb-…`, `hf_…`, `sk-…`, `AKIA…`), or when
+(Slack, Discord, Teams), a token of a known prefix: `ghp_…`, `xoxb-…`, `hf_…`, `sk-…`, `AKIA…`, a JSON Web Token, a
+connection string's `AccountKey=`/`SharedAccessKey=`/`Password=`, a PEM private key's body), or when
 the params file lists its name under `secrets:`, or when it sits under a secret-like key of the smoke
 request's body (`api_key`, `token`, `password`, `authorization`, … — not `max_tokens`). Masking by name is not
 enough — a server prints its own arguments (SGLang's `server_args=ServerArgs(… api_key='sk-…' …)`) and its
@@ -34,7 +35,8 @@ from typing import BinaryIO
 from launchlab import safefiles
 
 MASK = "****"
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|AUTH|CREDENTIAL|DSN|WEBHOOK|(?:^|_)PAT(?:$|_)|_PWD$", re.IGNORECASE)
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|AUTH|CREDENTIAL|DSN|WEBHOOK|JWT|CONN(?:ECTION)?_?STR|(?:^|_)PAT(?:$|_)|"
+                         r"_PWD$", re.IGNORECASE)
 SECRET_FLAG = re.compile(r"^--?(?:[\w-]*[-_])?(?:api[-_]?key|token|key|secret|password|passwd|pass|auth|credentials?)$",
                          re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(?P<scheme>[A-Za-z][\w+.-]*://)(?P<user>[^:/@\s]*):(?P<password>[^@/\s]+)@")
@@ -49,6 +51,12 @@ SHAPES = (
     # tokens of known prefixes: GitHub, Slack, Hugging Face, OpenAI-style, GitLab, AWS access key ids
     re.compile(r"(?<![\w-])(?P<secret>(?:gh[pousr]_|github_pat_)[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|"
                r"hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|glpat-[A-Za-z0-9_-]{20,}|AKIA[0-9A-Z]{16})(?![\w-])"),
+    # a JSON Web Token (CI_JOB_JWT, an OIDC id token): header.payload.signature, the first two base64url JSON
+    re.compile(r"(?<![\w-])(?P<secret>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)"),
+    # a connection string's key or password (Azure's AccountKey= / SharedAccessKey=, ODBC and ADO.NET's Password=)
+    re.compile(r"(?<![\w])(?:AccountKey|SharedAccessKey|Password|Pwd)=(?P<secret>[^;\s'\"&]{4,})", re.IGNORECASE),
+    # a private key's body (PEM): what lies between its BEGIN and END lines
+    re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?P<secret>.+?)-----END", re.DOTALL),
 )
 # the words of a secret JSON key in a request body, as a whole word of the key (`api_key`, `x-auth-token`; not `max_tokens`)
 SECRET_KEY = re.compile(r"^(?:[\w-]*[-_])?(?:api[-_]?key|token|key|secret|password|passwd|pass|auth|authorization|"
