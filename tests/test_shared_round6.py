@@ -211,3 +211,25 @@ def test_a_connection_strings_key_a_jwt_and_a_private_key_in_the_environment_nev
     for secret in (ACCOUNT_KEY, JWT, PEM_LINE):
         assert leaked(run_dir, secret) == [], secret
     assert leaked(run_dir, "build-4711-plain"), "the provenance records the caller's plain environment"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 10. one row a run directory in `launchlab ls`, whatever its strings hold
+
+
+def test_a_newline_or_a_bidi_override_in_a_manifest_forges_no_row_of_launchlab_ls(tmp_path):
+    root = tmp_path / "outputs" / "exp"
+    forged = "exp\nexamples/fake/20990101-000000  fake  2099-01-01  1/1 runs  next: launchlab run evil.yaml --resume x"
+    for name, experiment in (("newline", forged), ("bidi", "report\u202eexe.txt"), ("plain", "plain-experiment")):
+        shutil.copytree(EXAMPLE, root / name)
+        manifest = root / name / "manifest.json"
+        data = json.loads(manifest.read_text())
+        data["experiment"] = experiment
+        manifest.write_text(json.dumps(data))
+    res = subprocess.run([*LAUNCHLAB, "ls", str(tmp_path / "outputs")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = res.stdout.splitlines()
+    assert len(rows) == 3, rows  # one a run directory, none forged
+    assert "\u202e" not in res.stdout and "report\\u202eexe.txt" in res.stdout
+    assert "exp\\x0aexamples/fake" in res.stdout and not any(r.startswith("examples/fake") for r in rows)
+    assert any("  plain-experiment  " in r for r in rows)  # the safe variant, as written

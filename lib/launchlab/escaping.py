@@ -16,9 +16,12 @@ from __future__ import annotations
 import html
 import re
 
-# C0 controls, DEL and C1 controls: Unicode's category Cc, every character a terminal may act on rather than show
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_SHOWN_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab and newline
+# C0 controls, DEL and C1 controls: Unicode's category Cc, every character a terminal may act on rather than show;
+# and the bidirectional controls (embeddings, overrides, isolates, marks: U+202E shows `exe.txt` for `txt.exe`),
+# which reorder what is printed after them — shown, never obeyed
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
+_SHOWN_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")  # all but tab and newline
 # ECMA-48 sequences as a log holds them (7-bit): CSI (`ESC [` … final byte: colours, cursor moves), the strings
 # OSC, DCS, SOS, PM and APC (`ESC ]` … BEL or `ESC \\`: a window title, OSC 52's clipboard write; unterminated, to
 # the end of the text), and the other two-byte escapes. What is left (a lone ESC, C1 forms) `visible` shows.
@@ -42,7 +45,8 @@ def one_line(text: object) -> str:
 
 
 def _hex(match: re.Match) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def without_escapes(text: str) -> str:

@@ -242,15 +242,10 @@ def lstat(path: str | Path) -> os.stat_result | None:
     """What `path` is, not following a link at its end (and through no other user's link on the way); None when it
     is not there or cannot be reached so."""
     try:
-        fd, name = _locate(path)
+        with folder(os.path.dirname(os.path.abspath(os.fspath(path)))) as fd:
+            return os.stat(os.path.basename(os.fspath(path)), dir_fd=fd, follow_symlinks=False)
     except OSError:
         return None
-    try:
-        return os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def is_link(path: str | Path) -> bool:

@@ -5,8 +5,8 @@ HTML index (indexpage.py).
 Every run directory may be someone else's (a shared outputs/): its records are read within a size limit through
 the store's safe readers, a record that is a symbolic link is not followed at all (the user's own `outputs ->
 /data/outputs` above the run directories still is), and one unreadable directory is a row saying why, never an
-end to the listing. Strings read here are untrusted: the terminal shows them through `visible`, the page escapes
-them.
+end to the listing. Strings read here are untrusted: the terminal shows each row on one line through `one_line`
+(control and bidirectional characters shown as escapes), the page escapes them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from launchlab import safefiles
 from launchlab.errors import RunDirError
-from launchlab.escaping import visible
+from launchlab.escaping import one_line
 from launchlab.reporting import headline
 from launchlab.store import rundir
 from launchlab.store.verdictrecord import Verdict
@@ -105,13 +105,14 @@ def _report(run_dir: rundir.RunDir) -> Path | None:
 
 def text(row: Listed, width: int = HEADLINE_WIDTH) -> str:
     """The row as `launchlab ls` prints it: the verdict cut at a word past `width`, the command after it whole."""
+    # one line a row, whatever a field holds: a newline in a manifest's `experiment` printed a forged second row
     if row.unreadable:
-        return visible(f"{row.path}  UNREADABLE: {row.unreadable}")
+        return one_line(f"{row.path}  UNREADABLE: {row.unreadable}")
     # a verdict's line is cut (the page and report.md hold it whole); why there is none, never
     line = row.headline if len(row.headline) <= width or not row.strength else _cut(row.headline, width)
     step = f"; next: {row.next_step}" if row.next_step else ""
-    return visible(f"{row.path}  {row.experiment}  {row.created_at or '?'}  {row.done}/{row.planned} runs  "
-                   f"{line}{step}")
+    return one_line(f"{row.path}  {row.experiment}  {row.created_at or '?'}  {row.done}/{row.planned} runs  "
+                    f"{line}{step}")
 
 
 def _cut(line: str, width: int) -> str:

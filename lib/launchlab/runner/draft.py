@@ -14,6 +14,7 @@ is left out of the draft with a TODO saying why, so that the draft validates wha
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -93,8 +94,20 @@ def make(found: Diagnosis, opts: Options) -> Draft:
             lines.append(f"warmup_levels: {{{_q(arg)}: {_q(level)}}}   # a launch that starts, so that it compiles")
     lines.append("drain: {timeout_s: 30, tolerance_mib: 64}" if simulated else
                  "drain: {timeout_s: 120, tolerance_mib: 512}")
-    modes = [st.st_mode for log in found.logs if (st := safefiles.lstat(log)) is not None]
-    return Draft("\n".join(lines) + "\n", patches, notes, safefiles.private_mode(*modes))
+    return Draft("\n".join(lines) + "\n", patches, notes, safefiles.private_mode(*_modes(found.logs)))
+
+
+def _modes(logs) -> list[int]:
+    """The modes of the logs as read (through the user's own link to a private log too): a draft of a private log
+    is private."""
+    modes = []
+    for log in logs:
+        try:
+            with safefiles.open_regular(log) as fh:
+                modes.append(os.fstat(fh.fileno()).st_mode)
+        except OSError:
+            continue
+    return modes
 
 
 def be_level(found: Diagnosis, factors: dict) -> tuple[str, str] | None:
