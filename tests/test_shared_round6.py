@@ -233,3 +233,40 @@ def test_a_newline_or_a_bidi_override_in_a_manifest_forges_no_row_of_launchlab_l
     assert "\u202e" not in res.stdout and "report\\u202eexe.txt" in res.stdout
     assert "exp\\x0aexamples/fake" in res.stdout and not any(r.startswith("examples/fake") for r in rows)
     assert any("  plain-experiment  " in r for r in rows)  # the safe variant, as written
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 7. a broken gzip trace or parquet frame is named, never a traceback
+
+GZ_TRACE = f"{RUN}/nvidia-smi.csv.gz"
+
+
+@pytest.mark.parametrize("damage", ["cut", "garbage"])
+def test_a_broken_gzip_trace_is_named_and_the_report_goes_on_without_it(tmp_path, damage):
+    run_dir = tmp_path / "broken"
+    shutil.copytree(EXAMPLE, run_dir)
+    data = (run_dir / GZ_TRACE).read_bytes()
+    (run_dir / GZ_TRACE).write_bytes(data[:len(data) // 2] if damage == "cut" else data[:10] + os.urandom(4000))
+    res = subprocess.run([*LAUNCHLAB, "report", "--no-html", str(run_dir)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    warnings = json.loads((run_dir / "verdict.json").read_text())["warnings"]
+    [said] = [w for w in warnings if "GPU trace could not be read" in w]
+    assert RUN.split("/")[1] in said and "broken gzip file" in said, said
+    # the safe variant: the whole trace is read, and no such warning
+    plain = tmp_path / "plain"
+    shutil.copytree(EXAMPLE, plain)
+    res = subprocess.run([*LAUNCHLAB, "report", "--no-html", str(plain)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and not [w for w in json.loads((plain / "verdict.json").read_text())["warnings"]
+                                        if "GPU trace could not be read" in w]
+
+
+def test_a_frame_cut_short_is_named_by_compare_never_a_traceback(tmp_path, example_built):
+    after = tmp_path / "after"
+    shutil.copytree(example_built(EXAMPLE), after)
+    frame = after / "runs.parquet"
+    frame.write_bytes(frame.read_bytes()[:1000])
+    res = subprocess.run([*LAUNCHLAB, "compare", str(example_built(EXAMPLE)), str(after)], capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "runs.parquet is not a whole parquet file" in res.stderr and "launchlab report" in res.stderr

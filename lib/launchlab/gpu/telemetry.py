@@ -16,6 +16,7 @@ import gzip
 import io
 import math
 import re
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -241,7 +242,11 @@ class _Bounded(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:
-        data = self.stream.read(min(len(buffer), self.left + 1))
+        try:
+            data = self.stream.read(min(len(buffer), self.left + 1))
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # a .gz cut short, or not gzip past its header
+            raise OSError(errno.EIO, f"it is a broken gzip file, cut short or not gzip past its header "
+                                     f"({type(exc).__name__}: {str(exc)[:120]})", self.path) from None
         if len(data) > self.left:
             raise OSError(errno.EFBIG, f"it is larger than the limit of {safefiles.size_text(self.limit)} once "
                                        "decompressed", self.path)

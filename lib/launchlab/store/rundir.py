@@ -698,10 +698,14 @@ def read_frame(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
     """A frame of a run directory (runs.parquet …), opened as read_bytes opens files; RunDirError when it cannot be
     read as one."""
     import pandas as pd
+    import pyarrow as pa
 
     try:
         with safefiles.open_regular(path, max_bytes=MAX_FRAME_BYTES) as fh:
             return pd.read_parquet(fh, columns=columns)
+    except pa.ArrowException as exc:  # cut short, or not parquet at all: the file named, never a traceback
+        raise RunDirError(f"{path} is not a whole parquet file ({str(exc)[:160]}): `launchlab report RUN_DIR` "
+                          "writes it again from the runs' raw files") from None
     except FileNotFoundError:
         raise RunDirError(f"{path} is missing: `launchlab report RUN_DIR` writes it") from None
     except OSError as exc:
