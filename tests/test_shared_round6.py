@@ -270,3 +270,25 @@ def test_a_frame_cut_short_is_named_by_compare_never_a_traceback(tmp_path, examp
                          text=True, timeout=300)
     assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert "runs.parquet is not a whole parquet file" in res.stderr and "launchlab report" in res.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 8. a number that is no finite number is a data error, said, never a crash
+
+SGLANG = ROOT / "examples/h200-sglang-kv/20261203-092613"
+
+
+def test_an_absurd_number_in_a_log_is_named_as_a_data_error_and_the_report_is_written(tmp_path):
+    run_dir = tmp_path / "absurd"
+    shutil.copytree(SGLANG, run_dir)
+    [log] = [p for p in sorted(run_dir.glob("runs/*/server.log")) if "Load weight begin" in p.read_text()][:1]
+    text = log.read_text()
+    log.write_text(text.replace("Load weight begin. avail mem=", f"Load weight begin. avail mem={'9' * 400}", 1))
+    res = subprocess.run([*LAUNCHLAB, "report", str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert (run_dir / "summary.html").is_file()
+    warnings = json.loads((run_dir / "verdict.json").read_text())["warnings"]
+    [said] = [w for w in warnings if "no finite number" in w]
+    assert log.parent.name in said and "weights_begin_avail_gib at line" in said, said
+    # the safe variant: the example itself names no such figure
+    assert not [w for w in json.loads((SGLANG / "verdict.json").read_text())["warnings"] if "no finite number" in w]

@@ -16,11 +16,12 @@ from __future__ import annotations
 import html
 import re
 
-# C0 controls, DEL and C1 controls: Unicode's category Cc, every character a terminal may act on rather than show;
-# and the bidirectional controls (embeddings, overrides, isolates, marks: U+202E shows `exe.txt` for `txt.exe`),
-# which reorder what is printed after them — shown, never obeyed
+# C0 controls, DEL and C1 controls: Unicode's category Cc, every character a terminal may act on rather than show
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# what a terminal or a page is shown as escapes: those, and the bidirectional controls (embeddings, overrides,
+# isolates, marks: U+202E prints `txt.exe` as `exe.txt`), which reorder what is printed after them
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
-CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
+_DISPLAY_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
 _SHOWN_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")  # all but tab and newline
 # ECMA-48 sequences as a log holds them (7-bit): CSI (`ESC [` … final byte: colours, cursor moves), the strings
 # OSC, DCS, SOS, PM and APC (`ESC ]` … BEL or `ESC \\`: a window title, OSC 52's clipboard write; unterminated, to
@@ -39,9 +40,10 @@ def visible(text: object) -> str:
 
 
 def one_line(text: object) -> str:
-    """A value quoted in a message: every control character shown as `\\x..`, newline and tab included."""
+    """A value quoted in a message: every control character shown as `\\x..` (a bidirectional one as `\\u....`),
+    newline and tab included."""
     text = str(text)
-    return CONTROL.sub(_hex, text) if CONTROL.search(text) else text
+    return _DISPLAY_CONTROL.sub(_hex, text) if _DISPLAY_CONTROL.search(text) else text
 
 
 def _hex(match: re.Match) -> str:

@@ -63,12 +63,11 @@ def _cell(text: str) -> float | str:
     if text == "N/A" or (text.startswith("[") and text.endswith("]")):
         return math.nan
     m = _VALUE_UNIT.match(text)
-    if m:
-        return float(m.group(1))
     try:
-        return float(text)
+        value = float(m.group(1) if m else text)
     except ValueError:
         return text
+    return value if math.isfinite(value) else math.nan  # `inf`, 400 digits: no reading, never an axis to infinity
 
 
 def parse_number(text: str) -> float:
@@ -188,8 +187,9 @@ def _convert(text: str, columns: list[str]) -> pd.DataFrame:
         column = frame[name]
         if name == "timestamp":
             continue
-        if pd.api.types.is_numeric_dtype(column):  # every cell a number or N/A
-            frame[name] = column.astype("float64")
+        if pd.api.types.is_numeric_dtype(column):  # every cell a number or N/A (a non-finite one: none, as _cell)
+            numbers = column.astype("float64")
+            frame[name] = numbers.where(numbers.abs() != math.inf)
             continue
         cells = column.unique()  # a text column, or numbers with a few odd cells: each distinct cell once
         frame[name] = column.map({c: _cell(c) if isinstance(c, str) else c for c in cells})

@@ -15,6 +15,7 @@ and `\\r`-separated progress-bar updates are split, so a log line glued after a 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -150,6 +151,7 @@ class ParsedLog:
     args: dict[str, str] = field(default_factory=dict)
     adjusted_args: dict[str, str] = field(default_factory=dict)
     overrides: dict[str, dict] = field(default_factory=dict)
+    not_finite: list[dict] = field(default_factory=list)  # figures that read as no finite number: {field, rank, line}
     nccl_version: str | None = None
     facts: dict[str, str] = field(default_factory=dict)  # what only this kind states (vLLM: engine "v0"/"v1")
     rank_info: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -194,12 +196,21 @@ class ParsedLog:
             self.adjusted_args[arg] = used
         self.overrides.setdefault(arg, {"asked": asked, "used": used, "line": said.strip()[:300]})
 
-    def record(self, t: datetime | None, rank: str, name: str, value: float, line: int) -> None:
+    def record(self, t: datetime | None, rank: str, name: str, value: float, line: int) -> bool:
+        """A figure of a rank, as an event too; False for a value that is no finite number (`avail mem=<400 digits>
+        GB` reads as infinity): a data error, said in `not_finite` and kept nowhere else."""
+        if not math.isfinite(value):
+            self.not_finite.append({"field": name, "rank": rank, "line": line})
+            return False
         self.ranks.setdefault(rank, {})[name] = value
         self.events.append(Event(t, rank, name, value, line))
+        return True
 
     def setting(self, t: datetime | None, name: str, value: float, line: int) -> None:
         """A launch setting read from the log (e.g. mem_fraction_static): an event, not a per-rank field."""
+        if not math.isfinite(value):
+            self.not_finite.append({"field": name, "rank": "0", "line": line})
+            return
         self.events.append(Event(t, "0", name, value, line))
 
     def describe(self, rank: str, name: str, text: str) -> None:
@@ -219,10 +230,11 @@ class ParsedLog:
             self.custom_ar[rank] = found
 
     def add_debug(self, records: list[dict], t: datetime | None, rank: str, line: int) -> None:
-        """Instrumentation records: kept for `parse --json` and recorded as events `debug.<name>.<key>`."""
-        self.debug.extend(records)
+        """Instrumentation records: kept for `parse --json` and recorded as events `debug.<name>.<key>` (a value
+        that is no finite number is a data error: kept nowhere, said in `not_finite`)."""
         for r in records:
-            self.record(t, rank, f"debug.{r['name']}.{r['key']}", r["value"], line)
+            if self.record(t, rank, f"debug.{r['name']}.{r['key']}", r["value"], line):
+                self.debug.append(r)
 
     def fail(self, reason: str, phase: str | None, message: str) -> None:
         """Keep the strongest evidence: a specific reason replaces a generic `exception`, never the reverse."""
@@ -283,6 +295,7 @@ class ParsedLog:
             "args": dict(self.args),
             "adjusted_args": dict(self.adjusted_args),
             "overrides": {arg: dict(o) for arg, o in self.overrides.items()},
+            "not_finite": list(self.not_finite),
             "nccl_version": self.nccl_version,
             "phase_lines": {p: self.phase_lines[p] for p in PHASES if p in self.phase_lines},
             "draft_phase_lines": {p: self.draft_phase_lines[p] for p in DRAFT_PHASES if p in self.draft_phase_lines},

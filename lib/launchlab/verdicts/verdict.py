@@ -178,10 +178,18 @@ def _warnings(obs: pd.DataFrame, e: Evidence, measured: list[dict], found: list[
 
 
 def _unread_traces(parsed: dict[str, dict], ids: list[str]) -> list[str]:
-    """The runs whose GPU trace could not be read (frames.build): missing samples, said, never a zero."""
-    return [f"run {r}: its GPU trace could not be read ({'; '.join(map(str, parsed[r]['telemetry_unread']))}): "
+    """The runs whose GPU trace could not be read (frames.build): missing samples, said, never a zero; and the
+    figures of a log that read as no finite number (a data error: left out, never a crash)."""
+    said = [f"run {r}: its GPU trace could not be read ({'; '.join(map(str, parsed[r]['telemetry_unread']))}): "
             "no peak memory and no memory timeline for it" for r in ids
             if isinstance(parsed.get(r), dict) and isinstance(parsed[r].get("telemetry_unread"), list)]
+    for r in ids:
+        bad = (parsed.get(r) or {}).get("not_finite") if isinstance(parsed.get(r), dict) else None
+        if isinstance(bad, list) and bad:
+            where = ", ".join(f"{b.get('field')} at line {b.get('line')}" for b in bad[:5] if isinstance(b, dict))
+            said.append(f"run {r}: {len(bad)} figure(s) of its log are no finite number ({where}"
+                        f"{', …' if len(bad) > 5 else ''}): a data error of the log, left out")
+    return said
 
 
 def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict], findings: list[dict] = (), *,
