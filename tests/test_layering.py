@@ -17,7 +17,7 @@ LAYERS = [
     {"hosts", "hosts.base", "hosts.commands", "hosts.ports", "hosts.local_spec", "hosts.sim_spec", "hosts.ssh_spec",
      "hosts.slurm_spec", "params", "store", "gpu", "logparse", "nvml_sampler", "search"},
     {"verdicts"},
-    {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh", "hosts.slurm",
+    {"hosts.shell", "hosts.local", "hosts.sim", "hosts.ssh", "hosts.slurm", "hosts.httpask",
      "hosts.locks", "hosts.reaper", "hosts.provenance", "hosts.patching", "hosts.nodes"},
     {"run"},
     {"reporting", "runner", "cli", "__main__"},

@@ -292,3 +292,68 @@ def test_an_absurd_number_in_a_log_is_named_as_a_data_error_and_the_report_is_wr
     assert log.parent.name in said and "weights_begin_avail_gib at line" in said, said
     # the safe variant: the example itself names no such figure
     assert not [w for w in json.loads((SGLANG / "verdict.json").read_text())["warnings"] if "no finite number" in w]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 9. every probe has an overall deadline
+
+TRICKLE_SERVER = r'''
+import socket, sys, threading, time
+port, trickle = int(sys.argv[1]), sys.argv[2] == "trickle"
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", port))
+listener.listen(16)
+print("READY", flush=True)
+
+def serve(conn):
+    conn.recv(65536)
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+    try:
+        for i in range(len(answer)) if trickle else [None]:
+            conn.sendall(answer[i:i + 1] if trickle else answer)
+            time.sleep(0.5 if trickle else 0)
+    except OSError:
+        pass
+    conn.close()
+
+while True:
+    conn, _ = listener.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+'''
+
+
+@pytest.mark.parametrize("answer", ["trickle", "whole"])
+def test_a_server_that_trickles_its_answer_a_byte_at_a_time_ends_the_watch_at_its_deadline(tmp_path, sim_root, answer):
+    import time
+
+    server = tmp_path / "server.py"
+    server.write_text(TRICKLE_SERVER)
+    params = tmp_path / "exp.yaml"
+    params.write_text(f"""\
+experiment: trickle
+hosts:
+  box: {{transport: sim, gpus: 1}}
+server:
+  kind: generic
+  command: [python3, {server}, "{{port}}", {answer}]
+  ready: {{timeout_s: 6, log_pattern: "^READY", health_url: "http://127.0.0.1:{{port}}/health"}}
+  stop_grace_s: 2
+factors:
+  f: {{"a": {{}}}}
+baseline: {{f: "a"}}
+repetitions: 1
+drain: {{timeout_s: 5, tolerance_mib: 64}}
+""")
+    started = time.monotonic()
+    res = subprocess.run([*LAUNCHLAB, "run", "--no-html", str(params), "--out", str(tmp_path / "outputs")],
+                         capture_output=True, text=True, timeout=300)
+    took = time.monotonic() - started
+    assert res.returncode == 0, res.stderr[-2000:]
+    [status] = [json.loads(p.read_text()) for p in Path(res.stdout.strip()).glob("runs/*/status.json")]
+    if answer == "trickle":  # its 70-byte answer takes 35 s; the run's deadline is 6 s, each probe's 2
+        assert status["status"] == "timeout" and status["failure_reason"] == "ready_signals_disagree", status
+        assert status["probe_answers"].startswith("timed out ×"), status["probe_answers"]
+        assert took < 30, f"the batch watched a 6 s deadline for {took:.0f} s"
+    else:  # the safe variant: the same server answering at once is ready
+        assert status["status"] == "ready" and status["probe_answers"] == "200 ×1", status

@@ -8,11 +8,9 @@ import os
 import shutil
 import signal
 import subprocess
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from launchlab.hosts import commands, local_spec, ports
+from launchlab.hosts import commands, httpask, local_spec, ports
 from launchlab.hosts.base import CommandResult
 from launchlab.hosts.shell import ShellHost
 
@@ -137,25 +135,14 @@ class LocalHost(ShellHost):
         return ports.pick()
 
     def http_post(self, url: str, body: dict, timeout: float) -> tuple[int | None, str]:
-        """POST a JSON body from this machine: (status or None when nothing answered, response text)."""
-        data = json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as resp:  # a URL from the params (http/https only)
-                return resp.status, resp.read(4096).decode("utf-8", errors="replace")
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read(4096).decode("utf-8", errors="replace")
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            return None, str(exc)
+        """POST a JSON body from this machine: (status or None when nothing answered, response text), the whole
+        answer within `timeout` (httpask)."""
+        status, text = httpask.ask(url, timeout, method="POST", body=json.dumps(body).encode(),
+                                   headers={"Content-Type": "application/json"})
+        return (status, text) if isinstance(status, int) else (None, text)
 
     def http_status(self, url: str, timeout: float = 2.0) -> int | str:
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as resp:  # a URL from the params (http/https only)
-                return resp.status
-        except urllib.error.HTTPError as exc:
-            return exc.code
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            return commands.no_answer(exc)
+        return httpask.ask(url, timeout)[0]  # a URL from the params (http/https only), answered whole in time
 
 
 def _alive_in_group(pid: str, pgid: int) -> bool:
