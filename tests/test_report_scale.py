@@ -17,8 +17,7 @@ CAPTURES = sorted({*glob.glob(str(DATA / "**/*.csv"), recursive=True),
 
 
 def slow(path) -> pd.DataFrame:
-    columns, rows = telemetry.read_query_rows(path)
-    return pd.DataFrame(rows, columns=columns)
+    return telemetry.read_line_by_line(path)
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.rsplit("/", 1)[-1])

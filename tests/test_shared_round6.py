@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -357,3 +358,103 @@ drain: {{timeout_s: 5, tolerance_mib: 64}}
         assert took < 30, f"the batch watched a 6 s deadline for {took:.0f} s"
     else:  # the safe variant: the same server answering at once is ready
         assert status["status"] == "ready" and status["probe_answers"] == "200 ×1", status
+
+
+# ---------------------------------------------------------------------------------------------------------
+# 5–6. bombs: frames of few bytes and many rows, traces of few bytes and many lines — bounded memory
+
+MEASURE = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+           "sys.stderr.write(done.stderr); print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN)"
+           ".ru_maxrss // 1024)")
+
+
+def measured(*args: str) -> tuple[int, int, str]:
+    """(exit status, peak resident MiB, stderr) of `launchlab ARGS` run as a fresh interpreter."""
+    from conftest import LAUNCHLAB_EXEC
+
+    done = subprocess.run([sys.executable, "-c", MEASURE, *LAUNCHLAB_EXEC, *args], capture_output=True, text=True,
+                          timeout=600)
+    status, mib = done.stdout.split()
+    return int(status), int(mib), done.stderr
+
+
+def test_a_gzip_trace_that_expands_to_160_mib_is_read_thinned_in_bounded_memory(tmp_path):
+    import gzip
+
+    run_dir = tmp_path / "bomb"
+    shutil.copytree(EXAMPLE, run_dir)
+    line = b"2026/11/29 23:27:16.036, 0, GPU-a098f476-92c2-941d-547e-6f699f5adf3a, 143771, 70049, 73000, 99\n"
+    header = (b"timestamp, index, uuid, memory.total [MiB], memory.used [MiB], memory.free [MiB], "
+              b"utilization.gpu [%]\n")
+    bomb = gzip.compress(header + line * (160 * 2**20 // len(line)), compresslevel=9)
+    assert len(bomb) < 1_000_000
+    (run_dir / GZ_TRACE).write_bytes(bomb)
+    status, mib, err = measured("report", "--no-html", str(run_dir))
+    assert status == 0 and "Traceback" not in err, err[-2000:]
+    assert mib < 600, f"peak {mib} MiB reading a 160 MiB trace (before: the whole text, then a frame of it)"
+    warnings = json.loads((run_dir / "verdict.json").read_text())["warnings"]
+    [said] = [w for w in warnings if "kept thinned" in w]
+    assert "1,7" in said and "samples, kept every" in said, said  # 1.7 million samples, said
+    import pandas as pd
+    runs = pd.read_parquet(run_dir / "runs.parquet").set_index("run_id")
+    assert runs.loc[RUN.split("/")[1], "peak_mem_used_mib"] == 70049  # of every sample
+
+
+def test_a_telemetry_frame_of_millions_of_identical_rows_is_read_thinned_and_a_runs_frame_of_them_refused(
+        tmp_path, example_built):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    after = tmp_path / "after"
+    shutil.copytree(example_built(EXAMPLE), after)
+    n = 8_000_000
+    columns = {"run_id": pa.repeat(RUN.split("/")[1], n), "t_s": pa.repeat(1.0, n), "node": pa.repeat(0, n),
+               "gpu_index": pa.repeat(0, n), "gpu_uuid": pa.repeat("GPU-x", n), "mem_used_mib": pa.repeat(70049.0, n),
+               "mem_total_mib": pa.repeat(143771.0, n), "mem_free_mib": pa.repeat(0.0, n),
+               "util_gpu_pct": pa.repeat(0.0, n)}
+    # in row groups of pyarrow's size, as the kit writes a large frame: read batch by batch, kept thinned
+    pq.write_table(pa.table(columns), after / "telemetry.parquet", compression="zstd", row_group_size=2**20)
+    assert (after / "telemetry.parquet").stat().st_size < 2_000_000
+    status, mib, err = measured("compare", str(example_built(EXAMPLE)), str(after))
+    assert status == 0 and "Traceback" not in err, err[-2000:]
+    assert mib < 700, f"peak {mib} MiB comparing against 8 M telemetry rows"
+    # in one row group of them all: decoded whole it would take gigabytes — refused, the file named
+    pq.write_table(pa.table(columns), after / "telemetry.parquet", compression="zstd", row_group_size=n)
+    status, mib, err = measured("compare", str(example_built(EXAMPLE)), str(after))
+    assert status != 0 and "telemetry.parquet holds 8,000,000 rows (row groups of up to 8,000,000)" in err, err[-2000:]
+    assert "Traceback" not in err and mib < 700
+    shutil.copy(example_built(EXAMPLE) / "telemetry.parquet", after / "telemetry.parquet")
+    pq.write_table(pa.table({"run_id": pa.repeat("x", 12_000_000)}), after / "events.parquet", compression="zstd")
+    status, mib, err = measured("compare", str(example_built(EXAMPLE)), str(after))
+    assert status != 0 and "events.parquet holds 12,000,000 rows" in err and "more than the kit reads of it " \
+        "(10,000,000" in err, err[-2000:]
+    assert "Traceback" not in err and mib < 700
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the bounds, as docs/reference/bounds.md states them
+
+
+def _figure(text: str) -> int:
+    """'512 MiB' → bytes, '2,000,000' → rows: the first figure of a table cell."""
+    import re
+
+    number, unit = re.match(r"(?:its first )?([\d,]+)\s*(KiB|MiB|GiB)?", text).groups()
+    return int(number.replace(",", "")) * {None: 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit]
+
+
+def test_every_bound_the_docs_state_is_the_constant_in_the_code():
+    import importlib
+
+    rows = [line.split(" | ") for line in (ROOT / "docs/reference/bounds.md").read_text().splitlines()
+            if line.startswith("| ") and "`" in line and not line.startswith("| file")]
+    assert len(rows) >= 14
+    for cells in rows:
+        what, stated, constants = cells[0].lstrip("| "), cells[1], cells[3].rstrip(" |")
+        for name in [c.strip("` ") for c in constants.split(",")]:
+            module, _, attr = name.rpartition(".")
+            value = getattr(importlib.import_module(f"launchlab.{module}"), attr)
+            if isinstance(value, dict):  # per frame: the row names it
+                value = value[next(k for k in value if f"{k}.parquet" in what)]
+            figure = _figure(stated.split(", parsed ")[1]) if name.endswith("CHUNK_CHARS") else _figure(stated)
+            assert figure == value, (what, name, figure, value)

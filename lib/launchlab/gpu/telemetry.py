@@ -98,83 +98,108 @@ def parse_apps(text: str) -> list[dict]:
 
 
 def read_query_csv(path: str | Path, fields: tuple[str, ...] | list[str] | None = None, *,
-                   limit: int | None = None) -> pd.DataFrame:
+                   limit: int | None = None, max_rows: int | None = None) -> pd.DataFrame:
     """A `--query-gpu` CSV → one column per field, numbers as floats, `N/A`/`[…]` as NaN.
 
     With a header (with or without units) the columns come from it; without one (`noheader`), from `fields`,
-    the list the kit asked for. Lines with the wrong number of cells are skipped. Read up to `limit` bytes
-    (open_trace).
+    the list the kit asked for. A header in mid-file that names other fields (a second query appended to the
+    file) starts a new block, whose rows are placed by field name, NaN where its header lacks a field. Lines with
+    the wrong number of cells are skipped. Read up to `limit` bytes (open_trace), in chunks: memory holds a
+    chunk and the rows kept, never the whole text (a 1 MB .gz can hold 300 MiB of lines). At most `max_rows`
+    rows are kept (MAX_TRACE_ROWS): past them the trace is thinned evenly per GPU (every 2nd, 4th, … sample of
+    each); `attrs` says so — `samples` (rows read), `every` (the thinning) and `peak_mem_used_mib`, the largest
+    memory.used of every row read.
     """
     import pandas as pd
 
-    frame = _read_plain(path, fields, limit)
-    if frame is None:  # a header in mid-file, a cell with a comma of its own, …: line by line
-        columns, records = read_query_rows(path, fields, limit=limit)
-        frame = pd.DataFrame(records, columns=columns)
+    kept = Thinner(MAX_TRACE_ROWS if max_rows is None else max_rows)
+    columns: list[str] | None = list(fields) if fields else None
+    with open_trace(path, limit=limit) as fh:
+        for chunk in _chunks(fh):
+            columns, frames = _parse_chunk(chunk, columns)
+            for frame in frames:
+                kept.add(frame)
+    frame = kept.frame(columns or list(SAMPLER_FIELDS))
     if "timestamp" in frame:
         frame["timestamp"] = pd.to_datetime(frame["timestamp"], format=TIMESTAMP_FORMAT, errors="coerce")
     return frame
 
 
 def peak_memory_mib(path: str | Path) -> float | None:
-    """The largest memory.used of a `--query-gpu` CSV (None without a sample of it): the run's peak, read
-    without building a frame."""
-    columns, records = read_query_rows(path)
-    if "memory.used" not in columns:
-        return None
-    at = columns.index("memory.used")
-    values = [v for row in records if isinstance(v := row[at], float) and not math.isnan(v)]
-    return max(values) if values else None
+    """The largest memory.used of a `--query-gpu` CSV (None without a sample of it): the run's peak, read in
+    bounded memory (read_query_csv keeps one row a GPU of it)."""
+    peak = read_query_csv(path, max_rows=1).attrs.get("peak_mem_used_mib")
+    return None if peak is None or math.isnan(peak) else peak
 
 
-def _read_plain(path: str | Path, fields: tuple[str, ...] | list[str] | None, limit: int | None
-                ) -> pd.DataFrame | None:
-    """read_query_csv for the usual file — one header (or none) at the top, data lines that start with a digit —
-    at C speed: a 5-minute trace of 8 GPUs is 24,000 lines, and cell by cell in Python a report of 200 runs spent
-    over a minute here (bench/report_scale.py). The lines are checked as read_query_rows checks them (the number
-    of cells; headers); the cells are converted by pandas, and the few that are not plain numbers (N/A, [Not
-    Supported], values with units, text) by _cell, once per distinct value. None: a file this does not cover."""
+def read_line_by_line(path: str | Path, fields: tuple[str, ...] | list[str] | None = None) -> pd.DataFrame:
+    """read_query_csv's frame, every line read by the line-by-line reader (no C-speed path, no thinning, the text
+    whole): what read_query_csv must give, for files small enough to read so."""
     import pandas as pd
 
-    with open_trace(path, limit=limit) as fh:
-        text = fh.read()
-    columns: list[str] | None = list(fields) if fields else None
+    with open_trace(path) as fh:
+        columns, frames = _parse_lines(fh.read().split("\n"), list(fields) if fields else None)
+    return (pd.concat(frames, ignore_index=True, sort=False) if frames
+            else pd.DataFrame([], columns=columns or list(SAMPLER_FIELDS)))
+
+
+CHUNK_CHARS = 4 * 2**20  # a trace is parsed this much text at a time: ~40,000 lines of 8 GPUs' samples
+MAX_TRACE_ROWS = 400_000  # rows of one trace kept (50,000 samples of 8 GPUs: 83 minutes at 100 ms); thinned past it
+
+
+def _chunks(fh: io.TextIOWrapper):
+    """The text in pieces of about CHUNK_CHARS, each of whole lines (the last as it ends)."""
+    carry = ""
+    while block := fh.read(CHUNK_CHARS):
+        text = carry + block
+        cut = text.rfind("\n") + 1
+        if cut:
+            yield text[:cut]
+        carry = text[cut:]
+    if carry:
+        yield carry
+
+
+def _parse_chunk(text: str, columns: list[str] | None) -> tuple[list[str] | None, list[pd.DataFrame]]:
+    """One chunk of whole lines → (the columns in force after it, its frames: one a block of one header's
+    rows). The usual chunk — data lines only, or a header first — at C speed (_convert: a report of 200 runs spent
+    over a minute reading cells in Python, bench/report_scale.py); any other, line by line."""
     first, _, rest = text.partition("\n")
-    if _is_header(cells := first.split(", ")):  # the usual file: a header, then data lines only
+    if _is_header(cells := first.split(", ")):
         columns, text = [_HEADER_UNIT.sub("", c).strip() for c in cells], rest
-    cut = text.rfind("\n") + 1  # the last line may have been cut off when the sampler was stopped
-    body, last = text[:cut], text[cut:]
-    if columns is not None and not _NOT_DATA.search("\n" + body[:-1]) and body.count(",") == body.count(", ") == \
-            body.count("\n") * (len(columns) - 1):  # every line has the cells of a data line: no loop over them
-        if last.count(", ") == len(columns) - 1:
-            if last.count(",") != len(columns) - 1:
-                return None  # a cell with a comma of its own: the C parser would split it
-            body += last
-        return _convert(body, columns) if body else pd.DataFrame([], columns=columns)
-    kept: list[str] = []
-    for line in text.split("\n"):
-        if line[:1].isdigit() and columns is not None:
-            commas = line.count(", ")
-            if commas == len(columns) - 1:
-                if line.count(",") != commas:
-                    return None  # a cell with a comma of its own: the C parser would split it
-                kept.append(line)
-            continue
+    body = text if text.endswith("\n") or not text else text + "\n"
+    if columns is not None and body and not _NOT_DATA.search("\n" + body[:-1]) and \
+            body.count(",") == body.count(", ") == body.count("\n") * (len(columns) - 1):
+        return columns, [_convert(body[:-1], columns)]  # every line the cells of a data line: no loop over them
+    return _parse_lines(text.split("\n"), columns)
+
+
+def _parse_lines(lines: list[str], columns: list[str] | None) -> tuple[list[str] | None, list[pd.DataFrame]]:
+    """Lines one by one: a header starts a block of its own columns; a line with another number of cells (a
+    prompt, an error message, a line cut off when the sampler was stopped) is skipped."""
+    import pandas as pd
+
+    blocks: list[tuple[list[str], list[list[float | str]]]] = []
+    records: list[list[float | str]] = []
+    for line in lines:
         cells = line.split(", ")
         if _is_header(cells):
-            if kept:
-                return None  # the columns change in mid-file
-            columns = [_HEADER_UNIT.sub("", c).strip() for c in cells]
-        elif columns is not None and len(cells) == len(columns):
-            return None  # a data line that does not start with a digit
-    columns = columns or list(SAMPLER_FIELDS)
-    if not kept:
-        return pd.DataFrame([], columns=columns)
-    return _convert("\n".join(kept), columns)
+            names = [_HEADER_UNIT.sub("", c).strip() for c in cells]
+            if names != columns:
+                if records and columns is not None:
+                    blocks.append((columns, records))
+                columns, records = names, []
+            continue
+        if columns is None or len(cells) != len(columns) or not line:
+            continue
+        records.append([_cell(c) for c in cells])
+    if records and columns is not None:
+        blocks.append((columns, records))
+    return columns, [pd.DataFrame(rows, columns=names) for names, rows in blocks]
 
 
 def _convert(text: str, columns: list[str]) -> pd.DataFrame:
-    """Lines of cells (checked by _read_plain) → read_query_csv's frame."""
+    """Lines of cells (checked by _parse_chunk) → read_query_csv's frame."""
     import csv
     import io
 
@@ -198,37 +223,42 @@ def _convert(text: str, columns: list[str]) -> pd.DataFrame:
     return frame
 
 
-def read_query_rows(path: str | Path, fields: tuple[str, ...] | list[str] | None = None, *, limit: int | None = None
-                    ) -> tuple[list[str], list[list[float | str]]]:
-    """read_query_csv's columns and rows, as lists (see there). A header in mid-file that names other fields (a
-    second query appended to the file) starts a new block: every block's rows are placed by field name into the
-    columns of all the headers, NaN where a block's header lacks the field, never by position."""
-    columns: list[str] | None = list(fields) if fields else None
-    blocks: list[tuple[list[str], list[list[float | str]]]] = []
-    records: list[list[float | str]] = []
-    with open_trace(path, limit=limit) as fh:
-        for line in fh:
-            cells = line.rstrip("\n").split(", ")
-            if _is_header(cells):
-                names = [_HEADER_UNIT.sub("", c).strip() for c in cells]
-                if names != columns:
-                    if records and columns is not None:
-                        blocks.append((columns, records))
-                    columns, records = names, []
-                continue
-            if columns is None or len(cells) != len(columns):
-                continue  # a prompt, an error message, or a line cut off when the sampler was stopped
-            records.append([_cell(c) for c in cells])
-    if not blocks:
-        return columns or list(SAMPLER_FIELDS), records
-    if records and columns is not None:
-        blocks.append((columns, records))
-    union = list(dict.fromkeys(name for names, _ in blocks for name in names))
-    aligned = []
-    for names, rows in blocks:
-        at = [names.index(name) if name in names else None for name in union]
-        aligned += [[math.nan if i is None else row[i] for i in at] for row in rows]
-    return union, aligned
+class Thinner:
+    """At most `limit` rows of a trace read in pieces (a CSV's chunks, a telemetry.parquet's batches), evenly per GPU
+    (`key`: its index column): every row until full, then every 2nd, 4th, … sample of each GPU (each halving keeps
+    every other row kept), whatever the trace's length; and the largest `peak` (memory used) of every row seen."""
+
+    def __init__(self, limit: int, *, key: str = "index", peak: str = "memory.used"):
+        self.limit, self.every, self.samples = max(1, limit), 1, 0
+        self.key, self.peak_column = key, peak
+        self.seen: dict[object, int] = {}  # per GPU index: its rows so far
+        self.frames: list[pd.DataFrame] = []
+        self.peak = math.nan
+
+    def add(self, frame: pd.DataFrame) -> None:
+        if frame.empty:
+            return
+        self.samples += len(frame)
+        if self.peak_column in frame and (top := frame[self.peak_column].max()) == top:  # NaN: no number in it
+            self.peak = top if math.isnan(self.peak) else max(self.peak, top)
+        key = frame[self.key] if self.key in frame else frame.assign(_gpu=0)["_gpu"]
+        start = key.map(self.seen).fillna(0).astype("int64").values
+        frame = frame.assign(_nth=start + frame.groupby(key.values).cumcount().values)
+        for g, n in key.value_counts().items():
+            self.seen[g] = self.seen.get(g, 0) + int(n)
+        self.frames.append(frame[frame["_nth"] % self.every == 0])
+        # past the limit, halve — down to one row a GPU (its first), which no limit goes below
+        while sum(len(f) for f in self.frames) > self.limit and self.every <= max(self.seen.values()):
+            self.every *= 2
+            self.frames = [f[f["_nth"] % self.every == 0] for f in self.frames]
+
+    def frame(self, columns: list[str]) -> pd.DataFrame:
+        import pandas as pd
+
+        frame = (pd.concat(self.frames, ignore_index=True, sort=False).drop(columns="_nth") if self.frames
+                 else pd.DataFrame([], columns=columns))
+        frame.attrs.update(samples=self.samples, every=self.every, peak_mem_used_mib=self.peak)
+        return frame
 
 
 class _Bounded(io.RawIOBase):

@@ -36,6 +36,10 @@ def _checked(path: str | Path, label: str) -> rundir.RunDir:
     return directory
 
 
+# what the comparison reads of telemetry.parquet: each run's card (the budget's card_totals), never its timeline
+COMPARE_TELEMETRY_COLUMNS = ["run_id", "node", "gpu_index", "mem_total_mib"]
+
+
 def load_side(path: str | Path, label: str) -> compare.Side:
     """One run directory as the comparison reads it: its frames, verdict, provenance and parsed logs, and its
     server kind's budget per run. RunDirError when it is missing, not a run directory, unfinished, or its frames or
@@ -43,7 +47,7 @@ def load_side(path: str | Path, label: str) -> compare.Side:
     directory = _checked(path, label)
     manifest = directory.manifest()
     try:
-        tables = frames.load(directory.path)
+        tables = frames.load(directory.path, telemetry_columns=COMPARE_TELEMETRY_COLUMNS)
         data = rundir.read_json(directory.verdict_file)
         try:
             verdict = Verdict.from_json(data)

@@ -694,15 +694,28 @@ def write_frame(path: Path, frame: pd.DataFrame, *, mode: int = 0o644) -> None:
         pq.write_table(table, tmp, compression="zstd")
 
 
-def read_frame(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+def read_frame(path: Path, columns: list[str] | None = None, *, max_rows: int | None = None,
+               thin: tuple[str, str] | None = None) -> pd.DataFrame:
     """A frame of a run directory (runs.parquet …), opened as read_bytes opens files; RunDirError when it cannot be
-    read as one."""
-    import pandas as pd
+    read as one. Its rows are counted from the parquet metadata before anything is read: past `max_rows`, a frame is
+    refused, naming the file (a few bytes can hold millions of identical rows) — or, with `thin` (its GPU-index and
+    memory column), read batch by batch and kept thinned to `max_rows` (telemetry.Thinner; `attrs` say so)."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     try:
         with safefiles.open_regular(path, max_bytes=MAX_FRAME_BYTES) as fh:
-            return pd.read_parquet(fh, columns=columns)
+            table = pq.ParquetFile(fh)
+            rows = table.metadata.num_rows
+            if max_rows is None or rows <= max_rows:
+                return table.read(columns=columns).to_pandas()
+            group = max(table.metadata.row_group(i).num_rows for i in range(table.metadata.num_row_groups))
+            if thin is None or group > MAX_ROW_GROUP:  # a row group is decoded whole, however few rows are kept
+                raise RunDirError(f"{path} holds {rows:,} rows (row groups of up to {group:,}), more than the kit "
+                                  f"reads of it ({max_rows:,}; row groups of {MAX_ROW_GROUP:,}: docs/reference/"
+                                  "bounds.md): not a frame of a run the kit made; `launchlab report RUN_DIR` writes it "
+                                  "again from the runs' raw files")
+            return _thinned(table, columns, max_rows, thin)
     except pa.ArrowException as exc:  # cut short, or not parquet at all: the file named, never a traceback
         raise RunDirError(f"{path} is not a whole parquet file ({str(exc)[:160]}): `launchlab report RUN_DIR` "
                           "writes it again from the runs' raw files") from None
@@ -713,6 +726,21 @@ def read_frame(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
                           "again") from None
 
 
+def _thinned(table, columns: list[str] | None, max_rows: int, thin: tuple[str, str]) -> pd.DataFrame:
+    """A parquet file's rows read in batches of 65,536, kept thinned to `max_rows` per GPU (thin: the GPU-index and
+    memory columns)."""
+    from launchlab.gpu import telemetry
+
+    kept = telemetry.Thinner(max_rows, key=thin[0], peak=thin[1])
+    for batch in table.iter_batches(batch_size=65_536, columns=columns):
+        kept.add(batch.to_pandas())
+    return kept.frame(columns or table.schema_arrow.names)
+
+
+# the rows of each frame the kit reads at most (counted before reading; telemetry's: frames.MAX_TELEMETRY_ROWS, kept
+# thinned): 200 runs are 200 rows of runs.parquet and some 100,000 of events.parquet
+MAX_FRAME_ROWS = {"runs": 100_000, "events": 10_000_000}
+MAX_ROW_GROUP = 2**20  # pyarrow's own row group when the kit writes a frame: one larger is no frame the kit wrote
 MAX_FRAME_BYTES = 4 * 2**30  # a frame of a large search's telemetry; past it, not one the kit wrote
 
 

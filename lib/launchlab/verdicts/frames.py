@@ -31,6 +31,9 @@ RUN_COLUMNS = list(records.RunRecord.ROW)
 # a GPU trace larger (as kept, or once decompressed) is not read (its run says so): 10 minutes of 8 GPUs sampled
 # every 5 ms are about 100 MB
 MAX_CAPTURE_BYTES = 512 * 2**20
+# the rows of telemetry a run directory's frame holds at most, its traces' shares alike (each at most
+# telemetry.MAX_TRACE_ROWS): 200 runs of 8 GPUs keep 1,250 samples a GPU — a timeline, never memory of gigabytes
+MAX_TELEMETRY_ROWS = 2_000_000
 EVENT_COLUMNS = ["run_id", "t_s", "rank", "field", "value"]
 TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "gpu_uuid", "mem_used_mib", "mem_total_mib", "mem_free_mib",
                      "util_gpu_pct"]
@@ -49,7 +52,9 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
     run_rows, event_frames, telemetry_frames = [], [], []
     rules = exp.server.rules()
     factors = list(exp.factors) + ([exp.search.factor] if exp.search else [])  # a search's flag: a column too
-    for run_id in directory.manifest().run_ids:
+    run_ids = directory.manifest().run_ids
+    share = min(telemetry.MAX_TRACE_ROWS, max(1_000, MAX_TELEMETRY_ROWS // max(1, len(run_ids))))
+    for run_id in run_ids:
         folder = directory.run(run_id)
         status = records.read_status(folder)
         if status is None or not status.done:
@@ -57,13 +62,14 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
         record = status.record
         row = {**record.row(), **{f: record.levels.get(f) for f in factors}}
         run_rows.append(row)
-        summary, peaks, unread = _nodes(folder, record, exp, rules, event_frames=event_frames,
-                                       telemetry_frames=telemetry_frames)
+        summary, peaks, unread, thinned = _nodes(folder, record, exp, rules, event_frames=event_frames,
+                                                 telemetry_frames=telemetry_frames, share=share)
         # from the samples, like every derived figure: no sample is no peak (NaN), never 0
         row["peak_mem_used_mib"] = max(peaks) if peaks else None
         if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
-            if unread:
-                summary["telemetry_unread"] = unread
+            for key, said in (("telemetry_unread", unread), ("telemetry_thinned", thinned)):
+                if said:
+                    summary[key] = said
             summary["log_sha256"] = _logs_sha256(folder, record)  # the same log twice is one launch (ledger.py)
             rundir.write_json(folder.parsed, summary)
     runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + factors)
@@ -76,12 +82,15 @@ def build(run_dir: Path, exp: params.Experiment) -> Frames:
 
 
 def _nodes(folder: rundir.RunFolder, record: records.RunRecord, exp: params.Experiment, rules, *,
-           event_frames: list[pd.DataFrame], telemetry_frames: list[pd.DataFrame]) -> tuple[dict | None, list, list]:
-    """Each node's log and GPU trace of a run, their frames appended: (parsed.json's summary, the nodes' peak
-    memory, the traces that could not be read: no peak, no timeline from them)."""
+           event_frames: list[pd.DataFrame], telemetry_frames: list[pd.DataFrame],
+           share: int = telemetry.MAX_TRACE_ROWS) -> tuple[dict | None, list, list, list]:
+    """Each node's log and GPU trace of a run (at most `share` rows of it kept), their frames appended: (parsed.json's
+    summary, the nodes' peak memory, the traces that could not be read — no peak, no timeline from them —, the
+    traces kept thinned)."""
     summary: dict | None = None
     peaks: list[float] = []
     unread: list[str] = []
+    thinned: list[str] = []
     for node in range(max(1, len(record.nodes or []))):
         log, csv = folder.log(node), folder.samples(node)
         if log.exists():  # TP ranks are global across nodes, so events of every node share one frame
@@ -90,15 +99,22 @@ def _nodes(folder: rundir.RunFolder, record: records.RunRecord, exp: params.Expe
             event_frames.append(events)
         if csv.exists():
             try:
-                samples = _samples(csv, record.run_id, record.started)
+                raw = telemetry.read_query_csv(csv, limit=MAX_CAPTURE_BYTES, max_rows=share)
+                samples = telemetry.tidy(raw, record.run_id, record.started)
             except (ParseError, OSError) as exc:  # the run says so; the batch's report stands
                 unread.append(f"{csv.name}: {getattr(exc, 'strerror', None) or exc}")
                 continue
             samples.insert(2, "node", node)
             telemetry_frames.append(samples)
-            if samples["mem_used_mib"].notna().any():
+            every = raw.attrs.get("every", 1)
+            if every > 1:  # its peak from every sample, its timeline from every `every`-th of each GPU
+                thinned.append(f"{csv.name}: {raw.attrs['samples']:,} samples, kept every {every}th of each GPU "
+                               f"({len(samples):,})")
+                if raw.attrs["peak_mem_used_mib"] == raw.attrs["peak_mem_used_mib"]:
+                    peaks.append(float(raw.attrs["peak_mem_used_mib"]))
+            elif samples["mem_used_mib"].notna().any():
                 peaks.append(float(samples["mem_used_mib"].max()))
-    return summary, peaks, unread
+    return summary, peaks, unread, thinned
 
 
 def _logs_sha256(folder: rundir.RunFolder, record: records.RunRecord) -> str:
@@ -112,10 +128,6 @@ def _logs_sha256(folder: rundir.RunFolder, record: records.RunRecord) -> str:
     return digest.hexdigest()
 
 
-def _samples(csv: Path, run_id: str, t0: datetime | None) -> pd.DataFrame:
-    """One node's GPU trace as telemetry rows, read only up to MAX_CAPTURE_BYTES (OSError past it; ParseError when
-    its header cannot place a sample: telemetry.tidy)."""
-    return telemetry.tidy(telemetry.read_query_csv(csv, limit=MAX_CAPTURE_BYTES), run_id, t0)
 
 
 def _node_log(log: Path, exp: params.Experiment, rules, *, run_id: str, node: int,
@@ -172,7 +184,8 @@ def load(run_dir: Path, telemetry_columns: list[str] | None = None) -> Frames:
     if missing:
         raise RunDirError(f"{run_dir} has no {', '.join(f'{n}.parquet' for n in missing)} yet; "
                           f"`launchlab report {run_dir}` builds them from the runs' raw files")
-    tables = {name: rundir.read_frame(directory.frame(name)) for name in rundir.FRAMES if name != "telemetry"}
+    tables = {name: rundir.read_frame(directory.frame(name), max_rows=rundir.MAX_FRAME_ROWS[name])
+              for name in rundir.FRAMES if name != "telemetry"}
     columns = None
     if telemetry_columns is not None:
         import pyarrow.parquet as pq
@@ -180,4 +193,6 @@ def load(run_dir: Path, telemetry_columns: list[str] | None = None) -> Frames:
         with safefiles.open_regular(directory.frame("telemetry")) as fh:
             present = set(pq.read_schema(fh).names)
         columns = [c for c in telemetry_columns if c in present]
-    return Frames(**tables, telemetry=rundir.read_frame(directory.frame("telemetry"), columns=columns))
+    return Frames(**tables, telemetry=rundir.read_frame(directory.frame("telemetry"), columns=columns,
+                                                        max_rows=MAX_TELEMETRY_ROWS,
+                                                        thin=("gpu_index", "mem_used_mib")))

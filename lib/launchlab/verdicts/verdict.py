@@ -183,6 +183,9 @@ def _unread_traces(parsed: dict[str, dict], ids: list[str]) -> list[str]:
     said = [f"run {r}: its GPU trace could not be read ({'; '.join(map(str, parsed[r]['telemetry_unread']))}): "
             "no peak memory and no memory timeline for it" for r in ids
             if isinstance(parsed.get(r), dict) and isinstance(parsed[r].get("telemetry_unread"), list)]
+    said += [f"run {r}: its GPU trace is kept thinned ({'; '.join(map(str, parsed[r]['telemetry_thinned']))}): its "
+             "timeline shows those samples, its peak memory is of every sample" for r in ids
+             if isinstance(parsed.get(r), dict) and isinstance(parsed[r].get("telemetry_thinned"), list)]
     for r in ids:
         bad = (parsed.get(r) or {}).get("not_finite") if isinstance(parsed.get(r), dict) else None
         if isinstance(bad, list) and bad:
