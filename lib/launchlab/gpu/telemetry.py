@@ -129,7 +129,7 @@ def peak_memory_mib(path: str | Path) -> float | None:
     """The largest memory.used of a `--query-gpu` CSV (None without a sample of it): the run's peak, read in
     bounded memory (read_query_csv keeps one row a GPU of it)."""
     peak = read_query_csv(path, max_rows=1).attrs.get("peak_mem_used_mib")
-    return None if peak is None or math.isnan(peak) else peak
+    return None if peak is None or math.isnan(peak) else float(peak)
 
 
 def read_line_by_line(path: str | Path, fields: tuple[str, ...] | list[str] | None = None) -> pd.DataFrame:
@@ -239,7 +239,7 @@ class Thinner:
         if frame.empty:
             return
         self.samples += len(frame)
-        if self.peak_column in frame and (top := frame[self.peak_column].max()) == top:  # NaN: no number in it
+        if self.peak_column in frame and (top := float(frame[self.peak_column].max())) == top:  # NaN: no number
             self.peak = top if math.isnan(self.peak) else max(self.peak, top)
         key = frame[self.key] if self.key in frame else frame.assign(_gpu=0)["_gpu"]
         start = key.map(self.seen).fillna(0).astype("int64").values
