@@ -40,8 +40,8 @@ def test_parse_json_has_the_stable_keys():
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
     assert list(data) == ["server", "ready", "phase_reached", "failure", "ranks", "custom_ar", "debug", "args",
-                          "adjusted_args", "overrides", "not_finite", "nccl_version", "phase_lines", "draft_phase_lines",
-                          "spec", "reload"]
+                          "adjusted_args", "overrides", "not_finite", "parallel", "nccl_version", "phase_lines",
+                          "draft_phase_lines", "spec", "reload"]
     assert data["server"] == "sglang"
     assert data["ranks"]["0"]["kv_tokens"] == 2243474
     assert data["ranks"]["0"]["graph_mem_gib"] == 1.44

@@ -19,6 +19,7 @@ import yaml
 
 from conftest import DATA
 from launchlab import logparse
+from launchlab.logparse import parallel
 from launchlab.logparse.common import PHASES as PARSER_PHASES
 from launchlab.logparse.common import ParsedLog, exception_line, feed_lines
 from launchlab.logparse.cuda_oom import gib
@@ -28,7 +29,8 @@ MORE = DATA / "real-logs-more"  # issue 12's excerpts, not from ../shared/data (
 ROUND3 = DATA / "real-logs-round3"  # issue 27's: three more server kinds and the classes round 3 found
 TP2 = DATA / "real-logs-tp2"  # issue 31's: vLLM tensor-parallel-size 2, each rank's custom all-reduce state
 ROUND4 = DATA / "real-logs-4"  # issue 51's: phases only tracebacks show, failures missed, speculative decoding
-PINNED = (MORE, ROUND3, TP2, ROUND4)  # folders with their own SHA256SUMS and SOURCES.md
+MULTIGPU = DATA / "real-logs-multigpu"  # issue 65's: TP 2-32, PP and DP, sizes from rank tags and other words
+PINNED = (MORE, ROUND3, TP2, ROUND4, MULTIGPU)  # folders with their own SHA256SUMS and SOURCES.md
 # INDEX.md names → the field names of ARCHITECTURE.md section 4.3
 FIELDS = {"weights_begin_avail": "weights_begin_avail_gib", "weights_end_avail": "weights_end_avail_gib",
           "weights_usage": "weights_mem_gib", "dist_init_usage": "dist_init_mem_gib", "kv_tokens": "kv_tokens",
@@ -124,8 +126,8 @@ def oracles(folder: Path) -> dict[str, dict]:
     return entries
 
 
-ORACLES = {**oracles(LOGS), **oracles(MORE), **oracles(ROUND3), **oracles(TP2), **oracles(ROUND4)}
-FOLDER = {p.name: folder for folder in (LOGS, MORE, ROUND3, TP2, ROUND4) for p in folder.glob("*.log")}
+ORACLES = {name: oracle for folder in (LOGS, *PINNED) for name, oracle in oracles(folder).items()}
+FOLDER = {p.name: folder for folder in (LOGS, *PINNED) for p in folder.glob("*.log")}
 
 
 @dataclass(frozen=True)
@@ -208,12 +210,21 @@ def check_tp(case: Case, want: int) -> None:
     for name in ("tp_size", "tensor_parallel_size"):
         if name in case.parsed.args:
             assert case.parsed.args[name] == str(want)
+    # the size parse --json states: tp itself where the log states it, never more than tp where it is a lower bound
+    shown = case.data["parallel"]
+    assert shown["tp"] <= want if shown["tp_at_least"] else shown["tp"] == want, shown
 
 
 def check_dp(case: Case, want: int | list[int]) -> None:
     """`dp: 2`: the log's DP tags name DP ranks 0 and 1; `dp: [4]`: an excerpt that shows only some DP ranks."""
     wanted = range(want) if isinstance(want, int) else want
     assert case.parsed.dp_ranks == {str(i) for i in wanted}, case.parsed.dp_ranks
+
+
+def check_parallel(case: Case, want: dict) -> None:
+    """The sizes the log shows (logparse/parallel.py), as `launchlab parse --json` prints them under `parallel`."""
+    got = case.data["parallel"]
+    assert {key: got[key] for key in want} == want, got["said"]
 
 
 def check_rank_info_everywhere(key: str) -> Callable[[Case, Any], None]:
@@ -261,6 +272,7 @@ def check_line_prefix(case: Case, want: str) -> None:
     assert prefixed, f"no line starts with {want!r}"
     bare = [line[len(want):] if line.startswith(want) else line for line in lines]
     without = feed_lines(logparse.parser_for(case.parsed.server), bare)
+    without.parallel = parallel.read(without)  # as logparse.parse_file fills it
     assert without.to_json() == case.data
     assert without.custom_ar == case.parsed.custom_ar and without.rank_info == case.parsed.rank_info
 
@@ -438,6 +450,7 @@ CHECKS: dict[str, Callable[[Case, Any], None]] = {
     "min_weights_begin_avail": check_min_weights_begin_avail,
     "tp": check_tp,
     "dp": check_dp,
+    "parallel": check_parallel,
     "engine": lambda case, want: assert_equal(case.parsed.facts.get("engine"), want),
     "nccl_version": lambda case, want: assert_equal(case.data["nccl_version"], want),
     "custom_ar": check_custom_ar,

@@ -13,6 +13,7 @@ import itertools
 from pathlib import Path
 
 from launchlab.errors import ParseError
+from launchlab.logparse import parallel
 from launchlab.logparse.common import PHASES, REASONS, Event, Failure, LineParser, ParsedLog, line_blocks, scan_file
 from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import ReadyRules, ServerKind
@@ -49,9 +50,11 @@ def parse_file(path: str | Path, server: str = "auto", rules: ReadyRules | None 
         raise ParseError(f"{path}: no such log file")
     kind = detect(path) if server == "auto" else server
     try:
-        return scan_file(parser_for(kind, rules), path)
+        parsed = scan_file(parser_for(kind, rules), path)
     except OSError as exc:  # a folder, a FIFO, a device: said at once (detect says it first when it reads)
         raise ParseError(f"{path}: cannot read the log: {exc.strerror or exc}") from None
+    parsed.parallel = parallel.read(parsed)
+    return parsed
 
 
 __all__ = ["KINDS", "PHASES", "REASONS", "SERVERS", "Event", "Failure", "ParsedLog", "ReadyRules", "ServerKind",

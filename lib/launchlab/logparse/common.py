@@ -36,6 +36,13 @@ DRAFT_MAIN_PHASE = {"draft_weights": "weights", "draft_kv_cache": "kv_cache", "d
                     "draft_cuda_graph": "cuda_graph", "draft_extend_graph": "cuda_graph"}
 REASONS = ("kv_cache_no_memory", "cuda_oom", "max_len_exceeds_kv", "cuda_graph_failed", "custom_allreduce_failed",
            "nccl_error", "exception")
+# the size of the process group in a line's words: `world_size=8`, vLLM's `rank 2 in world size 8`, NCCL's `nranks 32`
+_WORLD = re.compile(r"\bworld[_ ]size\s*[=:]?\s*(\d+)|\bnranks\s+(\d+)")
+# a size the server states of itself outside its argument dump (SGLang: `DSA with TP mode is active, dp_size=1,
+# tp_size=8, …`)
+_SIZES = re.compile(r"\b(tp|pp|dp)_size=(\d+)\b")
+# vLLM's message queue names its local readers (`local_reader_ranks=[1, 2, …, 7]`): ranks on this node
+_READERS = re.compile(r"\blocal_reader_ranks=\[([\d, ]*)\]")
 CUSTOM_AR_STATES = ("active", "disabled", "failed")  # weakest evidence first: a later state never loses to an earlier one
 CHUNK_BYTES = 256 * 1024  # measured fastest in bench/parse_vs_grep.py: the chunks fed whole stay short
 # the longest line the kit reads or keeps: far above any statement a parser reads (the real logs' longest line is
@@ -157,6 +164,10 @@ class ParsedLog:
     rank_info: dict[str, dict[str, str]] = field(default_factory=dict)
     rank_pids: dict[str, int] = field(default_factory=dict)
     dp_ranks: set[str] = field(default_factory=set)
+    seen_ranks: set[str] = field(default_factory=set)  # every rank a tag named, on any line read (parallel.py)
+    world_size: int | None = None  # the largest `world_size=N` / NCCL `nranks N` a line states
+    stated_sizes: dict[str, int] = field(default_factory=dict)  # `tp_size=8` stated outside the dump: tp, pp, dp
+    parallel: dict = field(default_factory=dict)  # the parallel sizes the log shows (parallel.read, by parse_file)
     pids: dict[str, int] = field(default_factory=dict)
     http_url: str | None = None
     routes: list[str] = field(default_factory=list)
@@ -188,6 +199,19 @@ class ParsedLog:
             line = self.line
         if line:
             self.draft_phase_lines.setdefault(step, line)
+
+    def note_world(self, text: str) -> None:
+        """A line that states how many ranks there are: the process group's size (`world_size=8`, NCCL's `nranks 8`),
+        a parallel size (`tp_size=8`), or the ranks a rank talks to (`local_reader_ranks=[1, …, 7]`)."""
+        for m in _WORLD.finditer(text):
+            size = int(m.group(1) or m.group(2))
+            if 0 < size <= 100_000:
+                self.world_size = max(self.world_size or 0, size)
+        for m in _SIZES.finditer(text):
+            if 0 < (size := int(m.group(2))) <= 100_000:
+                self.stated_sizes[m.group(1)] = size
+        for m in _READERS.finditer(text):
+            self.seen_ranks.update(r.strip() for r in m.group(1).split(",") if r.strip().isdigit())
 
     def override(self, arg: str, asked: str | None, used: str | None, said: str) -> None:
         """The server says it did not take `arg` as asked and uses `used` instead (None: it ignores the flag);
@@ -296,6 +320,7 @@ class ParsedLog:
             "adjusted_args": dict(self.adjusted_args),
             "overrides": {arg: dict(o) for arg, o in self.overrides.items()},
             "not_finite": list(self.not_finite),
+            "parallel": dict(self.parallel),
             "nccl_version": self.nccl_version,
             "phase_lines": {p: self.phase_lines[p] for p in PHASES if p in self.phase_lines},
             "draft_phase_lines": {p: self.draft_phase_lines[p] for p in DRAFT_PHASES if p in self.draft_phase_lines},

@@ -22,8 +22,10 @@ SGLANG_STATES = (
         Setting("SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2", "the V2 implementation (on by default)", since="0.5.10"),
         Setting("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB", "the V2 implementation's largest message", since="0.5.10"),
         Setting("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "FlashInfer's PCIe-IPC all-reduce, beside it", since="0.5.23"),
-        Setting("SGLANG_FORCE_CUSTOM_AR_PCIE", "\"0\": off on a PCIe box with more than two GPUs",
+        Setting("SGLANG_FORCE_CUSTOM_AR_PCIE", "\"0\": off, \"1\": on, on a PCIe box with more than two GPUs",
                 note="the seed's build and the kit's simulator; no upstream release (0.3.0–0.5.23) reads it"),
+        Setting("SGLANG_CUSTOM_AR_ALLOW_PCIE", "\"1\": on for more than two PCIe GPUs (the P2P test still runs)",
+                note="the fork haohervchb/sglang-V100; no upstream release reads it"),
     ), "disable_custom_all_reduce in the server's argument dump; a \"Custom allreduce is disabled because …\" or "
        "\"Setup Custom allreduce failed …\" line per rank; \"Registering … cuda graph addresses\" (on, at CUDA-graph "
        "capture); the memory each rank takes at distributed init (its buffers)"),

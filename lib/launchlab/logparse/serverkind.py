@@ -67,6 +67,10 @@ class Suspect:
     phase      the first startup phase in which it takes memory (PHASES): a launch that failed in an earlier
                phase cannot owe its failure to it (SGLang's CUDA graphs are captured after the KV cache is sized,
                out of the share the fraction reserves)
+    custom_ar  the feature is the kind's custom all-reduce: the log's per-rank states (on, failed, disabled and
+               why) and a failure in its own code show it, beside its argument
+    forced_on, forced_note   what the "on" level sets where the server switches the feature off by itself on the
+               box (custom all-reduce on more than two PCIe-only GPUs), and which builds read it (said in the draft)
     """
 
     name: str
@@ -78,6 +82,9 @@ class Suspect:
     absent_on: bool | None = None
     needs_tp: bool = False
     phase: str = "startup"
+    custom_ar: bool = False
+    forced_on: dict[str, str] = field(default_factory=dict)
+    forced_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,7 @@ class LogFacts:
     version   matches a line that states the server's version; its first group that matched is the version
     package   the server's Python package: `/lib/pythonX.Y/site-packages/<package>/` in a path names the install's
               Python
-    model, tp_size, dp_size   the arguments (ParsedLog.args) that name the model and the parallel sizes
+    model, tp_size, dp_size, pp_size   the arguments (ParsedLog.args) that name the model and the parallel sizes
     labels    facts only this kind's parser states (ParsedLog.facts: vLLM's engine generation), as a confound
               names them
     """
@@ -131,6 +138,7 @@ class LogFacts:
     tp_size: str | None = None
     dp_size: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    pp_size: str | None = None
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weigh
            "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
            "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
            "KV cache dtype", "Automatically reduce", "Started server process", "NCCL", "Interrupt", "SystemExit",
-           "is deprecated and will be removed",
+           "is deprecated and will be removed", "world_size", "nranks", "tp_size=",
            "atchdog timeout", "CUDA IPC for multimodal", "mem-fraction-static", "speculative", "draft", "Draft",
            "Capturing batches", "architectures=", 'File "', *custom_ar.ANCHORS)
 
@@ -191,8 +191,13 @@ class SGLangParser:
         if m.start() and text.startswith("Capturing "):  # the capture's progress bar, the line glued after it
             match_statement(log, _STATEMENTS, text[: m.start()], None, "0", number)
         msg = m["msg"]
-        if (dp := _DP.search(m["tags"])) is not None:
-            log.dp_ranks.add(dp.group(1))
+        if m["tags"]:
+            log.seen_ranks.add(rank := _rank(m["tags"]))
+            if (dp := _DP.search(m["tags"])) is not None:
+                log.dp_ranks.add(dp.group(1))
+                log.seen_ranks.add(f"dp{dp.group(1)}.{rank}")  # which DP rank a TP rank is in (parallel.py)
+        if "world_size" in msg or "nranks" in msg or ("_size=" in msg and "ServerArgs(" not in msg):
+            log.note_world(msg)
         if log.phase_reached == "http" and not log.ready and msg.startswith("Prefill batch"):
             log.reach("warmup")  # the warm-up request, after the HTTP server started (warmup's line, not its place)
         if not self.anchors.contains(msg):  # a decode or access line in a chunk fed for another line: nothing to read
@@ -533,7 +538,7 @@ KIND = ServerKind(
                  "model": "model_path"},
     # "sglang==0.5.6" (pip freeze, env dumps), "SGLang version 0.5.8"
     log_facts=LogFacts(version=re.compile(r"\b(?:SGLang|sglang) version:? v?(\d+\.\d+[\w.+-]*)|\bsglang==(\d+\.\d+[\w.+-]*)"),
-                       package="sglang", model="model_path", tp_size="tp_size", dp_size="dp_size"),
+                       package="sglang", model="model_path", tp_size="tp_size", dp_size="dp_size", pp_size="pp_size"),
     volatile_args=frozenset({"port", "host", "random_seed", "nccl_port", "dist_init_addr", "log_requests", "api_key",
                              "served_model_name", "tokenizer_path", "model_path", "tp_size", "dp_size",
                              "file_storage_path", "download_dir", "log_level"}),
@@ -553,7 +558,11 @@ KIND = ServerKind(
     suspects=(
         Suspect("custom_ar", "disable_custom_all_reduce", on="False", what="custom all-reduce", needs_tp=True,
                 off_flags={"--disable-custom-all-reduce": True}, off_env={"SGLANG_FORCE_CUSTOM_AR_PCIE": "0"},
-                phase="dist_init"),
+                phase="dist_init", custom_ar=True,
+                forced_on={"SGLANG_FORCE_CUSTOM_AR_PCIE": "1", "SGLANG_CUSTOM_AR_ALLOW_PCIE": "1"},
+                forced_note=("no upstream SGLang release (0.3.0-0.5.23) reads them: there 'on' stays off and the "
+                             "verdict says custom_ar was not shown to vary; the seed's build and the kit's simulator "
+                             "read the first, the fork haohervchb/sglang-V100 the second")),
         Suspect("cuda_graphs", "disable_cuda_graph", on="False", what="CUDA graphs",
                 off_flags={"--disable-cuda-graph": True}, phase="cuda_graph"),
         Suspect("torch_compile", "enable_torch_compile", on="True", what="torch.compile",

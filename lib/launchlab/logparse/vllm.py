@@ -56,7 +56,7 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
 _TAG = re.compile(r"(?:\(|^)(?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s?")
 # where a record starts inside a flattened paste (records joined by spaces on one line): its process tag and level
 _RECORDS = re.compile(r"(?=\([A-Za-z_][\w ]*?(?: rank=\d+)? pid=\d+(?:, ip=[\w.:]+)?\) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )")
-_TORCH_RANK = re.compile(r"^\[rank\d+\]:\s?")  # torch's per-rank prefix of a worker's stderr
+_TORCH_RANK = re.compile(r"^\[rank(\d+)\]:\s?")  # torch's per-rank prefix of a worker's stderr
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")  # Ray's deduplication suffix
 _WRAPPED = re.compile(r"[\d:]$")  # a statement cut by the terminal ends in its number or its colon
 _LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
@@ -209,6 +209,8 @@ class VLLMParser:
         tag = _TAG.search(text)
         rest = text[tag.end():] if tag else text
         if rest[:5] == "[rank":
+            if (torch_rank := _TORCH_RANK.match(rest)) is not None:
+                self.log.seen_ranks.add(torch_rank.group(1))  # a rank the group has (parallel.py)
             rest = _TORCH_RANK.sub("", rest)
         m = _LINE.search(rest)
         rank = self._rank(tag)
@@ -238,6 +240,7 @@ class VLLMParser:
                 log.facts["engine"] = "v1"
                 return
         if proc.startswith(_WORKERS):
+            log.seen_ranks.add(rank)
             log.rank_pids.setdefault(rank, int(tag["pid"]))
             if proc.startswith("VllmWorkerProcess"):
                 log.facts.setdefault("engine", "v0")
@@ -245,6 +248,8 @@ class VLLMParser:
                 log.facts["engine"] = "v1"
 
     def _engine(self, text: str) -> None:
+        if "world" in text or "nranks" in text or "reader_ranks" in text:
+            self.log.note_world(text)
         if self.log.facts.get("engine") != "v1" and ("ngine" in text or "/vllm/" in text or "blocks" in text or "KV cache" in text
                                         or "Worker" in text or "vLLM instance" in text):
             if _V1.search(text):
@@ -256,6 +261,9 @@ class VLLMParser:
         """A statement the terminal wrapped ("GPU KV cache size: 532,032" / "tokens"): parsed whole, at its first line."""
         number, msg, t, rank = pending
         joined = f"{msg} {text}"
+        if (ar := custom_ar.recognise(joined)) is not None and ar.reason is not None:
+            self.log.note_custom_ar(rank, ar)  # "… disabled because this process group" / "spans across nodes."
+            return True
         for row in _STATEMENTS:  # only a statement that spans the cut: never one inside the next line alone
             if (m := row[0].search(joined)) is not None and m.start() < len(msg) < m.end():
                 line, self.log.line = self.log.line, number
@@ -300,6 +308,8 @@ class VLLMParser:
             self.server_wide_ar = found_ar  # every rank's, once the arguments say how many (result)
         elif found_ar is not None:
             log.note_custom_ar(rank, found_ar)
+            if found_ar.state == "disabled" and found_ar.reason is None and not msg.rstrip().endswith("."):
+                self.pending = (number, msg, t, rank)  # its reason may be on the next line (a wrapped paste)
             if found_ar.state == "active" and self.registering is None:
                 self.registering = number  # graphs were captured: for real, or to size the KV cache (below)
         if (version := nccl_version(msg)) is not None:
@@ -621,6 +631,7 @@ KIND = ServerKind(
                                           r"|Initializing an? (?:V1 )?LLM engine \(v(\d+\.\d+[\w.+-]*)\)"
                                           r"|\bvLLM version:? v?(\d+\.\d+[\w.+-]*)|\bvllm==(\d+\.\d+[\w.+-]*)"),
                        package="vllm", model="model", tp_size="tensor_parallel_size", dp_size="data_parallel_size",
+                       pp_size="pipeline_parallel_size",
                        labels={"engine": "vLLM engine generation"}),
     volatile_args=frozenset({"port", "host", "seed", "served_model_name", "model", "tensor_parallel_size",
                              "data_parallel_size", "download_dir", "api_key"}),
@@ -637,7 +648,11 @@ KIND = ServerKind(
                       compiles=True),
     suspects=(
         Suspect("custom_ar", "disable_custom_all_reduce", on="False", absent_on=True, what="custom all-reduce",
-                needs_tp=True, off_flags={"--disable-custom-all-reduce": True}, phase="dist_init"),
+                needs_tp=True, off_flags={"--disable-custom-all-reduce": True}, phase="dist_init", custom_ar=True,
+                forced_on={"VLLM_ENABLE_PCIE_ALLREDUCE": "1"},
+                forced_note=("upstream vLLM has no way to force it on more than two PCIe-only GPUs: there 'on' "
+                             "stays off and the verdict says custom_ar was not shown to vary; the fork "
+                             "local-inference-lab/vllm reads it")),
         # torch.compile runs in the profile run that sizes the KV cache: it can take the KV cache's room
         Suspect("cuda_graphs", "enforce_eager", on="False", absent_on=True, what="CUDA graphs (and torch.compile)",
                 off_flags={"--enforce-eager": True}, phase="kv_cache"),
