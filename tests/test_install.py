@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, processes_using
+from launchlab import params
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +106,8 @@ def test_an_installed_kit_makes_a_workspace_and_runs_the_demo_there_writing_noth
 
     version = _run(installed, "python", "-m", "launchlab", "--version", cwd=workspace)
     assert version.returncode == 0 and version.stdout.strip().startswith("launchlab ")
-    assert _run(installed, "launchlab", "validate", "params/my-server.yaml", cwd=workspace).returncode == 0
+    unfilled = _run(installed, "launchlab", "validate", "params/my-server.yaml", cwd=workspace)
+    assert unfilled.returncode == 2 and "line 16: `/models/your-model` is a placeholder" in unfilled.stderr
 
     done = _run(installed, "launchlab", "run", "params/demo.yaml", "--repetitions", "1", cwd=workspace)  # 4 runs decide
     assert done.returncode == 0, done.stderr[-3000:]
@@ -154,7 +156,8 @@ def _mentions(text: str) -> list[str]:
 def test_a_workspace_from_init_is_whole_its_schema_there_and_every_file_it_names_in_it(tmp_path):
     """`launchlab init` of the checkout's own environment (the package's templates, as installed): every
     `$schema=` path resolves inside the workspace, no comment sends the reader to make or the kit's source tree or a
-    params file the workspace lacks, and each params file validates."""
+    params file the workspace lacks, and each params file validates (my-server.yaml once its model placeholder is
+    filled in)."""
     import re
 
     done = subprocess.run([sys.executable, "-m", "launchlab", "init", str(tmp_path)], capture_output=True, text=True,
@@ -169,7 +172,12 @@ def test_a_workspace_from_init_is_whole_its_schema_there_and_every_file_it_names
         json.loads(target.read_text())
         check = subprocess.run([sys.executable, "-m", "launchlab", "validate", str(path)], capture_output=True,
                                text=True, cwd=tmp_path, timeout=120)
-        assert check.returncode == 0, f"{path.name}: {check.stderr}"
+        if path.name == "my-server.yaml":  # the one to fill in: refused until its model placeholder is yours
+            assert check.returncode == 2 and "`/models/your-model` is a placeholder" in check.stderr, check.stderr
+            filled = path.read_text().replace("/models/your-model", "/models/mine")
+            assert params.loads(filled, path.name).experiment == "my-server-first-look"
+        else:
+            assert check.returncode == 0, f"{path.name}: {check.stderr}"
     present = {p.name for p in (tmp_path / "params").iterdir()}
     for path in [*params_files, *(tmp_path / "notebooks").glob("*.ipynb"), tmp_path / "README.md"]:
         for line in _mentions(path.read_text()):

@@ -29,7 +29,7 @@ def _validate(args: argparse.Namespace) -> int:
     from launchlab import params
     from launchlab.runner.plan import make_plan
 
-    exp = params.load(args.params)
+    exp = params.load_filled(args.params)  # a draft's TODO, init's model placeholder: named, never "valid"
     if exp.search is not None:
         size = params.plan_size(exp)
         print(f"{args.params}: valid — threshold search over {exp.search.flag} from {exp.search.low} to "
@@ -47,9 +47,11 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from launchlab import params
     from launchlab.runner import batch
     from launchlab.store import rundir
 
+    params.load_filled(args.params)  # the placeholders the kit wrote (validate says them too): before any launch
     only = tuple(args.only or ())
     if args.dry_run:
         print(batch.dry_run(args.params, only, args.repetitions))

@@ -29,7 +29,7 @@ from launchlab.params.launch import (
     variant_name,
     variant_of,
 )
-from launchlab.params.loading import digest, dump_resolved, load, loads
+from launchlab.params.loading import digest, dump_resolved, load, load_filled, loads, unfilled
 from launchlab.params.schema import (
     DrainSpec,
     Experiment,
@@ -48,6 +48,6 @@ __all__ = [
     "MAX_RUNS", "PLACEHOLDERS", "DesignError", "DrainSpec", "Experiment", "FlagValue", "HostSpec", "LaunchSpec",
     "Level", "LocalSpec", "PlanSize", "ReadySpec", "SamplerSpec", "ServerSpec", "SimSpec", "SmokeSpec", "SshSpec",
     "TemplateError", "Variant", "apply_flags", "baseline_variant", "digest", "dump_resolved", "expand", "json_schema",
-    "load", "loads",
+    "load", "load_filled", "loads", "unfilled",
     "master_addr", "plan_size", "render", "variant_name", "variant_of",
 ]

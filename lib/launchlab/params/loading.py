@@ -44,6 +44,34 @@ def load(path: str | Path) -> Experiment:
     return loads(_decode(raw, str(path)), str(path))
 
 
+# what the kit writes where the user must fill something in: `launchlab diagnose`'s TODO-… words and `# TODO` comments,
+# `launchlab init`'s model placeholder — a file holding one is a draft, not yet an experiment
+_PLACEHOLDER = re.compile(r"\bTODO-[\w-]*|#\s*TODO\b|/models/your-model\b")
+
+
+def unfilled(path: str | Path) -> list[str]:
+    """The placeholders the kit wrote that a params file still holds, each as a problem naming its line (validate and
+    run refuse such a file before anything is launched); the file's own problems are load's."""
+    with safefiles.open_regular(Path(path)) as f:
+        text = _decode(f.read(yamlfile.MAX_FILE_BYTES + 1), str(path))
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if (m := _PLACEHOLDER.search(line)) is not None:
+            what = m.group()
+            hint = ("the server's own command" if what.startswith("TODO-the-server") else
+                    "your model's path" if "your-model" in what else "what the TODO names, then delete the marker")
+            found.append(f"line {number}: `{what.strip()}` is a placeholder the kit wrote: fill in {hint}")
+    return found
+
+
+def load_filled(path: str | Path) -> Experiment:
+    """load, and ParamsError where the file still holds a placeholder the kit wrote (unfilled)."""
+    exp = load(path)
+    if problems := unfilled(path):
+        raise ParamsError(str(path), problems)
+    return exp
+
+
 def _decode(raw: bytes, source: str) -> str:
     """The file's text, or a ParamsError saying why it is not a UTF-8 text file."""
     _check_size(len(raw), source)
