@@ -121,16 +121,21 @@ def test_the_instrumentation_patch_is_a_factor_on_a_real_host_for_its_version(tm
 
 
 def test_a_log_the_kit_cannot_read_enough_from_gets_a_skeleton_with_todo_comments(tmp_path):
-    log = tmp_path / "odd.log"
-    log.write_text("starting my own server\nsomething happened\n")
+    log = tmp_path / "odd.log"  # a logger's lines of a server the kit does not know (issue 65: a non-log is refused)
+    log.write_text("2026-01-01 10:00:00 INFO starting my own server\n2026-01-01 10:00:01 ERROR something happened\n")
     proc = _diagnose(tmp_path, str(log))
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "not read: the server kind" in proc.stdout and "not read: a failure" in proc.stdout
     [out] = tmp_path.glob("*.yaml")  # no params/ here: beside the current folder
     text = out.read_text()
-    assert "# TODO: the server kind" in text and "TODO-the-server-command" in text
+    assert "# not read: the server kind" in text and "TODO-the-server-command" in text
     assert params.load(out).server.kind == "generic"
+    line = next(n for n, t in enumerate(text.splitlines(), start=1) if "TODO-the-server-command" in t)
+    for command in (["validate"], ["run", "--dry-run"]):  # a draft is not an experiment until its TODOs are filled
+        refused = subprocess.run([*LAUNCHLAB, *command, str(out)], capture_output=True, text=True, cwd=tmp_path)
+        assert refused.returncode == 2, refused.stdout
+        assert f"line {line}: `TODO-the-server-command` is a placeholder the kit wrote" in refused.stderr
 
 
 def test_an_existing_file_is_kept_unless_force_and_an_unreadable_log_is_a_message(tmp_path):

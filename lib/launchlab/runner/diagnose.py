@@ -14,6 +14,7 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launchlab.errors import ParseError
 from launchlab.escaping import visible
 from launchlab.logparse import ParsedLog, kinds, logfacts, parse_file
 from launchlab.logparse.common import Failure, open_lines
@@ -26,14 +27,25 @@ _LINE_CHARS = 160  # a quoted log line in the diagnosis and the draft's comments
 _FAILURE_CHARS = 320  # the failure's own line: long enough for the number a KV error ends on
 
 
+# why a server switches custom all-reduce off by itself (logparse/custom_ar.py's reasons): on a PCIe box of more than
+# two GPUs, a build that reads the kind's `forced_on` can have it on all the same; the others it cannot run on there
+FORCEABLE = ("pcie_more_than_two_gpus",)
+SERVER_OFF = ("pcie_more_than_two_gpus", "no_p2p", "spans_nodes", "unsupported_world_size", "missing_library",
+              "disabled_by_server")
+
+
 @dataclass(frozen=True)
 class Finding:
-    """A suspect the log shows switched on, and the line that shows it (None: the dump leaves its switch out)."""
+    """A suspect the log shows, the line that shows it (None: the dump leaves its switch out), and its state there:
+    `on` (switched on), `failed` (it ran, and its own code failed: the suspect of the failure), `off` (the launch
+    switched it off), `server off` (asked on, the server switched it off by itself: `reason` says why)."""
 
     suspect: Suspect
     line: int | None
     text: str
     takes_effect: bool
+    state: str = "on"
+    reason: str | None = None
 
 
 @dataclass
@@ -50,6 +62,8 @@ class Diagnosis:
     failed_ranks: list[str] = field(default_factory=list)
     ready: bool = False
     tp: int = 1
+    parallel: dict = field(default_factory=dict)  # the parallel sizes the log shows (logparse/parallel.py)
+    custom_ar: dict[str, object] = field(default_factory=dict)  # each rank's custom all-reduce state (CustomAR)
     requested: float | None = None
     break_even: float | None = None
     memory: dict[str, float] = field(default_factory=dict)
@@ -63,6 +77,12 @@ def diagnose(logs: list[Path], server: str = "auto", *, gpu_memory_gib: float | 
     ParseError naming it. gpu_memory_gib: the card's total (`--gpu-memory`, or asked of the host), for a kind whose
     break-even needs it and whose log does not state it (a failed launch that printed no profile)."""
     parsed = [parse_file(log, server) for log in logs]
+    for log, one in zip(logs, parsed, strict=True):
+        if not (_server_wrote(one) or logfacts.read(log, one).get("server_version") or _log_like(log)):
+            raise ParseError(f"{log}: nothing in it is a line a server writes — no argument dump, version, startup "
+                             "phase, rank, custom all-reduce, failure or ready line, nor a logger's timestamped "
+                             "lines; give the server's own log (its stdout and stderr, as `… 2>&1 | tee server.log` "
+                             "keeps them)")
     found = Diagnosis(logs=list(logs))
     kind_name = next((p.server for p in parsed if p.server != "generic"), parsed[0].server)
     found.kind = kinds.KINDS.get(kind_name)
@@ -72,7 +92,9 @@ def diagnose(logs: list[Path], server: str = "auto", *, gpu_memory_gib: float | 
         if found.failure is None and one.failure is not None:
             found.failure, found.failure_log = one.failure, log
         found.version = found.version or logfacts.read(log, one).get("server_version")
-    found.tp = _tp_size(found)
+        found.custom_ar = {**one.custom_ar, **found.custom_ar}
+    found.parallel = max((one.parallel for one in parsed), key=lambda p: (p.get("tp", 1), not p.get("tp_at_least")))
+    found.tp = found.parallel.get("tp", 1)
     if found.failure is not None:
         fatal = found.kind.fatal_patterns if found.kind else ()
         found.failed_ranks = _ranks_saying(found.failure_log, found.failure.message, fatal)
@@ -82,12 +104,37 @@ def diagnose(logs: list[Path], server: str = "auto", *, gpu_memory_gib: float | 
     return found
 
 
-def _tp_size(found: Diagnosis) -> int:
-    key = found.kind.log_facts.tp_size if found.kind else None
-    try:
-        return max(1, int(found.args.get(key or "", "1")))
-    except ValueError:
-        return 1
+def _server_wrote(parsed: ParsedLog) -> bool:
+    """Whether a parsed file holds anything a server writes (a README that names a server holds none of it). A
+    failure's words alone (and the phase they place it in) are not enough: a params file or a README quotes "Not
+    enough memory" too — a log of only its traceback is a logger's lines (_log_like)."""
+    return bool(parsed.args or parsed.ranks or parsed.custom_ar or parsed.ready or parsed.debug or parsed.nccl_version
+                or parsed.pids or parsed.http_url or parsed.seen_ranks or parsed.rank_pids or parsed.worker_deaths)
+
+
+# the start of a line a program's logger writes: a timestamp (`[2026-01-01 …`, `INFO 12-01 19:48:40`, llama.cpp's
+# `1.06.520.107 W`), a level word, a process tag (`(Worker_TP1 pid=…)`); Python's traceback, its frames (behind
+# torch's `[rank0]:` too), its exception line and its warnings (`…/quant_api.py:1731: SyntaxWarning: …`)
+_RECORD = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:\[?\d{1,4}[-/.:]\d{1,2}[-/.: T]|\(?[\w ]+ pid=\d+"
+                     r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|.*Traceback \(most recent call last\)"
+                     r"|File \"[^\"]+\", line \d+|[\w.]+(?:Error|Exception): |\S+\.py:\d+: \w+(?:Warning|Error): )")
+
+
+def _log_like(log: Path, lines: int = 200) -> bool:
+    """Whether a file the parser found nothing in reads as a program's log all the same (a server the kit does not
+    know): its first non-empty line, or a quarter of the first 200, start like a logger's records. A README or a
+    params file does not."""
+    seen = hits = 0
+    first = False
+    with closing(open_lines(log)) as text:
+        for line in text:
+            if line.strip():
+                seen += 1
+                hits += (record := bool(_RECORD.match(line)))
+                first = first or (seen == 1 and record)  # a logger's record first: a log, whatever block follows
+            if seen >= lines:
+                break
+    return first or (seen > 0 and hits * 4 >= seen)
 
 
 def _ranks_saying(log: Path, message: str, fatal: tuple[str, ...]) -> list[str]:
@@ -141,11 +188,16 @@ def _number(value) -> float | None:
 
 
 def _findings(found: Diagnosis) -> list[Finding]:
-    """The kind's suspects the arguments show on, each with the line that says so."""
+    """The kind's suspects the log shows, each with the line that says so: custom all-reduce by what its ranks and the
+    failure say first (its own code failing, on, switched off by the server or by the launch), then every suspect by
+    the arguments."""
     if found.kind is None:
         return []
     out = []
     for suspect in found.kind.suspects:
+        if suspect.custom_ar and (seen := _custom_ar_finding(found, suspect)) is not None:
+            out.append(seen)
+            continue
         value = found.args.get(suspect.arg)
         if value is None:
             if not (found.args and suspect.absent_on):
@@ -157,6 +209,39 @@ def _findings(found: Diagnosis) -> list[Finding]:
             continue
         out.append(Finding(suspect, line, text, takes_effect=found.tp > 1 or not suspect.needs_tp))
     return out
+
+
+def _custom_ar_finding(found: Diagnosis, suspect: Suspect) -> Finding | None:
+    """Custom all-reduce as the log's ranks and failure show it (logparse/custom_ar.py), or None where they say
+    nothing: failed in its own code (the failure's reason, a rank's state) — it ran, and is the suspect; active on a
+    rank; switched off by the server by itself (why); switched off by the launch's own flag."""
+    states = found.custom_ar
+    failed = [r for r, s in states.items() if s.state == "failed"]
+    ranks = _rank_list(failed or list(states))
+    if (found.failure is not None and found.failure.reason.startswith("custom_allreduce")) or failed:
+        said = found.failure.message if found.failure is not None and not failed else states[failed[0]].message
+        return Finding(suspect, found.failure.line if found.failure else None,
+                       f"failed in its own code{f' on {ranks}' if failed else ''}: {quote(said)}", True,
+                       state="failed")
+    active = [r for r, s in states.items() if s.state == "active"]
+    if active:
+        return Finding(suspect, None, f"active on {_rank_list(active)}: {quote(states[active[0]].message)}", True)
+    off = [s for s in states.values() if s.state == "disabled"]
+    if not off:
+        return None
+    why = off[0].reason
+    if why in SERVER_OFF:
+        return Finding(suspect, None, f"switched off by the server on {ranks}: {quote(off[0].message)}",
+                       why in FORCEABLE and bool(suspect.forced_on) and found.tp > 1, state="server off", reason=why)
+    return Finding(suspect, None, f"switched off by the launch on {ranks}: {quote(off[0].message)}",
+                   found.tp > 1, state="off", reason=why)
+
+
+def _rank_list(ranks: list[str]) -> str:
+    """'rank 0', 'ranks 0–7'."""
+    from launchlab.verdicts.levelchecks import ranks_text  # 0, 1, 2, 3 → "0–3"
+
+    return f"rank{'s' if len(ranks) > 1 else ''} {ranks_text(ranks)}"
 
 
 def _line_naming(log: Path, arg: str) -> tuple[int | None, str]:
@@ -204,8 +289,12 @@ def _finish(found: Diagnosis) -> str:
 def text(found: Diagnosis) -> str:
     """The diagnosis for the terminal: what failed, where, the numbers that matter, the suspects."""
     kind = found.kind.name if found.kind else "unknown"
-    lines = [f"server: {kind}{' ' + found.version if found.version else ''}; "
-             f"{len(found.logs)} log(s); tensor parallel {found.tp}"]
+    sizes = found.parallel
+    said = f" ({sizes['said']})" if sizes.get("said") else ""
+    more = "".join(f", {name} {sizes[key]}" for name, key in (("pipeline parallel", "pp"), ("data parallel", "dp"))
+                   if sizes.get(key, 1) > 1)
+    lines = [f"server: {kind}{' ' + found.version if found.version else ''}; {len(found.logs)} log(s); tensor parallel "
+             f"{found.tp}{said}{more}"]
     if found.failure is not None:
         f = found.failure
         ranks = f"ranks {', '.join(found.failed_ranks)}" if found.failed_ranks else "ranks not tagged"
@@ -215,11 +304,19 @@ def text(found: Diagnosis) -> str:
         lines.append("no failure: the server became ready")
     lines += _numbers_text(found)
     for finding in found.findings:
-        idle = "" if finding.takes_effect else " — cannot take effect at tensor parallel 1: left out"
+        idle = "" if finding.takes_effect else f" — {_idle(found, finding)}: left out"
         where = f"line {finding.line}: " if finding.line else ""
-        lines.append(f"on: {finding.suspect.what} ({where}{finding.text}){idle}")
+        state = {"server off": "off by the server", "off": "off", "failed": "failed"}.get(finding.state, "on")
+        lines.append(f"{state}: {finding.suspect.what} ({where}{finding.text}){idle}")
     lines += [f"not read: {gap}" for gap in found.missing]
     return "\n".join(lines)
+
+
+def _idle(found: Diagnosis, finding: Finding) -> str:
+    """Why a suspect cannot take effect in the experiment: one GPU, or a box where the server switches it off."""
+    if finding.state == "server off":
+        return f"the server switches it off on this box by itself ({finding.reason}), and no setting forces it on"
+    return f"cannot take effect at tensor parallel {found.tp}"
 
 
 def _numbers_text(found: Diagnosis) -> list[str]:

@@ -167,7 +167,15 @@ def _simulable(found: Diagnosis, notes: list[str]) -> bool:
 
 
 def _gpus(found: Diagnosis) -> int:
-    return found.tp * _int(found.args.get(found.kind.log_facts.dp_size or "", "1") if found.kind else "1")
+    """The GPUs the launch used on one host: tensor × pipeline (× data) parallel (logparse/parallel.py), over its
+    nodes."""
+    sizes = found.parallel
+    return max(1, sizes.get("gpus", found.tp) // sizes.get("nodes", 1))
+
+
+def _gpus_unknown(found: Diagnosis) -> bool:
+    """The log shows nothing of the launch's GPUs: no size stated and no rank beyond 0."""
+    return found.parallel.get("tp_at_least", False) and found.tp == 1
 
 
 def _sim_shape(found: Diagnosis) -> dict:
@@ -191,11 +199,24 @@ def _host(found: Diagnosis, opts: Options, simulated: bool, notes: list[str]) ->
         return [f"  {SIM_HOST}:", "    transport: sim                 # shaped like the log's GPUs (--host NAME: a real one)",
                 f"    gpus: {gpus}", f"    gpu_name: {_q('like the diagnosed log (simulated)')}",
                 f"    mem_total_mib: {shape['mem_total_mib']}", f"    weights_gib_per_rank: {shape['weights_gib_per_rank']}"]
-    count = [f"    gpus: {gpus}"]
+    sizes = found.parallel
+    at_least = f"  # at least: {sizes['said'].removeprefix(f'at least {found.tp}: ')}" if sizes.get("tp_at_least") else ""
+    count = [f"    gpus: {gpus}{at_least}"]
     if gpus > MAX_GPUS:  # what no host has: said, and left to the host's own count
-        notes.append(f"host: TODO — the log's tensor × data parallel sizes make {gpus} GPUs, more than the {MAX_GPUS} "
+        notes.append(f"host: TODO — the log's parallel sizes make {gpus} GPUs on a host, more than the {MAX_GPUS} "
                      "a host may have; `gpus:` is left out (the host's nvidia-smi counts them)")
         count = []
+    elif _gpus_unknown(found):
+        notes.append("host: TODO — the log states no parallel size and tags no rank beyond 0, so it cannot tell how "
+                     "many GPUs the launch used; `gpus:` is left out (the host's nvidia-smi counts them)")
+        count = []
+    elif "nodes" not in sizes and any(state.reason == "spans_nodes" for state in found.custom_ar.values()):
+        notes.append("host: TODO — the launch spanned nodes (its custom all-reduce says the process group spans "
+                     "across nodes) and the log does not say how many; `gpus:` is left out (the host's nvidia-smi "
+                     "counts them)")
+        count = []
+    elif sizes.get("nodes", 1) > 1:
+        notes.append(f"host: the launch spanned {sizes['nodes']} nodes; `gpus:` is one node's share")
     if opts.host is None:
         notes.append("host: TODO — this machine as written; --host NAME names the one that ran the log")
         return [f"  {REAL_HOST}:", "    transport: local               # TODO: the machine of the log (--host NAME)",
@@ -203,10 +224,6 @@ def _host(found: Diagnosis, opts: Options, simulated: bool, notes: list[str]) ->
     if opts.host in _LOCAL:
         return [f"  {REAL_HOST}:", "    transport: local", *count]
     return [f"  {REAL_HOST}:", "    transport: ssh", f"    address: {_q(opts.host)}", *count]
-
-
-def _int(text: str) -> int:
-    return int(text) if text.isdigit() and int(text) > 0 else 1
 
 
 def _command(found: Diagnosis, opts: Options, simulated: bool, notes: list[str]) -> list[str]:
@@ -270,17 +287,27 @@ def _factors(found: Diagnosis, opts: Options, simulated: bool, parts: _Parts) ->
     for finding in found.findings:
         s = finding.suspect
         if not finding.takes_effect:
-            parts.notes.append(f"left out: {s.what} is on in the log but cannot take effect at tensor parallel "
-                               f"{found.tp}")
+            parts.notes.append(
+                f"left out: {s.what} is switched off by the server on this box by itself ({finding.reason}) and "
+                "nothing forces it on" if finding.state == "server off" else
+                f"left out: {s.what} is {finding.state} in the log but cannot take effect at tensor parallel {found.tp}")
             continue
-        if failed_in in PHASES and s.phase in PHASES and PHASES.index(s.phase) > PHASES.index(failed_in):
+        if finding.state != "failed" and failed_in in PHASES and s.phase in PHASES and \
+                PHASES.index(s.phase) > PHASES.index(failed_in):  # its own code failing makes it the suspect
             parts.notes.append(f"left out: {s.what} takes its memory in {s.phase}, after {failed_in} where the launch "
                                "failed: it cannot have caused the failure")
             continue
         where = f"line {finding.line}: " if finding.line else ""
         off = ([f"flags: {_map(s.off_flags)}"] if s.off_flags else []) + ([f"env: {_map(s.off_env)}"] if s.off_env else [])
-        parts.factors[s.name] = (f"{s.what}, on in the log: {where}{finding.text}", {"on": [], "off": off})
-        parts.baseline[s.name] = "on"
+        if finding.state == "server off":  # on this box the server switches it off unless forced: "on" forces it
+            parts.factors[s.name] = (f"{s.what}, off by the server in the log ({where}{finding.text}); 'on' forces "
+                                     f"it: {s.forced_note}", {"off": off, "on": [f"env: {_map(s.forced_on)}"]})
+            parts.notes.append(f"{s.name}: 'on' sets {', '.join(s.forced_on)} — {s.forced_note}")
+        else:
+            said = finding.state if finding.state in ("off", "failed") else "on"
+            parts.factors[s.name] = (f"{s.what}, {said} in the log: {where}{finding.text}",
+                                     {"off": off, "on": []} if said == "off" else {"on": [], "off": off})
+        parts.baseline[s.name] = "on" if finding.state in ("on", "failed") else "off"  # the level the log's ran
     return search, ({} if opts.search else _instrumentation(found, simulated, parts))
 
 
@@ -392,7 +419,7 @@ def _header(found: Diagnosis, notes: list[str]) -> list[str]:
     what = f"{failure.reason} in {failure.phase}" if failure else "no failure"
     lines = [f"# Drafted by `launchlab diagnose` from {quote(logs)}: {what}.",
              "# Check it with `launchlab validate` and `launchlab run --dry-run` before you run it."]
-    lines += [f"# TODO: {quote(gap)}" for gap in found.missing]
+    lines += [f"# not read: {quote(gap)}" for gap in found.missing]  # no placeholder: nothing to fill in
     return lines + [f"# {quote(note)}" for note in notes]
 
 
