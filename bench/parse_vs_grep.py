@@ -4,7 +4,7 @@
 
 Builds a log like one a server writes over days (a real startup, then decode-progress and access lines of 8
 TP ranks), times `grep -E` over it (the reference) and `launchlab.logparse.parse_file` in a fresh process,
-and prints both, their ratio and the parser's peak memory. Targets (issue 12): ratio ≤ 2, peak < 200 MB.
+and prints both, their ratio and the parser's peak memory. Targets: ratio ≤ 1.5 (issue 66), peak < 200 MB.
 Exit status 1 when a target is missed. The file is written to a temporary folder and removed afterwards.
 """
 
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGET_RATIO = 2.0  # issue 12 (issue 3 asked for 5)
+TARGET_RATIO = 1.5  # issue 66 (issue 12 asked for 2, issue 3 for 5)
 HEAD = ROOT / "tests/fixtures/real-logs/sglang-pr11830-tp1-kv-alloc-capture-end.log"
 MARKERS = ("Init torch distributed|Load weight (begin|end)|KV Cache is allocated|Memory pool end|Capture cuda graph"
            "|max_total_num_tokens|Uvicorn running|ready to roll|Not enough memory|Scheduler hit an exception|DEBUG ")

@@ -29,7 +29,7 @@ SPANS_NODES = DATA / "real-logs-multigpu" / "vllm-issue12256-ray-nranks32-custom
 # SGLang's DP attention shares the TP group's GPUs among the DP ranks (`DP7 TP7`: DP rank 7 holds TP rank 7): 8 GPUs
 GPUS = {"sglang-issue6017-dp8-tp8-load-weight-end-kv-pool.log": 8,
         "sglang-issue7691-dp8-tp8-negative-profiled-kv-tokens.log": 8}
-ACROSS_NODES = {SPANS_NODES.name}
+ACROSS_NODES = {SPANS_NODES.name, "sglang-issue4598-tp8-spans-nodes-dist-init-ends-load-weight-begin.log"}
 
 
 def _draft(log: Path, tmp_path: Path, host: str | None = "gpu-box") -> tuple[diagnose.Diagnosis, params.Experiment, str]:
@@ -42,7 +42,7 @@ def _draft(log: Path, tmp_path: Path, host: str | None = "gpu-box") -> tuple[dia
 def test_the_excerpts_span_tensor_parallel_2_to_16_both_kinds_with_and_without_the_argument_dump():
     shown = {name: ORACLES[name]["parallel"] for name in MULTI}
     assert {o["tp"] for o in shown.values()} >= {2, 4, 8, 16, 32}
-    assert {ORACLES[name]["server"] for name in MULTI} == {"sglang", "vllm"}
+    assert {ORACLES[name]["server"] for name in MULTI} >= {"sglang", "vllm"}
     assert {o["tp_at_least"] for o in shown.values()} == {True, False}, "rank tags alone, and a stated size"
 
 

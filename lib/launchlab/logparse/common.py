@@ -41,6 +41,8 @@ _WORLD = re.compile(r"\bworld[_ ]size\s*[=:]?\s*(\d+)|\bnranks\s+(\d+)")
 # a size the server states of itself outside its argument dump (SGLang: `DSA with TP mode is active, dp_size=1,
 # tp_size=8, …`)
 _SIZES = re.compile(r"\b(tp|pp|dp)_size=(\d+)\b")
+# torch's per-rank prefix of a worker's stderr (`[rank1]:[W CudaIPCTypes.cpp:16] …`): a rank the group has
+TORCH_RANK = re.compile(r"^\[rank(\d+)\]:\s?")
 # vLLM's message queue names its local readers (`local_reader_ranks=[1, 2, …, 7]`): ranks on this node
 _READERS = re.compile(r"\blocal_reader_ranks=\[([\d, ]*)\]")
 CUSTOM_AR_STATES = ("active", "disabled", "failed")  # weakest evidence first: a later state never loses to an earlier one

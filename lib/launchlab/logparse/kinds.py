@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from launchlab.logparse import generic, llamacpp, sglang, tgi, transformers, trtllm, vllm
+from launchlab.logparse import generic, llamacpp, lmdeploy, sglang, tgi, transformers, trtllm, vllm
 from launchlab.logparse.serverkind import ServerKind
 
 # In this order: detection breaks a tie for the kind named first, and params and the CLI list them so.
-KINDS: dict[str, ServerKind] = {m.KIND.name: m.KIND for m in (sglang, vllm, transformers, tgi, trtllm, llamacpp, generic)}
+KINDS: dict[str, ServerKind] = {m.KIND.name: m.KIND for m in (sglang, vllm, transformers, tgi, trtllm, llamacpp,
+                                                             lmdeploy, generic)}
 
 
 def kinds_of(servers: Iterable[str | None]) -> list[ServerKind]:

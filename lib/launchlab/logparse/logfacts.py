@@ -38,10 +38,17 @@ def read(path: str | Path, parsed: ParsedLog) -> dict:
     totals = {f"{v:.2f}" for fields in parsed.ranks.values() for k, v in fields.items() if k in _GPU_TOTAL}
     values = {"gpu_total_gib": ", ".join(sorted(totals)) or None,
               "server_version": version, **parsed.facts, "nccl_version": parsed.nccl_version,
-              "model": _arg(parsed.args, kind.model), "tp_size": _arg(parsed.args, kind.tp_size),
+              "model": _arg(parsed.args, kind.model), "tp_size": _arg(parsed.args, kind.tp_size) or _stated_tp(parsed),
               "dp_size": _arg(parsed.args, kind.dp_size), "python": python}
     found.update({k: v for k, v in values.items() if v is not None})
     return found
+
+
+def _stated_tp(parsed: ParsedLog) -> str | None:
+    """The TP size the log states outside its argument dump (logparse/parallel.py: `tp_size=8` in a line, a process
+    group's size); a size only the rank tags bound is not a stated fact."""
+    sizes = parsed.parallel
+    return str(sizes["tp"]) if sizes and not sizes.get("tp_at_least", True) else None
 
 
 def _head_facts(path: str | Path, kind: LogFacts) -> tuple[str | None, str | None]:

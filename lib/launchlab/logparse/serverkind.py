@@ -2,7 +2,7 @@
 
 A kind's module (sglang.py, vllm.py, transformers.py, tgi.py, trtllm.py, llamacpp.py, generic.py) ends with
 `KIND = ServerKind(…)`; kinds.py registers it. A kind whose statements are one line each declares tables for
-tableparser.py instead of writing a parser class (tgi, trtllm, llamacpp). Everything the kit does differently per
+tableparser.py instead of writing a parser class (tgi, trtllm, llamacpp, lmdeploy). Everything the kit does differently per
 server reads this record: detection and parsing of a log, the lifecycle's ready and fatal lines, params validation
 of `server.kind`, `launchlab parse --server` and the report's memory budget.
 """
@@ -110,6 +110,7 @@ class Relaunch:
     sim_card_mib  (free GiB before the weights, reserved_mib=, custom_ar=) → the memory of a simulated card on
                   which the simulator's rank sees that much free: a box shaped like a log's GPUs
     compiles      its first start on a machine compiles kernels that later starts reuse (a warm-up run is due)
+    port_flag     the flag its port is given with (`{port}` follows it)
     """
 
     launcher: tuple[str, ...]
@@ -118,6 +119,7 @@ class Relaunch:
     simulated: tuple[str, ...] | None = None
     sim_card_mib: Callable[..., int] | None = None
     compiles: bool = False
+    port_flag: str = "--port"
 
 
 @dataclass(frozen=True)

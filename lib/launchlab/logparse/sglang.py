@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from launchlab.logparse import custom_ar, speculative
 from launchlab.logparse.arguments import call_arguments
 from launchlab.logparse.common import (
+    TORCH_RANK,
     ParsedLog,
     anchors,
     classify,
@@ -181,6 +182,8 @@ class SGLangParser:
     def feed(self, number: int, text: str) -> None:
         log = self.log
         log.line = number
+        if text[:5] == "[rank" and (torch_rank := TORCH_RANK.match(text)) is not None:
+            log.seen_ranks.add(torch_rank.group(1))
         m = _PREFIX.search(text)
         if m is None:
             self._unprefixed(number, text)

@@ -102,6 +102,7 @@ class TableParser:
         self.in_traceback = False
         self.frames = Attribution()
         self.reloading = False  # between a wake after ready and ready again: the reload's own startup
+        self.opened: tuple[int, str] | None = None  # the line that opened the traceback being read
 
     @property
     def wants_every_line(self) -> bool:
@@ -214,6 +215,7 @@ class TableParser:
         # warning's stack: reading every line after it for an exception line that never comes ran at ~2 MB/s)
         if not self.in_traceback and (_TRACEBACK in msg or (not log.ready and FRAME.search(msg))):
             self.in_traceback = True
+            self.opened = (number, msg)
             self.frames = Attribution()
             self.frames.see(msg, self.log.line)
 
@@ -240,6 +242,11 @@ class TableParser:
         return True
 
     def result(self) -> ParsedLog:
+        log = self.log
         if self.in_traceback:  # the log ends inside a traceback
-            self.frames.conclude(self.log)
-        return self.log
+            if log.failure is None and not log.ready and self.opened is not None:
+                # cut before its exception line (a paste's end): an uncaught error before ready, where it opened
+                log.line, message = self.opened
+                log.fail("exception", None, message)
+            self.frames.conclude(log)
+        return log

@@ -34,8 +34,10 @@ _FUNCTIONS = {
     "init_distributed_environment": "dist_init", "initialize_model_parallel": "dist_init",
     "init_torch_distributed": "dist_init", "init_model_parallel_group": "dist_init", "ncclCommInitRank": "dist_init",
     "init_worker_distributed_environment": "dist_init", "ensure_model_parallel_initialized": "dist_init",
+    "init_device": "dist_init",  # vLLM's worker: its device, then its process group (an NCCL error raised there)
     # weights
     "load_model": "weights", "load_weights": "weights", "get_model": "weights",
+    "_create_weight": "weights", "create_shared_weights": "weights",  # LMDeploy's TurboMind, per GPU thread
     # KV sizing: vLLM's profile run and block count, SGLang's memory pool; the KV-cache managers' own setup
     "determine_num_available_blocks": "kv_cache", "determine_available_memory": "kv_cache",
     "_initialize_kv_caches": "kv_cache", "profile_run": "kv_cache", "_dummy_sampler_run": "kv_cache",

@@ -62,7 +62,9 @@ TABLES = Tables(
         Statement(re.compile(r"Started server process"), "http"),
     ),
     failures=(
-        FailureLine(re.compile(r"maxTokensInPagedKvCache(?: \(\d+\))? must be large enough"), "kv_cache_no_memory",
+        # the cache cannot hold one sequence of the engine's longest length (beam × tokens per block × blocks per
+        # sequence): a shorter max length is the fix, as for vLLM's "max seq len … larger than the available KV cache"
+        FailureLine(re.compile(r"maxTokensInPagedKvCache(?: \(\d+\))? must be large enough"), "max_len_exceeds_kv",
                     "kv_cache"),
         # the PyTorch executor's report: its first line, then the component it could not create
         FailureLine(re.compile(r"Executor creation failed due to insufficient GPU memory"), "exception"),
@@ -77,6 +79,11 @@ TABLES = Tables(
         FailureLine(re.compile(r"^\d+\s+0x[0-9a-f]+ .*(?:CustomAllReduce|AllReduceWorkspace|AllReduceBuffers|IpcMemory::)"),
                     "custom_allreduce_failed", amends=True, custom_ar=True),
         FailureLine(re.compile(r"^\S*\): out of memory \("), "cuda_oom", amends=True),  # the line above, wrapped
+        # an assert in the KV cache's block manager (the executor's `Assertion failed: mNextBlocks.empty()
+        # (…/batch_manager/kvCacheManager.cpp:256)`), or its C++ frames under another error: the KV cache's code
+        FailureLine(re.compile(r"Assertion failed: .*\(\S*/(?:kvCache\w*|\w*[Cc]acheManager)\.(?:cpp|h):\d+\)"), "exception",
+                    "kv_cache"),
+        FailureLine(re.compile(r"^\d+\s+0x[0-9a-f]+ .*::kv_cache_manager::"), "exception", "kv_cache", amends=True),
         CUDA_OOM,
         FailureLine(re.compile(r"\[TensorRT-LLM\]\[ERROR\]|\[TRT-LLM(?: AUTO-DEPLOY)?\] (?:\[RANK \d+\] )?\[E\]"
                                r"|Failed to create instance"), "exception"),

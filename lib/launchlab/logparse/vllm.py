@@ -25,6 +25,7 @@ from datetime import datetime
 from launchlab.logparse import custom_ar, speculative
 from launchlab.logparse.arguments import call_arguments, config_arguments, mapping_arguments
 from launchlab.logparse.common import (
+    TORCH_RANK,
     Failure,
     ParsedLog,
     WorkerDeath,
@@ -56,7 +57,6 @@ ANCHORS = ("Loading model weights", "Model loading took", "Starting to load mode
 _TAG = re.compile(r"(?:\(|^)(?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s?")
 # where a record starts inside a flattened paste (records joined by spaces on one line): its process tag and level
 _RECORDS = re.compile(r"(?=\([A-Za-z_][\w ]*?(?: rank=\d+)? pid=\d+(?:, ip=[\w.:]+)?\) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )")
-_TORCH_RANK = re.compile(r"^\[rank(\d+)\]:\s?")  # torch's per-rank prefix of a worker's stderr
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")  # Ray's deduplication suffix
 _WRAPPED = re.compile(r"[\d:]$")  # a statement cut by the terminal ends in its number or its colon
 _LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
@@ -122,7 +122,7 @@ _STATEMENTS = [
 _FAILURES = [
     (re.compile(r"No available memory for the cache blocks"), "kv_cache_no_memory", "kv_cache"),
     (re.compile(r"is larger than the maximum number of tokens that can be stored in KV cache"
-                r"|To serve at least one request with the models's max seq len"), "max_len_exceeds_kv", "kv_cache"),
+                r"|To serve at least one request with the models?'s max seq len"), "max_len_exceeds_kv", "kv_cache"),
     (re.compile(r"Free memory on device \([\d./ ]+GiB\) on startup is less than desired"), "kv_cache_no_memory", "startup"),
     (re.compile(r"custom_all_reduce\.cuh:\d+(?: '[^']+'|: CUDA error)"), "custom_allreduce_failed", None),
     (re.compile(r"CUDA out of memory"), "cuda_oom", None),
@@ -136,6 +136,13 @@ _WRAPPERS = re.compile(r"EngineCore failed to start|EngineCore hit an exception|
 _DUMMY = re.compile(r"\b_?dummy_")  # vLLM's memory profiling runs the model on dummy inputs
 _MAX_LEN = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
                       r"\((\d+)\)")
+# V1's "To serve at least one request with the model's max seq len (131072), (4.54 GiB KV cache is needed, which is
+# larger than the available KV cache memory (1.71 GiB). Based on the available memory, the estimated maximum model
+# length is 5632." — its figures, each optional: a terminal may cut the message anywhere (read whole once rejoined)
+_MAX_LEN_V1 = re.compile(r"max seq len \((\d+)\)(?:, \(([\d.]+) GiB KV cache is needed(?:, which is larger than the "
+                         r"available KV cache memory \(([\d.]+) GiB\)(?:\. Based on the available memory, the "
+                         r"estimated maximum model length is (\d+))?)?)?")
+_MAX_LEN_V1_FIELDS = ("max_model_len", "kv_needed_gib", "kv_avail_gib", "estimated_max_model_len")
 _FRAME_EVIDENCE = re.compile(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")
 # zero KV blocks (V0 "# GPU blocks: 0", 0.7 – 0.10 "# cuda blocks: 0"): the traceback that follows is the KV failure
 _ZERO_BLOCKS = re.compile(r"# \w+ blocks: 0\b")
@@ -209,9 +216,9 @@ class VLLMParser:
         tag = _TAG.search(text)
         rest = text[tag.end():] if tag else text
         if rest[:5] == "[rank":
-            if (torch_rank := _TORCH_RANK.match(rest)) is not None:
+            if (torch_rank := TORCH_RANK.match(rest)) is not None:
                 self.log.seen_ranks.add(torch_rank.group(1))  # a rank the group has (parallel.py)
-            rest = _TORCH_RANK.sub("", rest)
+            rest = TORCH_RANK.sub("", rest)
         m = _LINE.search(rest)
         rank = self._rank(tag)
         if tag is not None:
@@ -261,6 +268,8 @@ class VLLMParser:
         """A statement the terminal wrapped ("GPU KV cache size: 532,032" / "tokens"): parsed whole, at its first line."""
         number, msg, t, rank = pending
         joined = f"{msg} {text}"
+        if "max seq len (" in msg:  # a V1 max-len message cut mid-word: "… (4.26 GiB KV cach" / "e is needed, …"
+            return self._rejoin_max_len(number, msg, text)
         if (ar := custom_ar.recognise(joined)) is not None and ar.reason is not None:
             self.log.note_custom_ar(rank, ar)  # "… disabled because this process group" / "spans across nodes."
             return True
@@ -269,6 +278,15 @@ class VLLMParser:
                 line, self.log.line = self.log.line, number
                 match_statement(self.log, [row], joined, t, rank, number)
                 self.log.line = line
+                return True
+        return False
+
+    def _rejoin_max_len(self, number: int, msg: str, text: str) -> bool:
+        """The rest of a cut max-len message (a line with no tag of its own): its figures read from the whole. The
+        failure keeps the first line; where the cut split a word the pieces join without a space."""
+        for joined in (msg + text, f"{msg} {text}"):
+            if (m := _MAX_LEN_V1.search(joined)) is not None and m.group(3) is not None:
+                self._max_len_v1(joined, number)
                 return True
         return False
 
@@ -415,8 +433,10 @@ class VLLMParser:
         if headerless and self.code_line is not None and self.code_line[0] >= number - 2:
             self.frames.call(self.code_line[1], self.code_line[0])  # the code line above it calls into it: its first line
         self.frames.see(msg, number)
-        if self.level == "ERROR" and msg[:1] == " " and not self.in_traceback:
-            if msg.lstrip()[:1] not in "^~":  # the carets under a call point at it: the call's line stays
+        # a code line outside a traceback: an ERROR record's (indented), or an untagged line before an excerpt's first
+        # frame (its indent stripped with its tag) — kept only for a frame on one of the next two lines
+        if ((self.level == "ERROR" and msg[:1] == " ") or (self.level is None and not log.ready)) and not self.in_traceback:
+            if msg.lstrip()[:1] not in "^~" and "(" in msg:  # carets and a call's continuation: the call's line stays
                 self.code_line = (number, msg)
         else:
             self.code_line = None
@@ -429,6 +449,8 @@ class VLLMParser:
         if (too_long := _MAX_LEN.search(msg)) is not None:
             log.record(None, "0", "max_model_len", float(too_long.group(1)), 0)
             log.record(None, "0", "kv_tokens", float(too_long.group(2)), 0)
+        if "max seq len (" in msg and self._max_len_v1(msg, number):
+            self.pending = (number, msg, t, rank)  # cut by the terminal: the next line may hold the rest
         for rx, reason, phase in _FAILURES:
             if rx.search(msg):
                 old = log.failure
@@ -444,7 +466,9 @@ class VLLMParser:
                 self.frame_evidence = False
                 return
         if self.in_traceback and _FRAME_EVIDENCE.search(msg):
-            self.frame_evidence = log.failure is None or log.failure.reason == "exception"
+            # the frame's call and its own `File … in check_enough_kv_cache_memory` line both name it: the evidence
+            # stays a frame's until an exception line says what went wrong
+            self.frame_evidence = self.frame_evidence or log.failure is None or log.failure.reason == "exception"
             log.fail("kv_cache_no_memory", "kv_cache", msg)
             return
         found = exception_line(msg)
@@ -463,6 +487,16 @@ class VLLMParser:
             else:
                 log.fail(reason, phase, msg)
             self.in_traceback = self.headerless = False
+
+    def _max_len_v1(self, msg: str, number: int) -> bool:
+        """V1's figures of a max seq len the KV cache cannot hold, on rank 0; True where the message stops before
+        its last figure (a wrapped line)."""
+        if (m := _MAX_LEN_V1.search(msg)) is None:
+            return False
+        for name, value in zip(_MAX_LEN_V1_FIELDS, m.groups(), strict=True):
+            if value is not None:
+                self.log.record(None, "0", name, float(value), number)
+        return m.group(4) is None and not msg.rstrip().endswith(".")
 
     def _frame_phase(self) -> str | None:
         return self.frames.phase or ("kv_cache" if self.dummy else None)
@@ -629,7 +663,9 @@ KIND = ServerKind(
     # and the ASCII banner of ≥ 0.2x: "… █ ▀▄▀ █  version 0.23.0"
     log_facts=LogFacts(version=re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+-]*)|[█▀▄] +version v?(\d+\.\d+[\w.+-]*)"
                                           r"|Initializing an? (?:V1 )?LLM engine \(v(\d+\.\d+[\w.+-]*)\)"
-                                          r"|\bvLLM version:? v?(\d+\.\d+[\w.+-]*)|\bvllm==(\d+\.\d+[\w.+-]*)"),
+                                          r"|\bvLLM version:? v?(\d+\.\d+[\w.+-]*)|\bvllm==(\d+\.\d+[\w.+-]*)"
+                                          # an egg's install path in the frames, a container image's tag
+                                          r"|/vllm-(\d+\.\d+[\w.+]*?)-py\d|\bvllm-openai:v(\d+\.\d+[\w.+-]*)"),
                        package="vllm", model="model", tp_size="tensor_parallel_size", dp_size="data_parallel_size",
                        pp_size="pipeline_parallel_size",
                        labels={"engine": "vLLM engine generation"}),

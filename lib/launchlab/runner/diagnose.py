@@ -34,6 +34,9 @@ SERVER_OFF = ("pcie_more_than_two_gpus", "no_p2p", "spans_nodes", "unsupported_w
               "disabled_by_server")
 
 
+_TOO_LONG = ("max_model_len", "kv_needed_gib", "kv_avail_gib", "estimated_max_model_len")
+
+
 @dataclass(frozen=True)
 class Finding:
     """A suspect the log shows, the line that shows it (None: the dump leaves its switch out), and its state there:
@@ -64,6 +67,7 @@ class Diagnosis:
     tp: int = 1
     parallel: dict = field(default_factory=dict)  # the parallel sizes the log shows (logparse/parallel.py)
     custom_ar: dict[str, object] = field(default_factory=dict)  # each rank's custom all-reduce state (CustomAR)
+    too_long: dict[str, float] = field(default_factory=dict)  # a max-length failure's figures (max_model_len, …)
     requested: float | None = None
     break_even: float | None = None
     memory: dict[str, float] = field(default_factory=dict)
@@ -93,6 +97,8 @@ def diagnose(logs: list[Path], server: str = "auto", *, gpu_memory_gib: float | 
             found.failure, found.failure_log = one.failure, log
         found.version = found.version or logfacts.read(log, one).get("server_version")
         found.custom_ar = {**one.custom_ar, **found.custom_ar}
+        for fields in one.ranks.values():
+            found.too_long.update({k: v for k, v in fields.items() if k in _TOO_LONG and k not in found.too_long})
     found.parallel = max((one.parallel for one in parsed), key=lambda p: (p.get("tp", 1), not p.get("tp_at_least")))
     found.tp = found.parallel.get("tp", 1)
     if found.failure is not None:
@@ -114,10 +120,12 @@ def _server_wrote(parsed: ParsedLog) -> bool:
 
 # the start of a line a program's logger writes: a timestamp (`[2026-01-01 …`, `INFO 12-01 19:48:40`, llama.cpp's
 # `1.06.520.107 W`), a level word, a process tag (`(Worker_TP1 pid=…)`); Python's traceback, its frames (behind
-# torch's `[rank0]:` too), its exception line and its warnings (`…/quant_api.py:1731: SyntaxWarning: …`)
+# torch's `[rank0]:` too), its exception line and its warnings (`…/quant_api.py:1731: SyntaxWarning: …`); C++'s
 _RECORD = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:\[?\d{1,4}[-/.:]\d{1,2}[-/.: T]|\(?[\w ]+ pid=\d+"
                      r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|.*Traceback \(most recent call last\)"
-                     r"|File \"[^\"]+\", line \d+|[\w.]+(?:Error|Exception): |\S+\.py:\d+: \w+(?:Warning|Error): )")
+                     r"|File \"[^\"]+\", line \d+|[\w.]+(?:Error|Exception): |\S+\.py:\d+: \w+(?:Warning|Error): "
+                     # C++: an assert's `file.cpp:2320: GGML_ASSERT(…)`, a backtrace's frames, a library's own tag
+                     r"|\S+\.(?:c|cc|cpp|cu|h|hpp):\d+: |#\d+ +\S|\d+ +0x[0-9a-f]+ |\[(?:TensorRT-LLM|TM)\]\[)")
 
 
 def _log_like(log: Path, lines: int = 200) -> bool:
@@ -300,6 +308,8 @@ def text(found: Diagnosis) -> str:
         ranks = f"ranks {', '.join(found.failed_ranks)}" if found.failed_ranks else "ranks not tagged"
         lines.append(f"failed: {f.reason} in {f.phase} ({ranks}; line {f.line} of {found.failure_log.name}): "
                      f"{quote(f.message, _FAILURE_CHARS)}")
+        if f.reason == "max_len_exceeds_kv":
+            lines.append(_too_long(found.too_long, _MAX_LENGTH.get(kind, "the server's maximum length")))
     elif found.ready:
         lines.append("no failure: the server became ready")
     lines += _numbers_text(found)
@@ -310,6 +320,25 @@ def text(found: Diagnosis) -> str:
         lines.append(f"{state}: {finding.suspect.what} ({where}{finding.text}){idle}")
     lines += [f"not read: {gap}" for gap in found.missing]
     return "\n".join(lines)
+
+
+# what sets the longest request a KV cache must hold, per kind (the fix of max_len_exceeds_kv)
+_MAX_LENGTH = {"vllm": "--max-model-len", "sglang": "--context-length",
+               "trtllm": "the engine's max_seq_len (or max_tokens_in_paged_kv_cache)"}
+
+
+def _too_long(figures: dict[str, float], setting: str) -> str:
+    """What a max-length failure asks for: not more memory first, a shorter longest request (its figures as logged)."""
+    said = []
+    if "kv_needed_gib" in figures and "kv_avail_gib" in figures:
+        said.append(f"one request at the longest length needs {figures['kv_needed_gib']:g} GiB of KV cache, "
+                    f"{figures['kv_avail_gib']:g} GiB are there")
+    if "max_model_len" in figures:
+        said.append(f"max length {figures['max_model_len']:,.0f} tokens")
+    if "estimated_max_model_len" in figures:
+        said.append(f"the server estimates {figures['estimated_max_model_len']:,.0f} fit")
+    return (f"the fix: lower {setting} (the longest request, not the memory, is what does not fit)"
+            + (f" — {'; '.join(said)}" if said else "") + "; or more memory for the KV cache")
 
 
 def _idle(found: Diagnosis, finding: Finding) -> str:

@@ -230,10 +230,11 @@ def _command(found: Diagnosis, opts: Options, simulated: bool, notes: list[str])
     """The launch: as typed (--command), else rebuilt from the log's argument dump by the kind's Relaunch, the
     memory flag left to its factor; the simulator's launcher in front when the host is simulated."""
     relaunch = found.kind.relaunch if found.kind else None
+    port_flag = relaunch.port_flag if relaunch else "--port"
     if opts.command:
-        words = _with_port(shlex.split(opts.command))
+        words = _with_port(shlex.split(opts.command), port_flag)
     elif relaunch and found.args:
-        words = _rebuilt(found) + PORT
+        words = _rebuilt(found) + (PORT if port_flag == "--port" else [port_flag, "{port}"])
         notes.append("command: reconstructed from the log's argument dump (a flag the log does not show is not "
                      "there); --command \"…\" gives the one you ran")
     else:
@@ -245,11 +246,11 @@ def _command(found: Diagnosis, opts: Options, simulated: bool, notes: list[str])
     return words
 
 
-def _with_port(words: list[str]) -> list[str]:
-    if "--port" in words[:-1]:
-        i = words.index("--port")
+def _with_port(words: list[str], flag: str = "--port") -> list[str]:
+    if flag in words[:-1]:
+        i = words.index(flag)
         return [*words[: i + 1], "{port}", *words[i + 2:]]
-    return words + ["--port", "{port}"]
+    return words + [flag, "{port}"]
 
 
 def _rebuilt(found: Diagnosis) -> list[str]:
