@@ -27,12 +27,17 @@ _READY = re.compile(r"Uvicorn running on (?:https?://)")
 _ENGINE_CONFIG = re.compile(r"\b(Turbomind|Pytorch)EngineConfig\(")
 _INI_START = re.compile(r"\bmodel_config:\s*$")  # TurboMind's converted model config follows, one `key = value` a line
 _INI_LINE = re.compile(r"^\s*(?:\[\w+\]|(\w+) = (.*?))\s*$")
+# the PyTorch engine's report of its TP processes' errors, one per process: `Init tp model failed with error:
+# [RuntimeError('…'), RuntimeError('…')]` — as many ranks as it lists (a line cut short lists at least that many)
+_TP_ERRORS = re.compile(r"Init tp model failed with error: \[(.*)")
+_TP_ERROR = re.compile(r"\b\w+(?:Error|Exception)\(")
 _TURBOMIND = re.compile(r"\[TM\]\[|TurbomindEngineConfig|/turbomind/|gemm_config\.in is not found")
 _PYTORCH = re.compile(r"PytorchEngineConfig|/lmdeploy/pytorch/")
 
 TABLES = Tables(
     server="lmdeploy",
-    anchors=("[TM][ERROR]", "out of memory", "Exception in", "RuntimeError", "CUDA runtime error"),
+    anchors=("[TM][ERROR]", "out of memory", "Exception in", "RuntimeError", "CUDA runtime error",
+             "negative dimension", "Init tp model"),
     startup_anchors=("lmdeploy", "EngineConfig", "model_config", "model params", "[TM]", "BlockManager",
                      "Started server process", "Uvicorn running", "_create_weight", "gemm_config"),
     ready=_READY,
@@ -53,6 +58,10 @@ TABLES = Tables(
         FailureLine(re.compile(r"\[TM\]\[ERROR\] CUDA runtime error: out of memory"), "cuda_oom"),
         CUDA_OOM,
         FailureLine(re.compile(r"\[TM\]\[ERROR\]"), "exception"),
+        # the PyTorch engine's cache blocks are a tensor [blocks, block size, heads, head dim]: a negative first
+        # dimension is a block count below zero, sized from the memory left after the weights
+        FailureLine(re.compile(r"Trying to create tensor with negative dimension -\d+: \[-\d+, "), "exception",
+                    "kv_cache"),
         FailureLine(re.compile(r"^ERROR:\s+Exception in ASGI application"), "exception"),  # a request's, once up
     ),
     http_url=re.compile(r"Uvicorn running on (\S+)"),
@@ -86,6 +95,8 @@ class LMDeployParser(TableParser):
                 log.args.setdefault(name, value)
             if (tp := log.args.get("tp", "")).isdigit():
                 log.stated_sizes.setdefault("tp", int(tp))
+        if "Init tp model" in text and (errors := _TP_ERRORS.search(text)) is not None:
+            log.seen_ranks.update(str(rank) for rank in range(len(_TP_ERROR.findall(errors.group(1)))))
         if "backend" not in log.facts:  # LMDeploy's own word for its engine (`--backend turbomind|pytorch`)
             if _TURBOMIND.search(text):
                 log.facts["backend"] = "turbomind"

@@ -245,6 +245,8 @@ class ServerKind:
     states          the states the kit reads from its log that flags and environment variables set (State): an
                     environment variable is evidence of a level only where this table (or LIBRARY_ENV) says the
                     server reads it
+    max_length      what sets the longest request its KV cache must hold (a flag, or words where no flag does): the
+                    fix diagnose says for `max_len_exceeds_kv`. None: it does not say
     usable          (parsed log as parsed.json holds it) → why a launch that started cannot serve one request at its
                     own context length (SGLang: a KV pool of fewer tokens than `context_len`), in words; None: it can,
                     or the log does not say. None: the kind refuses such a launch by itself (vLLM) or does not say
@@ -273,6 +275,7 @@ class ServerKind:
     pool_cap_args: tuple[str, ...] = ()
     states: tuple[State, ...] = ()
     usable: Callable[[dict], str | None] | None = None
+    max_length: str | None = None
 
     def reads_env(self, name: str, version: str | None = None) -> Setting | None:
         """The setting an environment variable is to this kind's server (of this version), or None when the kit

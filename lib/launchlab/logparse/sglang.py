@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from launchlab.logparse import custom_ar, speculative
-from launchlab.logparse.arguments import call_arguments
+from launchlab.logparse.arguments import call_arguments, config_arguments
 from launchlab.logparse.common import (
     TORCH_RANK,
     ParsedLog,
@@ -110,6 +110,9 @@ _OVER_CAP = re.compile(r"max_total_tokens=(\d+) is larger than the profiled valu
 # a flag SGLang's argparse takes and ignores (its DeprecatedAction stores nothing): the level it set never took effect
 _IGNORED_FLAG = re.compile(r"The command line argument '--([\w-]+)' is deprecated and will be removed in future versions")
 _SERVER_ARGS = "server_args=ServerArgs("
+# a piece of that dump on a line of its own: a parallel size among five or more `name=value, ` pairs
+_DUMP_PIECE = re.compile(r"\b(?:tp|pp|dp)_size=\d+, ")
+_PAIR = re.compile(r"\b\w+=[^,=]*, ")
 _SETTINGS = ("mem_fraction_static", "tp_size")  # also kept as events, for the frames
 _SUMMARY_PAIR = re.compile(r"(\w+)=(-?[\d.]+)( GB)?")  # max_total_num_tokens=…, context_len=…, available_gpu_mem=… GB
 # The scheduler's watchdog before it kills the server (older "Watchdog timeout (…)", newer "Scheduler watchdog
@@ -234,9 +237,19 @@ class SGLangParser:
             self.frames.see("Traceback (most recent call last):")
             self.frames.see(text, number)
             return
+        if "_size=" in text and _DUMP_PIECE.search(text) and len(_PAIR.findall(text)) >= 5:
+            self._dump_piece(text)
+            return
         # a bare message (pasted without its prefix) or a line of another program
         if self.anchors.contains(text):
             self._message(number, text.strip(), None, "0", bare=True)
+
+    def _dump_piece(self, text: str) -> None:
+        """A piece of the argument dump a paste or a store broke across lines (`…, tp_size=1, pp_size=2, …` with no
+        prefix): its whole pairs, never overriding the dump's own line; its first and last pair may be cut."""
+        pairs = list(config_arguments(text).items())
+        for name, value in pairs[1:-1] if len(pairs) > 2 else []:
+            self.log.args.setdefault(name, value)
 
     def _message(self, number: int, msg: str, t: datetime | None, rank: str, bare: bool = False,
                  process: str = "") -> None:
@@ -507,6 +520,7 @@ def _sim_card_mib(free_before_weights_gib: float, *, reserved_mib: int, custom_a
 
 KIND = ServerKind(
     name="sglang",
+    max_length="--context-length",  # what a max_len_exceeds_kv asks to lower
     evidence=re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+)*\] "
                         r"|\[\d{2}:\d{2}:\d{2} TP\d+\] |server_args=ServerArgs|sglang|KV Cache is allocated"
                         r"|Load weight (?:begin|end)"),

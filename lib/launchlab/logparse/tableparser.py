@@ -233,10 +233,18 @@ class TableParser:
         for name, value in oom_fields(msg).items():
             self.log.record(None, self._rank(msg), name, value, self.log.line)
         line = next((line for line in self.tables.failures if line.rx.search(msg)), None)
+        reason = line.reason if line is not None else classify(msg) if found[0] != "KeyboardInterrupt" else "exception"
+        old = self.log.failure
+        if old is not None and exception_line(old.message) is not None:
+            # a traceback ended already said what failed (two processes' tracebacks in one log): the first stays,
+            # unless it said only `exception` and this one says more
+            if old.reason == "exception" and reason != "exception":
+                self.log.fail(reason, line.phase if line is not None else None, msg)
+            return True
         if line is not None:
             self.log.refine(line.reason, msg, line.phase)
         else:
-            self.log.refine(classify(msg) if found[0] != "KeyboardInterrupt" else "exception", msg)
+            self.log.refine(reason, msg)
         if line is None or line.phase is None:  # the frames say where it failed
             self.frames.conclude(self.log)
         return True

@@ -28,6 +28,8 @@ FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+,? in (?P<func>[\w<>*]+)')
 # a traceback's frame at the start of a line: the first line of an excerpt that starts inside a traceback
 HEADERLESS_FRAME = re.compile(r'\s*File "[^"]+", line \d+, in [\w<>*]+')
 _CALL = re.compile(r"(\w+)\(")
+# an executor running a method on its workers by name (`self._run_workers("init_device")`, V1's `collective_rpc(…)`)
+_WORKER_METHOD = re.compile(r"""\b(?:_run_workers|collective_rpc)\(\s*["'](\w+)["']""")
 _METHOD = re.compile(r"Error executing method '?(\w+)")
 _FUNCTIONS = {
     # distributed init (the communicator NCCL creates there: `ncclCommInitRank`)
@@ -126,6 +128,7 @@ class Attribution:
             self._name("weights", line, True)
             return
         phases = [phase for name in _CALL.findall(text) if (phase := _FUNCTIONS.get(name)) is not None]
+        phases += [phase for name in _WORKER_METHOD.findall(text) if (phase := _METHODS.get(name)) is not None]
         self._name(phases[-1] if phases else None, line, draft)
 
     def _name(self, phase: str | None, line: int, draft: bool) -> None:

@@ -94,6 +94,7 @@ TABLES = Tables(
 
 KIND = ServerKind(
     name="trtllm",
+    max_length="the engine's max_seq_len (or max_tokens_in_paged_kv_cache)",  # what a max_len_exceeds_kv asks to lower
     evidence=re.compile(r"\[TensorRT-LLM\]|\[TRT-LLM(?: AUTO-DEPLOY)?\]|trtllm-serve|tensorrt_llm|maxTokensInPagedKvCache"
                         r"|Executor creation failed due to insufficient GPU memory|Free GPU memory before component "
                         r"creation attempt"),

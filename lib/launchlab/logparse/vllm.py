@@ -634,6 +634,7 @@ def _budget_row(run, v, budget) -> dict | None:
 
 KIND = ServerKind(
     name="vllm",
+    max_length="--max-model-len",  # what a max_len_exceeds_kv asks to lower
     evidence=re.compile(r"(?:DEBUG|INFO|WARNING|ERROR) \d{2}-\d{2} \d{2}:\d{2}:\d{2} \[?[\w./-]+:\d+\]|vllm|vLLM"
                         r"|Available KV cache memory|GPU KV cache size|# (?:GPU|cuda) blocks"
                         r"|\((?:VllmWorker|Worker_\w+) (?:rank=\d+ )?pid=\d+\)|CUDA graph pool memory: .* \(actual\)"

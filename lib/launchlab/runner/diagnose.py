@@ -120,12 +120,15 @@ def _server_wrote(parsed: ParsedLog) -> bool:
 
 # the start of a line a program's logger writes: a timestamp (`[2026-01-01 …`, `INFO 12-01 19:48:40`, llama.cpp's
 # `1.06.520.107 W`), a level word, a process tag (`(Worker_TP1 pid=…)`); Python's traceback, its frames (behind
-# torch's `[rank0]:` too), its exception line and its warnings (`…/quant_api.py:1731: SyntaxWarning: …`); C++'s
+# torch's `[rank0]:` too), its exception line and its warnings (`…/quant_api.py:1731: SyntaxWarning: …`); C++'s;
+# a configuration's `name=value` pairs
 _RECORD = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:\[?\d{1,4}[-/.:]\d{1,2}[-/.: T]|\(?[\w ]+ pid=\d+"
                      r"|(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|.*Traceback \(most recent call last\)"
                      r"|File \"[^\"]+\", line \d+|[\w.]+(?:Error|Exception): |\S+\.py:\d+: \w+(?:Warning|Error): "
                      # C++: an assert's `file.cpp:2320: GGML_ASSERT(…)`, a backtrace's frames, a library's own tag
-                     r"|\S+\.(?:c|cc|cpp|cu|h|hpp):\d+: |#\d+ +\S|\d+ +0x[0-9a-f]+ |\[(?:TensorRT-LLM|TM)\]\[)")
+                     r"|\S+\.(?:c|cc|cpp|cu|h|hpp):\d+: |#\d+ +\S|\d+ +0x[0-9a-f]+ |\[(?:TensorRT-LLM|TM)\]\["
+                     # a piece of an argument dump the paste broke across lines (`…, tp_size=1, pp_size=2, …`)
+                     r"|(?:\w+=[^,=\s]*, ){4})")
 
 
 def _log_like(log: Path, lines: int = 200) -> bool:
@@ -309,7 +312,8 @@ def text(found: Diagnosis) -> str:
         lines.append(f"failed: {f.reason} in {f.phase} ({ranks}; line {f.line} of {found.failure_log.name}): "
                      f"{quote(f.message, _FAILURE_CHARS)}")
         if f.reason == "max_len_exceeds_kv":
-            lines.append(_too_long(found.too_long, _MAX_LENGTH.get(kind, "the server's maximum length")))
+            setting = found.kind.max_length if found.kind and found.kind.max_length else "the longest request allowed"
+            lines.append(_too_long(found.too_long, setting))
     elif found.ready:
         lines.append("no failure: the server became ready")
     lines += _numbers_text(found)
@@ -320,11 +324,6 @@ def text(found: Diagnosis) -> str:
         lines.append(f"{state}: {finding.suspect.what} ({where}{finding.text}){idle}")
     lines += [f"not read: {gap}" for gap in found.missing]
     return "\n".join(lines)
-
-
-# what sets the longest request a KV cache must hold, per kind (the fix of max_len_exceeds_kv)
-_MAX_LENGTH = {"vllm": "--max-model-len", "sglang": "--context-length",
-               "trtllm": "the engine's max_seq_len (or max_tokens_in_paged_kv_cache)"}
 
 
 def _too_long(figures: dict[str, float], setting: str) -> str:
