@@ -217,3 +217,33 @@ def test_the_layout_probe_finds_tick_labels_that_overlap(browser, tmp_path):
     found = layout(browser, page, tmp_path)
     assert found["alts"] == ["bars"]
     assert "a-rather-long-level-name-0 / a-rather-long-level-name-1" in found["overlaps"], found
+
+
+# Where the answer's words land on the page: the box of the element holding each phrase, laid out by Chromium
+FIRST_SCREEN_PROBE = """<script>window.addEventListener('load', () => {
+  const want = JSON.parse(document.body.getAttribute('data-want'));
+  const found = {};
+  for (const phrase of want) {
+    const el = [...document.querySelectorAll('p, li, div, strong')].filter(e => e.textContent.includes(phrase))
+      .sort((a, b) => a.textContent.length - b.textContent.length)[0];
+    found[phrase] = el ? el.getBoundingClientRect().bottom + window.scrollY : null;
+  }
+  document.body.setAttribute('data-first-screen', JSON.stringify({found, height: window.innerHeight}));
+});</script></body>"""
+
+
+@pytest.mark.parametrize(("width", "height"), [(800, 900), (1280, 800)])
+def test_the_demos_answer_with_its_mechanism_and_fix_is_on_the_first_screen(browser, demo_run, tmp_path, width, height):
+    """Issue 67: what decides, how (custom all-reduce's buffers move the break-even) and what to do about it are read
+    without scrolling, at a laptop's 1280 × 800 and a narrow 800 px window."""
+    import json
+
+    run_dir, _ = demo_run
+    want = ["moves the break-even of mem_fraction_static from 0.748", "to start: raise --mem-fraction-static above 0.753"]
+    page = tmp_path / "page.html"
+    html = (run_dir / "summary.html").read_text()
+    page.write_text(html.replace("<body", f"<body data-want='{json.dumps(want)}'", 1).replace("</body>", FIRST_SCREEN_PROBE))
+    seen = json.loads(browser.read(page.as_uri(), width, height, "data-first-screen"))
+    for phrase, bottom in seen["found"].items():
+        assert bottom is not None, f"{phrase!r} is not on the page"
+        assert bottom <= seen["height"], f"{phrase!r} ends {bottom:.0f} px down, below the first {seen['height']} px"

@@ -285,6 +285,11 @@ def test_the_demo_verdict_has_custom_all_reduce_decide_at_one_fraction_significa
     assert "p = 0.029, significant at 0.05" in first_screen
     headline = (run_dir / "report.md").read_text().split("\n## ")[0]
     assert "p = 0.029" in headline and "significant at 0.05" in headline, headline
+    # the mechanism and the fix, in the headline's own paragraph (issue 67)
+    lead = headline.split("\n\n")[1]
+    assert ("custom\\_ar=on takes +0.62 GiB a rank at distributed init (with its all-reduce buffers), which moves "
+            "the break-even of mem\\_fraction\\_static from 0.748 (custom\\_ar=off) to 0.753 (custom\\_ar=on)") in lead, lead
+    assert "to start: raise --mem-fraction-static above 0.753, or set custom\\_ar=off" in lead, lead
     html = (run_dir / "summary.html").read_text()
     assert html.index("p = 0.029") < html.index(">Outcomes<"), "the headline, first"
     # why: the all-reduce buffers move the break-even from 0.748 to 0.753, and 0.75 lies between

@@ -30,7 +30,7 @@ from launchlab.store.verdictrecord import (
     Decision,
     Verdict,
 )
-from launchlab.verdicts import analysis, budget, claims, ledger
+from launchlab.verdicts import analysis, budget, claims, consistency, ledger
 
 NO_OBSERVATION = "no valid observation of the server"
 # a threshold search's stratum that found no threshold: (what happened, what would settle it) in words
@@ -220,6 +220,86 @@ def _break_even(v: Verdict) -> str:
     return f"; the server's own numbers put the break-even of {found.arg} at {at}"
 
 
+def _levels_of(variant: str) -> dict[str, str]:
+    """'custom_ar=on, mem_fraction=0.75' → {'custom_ar': 'on', 'mem_fraction': '0.75'} (a budget row's variant)."""
+    return dict(part.partition("=")[::2] for part in variant.split(", ") if "=" in part)
+
+
+def _mechanism(v: Verdict, factor: str) -> tuple[str, dict[str, float]]:
+    """How a deciding factor decides, from the server's own figures: the memory one level takes before the KV
+    cache is sized (consistency.MEMORY_BEFORE_KV, against the baseline level) and the break-even each level's runs
+    give, where the levels' break-evens do not overlap ('custom_ar=on takes +0.62 GiB a rank at distributed init
+    (with its all-reduce buffers), which moves the break-even of mem_fraction_static from 0.748 (off) to 0.753
+    (on)'); and each level's highest break-even. ('', {}) where the factor takes no memory of its own there."""
+    summary = pd.DataFrame(v.budget)
+    found = budget.break_even_of(summary) if not summary.empty else None
+    by_level: dict[str, list[float]] = {}
+    if found is not None:
+        for variant, value in zip(summary["variant"], summary[found.column], strict=True):
+            level = _levels_of(str(variant)).get(factor)
+            if level is not None and pd.notna(value):
+                by_level.setdefault(level, []).append(float(value))
+    took = [e for e in v.effects if e.factor == factor and e.metric in consistency.MEMORY_BEFORE_KV
+            and e.diff is not None and abs(e.diff) >= consistency.MEMORY_EFFECT_GIB]
+    said = [f"{factor}={e.level} takes {e.diff:+,.2f} GiB a rank {consistency.phase_words(e.metric)}" for e in took]
+    ranked = sorted(by_level.items(), key=lambda kv: min(kv[1]))
+    moved = ""
+    if len(ranked) == 2 and max(ranked[0][1]) < min(ranked[1][1]):  # two levels, apart: the factor moves it
+        (low, lows), (high, highs) = ranked
+        moved = (f"the break-even of {found.arg} from {_span(lows)} ({factor}={low}) to {_span(highs)} "
+                 f"({factor}={high})")
+    if not said:  # break-evens apart with no memory of the factor's own to move them: the logs' drift, no mechanism
+        return "", {}
+    text = " and ".join(said) + (f", which moves {moved}" if moved else "")
+    return text, {level: max(values) for level, values in by_level.items()}
+
+
+def _span(values: list[float]) -> str:
+    low, high = significant(min(values)), significant(max(values))
+    return low if low == high else f"{low} to {high}"
+
+
+def _fix(v: Verdict, factor: str, highest: dict[str, float]) -> str:
+    """What makes the launch start, from the evidence: the memory flag above the highest break-even the failing level
+    gave, or the level of the factor that started everywhere it was compared ('to start: raise
+    --mem-fraction-static above 0.753, or set custom_ar=off')."""
+    summary = pd.DataFrame(v.budget)
+    found = budget.break_even_of(summary) if not summary.empty else None
+    d = v.factors[factor]
+    starts = [lv for lv in _level_outcomes(d) if _level_outcomes(d)[lv]]
+    ways = []
+    if found is not None and highest:
+        ways.append(f"raise {found.flag} above {significant(max(highest.values()))}")
+    if len(starts) == 1:
+        ways.append(f"set {factor}={starts[0]}")
+    return f"to start: {', or '.join(ways)}" if ways else ""
+
+
+def _level_outcomes(d: Decision) -> dict[str, bool]:
+    """Each level of a deciding factor: whether all its valid runs started in every stratum where it decides."""
+    strata = _claimed(d, claims.DECIDES) or [s for s in d.strata if s.changes]
+    out: dict[str, bool] = {}
+    for s in strata:
+        for level, p in s.levels.items():
+            valid, ready = int(p.get("valid") or 0), int(p.get("ready") or 0)
+            if valid:
+                out[level] = out.get(level, True) and ready == valid
+    return out
+
+
+def _how(v: Verdict) -> str:
+    """'; custom_ar=on takes … (its mechanism); to start: …' for the first deciding factor whose figures show how it
+    decides (the fix only where the verdict is conclusive); else the server's break-even alone (_break_even)."""
+    for factor in v.outcome_factors:
+        if factor not in v.factors:
+            continue
+        mechanism, highest = _mechanism(v, factor)
+        if mechanism:
+            fix = _fix(v, factor, highest) if v.conclusive else ""
+            return f"; {mechanism}" + (f"; {fix}" if fix else "")
+    return _break_even(v)
+
+
 def _lead(v: Verdict) -> str:
     """The sentence: inconclusive and why first (a ready line and probe that disagree before anything); then what
     decides, where, by how much; what does not; what the server's own figures say of it."""
@@ -230,7 +310,7 @@ def _lead(v: Verdict) -> str:
                        for f in v.findings if f.get("kind") != "readiness")
     if v.conclusive:
         control = "" if v.controlled else f"Not controlled ({len(v.confounds)} confound(s)): "
-        return _capital(control + ("; ".join(said) or "no factor changes the launch outcome") + _break_even(v)
+        return _capital(control + ("; ".join(said) or "no factor changes the launch outcome") + _how(v)
                         + findings, v.factors) + "."
     blocking = (CONFOUNDED, FLAKY, UNDETERMINED, NOT_VARIED)
     first, *rest = [f for f in v.factors if v.factors[f].status in blocking] or [""]
@@ -239,7 +319,7 @@ def _lead(v: Verdict) -> str:
     rest = [first, *rest] if readiness and first else rest
     others = _others(v, rest)
     known = f"; {'; '.join(said)}" if said else ""
-    return f"Inconclusive: {why}{others}{known}{_break_even(v)}{findings}."
+    return f"Inconclusive: {why}{others}{known}{_how(v)}{findings}."
 
 
 def _why_not(v: Verdict, factor: str) -> str:

@@ -182,7 +182,7 @@ def _hypotheses(*, own_right: bool, inputs: bool, effects: list[dict], confounds
              and abs(e["diff"]) >= MEMORY_EFFECT_GIB]
     if moved:
         out["memory"] = "; ".join(
-            f"{e['factor']}={e['level']} takes {e['diff']:+,.2f} GiB {_phase(e['metric'])} against "
+            f"{e['factor']}={e['level']} takes {e['diff']:+,.2f} GiB {phase_words(e['metric'])} against "
             f"{e['factor']}={e['baseline_level']}" for e in moved) + (
             " — a difference of its size, not of the instrumentation's" if own_right else "")
     else:
@@ -192,7 +192,8 @@ def _hypotheses(*, own_right: bool, inputs: bool, effects: list[dict], confounds
     return out
 
 
-def _phase(metric: str) -> str:
+def phase_words(metric: str) -> str:
+    """Where a memory-before-KV metric is taken, in words ('at distributed init (with its all-reduce buffers)')."""
     return {"dist_init_mem_gib": "at distributed init (with its all-reduce buffers)",
             "weights_mem_gib": "for its weights"}.get(metric, metric)
 
