@@ -129,4 +129,24 @@ def test_this_kit_judges_the_raw_files_again_to_the_committed_verdict(example, t
 def test_a_factor_of_one_level_is_a_constant_of_the_design_not_an_open_question():
     v = verdict(SEARCH)  # `graphs: {"off": {}}` labels the search's one stratum
     assert "graphs" not in v["factors"] and v["conclusive"] is True and v["inconclusive_reasons"] == []
-    assert v["factors"]["mem_fraction_static"]["status"] == "decides"
+    assert v["factors"]["mem_fraction_static"]["status"] == "searched"  # what its counts say: would_be
+    assert v["factors"]["mem_fraction_static"]["would_be"] == "decides"
+
+
+@pytest.mark.parametrize("example", [SEARCH, next((ROOT / "h100-sglang-threshold").glob("2*"))], ids=["h200", "h100"])
+def test_a_search_s_verdict_is_its_intervals_never_a_fixed_comparison_of_its_probes(example, tmp_path):
+    """Issue 67, 4: below the interval a search found, its "## Verdict" said "Decides the launch, on one run per
+    side: … p = 1, not significant" — a reader took the search for a failed experiment. The searched flag is
+    `searched`: in no factor list, no effect or few-runs warning of its probes, one line pointing at the threshold."""
+    again = rejudged(example, tmp_path)
+    factor = "mem_fraction_static"
+    assert again["factors"][factor]["status"] == "searched" and again["thresholds"]["factor"] == factor
+    named = [f for key in ("outcome_factors", "failure_mode_factors", "neutral_factors", "undetermined_factors",
+                           "flaky_factors", "confounded_factors", "not_varied_factors") for f in again[key]]
+    assert factor not in named
+    assert not [e for e in again["effects"] if e["factor"] == factor]
+    assert not [w for w in again["warnings"] if f"{factor}=" in w]
+    text = (tmp_path / example.name / "report.md").read_text()
+    verdict_section = text.split("## Verdict", 1)[1].split("\n## ", 2)[1]
+    assert "Decides the launch" not in verdict_section and "p = 1" not in verdict_section
+    assert "**Searched:** `mem_fraction_static` — its answer is the threshold above" in verdict_section

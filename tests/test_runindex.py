@@ -41,7 +41,7 @@ def test_the_page_has_one_row_per_run_directory_each_linking_its_report(tmp_path
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == str(page)
     text = page.read_text()
-    assert len(EXAMPLES) == 7 and len(rows_of(text)) == len(EXAMPLES)
+    assert len(EXAMPLES) == 8 and len(rows_of(text)) == len(EXAMPLES)
     linked = {(page.parent / urllib.parse.unquote(h)).resolve() for h in hrefs(text)}
     assert linked == {(e / "summary.html").resolve() for e in EXAMPLES}
     assert not any(h.startswith("/") or "://" in h for h in hrefs(text)), "links are relative"

@@ -81,7 +81,7 @@ def test_the_decision_statuses_are_spelled_once_and_used_by_name_everywhere_else
     """verdictrecord.STATUSES is the one vocabulary of a factor's status (issue 26): the analysis and the verdict
     use its names (DECIDES, FLAKY, …), so a status cannot be misspelled or added in one place only."""
     assert verdictrecord.STATUSES == ("decides", "decides_in_some", "changes_how_it_fails", "neutral", "flaky",
-                                      "confounded", "undetermined", "not_shown_to_vary")
+                                      "confounded", "undetermined", "not_shown_to_vary", "searched")
     elsewhere = [p for p in sorted(LIB.rglob("*.py")) if p != LIB / "store" / "verdictrecord.py"]
     assert [s for p in elsewhere for s in status_spellings(p)] == []
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
-import yaml
 
 from launchlab import params, safefiles
 from launchlab.errors import RunDirError
@@ -47,7 +46,12 @@ def load_side(path: str | Path, label: str) -> compare.Side:
     directory = _checked(path, label)
     manifest = directory.manifest()
     try:
-        tables = frames.load(directory.path, telemetry_columns=COMPARE_TELEMETRY_COLUMNS)
+        if any(not directory.frame(name).is_file() for name in rundir.FRAMES):
+            # derived, never committed (a fresh clone's examples): built from the runs' raw files, as report does —
+            # in memory, the run directory's own frames left to `launchlab report`
+            tables = frames.build(directory.path, params.load(directory.experiment_file))
+        else:
+            tables = frames.load(directory.path, telemetry_columns=COMPARE_TELEMETRY_COLUMNS)
         data = rundir.read_json(directory.verdict_file)
         try:
             verdict = Verdict.from_json(data)
@@ -69,7 +73,8 @@ def load_side(path: str | Path, label: str) -> compare.Side:
         runs=tables.runs, events=tables.events, ledger=evidence,
         budget=budget.observed(exp.server.kind, evidence, tables.events, tables.runs, telemetry=tables.telemetry),
         facts=per_run["provenance"], parsed=per_run["parsed"],
-        settings=yaml.safe_load(rundir.read_text(directory.experiment_file)) or {},
+        # resolved again by this kit, so a default an older kit left unwritten is not a difference
+        settings=exp.model_dump(mode="json"),
         server_kind=exp.server.kind, declared_args=frozenset(levelchecks.declared_args(exp)))
 
 

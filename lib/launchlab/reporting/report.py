@@ -269,7 +269,7 @@ class Report:
         spec = self.exp.search
         assert spec is not None
         strata = [{k: plain(v) for k, v in row.items()} for row in self.thresholds.to_dict("records")]
-        return {"flag": spec.flag, "low": spec.low, "high": spec.high, "resolution": spec.resolution,
+        return {"flag": spec.flag, "factor": spec.factor, "low": spec.low, "high": spec.high, "resolution": spec.resolution,
                 "outcome": spec.outcome, "strata": strata,
                 "probes": thresholds.probes(self.runs, self.planned, spec.factor, self.budget, facts=self.facts,
                                             tolerance_mib=self.exp.drain.tolerance_mib),
@@ -318,7 +318,7 @@ class Report:
     @property
     def params_name(self) -> str:
         """The params file as `launchlab run` takes it: the one the run directory was made from."""
-        return self.manifest.params_file or "PARAMS"
+        return self.manifest.params_path(self.run_dir) or "PARAMS"
 
     def chosen_markdown(self) -> str:
         """Which run directory the summary picked when it was given none, and why it passed the newer ones over."""
@@ -351,10 +351,7 @@ class Report:
 
     def verdict_markdown(self) -> str:
         """The verdict's prose, then the answer to the experiment's question where the measurements give one."""
-        effects = self.verdict.effects
-        if self.exp.search is not None:  # each probed value against the high end answers nothing the thresholds
-            effects = [e for e in effects if e.factor != self.exp.search.factor]  # above do not (8 bullets, issue 28)
-        said = question.markdown(self.exp.question, effects, self.baseline_levels,
+        said = question.markdown(self.exp.question, self.verdict.effects, self.baseline_levels,
                                  sampler=sampler_name(self.exp.sampler))
         return verdict.markdown(self.verdict, self.budget_summary()) + (f"\n\n{said}" if said else "")
 

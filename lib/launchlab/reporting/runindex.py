@@ -61,6 +61,7 @@ def listed(run_dir: rundir.RunDir) -> Listed:
     if not got.finished and not manifest.imported:
         headline = (f"unfinished: {got.done} of {got.planned} planned runs ended"
                     + (" (one run of run_variant.ipynb)" if manifest.single_run else "")
+                    + (f" (stopped: {manifest.stopped})" if manifest.stopped else "")
                     + (f"; its verdict so far: {headline}" if strength else ""))
         next_step = manifest.resume_command(run_dir.path)
     else:

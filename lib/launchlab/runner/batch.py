@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 import shlex
 import shutil
 import threading
@@ -169,6 +170,9 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
             try:
                 _run_plan(exp, plan, run_all, run_dir=run_dir, resume=resume, total=total, say=say)
             except KeyboardInterrupt as exc:
+                with contextlib.suppress(OSError, RunDirError):  # the record is a courtesy: the runs' own say it too
+                    rundir.RunDir(run_dir).update_manifest(
+                        stopped=f"{interrupts.describe(exc)} at {datetime.now().isoformat(timespec='seconds')}")
                 say(f"launchlab: {interrupts.describe(exc)}; every process the runs in flight started was stopped "
                     f"by the kit. Continue with `{_resume_command(params_path, run_dir, again)}`")
                 exc.told = True  # the CLI says nothing more of it: one line, not two
@@ -447,7 +451,7 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
     directory.write_manifest(rundir.Manifest(
         experiment=exp.experiment,
         question=exp.question,
-        params_file=str(Path(params_path).resolve()),
+        params_file=os.path.relpath(Path(params_path).resolve(), directory.path.resolve()),
         params_sha256=params.digest(params_path),
         created_at=datetime.now().isoformat(timespec="seconds"),
         kit_version=__version__,
@@ -485,6 +489,8 @@ def _resumed(exp: params.Experiment, plan: list[Run], params_path, resume) -> Pa
                           "resume it with the params it was run with")
     if manifest.single_run:  # one run notebook's folder, which a batch now completes
         directory.update_manifest(single_run=False)
+    if manifest.stopped is not None:  # resumed: what stopped it before is no longer where it stands
+        directory.update_manifest(stopped=None)
     if searched is None and not manifest.runs:  # made by a kit that listed only run ids: the run notebooks
         directory.update_manifest(runs=[r.manifest_entry() for r in compared(plan)])  # read their runs here
     return run_dir

@@ -143,6 +143,8 @@ class Manifest:
     runs: list[ManifestEntry] = field(default_factory=list)  # each compared run (a probe with its stratum and why)
     warmup_runs: list[ManifestEntry] = field(default_factory=list)
     imported: bool = False  # made by `launchlab import` from logs run by hand
+    # the params file the batch was run from, relative to the run directory (an older kit's: absolute) — never a
+    # path of the disk that made it, in a run directory that travels (params_path resolves it)
     params_file: str | None = None
     params_sha256: str | None = None
     imports_file: str | None = None
@@ -152,6 +154,9 @@ class Manifest:
     # made by run_variant.ipynb for its own one run (papermill or JupyterLab, no batch): the rest of the plan is
     # listed but was never meant to run here
     single_run: bool = False
+    # why the batch stopped before its plan ended, where something said so (the kit: what interrupted it, and when;
+    # cleared when a batch resumes it): `launchlab ls` says it beside the runs that ended
+    stopped: str | None = None
 
     def resume_command(self, run_dir: Path | str, *, shared: bool = False) -> str:
         """`launchlab run PARAMS --resume RUN_DIR`, with the options that give the plan the batch was made with (the
@@ -168,16 +173,23 @@ class Manifest:
             again += ["--only", *only] if only else []
         if self.search is None and self.repetitions:
             again += ["--repetitions", str(self.repetitions)]
-        params, folder = self.params_file or "PARAMS", os.path.abspath(run_dir)
+        params, folder = self.params_path(run_dir) or "PARAMS", os.path.abspath(run_dir)
         if shared and self.params_file:
             params, folder = _from_common_folder(params, folder)
         return shlex.join(["launchlab", "run", params, "--resume", folder, *again])
+
+    def params_path(self, run_dir: Path | str) -> str | None:
+        """The params file the batch was run from, as an absolute path (params_file is relative to the run
+        directory; an older kit's manifest holds it absolute)."""
+        if not self.params_file:
+            return None
+        return os.path.normpath(os.path.join(os.path.abspath(run_dir), self.params_file))
 
     def resume_relative(self, run_dir: Path | str) -> bool:
         """Whether a shared resume_command says its paths from the folder that holds them both (it then runs from
         there, not from wherever the reader is), rather than absolute."""
         return bool(self.params_file) and not os.path.isabs(
-            _from_common_folder(self.params_file, os.path.abspath(run_dir))[0])
+            _from_common_folder(self.params_path(run_dir), os.path.abspath(run_dir))[0])
 
     @classmethod
     def from_json(cls, data: dict, path: Path | str = "manifest.json") -> Manifest:

@@ -20,10 +20,12 @@ from launchlab.escaping import md, md_code
 # how the launch fails, not whether it starts)
 # (not_shown_to_vary: no run shows any of its levels taking effect and its runs at every level look the same in
 # everything their logs give — what it did to the launch is not known, never "neutral": ledger.Ledger.varied)
+# (searched: the flag a threshold search probes — its answer is the search's intervals and predictions, never a
+# comparison of its probes, each one launch placed to narrow the interval: analysis.searched)
 DecisionStatus = Literal["decides", "decides_in_some", "changes_how_it_fails", "neutral", "flaky", "confounded",
-                         "undetermined", "not_shown_to_vary"]
+                         "undetermined", "not_shown_to_vary", "searched"]
 STATUSES: tuple[str, ...] = get_args(DecisionStatus)
-DECIDES, DECIDES_IN_SOME, CHANGES_HOW, NEUTRAL, FLAKY, CONFOUNDED, UNDETERMINED, NOT_VARIED = STATUSES
+DECIDES, DECIDES_IN_SOME, CHANGES_HOW, NEUTRAL, FLAKY, CONFOUNDED, UNDETERMINED, NOT_VARIED, SEARCHED = STATUSES
 DECIDING = (DECIDES, DECIDES_IN_SOME)  # whether the launch starts: the verdict's outcome_factors
 OUTCOME = (*DECIDING, CHANGES_HOW)  # the launch's outcome, how it fails included (failure_mode_factors: how only)
 # each status in words, for prose a reader reads (the raw values are verdict.json's); "it" is the launch
@@ -32,7 +34,8 @@ STATUS_WORDS = {DECIDES: "decides it", DECIDES_IN_SOME: "decides it at some leve
                 FLAKY: "gives different outcomes in repetitions of one variant",
                 CONFOUNDED: "is confounded (something else differs between its runs)",
                 UNDETERMINED: "is not determined (too few valid runs to compare)",
-                NOT_VARIED: "was not shown to vary (no run shows its levels taking effect)"}
+                NOT_VARIED: "was not shown to vary (no run shows its levels taking effect)",
+                SEARCHED: "was searched (its answer is the threshold, not a comparison of its probes)"}
 # what a factor did in one stratum (Stratum.state): the one spelling of each, as the statuses'
 StratumState = Literal["changes", "no change", "repetitions disagree", "not compared"]
 CHANGES, NO_CHANGE, DISAGREE, NOT_COMPARED = get_args(StratumState)

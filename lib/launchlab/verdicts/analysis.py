@@ -32,6 +32,7 @@ from launchlab.store.verdictrecord import (
     NOT_COMPARED,
     NOT_VARIED,
     OUTCOME,
+    SEARCHED,
     SETTLED,
     UNDETERMINED,
     Decision,
@@ -366,6 +367,16 @@ def confounded(decision: dict, found: list[dict]) -> dict:
                f"on ({named}); without them it would read: {decision['summary']}")
     return {**decision, "status": CONFOUNDED, "summary": summary, "would_be": decision["status"],
             "confounded_runs": runs, "confounded_by": kinds, "settled": False}
+
+
+def searched(decision: dict, flag: str) -> dict:
+    """The decision on a threshold search's own flag: its probes are single launches placed to narrow an interval,
+    so their counts are no fixed comparison (a Fisher's p of 1 on one run a side read as a failed experiment);
+    the answer is the search's intervals and predictions (verdict `thresholds`). What the counts alone would say
+    is kept in `would_be`; it is in none of the verdict's factor lists."""
+    summary = (f"{decision['factor']} is the searched flag ({flag}): its answer is the threshold found, not a "
+               "comparison of its probes")
+    return {**decision, "status": SEARCHED, "summary": summary, "would_be": decision["status"], "settled": None}
 
 
 def not_varied(decision: dict, why: str) -> dict:

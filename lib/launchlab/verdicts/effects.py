@@ -49,8 +49,8 @@ def _pooled_sd(groups: list[pd.Series]) -> float | None:
     return math.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / dof)
 
 
-def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline: dict[str, str]
-                   ) -> tuple[list[dict], list[str]]:
+def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline: dict[str, str], *,
+                   searched: str | None = None) -> tuple[list[dict], list[str]]:
     """For each factor level other than the baseline's and each metric: the level's runs that observe the factor
     (ledger.Ledger.for_factor) against those at the baseline level, within each stratum (the other factors held at
     one combination) where both sides have a value — for SAME_PHASE metrics, where both sides' runs reached the same
@@ -61,10 +61,11 @@ def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseli
     baseline's run of the same repetition in the same stratum, scipy.stats.ttest_1samp) — where those differences
     are all the same (`diffs_identical`) the interval is that point, which says no spread was seen, not that it is
     precise; with one, `values` and `baseline_values` are the single values and there is no interval. The notes:
-    the strata a SAME_PHASE metric was not compared in, and why."""
+    the strata a SAME_PHASE metric was not compared in, and why. A search's own flag (`searched`) has none: its
+    probes are no sides of a comparison (analysis.searched)."""
     factors = list(led.factors)
     effects, notes = [], []
-    for factor in factors:
+    for factor in (f for f in factors if f != searched):
         obs = led.for_factor(factor, runs)
         valid = obs[obs["valid"]]
         table = valid.set_index("run_id")[[*factors, "repetition", "phase_reached"]].join(

@@ -21,6 +21,7 @@ from launchlab.store.verdictrecord import (
     INCONCLUSIVE,
     NEUTRAL,
     NOT_VARIED,
+    SEARCHED,
     SETTLED,
     UNDETERMINED,
     Confound,
@@ -70,8 +71,10 @@ def build(e: Evidence) -> Verdict:
     checks = led.level_checks()
     found, derived = _confounds(obs, e, checks)
     found += _memory_before_weights(obs, found, e.before_weights, budget_rows=budget_rows)
-    decisions = [_decision(e, f, checks, found) for f in led.factors]
-    measured, not_compared = effects.factor_effects(led, e.runs, e.events, e.baseline)
+    searched = (e.thresholds or {}).get("factor")  # a search's flag: answered by its thresholds, never compared
+    decisions = [analysis.searched(d, e.thresholds["flag"]) if d["factor"] == searched else d
+                 for d in (_decision(e, f, checks, found) for f in led.factors)]
+    measured, not_compared = effects.factor_effects(led, e.runs, e.events, e.baseline, searched=searched)
     findings = _findings(e, measured=measured, found=found, budget_rows=budget_rows)
     reasons = (inconclusive_reasons(obs, decisions, findings, search=e.thresholds is not None)
                + (thresholds.unfinished(e.thresholds) if e.thresholds is not None else []))
@@ -283,6 +286,10 @@ def _decisions(v: Verdict) -> list[str]:
         head = label + (", on one run per side" if one else "") + (" — observed, not settled" if unsettled else "")
         return (f"**{head}:** {text}" + (f" ({md(evidence)})" if evidence else "") + "." + (ONE_RUN if one else ""))
 
+    for factor in (f for f, d in v.factors.items() if d.status == SEARCHED):
+        lines.append(f"**Searched:** {md_code(factor)} — its answer is the threshold above, its interval per stratum "
+                     "and the prediction it was checked against; each probe is one launch placed to narrow the "
+                     "interval, not a side of a comparison.")
     for factor in v.outcome_factors:
         lines.append(said("Decides the launch", factor,
                           md(v.factors[factor].summary.replace(" decides the launch", "", 1))))
