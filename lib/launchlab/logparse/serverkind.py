@@ -158,6 +158,21 @@ class GraphCapture:
 
 
 @dataclass(frozen=True)
+class KnownFlags:
+    """The long flags one release of a kind's server takes, as the kit read them off that release's own argument dump
+    (kindflags.py). Another release may add or drop some, so a flag outside the list is only ever a warning.
+
+    version    the release the names were read from ("0.5.17"): warnings name it
+    names      the flags with their dashes ("--mem-fraction-static")
+    negatable  a boolean flag is also taken with `--no-` before its name (argparse's BooleanOptionalAction)
+    """
+
+    version: str
+    names: frozenset[str]
+    negatable: bool = False
+
+
+@dataclass(frozen=True)
 class Setting:
     """One way to set a state the kit reads from a kind's log: a flag or an environment variable, what it sets, and
     the server versions that read it (None: every version the kit knows of)."""
@@ -247,6 +262,9 @@ class ServerKind:
                     server reads it
     max_length      what sets the longest request its KV cache must hold (a flag, or words where no flag does): the
                     fix diagnose says for `max_len_exceeds_kv`. None: it does not say
+    known_flags     the flags its server takes, read off one release's argument dump (KnownFlags): params are
+                    checked against them (and the flags this record names), a near miss is a warning. None: the kit
+                    keeps no list, and checks no flag
     usable          (parsed log as parsed.json holds it) → why a launch that started cannot serve one request at its
                     own context length (SGLang: a KV pool of fewer tokens than `context_len`), in words; None: it can,
                     or the log does not say. None: the kind refuses such a launch by itself (vLLM) or does not say
@@ -276,6 +294,7 @@ class ServerKind:
     states: tuple[State, ...] = ()
     usable: Callable[[dict], str | None] | None = None
     max_length: str | None = None
+    known_flags: KnownFlags | None = None
 
     def reads_env(self, name: str, version: str | None = None) -> Setting | None:
         """The setting an environment variable is to this kind's server (of this version), or None when the kit
@@ -285,6 +304,21 @@ class ServerKind:
                 if setting.name == name and setting.read_by(version):
                     return setting
         return Setting(name, "read by the libraries under the server") if name.startswith(LIBRARY_ENV) else None
+
+    def flag_names(self) -> frozenset[str]:
+        """Every long flag the kit knows this kind's server to take: its list's (known_flags) and those this record
+        names itself (the model's, the break-even's, custom all-reduce's, the states' and suspects' settings, the
+        aliases, what diagnose puts back on a command), so that no flag the kit itself writes is ever doubted. Empty
+        where the kind keeps no list."""
+        if self.known_flags is None:
+            return frozenset()
+        named = {*self.model_flags, self.custom_ar_off, self.max_length, self.break_even and self.break_even.flag,
+                 *(f"--{alias}" for alias in self.arg_aliases),
+                 *(s.name for state in self.states for s in state.settings),
+                 *(flag for suspect in self.suspects for flag in suspect.off_flags)}
+        if self.relaunch is not None:
+            named |= {self.relaunch.port_flag, *(f"--{arg.replace('_', '-')}" for arg in self.relaunch.args or ())}
+        return self.known_flags.names | {f for f in named if isinstance(f, str) and f.startswith("--")}
 
     def state(self, name: str) -> State | None:
         return next((s for s in self.states if s.name == name), None)

@@ -36,6 +36,7 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.kindflags import SGLANG as SGLANG_FLAGS
 from launchlab.logparse.kindstates import SGLANG_STATES, sglang_usable
 from launchlab.logparse.serverkind import (
     POOL_BELOW_CONTEXT,
@@ -550,6 +551,7 @@ KIND = ServerKind(
     pool_cap_args=("max_total_tokens",),
     custom_ar_off="--disable-custom-all-reduce",
     states=SGLANG_STATES,
+    known_flags=SGLANG_FLAGS,
     usable=sglang_usable,
     arg_aliases={"tp": "tp_size", "tp-size": "tp_size", "dp": "dp_size", "ep": "ep_size", "pp": "pp_size",
                  "model": "model_path"},

@@ -39,6 +39,7 @@ from launchlab.logparse.common import (
     nccl_version,
 )
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.kindflags import VLLM as VLLM_FLAGS
 from launchlab.logparse.kindstates import VLLM_STATES
 from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, Relaunch, ServerKind, Suspect
 from launchlab.logparse.tracebacks import FRAME, HEADERLESS_FRAME, Attribution, method_phase
@@ -659,6 +660,7 @@ KIND = ServerKind(
     pool_cap_args=("num_gpu_blocks_override", "kv_cache_memory_bytes"),
     custom_ar_off="--disable-custom-all-reduce",
     states=VLLM_STATES,
+    known_flags=VLLM_FLAGS,
     arg_aliases={"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size"},
     # "vLLM API server version 0.7.3", "Initializing a V1 LLM engine (v0.8.5) with config", "vLLM version 0.9"
     # and the ASCII banner of ≥ 0.2x: "… █ ▀▄▀ █  version 0.23.0"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import logging
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from pydantic import ValidationError
 from launchlab import masking, safefiles
 from launchlab.errors import ParamsError
 from launchlab.hosts import TRANSPORTS
-from launchlab.params import yamlfile
+from launchlab.params import serverflags, yamlfile
 from launchlab.params.design import DesignError, dotted
 from launchlab.params.schema import (
     DrainSpec,
@@ -26,6 +28,9 @@ from launchlab.params.schema import (
     ServerSpec,
     SmokeSpec,
 )
+
+# named as the CLI names itself: it prints a record as `launchlab: <message>`, like its other lines (cli.main)
+log = logging.getLogger("launchlab")
 
 
 def load(path: str | Path) -> Experiment:
@@ -52,8 +57,15 @@ _PLACEHOLDER = re.compile(r"\bTODO-[\w-]*|#\s*TODO\b|/models/your-model\b")
 def unfilled(path: str | Path) -> list[str]:
     """The placeholders the kit wrote that a params file still holds, each as a problem naming its line (validate and
     run refuse such a file before anything is launched); the file's own problems are load's."""
+    return _unfilled_in(_text_of(path))
+
+
+def _text_of(path: str | Path) -> str:
     with safefiles.open_regular(Path(path)) as f:
-        text = _decode(f.read(yamlfile.MAX_FILE_BYTES + 1), str(path))
+        return _decode(f.read(yamlfile.MAX_FILE_BYTES + 1), str(path))
+
+
+def _unfilled_in(text: str) -> list[str]:
     found = []
     for number, line in enumerate(text.splitlines(), start=1):
         if (m := _PLACEHOLDER.search(line)) is not None:
@@ -65,10 +77,15 @@ def unfilled(path: str | Path) -> list[str]:
 
 
 def load_filled(path: str | Path) -> Experiment:
-    """load, and ParamsError where the file still holds a placeholder the kit wrote (unfilled)."""
+    """load, and ParamsError where the file still holds a placeholder the kit wrote (unfilled). What validate and run
+    read before anything is launched, so it also warns (a logged warning, never an error) of each flag the server is not
+    known to take that is close to one it is (serverflags.py)."""
     exp = load(path)
-    if problems := unfilled(path):
+    text = _text_of(path)
+    if problems := _unfilled_in(text):
         raise ParamsError(str(path), problems)
+    for warning in serverflags.warnings(exp, text):
+        log.warning("warning: %s: %s", path, warning)
     return exp
 
 
@@ -101,7 +118,7 @@ def loads(text: str, source: str = "<params>") -> Experiment:
     try:
         data, surprises = yamlfile.load_strict(text)
     except yaml.YAMLError as exc:
-        raise ParamsError(source, [_yaml_error(exc, text)]) from None
+        raise ParamsError(source, [_yaml_error(exc, text, source)]) from None
     problems = [f"line {p.line}: {p.message}" for p in surprises]
     if not isinstance(data, dict):
         raise ParamsError(source, problems + ["the file must be a YAML mapping (experiment:, hosts:, server:, …)"])
@@ -116,16 +133,39 @@ def loads(text: str, source: str = "<params>") -> Experiment:
     return experiment
 
 
-def _yaml_error(exc: yaml.YAMLError, text: str) -> str:
-    """One line for a YAML error: where, and what (a limit, a character YAML refuses, or a syntax error)."""
+def _yaml_error(exc: yaml.YAMLError, text: str, source: str) -> str:
+    """The problem of a YAML error: where, and what (a limit, a character YAML refuses, or a syntax error). A syntax
+    error says file:line:column and shows the line with a caret under the column; where PyYAML names the structure
+    it was reading (a `{` never closed is noticed only on a later line), that structure's start is shown too."""
+    mark = getattr(exc, "problem_mark", None)
     if isinstance(exc, yaml.reader.ReaderError):  # e.g. a control character; PyYAML gives its code point
         code = exc.character if isinstance(exc.character, int) else ord(exc.character)
         message = f"line {text.count(chr(10), 0, exc.position) + 1}: character {code:#06x} is not allowed in YAML; remove it"
+    elif isinstance(exc, yamlfile.YamlLimitError) or mark is None:
+        message = f"{f'line {mark.line + 1}: ' if mark else ''}{getattr(exc, 'problem', None) or exc}"
     else:
-        mark = getattr(exc, "problem_mark", None)
-        what = "" if isinstance(exc, yamlfile.YamlLimitError) else "not valid YAML: "
-        message = f"{f'line {mark.line + 1}: ' if mark else ''}{what}{getattr(exc, 'problem', None) or exc}"
+        # `line N:` first, as every problem of the loader; then the place as editors and terminals link it
+        lines = [f"line {mark.line + 1}: not valid YAML: {exc.problem or exc} ({source}:{mark.line + 1}:{mark.column + 1})",
+                 *_pointed(text, mark)]
+        start = exc.context_mark
+        if exc.context and start is not None and (start.line, start.column) != (mark.line, mark.column):
+            closer = {"flow mapping": "}", "flow sequence": "]"}.get(exc.context.removeprefix("while parsing a "))
+            hint = f": is its closing `{closer}` missing, or a `,` between two entries?" if closer else ""
+            lines += [f"{exc.context}, which starts at {source}:{start.line + 1}:{start.column + 1}{hint}",
+                      *_pointed(text, start)]
+        message = "\n    ".join(lines)  # under the first line, which ParamsError indents by two
     return message.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _pointed(text: str, mark: yaml.Mark) -> list[str]:
+    """The line of a YAML mark, numbered, and a caret under its column (`  12 | key: {a: 1` / `     |      ^`); a
+    long line is cut to the part around the column."""
+    lines = text.splitlines()
+    line = lines[mark.line] if mark.line < len(lines) else ""  # the end of the file: a mark past its last line
+    start = max(0, mark.column - 60)
+    cut = ("…" if start else "") + line[start:start + 100].replace("\t", " ")  # a tab would shift the caret
+    number = str(mark.line + 1)
+    return [f"  {number} | {cut}", f"  {' ' * len(number)} | {' ' * (mark.column - start + (1 if start else 0))}^"]
 
 
 def _resolve_patches(data: dict, base: Path, text: str) -> list[str]:
@@ -215,9 +255,63 @@ def _describe(err: dict, data: Any, text: str) -> list[str]:
         msg = f"needs `transport:` ({', '.join(first)} or {last})"
     elif kind == "string_pattern_mismatch":
         msg = f"{_shown(value)} does not have the expected form ({err['ctx']['pattern']})"
+    elif kind in _EXPECTED:
+        msg = _wrong_type(kind, err["msg"], value, path)
     else:
         msg = err["msg"].removeprefix("Value error, ")
     return [_located(path, msg, text)]
+
+
+# pydantic's type errors: what the field takes, in words, and a value that shows how it is written
+_EXPECTED = {
+    "int_type": ("a whole number", "4"), "int_parsing": ("a whole number", "4"),
+    "int_from_float": ("a whole number", "4"),
+    "float_type": ("a number", "30"), "float_parsing": ("a number", "30"),
+    "bool_type": ("true or false", "true"), "bool_parsing": ("true or false", "true"),
+    "string_type": ("text", '"text"'),
+    "list_type": ("a YAML list", "[a, b]"),
+    "dict_type": ("a YAML mapping", "{key: value}"), "model_type": ("a YAML mapping of its fields", "{key: value}"),
+}
+
+
+def _wrong_type(kind: str, said: str, value: Any, path: tuple) -> str:
+    """A type error in the user's terms: pydantic's words, the value the file holds, and what to write instead. A
+    string where a list belongs is shown as that list (a command: its words, as a shell would split them)."""
+    what, example = _EXPECTED[kind]
+    said = "Input should be a valid dictionary" if kind == "model_type" else said  # not "or instance of ReadySpec"
+    field = path[-1] if path and isinstance(path[-1], str) else None
+    if kind == "list_type" and isinstance(value, str) and field is not None:  # the hint shows the value
+        words = [_clip(w) for w in (_words(value) if field == "command" else [value])]
+        listed = yaml.safe_dump(words[:5], default_flow_style=True, allow_unicode=True, width=10**6).strip()
+        listed = listed[:-1] + ", …]" if len(words) > 5 else listed  # the start is enough to show the form
+        return (f"{said}, but the file holds one string; write it as a YAML list"
+                f"{' of its words' if field == 'command' else ''}: `{field}: {listed}`")
+    advice = f"write {what}, e.g. `{field}: {example}`" if field is not None else f"write {what}"
+    return f"{said}, but the file holds {_held(value)}; {advice}"
+
+
+def _words(command: str) -> list[str]:
+    """A command line's words as a shell splits them (quotes kept together); on a quote left open, at the spaces."""
+    try:
+        return shlex.split(command) or [command]
+    except ValueError:
+        return command.split() or [command]
+
+
+def _held(value: Any) -> str:
+    """A value as the file holds it, for a message: text in quotes, anything else as YAML writes it."""
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        written = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=10**6).strip()
+        return f"{'a mapping' if isinstance(value, dict) else 'a list'} {_clip(written)}"
+    return _shown(value)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 60 else text[:60] + "…"
 
 
 def _did_you_mean(word: str, options) -> str:
@@ -231,8 +325,7 @@ def _located(path: tuple, message: str, text: str) -> str:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:60] + "…"
+    return _clip(repr(value))
 
 
 def dump_resolved(exp: Experiment, masked: bool = False) -> str:
