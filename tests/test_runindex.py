@@ -22,8 +22,8 @@ EXAMPLE = ROOT / "examples/h200-transformers-kv/20261129-232709"
 HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>document.title="pwned"</script> & "x"'
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True, timeout=120)
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*LAUNCHLAB, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def rows_of(page: str) -> list[str]:
@@ -56,14 +56,58 @@ def test_the_page_has_one_row_per_run_directory_each_linking_its_report(tmp_path
     assert "p = 0.33, Fisher&#x27;s exact test, 2 runs a side; 4 runs a side would settle it" in text
 
 
-def test_the_default_page_is_index_html_in_the_folder_and_its_links_move_with_it(tmp_path):
+def test_the_default_page_is_index_html_in_the_outputs_root_and_its_links_move_with_it(tmp_path):
     outputs = tmp_path / "outputs"
     for example in EXAMPLES[:2]:
         shutil.copytree(example, outputs / example.parent.name / example.name)
-    res = cli("ls", str(outputs), "--html")
+    res = cli("ls", str(outputs), "--html", env={**os.environ, "LAUNCHLAB_OUTPUTS": str(outputs)})
     assert res.returncode == 0, res.stderr
     text = (outputs / "index.html").read_text()
     assert sorted(hrefs(text)) == sorted(f"{e.parent.name}/{e.name}/summary.html" for e in EXAMPLES[:2])
+
+
+def test_the_default_page_of_another_folder_goes_to_the_outputs_root_never_into_the_folder(tmp_path):
+    """Issue 67, 5: `launchlab ls examples --html` (its -h example without FILE) wrote examples/index.html into the
+    checkout."""
+    listed, outputs = tmp_path / "examples", tmp_path / "outputs"
+    shutil.copytree(EXAMPLES[0], listed / EXAMPLES[0].parent.name / EXAMPLES[0].name)
+    res = cli("ls", str(listed), "--html", env={**os.environ, "LAUNCHLAB_OUTPUTS": str(outputs)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(outputs / "index-examples.html") and not (listed / "index.html").exists()
+    assert hrefs((outputs / "index-examples.html").read_text()) == [
+        f"../examples/{EXAMPLES[0].parent.name}/{EXAMPLES[0].name}/summary.html"]
+
+
+WIDTHS = """window.addEventListener("load", () => {
+  const cells = [...document.querySelectorAll("#runs td.verdict")];
+  // a flag split over two lines has two boxes; every flag a verdict names is in a .nw span
+  const split = [...document.querySelectorAll("#runs .nw")].filter(s => s.getClientRects().length > 1)
+    .map(s => s.textContent);
+  document.body.dataset.probe = JSON.stringify({
+    narrowest: Math.min(...cells.map(c => c.getBoundingClientRect().width)),
+    flags: document.querySelectorAll("#runs td.verdict .nw").length, split,
+    table: document.getElementById("runs").getBoundingClientRect().right, page: document.documentElement.clientWidth,
+    reports: [...document.querySelectorAll("#runs td:last-child a")].map(a => a.getBoundingClientRect().right)});
+});"""
+
+
+@pytest.mark.parametrize("width", [800, 1280])
+def test_chromium_at_800_and_1280_px_gives_the_verdict_room_and_never_splits_a_flag(chromium, tmp_path, width):  # noqa: F811
+    """Issue 67, 5: at 800 px the verdict column was ~55 px wide and "--mem-fraction-static" broke mid-word."""
+    page = tmp_path / "index.html"
+    assert cli("ls", str(ROOT / "examples"), "--html", str(page)).returncode == 0
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("script-src '", f"script-src '{indexpage._hash(WIDTHS)}' '")
+                     .replace("</body>", f"<script>{WIDTHS}</script></body>"))
+    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},900",
+                          "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', dom.stdout).group(1)))
+    assert found["narrowest"] >= 240, found  # 16em at least
+    assert found["flags"] >= 3 and found["split"] == [], found
+    # the whole table, its report links included, on the page: nothing to scroll sideways to
+    assert found["table"] <= found["page"] and max(found["reports"]) <= found["page"], found
 
 
 def hostile_run_dir(root: Path) -> Path:
@@ -105,7 +149,7 @@ def test_a_record_that_is_a_link_is_not_followed_and_a_link_at_the_page_is_repla
     [row] = runindex.index(outputs)
     assert "read from outside" not in row.headline and "is a symbolic link" in row.headline, row
     assert row.report is None and row.next_step.startswith("launchlab report ")
-    res = cli("ls", str(outputs), "--html")
+    res = cli("ls", str(outputs), "--html", env={**os.environ, "LAUNCHLAB_OUTPUTS": str(outputs)})
     assert res.returncode == 0, res.stderr
     assert (outside / "kept.html").read_text() == "not to be overwritten"
     assert not (outputs / "index.html").is_symlink() and hrefs((outputs / "index.html").read_text()) == []
@@ -158,7 +202,7 @@ def test_chromium_sorts_by_a_clicked_header_filters_on_typed_words_and_runs_noth
     for example in EXAMPLES:
         shutil.copytree(example, outputs / example.parent.name / example.name)
     hostile_run_dir(outputs)
-    assert cli("ls", str(outputs), "--html").returncode == 0
+    assert cli("ls", str(outputs), "--html", env={**os.environ, "LAUNCHLAB_OUTPUTS": str(outputs)}).returncode == 0
     text = (outputs / "index.html").read_text()
     # the probe clicks and types as a user would; the page's policy lets it run by its hash, as the page's own script
     probe = tmp_path / "probe.html"

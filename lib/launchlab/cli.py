@@ -134,6 +134,18 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _default_index(root: Path) -> Path:
+    """Where `ls --html` writes without FILE: in the outputs root, never into a folder of the project (`ls examples
+    --html` wrote examples/index.html into the checkout) — index.html of the outputs root itself, else named after
+    the folder it lists."""
+    from launchlab.store import rundir
+
+    outputs = rundir.default_root()
+    if os.path.abspath(root) == os.path.abspath(outputs):
+        return outputs / "index.html"
+    return outputs / f"index-{Path(os.path.abspath(root)).name or 'root'}.html"
+
+
 def _ls(args: argparse.Namespace) -> int:
     from launchlab.reporting import indexpage, runindex
     from launchlab.store import rundir
@@ -141,7 +153,7 @@ def _ls(args: argparse.Namespace) -> int:
     root = Path(args.dir) if args.dir else rundir.default_root()
     rows = runindex.index(root)
     if args.html is not None:  # the page, even of no run directory: an index that says so
-        page = Path(args.html) if args.html else root / "index.html"
+        page = Path(args.html) if args.html else _default_index(root)
         indexpage.write(rows, root, page)
         print(page)
         print(f"index of {len(rows)} run director{'y' if len(rows) == 1 else 'ies'}: {page}", file=sys.stderr)
@@ -359,7 +371,8 @@ def _ls_parser(sub) -> None:
     ls.add_argument("dir", nargs="?", default=None, help="root of run directories (default: outputs/)")
     ls.add_argument("--html", nargs="?", const="", default=None, metavar="FILE",
                     help="write one offline HTML page over them instead, sortable and filterable, each row linking "
-                         "its report (default FILE: DIR/index.html)")
+                         "its report (default FILE: index.html in the outputs root, or index-DIRNAME.html there for "
+                         "another DIR)")
     ls.set_defaults(func=_ls)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import urllib.parse
 from pathlib import Path
 
@@ -60,14 +61,21 @@ th, td { text-align: left; vertical-align: top; padding: .35em .6em; border-bott
 th { cursor: pointer; user-select: none; background: #f4f4f4; white-space: nowrap; }
 th[aria-sort=ascending]::after { content: " \\25B2"; }
 th[aria-sort=descending]::after { content: " \\25BC"; }
-td.verdict { overflow-wrap: anywhere; }
+.rows { overflow-x: auto; }
+td.verdict { min-width: 16em; }
 td.date, td.runs { white-space: nowrap; }
+.nw { white-space: nowrap; }
 small { color: #555; }
-code { font-size: 90%; overflow-wrap: anywhere; }
+code { font-size: 90%; }
+/* a long token breaks only where it cannot fit a line (break-word leaves the columns' widths alone; `anywhere` let
+   the verdict column shrink to ~55 px at 800 px and split "--mem-fraction-static" mid-word) */
+td, code { overflow-wrap: break-word; }
 .unfinished { color: #8a5300; }
 .unreadable { color: #a00; }"""
 
-COLUMNS = ("experiment", "date", "runs", "verdict", "strength", "report")
+# the strength is the verdict's second line (its own column left the verdict ~55 px at 800 px)
+COLUMNS = ("experiment", "date", "runs", "verdict", "report")
+FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")  # a server flag is one token: it never breaks at its hyphens
 
 
 def _hash(source: str) -> str:
@@ -85,7 +93,7 @@ def _row(row: Listed, page: Path) -> str:
     folder = f"{row.path.parent.name}/{row.path.name}"
     if row.unreadable:
         return (f'<tr class="unreadable"><td>{html_text(folder)}</td><td></td><td data-sort=""></td>'
-                f'<td class="verdict">unreadable: {html_text(row.unreadable)}</td><td></td><td></td></tr>')
+                f'<td class="verdict">unreadable: {html_text(row.unreadable)}</td><td></td></tr>')
     question = f"<br><small>{html_text(row.question)}</small>" if row.question else ""
     date = row.created_at.replace("T", " ")[:16]
     fraction = f"{row.done / row.planned:.4f}" if row.planned else ""
@@ -93,12 +101,17 @@ def _row(row: Listed, page: Path) -> str:
     state = ' class="unfinished"' if row.done < row.planned else ""
     link = (f'<a href="{html_text(_href(row.report, page))}">{html_text(row.report.name)}</a>' if row.report
             else "<small>none yet</small>")
-    p = "" if row.p_value is None else repr(row.p_value)
+    strength = f"<br><small>{_flags(html_text(row.strength))}</small>" if row.strength else ""
     return (f"<tr{state}><td><b>{html_text(row.experiment)}</b>{question}<br><small>{html_text(folder)}</small></td>"
             f'<td class="date" data-sort="{html_text(row.created_at)}">{html_text(date)}</td>'
             f'<td class="runs" data-sort="{fraction}">{row.done}/{row.planned}</td>'
-            f'<td class="verdict">{html_text(row.headline)}{step}</td>'
-            f'<td data-sort="{p}">{html_text(row.strength)}</td><td>{link}</td></tr>')
+            f'<td class="verdict">{_flags(html_text(row.headline))}{strength}{step}</td><td>{link}</td></tr>')
+
+
+def _flags(escaped: str) -> str:
+    """Escaped text with each flag it names kept on one line (escaped text holds no markup: the span is the only
+    one)."""
+    return FLAG.sub(r'<span class="nw">\1</span>', escaped)
 
 
 def page(rows: list[Listed], root: Path, path: Path) -> str:
@@ -117,10 +130,10 @@ def page(rows: list[Listed], root: Path, path: Path) -> str:
 the rows that hold every word.</small></p>
 <input id="filter" type="search" placeholder="filter: experiment, verdict, date …" aria-label="filter the rows">
 <span id="shown">{len(rows)} run directories</span>
-<table id="runs"><thead><tr>{heads}</tr></thead>
+<div class="rows"><table id="runs"><thead><tr>{heads}</tr></thead>
 <tbody>
 {body}
-</tbody></table>
+</tbody></table></div>
 <script>{SCRIPT}</script>
 </body></html>
 """
