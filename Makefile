@@ -25,9 +25,12 @@ $(STAMP): pyproject.toml
 	@echo "== upgrading pip, and uv"
 	$(BIN)/pip install --quiet --upgrade pip uv
 	@echo "== installing launchlab and its tools into $(VENV) (under half a minute; pip takes a minute or two where uv fails)"
-	$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode -e '.[dev]' || $(BIN)/pip install --progress-bar off -e '.[dev]'
+	@# one line here, the packages one by one in the log (144 lines before the demo's first said nothing)
+	@$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode -e '.[dev]' > $(VENV)/install.log 2>&1 \
+	  || $(BIN)/pip install --progress-bar off -e '.[dev]' >> $(VENV)/install.log 2>&1 \
+	  || { tail -n 30 $(VENV)/install.log; echo "== the install failed: $(VENV)/install.log says why"; exit 1; }
 	touch $(STAMP)
-	@echo "== $(VENV) is ready"
+	@echo "== $(VENV) is ready: $$($(BIN)/python -m pip list --format freeze 2>/dev/null | wc -l) packages (each in $(VENV)/install.log)"
 
 setup: $(STAMP)  ## create .venv with the project and its tools
 

@@ -61,3 +61,24 @@ def test_every_positional_has_help_and_every_subcommand_ends_with_an_example():
                 assert action.help, (name, action.dest)
         text = command.format_help()
         assert re.search(r"\nexamples?:\n  launchlab " + name, text), (name, text[-300:])
+
+
+def test_eight_gpus_make_a_short_progress_line_with_their_range_and_the_fullest():
+    """Issue 67, 9: with 8 GPUs, each one by one made a progress line of over 250 characters."""
+    from launchlab.runner.notebooks import _memory_now
+
+    gpus = [(i, 1024.0 * (1.5 + i * 0.25), 96 * 1024.0) for i in range(8)]
+    assert _memory_now(gpus) == "GPU memory of 8 GPUs: 1.5–3.2/96 GiB (fullest: 7)"
+    assert _memory_now(gpus[:2]) == "GPU memory 0: 1.5/96 GiB, 1: 1.8/96 GiB"
+
+
+def test_a_warm_up_at_other_levels_than_the_baseline_is_named_so_by_validate_and_the_dry_run(small_params):
+    """Issue 67, 9: the dry-run called a warm-up at 0.77 (params `warmup_levels:`) one "of the baseline" (0.75)."""
+    from launchlab.runner import batch
+
+    path = small_params()
+    path.write_text(path.read_text() + "warmup: 1\nwarmup_levels: {mem_fraction: \"0.55\"}\n")
+    planned = batch.dry_run(path)
+    assert "after 1 warm-up run(s) of mem_fraction=0.55 (never compared)" in planned, planned.splitlines()[0]
+    said = subprocess.run([*LAUNCHLAB, "validate", str(path)], capture_output=True, text=True, timeout=120)
+    assert said.returncode == 0 and "after 1 warm-up run(s) of mem_fraction=0.55 per host" in said.stdout, said

@@ -39,7 +39,8 @@ def _validate(args: argparse.Namespace) -> int:
               f"{' (simulated)' if exp.simulated else ''}")
         return 0
     plan = [r for r in make_plan(exp) if not r.warmup]
-    warmups = f" after {exp.warmup} warm-up run(s) of the baseline per host" if exp.warmup else ""
+    at = ", ".join(f"{k}={v}" for k, v in exp.warmup_levels.items()) if exp.warmup_levels else "the baseline"
+    warmups = f" after {exp.warmup} warm-up run(s) of {at} per host" if exp.warmup else ""
     print(f"{args.params}: valid — {len(plan) // exp.repetitions} variant(s) × {exp.repetitions} repetition(s) "
           f"= {len(plan)} runs{warmups} on host {exp.host_name!r}{' (simulated)' if exp.simulated else ''}; "
           f"baseline: {params.baseline_variant(exp).name}")
@@ -317,7 +318,9 @@ def _run_parser(sub) -> None:
     r.add_argument("--dry-run", action="store_true",
                    help="print the plan with each variant's exact command and environment (secrets masked); launch nothing")
     r.add_argument("--only", nargs="+", metavar="LEVEL", default=None,
-                   help="run only these levels (0.85, mem_fraction=0.85) or variants (by name)")
+                   help="run only these levels (0.85, mem_fraction=0.85) or variants, by the name --dry-run "
+                        "prints ('custom_ar=on, mem_fraction=0.85', quoted) or as in the run ids "
+                        "(custom_ar-on.mem_fraction-0.85)")
     r.add_argument("--repetitions", type=int, default=None, metavar="N", help="override `repetitions:` of the params")
     r.add_argument("--no-html", action="store_true",
                    help="write verdict.json and report.md but not summary.html (no summary kernel, no export); "

@@ -62,7 +62,9 @@ def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
                 wanted.setdefault(f, set()).add(lv)
         if not matches and not variants:
             known = ", ".join(f"{f}={lv}" for f, levels in exp.factors.items() for lv in levels)
-            raise ParamsError(str(params_path), [f"--only {token}: no such level or variant (levels: {known})"])
+            one = params.expand(exp)[0]
+            raise ParamsError(str(params_path), [f"--only {token}: no such level or variant (levels: {known}; a "
+                                                 f"variant: '{one.name}' or {one.slug})"])
         for f, lv in matches:
             wanted.setdefault(f, set()).add(lv)
     # warm-ups stay: they warm the host for whatever runs follow, and are never compared
@@ -87,8 +89,10 @@ def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: in
             f"stratum; the next probes follow from their outcomes, at most {params.plan_size(exp).runs} runs in all)"
             if exp.search else f"{len(compared(plan))} runs, interleaved")
     warmups = [r for r in plan if r.warmup]
-    if warmups:
-        what += f", after {len(warmups)} warm-up run(s) of the baseline (never compared)"
+    if warmups:  # params `warmup_levels:` may warm up at another variant than the baseline: named as it is
+        at = warmups[0].variant.name
+        what += (f", after {len(warmups)} warm-up run(s) of "
+                 f"{'the baseline' if at == params.baseline_variant(exp).name else at} (never compared)")
     lines = [f"{exp.experiment}: {what}, on host(s) {', '.join(exp.host_names)}"
              f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
     lines += [f"  [{'warm-up' if r.warmup else r.seq}] {r.run_id}  host {r.host}" for r in plan]

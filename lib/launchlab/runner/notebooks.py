@@ -87,9 +87,19 @@ class _StatePrinter(threading.Thread):
         with contextlib.suppress(OSError, ValueError):
             gpus = liveprogress.latest_memory(self.folder.live_samples())
             if gpus:
-                parts.append("GPU memory " + ", ".join(f"{i}: {used / 1024:.1f}/{total / 1024:.0f} GiB"
-                                                       for i, used, total in gpus))
+                parts.append(_memory_now(gpus))
         return "; ".join(parts) or "nothing logged yet"
+
+
+def _memory_now(gpus: list[tuple]) -> str:
+    """The GPUs' memory in a progress line: each of one or two; of more, the range and the fullest — eight GPUs one
+    by one made a line of over 250 characters."""
+    if len(gpus) <= 2:
+        return "GPU memory " + ", ".join(f"{i}: {used / 1024:.1f}/{total / 1024:.0f} GiB" for i, used, total in gpus)
+    used = [u / 1024 for _, u, _ in gpus]
+    fullest = max(gpus, key=lambda g: g[1])
+    return (f"GPU memory of {len(gpus)} GPUs: {min(used):.1f}–{max(used):.1f}/{max(t for _, _, t in gpus) / 1024:.0f} "
+            f"GiB (fullest: {fullest[0]})")
 
 
 def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None,
