@@ -7,6 +7,7 @@ matplotlib.use("Agg")
 
 import pandas as pd  # noqa: E402
 
+from conftest import ROOT  # noqa: E402
 from launchlab import numtext, params  # noqa: E402
 from launchlab.logparse.kinds import KINDS  # noqa: E402
 from launchlab.reporting import budgetchart, plots, report  # noqa: E402
@@ -59,6 +60,15 @@ def test_a_long_table_writes_a_quantity_of_whole_numbers_as_integers_beside_one_
     html = styled(frame, precision=3, rows_of="metric").to_html()
     assert ">5,401,344<" in html and ">137,178<" in html and ">-4<" in html and "5,401,344.000" not in html
     assert ">0.300<" in html and "-0.000" not in html, "the GiB row keeps its decimals"
+
+
+def test_a_ratio_beside_them_leaves_the_counts_of_a_row_whole():
+    # issue 67, 7: the demo's kv_tokens row read 137,178.000, sd 0.000 — its ratio (0.944) kept the whole row decimal
+    frame = pd.DataFrame({"metric": ["kv_tokens"], "mean": [137178.0], "sd": [0.0], "baseline_mean": [145296.0],
+                          "diff": [-8118.0], "ratio": [0.944]})
+    html = styled(frame, precision=3, rows_of="metric").to_html()
+    assert ">137,178<" in html and ">0<" in html and ">-8,118<" in html and ">0.944<" in html
+    assert ".000<" not in html
 
 
 def test_the_sampler_is_named_as_the_runs_had_it():
@@ -134,3 +144,25 @@ def test_probe_runs_of_one_value_are_drawn_apart_and_the_interval_and_tick_besid
     assert len({round(float(y), 3) for _, y in dots}) == 4
     [tick] = [line for line in ax.lines if line.get_color() == "black"]
     assert min(tick.get_ydata()) > max(float(y) for _, y in dots), "the predicted tick sits on the probes"
+
+
+def test_the_commands_give_the_baseline_its_whole_environment_and_mask_every_variant_s_secrets():
+    """Issue 67, 7: the Commands section left out the baseline's environment and ran each command into the next
+    variant's label. And a variable named in `secrets:` was masked in the first variant only: the loop reused the
+    secrets' name for its notes."""
+    from types import SimpleNamespace
+
+    text = (ROOT / "params" / "demo.yaml").read_text().replace("  env: {}\n", "  env: {LOG_LEVEL: info}\n").replace(
+        '"on": {}', '"on": {env: {MY_ENDPOINT: "hunter2-abc"}}').replace(
+        "repetitions: 4", "repetitions: 4\nsecrets: [MY_ENDPOINT]")
+    exp = params.loads(text)
+    shown = report.Report.variant_commands(SimpleNamespace(exp=exp))
+    by_name = {name: notes for name, _, notes in shown}
+    base = "custom_ar=off, mem_fraction=0.75 (baseline)"
+    assert by_name[base] == ["env LOG_LEVEL=info", "env SGLANG_FORCE_CUSTOM_AR_PCIE=0"]
+    on = [notes for name, _, notes in shown if name.startswith("custom_ar=on")]
+    assert len(on) == 2 and all("env MY_ENDPOINT=****" in notes for notes in on), on
+    assert "hunter2" not in repr(shown)
+    html = report.Report.commands(SimpleNamespace(exp=exp, imported=False,
+                                                  variant_commands=lambda: shown)).data
+    assert html.count('<div class="ll-command">') == 4 and html.count("</div>") == 4

@@ -4,6 +4,7 @@ reader needs it — verdict, design, confounds, outcomes, effects, budget, timel
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 from dataclasses import dataclass
 from functools import cached_property
@@ -394,21 +395,33 @@ class Report:
         if self.imported:
             return HTML("\n".join(f"<p><b>{html_text(r)}</b> ({html_text(v)})</p><pre>{html_text(c)}</pre>"
                                    for r, v, c in self.imported_commands()))
+        parts = []
+        for name, argv, notes in self.variant_commands():
+            # one block per variant, set apart: a label ran into the command above it
+            parts.append(f'<div class="ll-command"><p><b>{html_text(name)}</b></p><pre>{_command_html(argv)}</pre>'
+                         + (f"<p>{'<br>'.join(html_text(e) for e in notes)}</p>" if notes else "") + "</div>")
+        return HTML("\n".join(parts))
+
+    def variant_commands(self) -> list[tuple[str, list[str], list[str]]]:
+        """Each variant's label, command and notes (secrets masked): the baseline's whole environment, the others'
+        environment where it differs from the baseline's, and each variant's patches."""
         base = params.baseline_variant(self.exp)
         base_env = {**self.exp.server.env, **base.env}
-        masker, extra = masking.for_run(self.exp), self.exp.secrets
-        parts = []
+        masker, secrets = masking.for_run(self.exp), self.exp.secrets
+        out = []
         for variant in params.expand(self.exp):
-            argv = masker.argv(params.apply_flags(list(self.exp.server.command), variant.flags), extra)
+            argv = masker.argv(params.apply_flags(list(self.exp.server.command), variant.flags), secrets)
             env = {**self.exp.server.env, **variant.env}
-            changed = {k: v for k, v in masker.env(env, extra).items() if base_env.get(k) != env[k]}
-            dropped = [k for k in base_env if k not in env]
-            extra = [f"env {k}={v}" for k, v in changed.items()] + [f"env {k} unset" for k in dropped]
-            extra += [f"patch {p}" for p in variant.patches]
-            tag = " (baseline)" if variant.name == base.name else ""
-            parts.append(f"<p><b>{html_text(variant.name)}</b>{tag}</p><pre>{_command_html(argv)}</pre>"
-                         + (f"<p>{'<br>'.join(html_text(e) for e in extra)}</p>" if extra else ""))
-        return HTML("\n".join(parts))
+            shown = masker.env(env, secrets)
+            if variant.name == base.name:
+                notes = [f"env {k}={v}" for k, v in shown.items()]
+            else:
+                notes = [f"env {k}={v}" for k, v in shown.items() if base_env.get(k) != env[k]]
+                notes += [f"env {k} unset" for k in base_env if k not in env]
+            # by name: the resolved params hold the path of the machine that ran it (the patch's files are checked)
+            notes += [f"patch {os.path.basename(p)}" for p in variant.patches]
+            out.append((variant.name + (" (baseline)" if variant.name == base.name else ""), argv, notes))
+        return out
 
     def confounds(self) -> Markdown:
         found = self.verdict.confounds

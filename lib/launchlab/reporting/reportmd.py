@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from launchlab import masking, params
 from launchlab.escaping import md, md_block, md_spans, visible
 from launchlab.reporting import report
 from launchlab.reporting.report import IMPORTED_NOTE
@@ -53,13 +52,11 @@ def write_verdict(run_dir: Path) -> Verdict:
     if not summary.empty:
         text += ["## Memory budget (from the server's log)", "", markdown(summary), ""]
     text += ["## Commands", ""]
-    masker = masking.for_run(rep.exp)
     for run_id, variant, command in rep.imported_commands() if rep.imported else []:
         text += [f"{md(run_id)} ({md(variant)}):", "", md_block(command, "sh"), ""]
-    for variant in params.expand(rep.exp) if not rep.imported else []:
-        argv = masker.argv(params.apply_flags(list(rep.exp.server.command), variant.flags),
-                           rep.exp.secrets)
-        text += [f"{md(variant.name)}:", "", md_block(shlex.join(argv), "sh"), ""]
+    for name, argv, notes in rep.variant_commands() if not rep.imported else []:
+        text += [f"{md(name)}:", "", md_block(shlex.join(argv), "sh"), ""]
+        text += [*(f"- {md(n)}" for n in notes), ""] if notes else []
     # pasted into issues and read in terminals (`cat report.md`): no control character of a log or params value
     # reaches it raw, whichever table or line carries it
     rundir.write_text(directory.report_md, visible("\n".join(text)))

@@ -110,10 +110,12 @@ def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = Non
 
 
 def _whole_rows(styler: Styler, frame: pd.DataFrame, key: str, numeric: list[str]) -> Styler:
-    """The rows of each quantity (`key`'s value) whose numbers are all whole, written as integers."""
+    """In the rows of each quantity (`key`'s value), each column whose numbers there are all whole, written as
+    integers — column by column: a KV-token row's ratio (0.944) once kept its counts at 137,178.000, sd 0.000."""
     for _, rows in frame.groupby(key, sort=False):
-        if numtext.whole(rows[numeric].to_numpy().ravel().tolist()):
-            styler = styler.format(lambda v: numtext.fixed(v, 0), subset=pd.IndexSlice[rows.index, numeric], na_rep="")
+        whole = [c for c in numeric if numtext.whole(rows[c].to_numpy().ravel().tolist())]
+        if whole:
+            styler = styler.format(lambda v: numtext.fixed(v, 0), subset=pd.IndexSlice[rows.index, whole], na_rep="")
     return styler
 
 
