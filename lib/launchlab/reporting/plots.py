@@ -211,8 +211,12 @@ def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame,
         return fig
     low, high = fig.axes[0].get_ylim()
     band = (high - low) * 0.7  # four rows of 10 pt labels (MIN_FONT_PT) that never touch
+    # the axis's numbers stop at the data's top: the band above holds the labels, not memory (a 96 GiB card's axis
+    # read up to 150 GiB)
+    ticks = [t for t in fig.axes[0].get_yticks() if low <= t <= high]
     for ax in fig.axes:  # shared y: one headroom for all panels
         ax.set_ylim(low, high + band)
+        ax.set_yticks(ticks)
     renderer = fig.canvas.get_renderer()
     logged = (events[events["field"].isin(PHASE_ENDS) & (events["field"] != "kv_gib")]
               if len(events) and "field" in events else pd.DataFrame(columns=["run_id", "field", "t_s"]))
