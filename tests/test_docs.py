@@ -17,6 +17,7 @@ from conftest import ROOT
 from launchlab import cli as launchlab_cli
 from launchlab import params
 from launchlab.logparse.kinds import KINDS
+from test_browser import FLAGS, chromium  # noqa: F401 (the fixture)
 
 DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text()
@@ -175,3 +176,48 @@ def test_every_list_of_server_kinds_beside_a_kind_key_is_the_registrys():
                 lists[f"{path.name}:{number}"] = re.split(r"\s*[|,]\s*", said.group(1).strip())
     assert {where.split(":")[0] for where in lists} >= {"my-server.yaml", "README.md"}, lists
     assert {where: kinds for where, kinds in lists.items() if kinds != list(KINDS)} == {}
+
+
+DOCS_PROBE = """window.addEventListener("load", () => {
+  // a key of the params reference broken over two lines has two boxes
+  const keys = [...document.querySelectorAll(".md-typeset table td:first-child code")];
+  const broken = keys.filter(k => k.getClientRects().length > 1).map(k => k.textContent);
+  // a code block's text: inside its block (nothing scrolled away), clear of the copy button
+  const blocks = [...document.querySelectorAll(".md-typeset pre > code")].map(code => {
+    const pre = code.parentElement, button = pre.querySelector("button.md-clipboard, .md-clipboard");
+    const text = document.createRange(); text.selectNodeContents(code);
+    const lines = [...text.getClientRects()];
+    const under = button ? lines.filter(r => {
+      const b = button.getBoundingClientRect();
+      return r.right > b.left + 1 && r.left < b.right && r.bottom > b.top && r.top < b.bottom && r.width > 0;
+    }).length : 0;
+    return {scrolls: code.scrollWidth > code.clientWidth + 1, under};
+  });
+  document.body.dataset.probe = JSON.stringify({keys: keys.length, broken, blocks});
+});"""
+
+
+@pytest.mark.slow  # MkDocs, then Chromium on two pages at two widths
+@pytest.mark.parametrize("width", [800, 1280])
+def test_chromium_reads_the_params_reference_and_the_diagnose_page_whole_at_800_and_1280_px(chromium, tmp_path, width):  # noqa: F811
+    """Issue 67, 8: the params reference broke key names mid-word ("experimen t"); the diagnose page's first code
+    block was clipped, the copy button over its text."""
+    import html as htmllib
+    import json
+
+    site = tmp_path / "site"
+    built = mkdocs_build(ROOT, site)
+    assert built.returncode == 0, built.stderr[-3000:]
+    found = {}
+    for page in ("reference/params.html", "diagnose.html"):
+        probe = site / page
+        text = probe.read_text()
+        probe.write_text(text.replace("</body>", f"<script>{DOCS_PROBE}</script></body>"))
+        dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},900",
+                              "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+                             capture_output=True, text=True, timeout=120)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        found[page] = json.loads(htmllib.unescape(re.search(r'data-probe="([^"]*)"', dom.stdout).group(1)))
+    reference, diagnose = found["reference/params.html"], found["diagnose.html"]
+    assert reference["keys"] > 50 and reference["broken"] == [], reference["broken"]
+    assert diagnose["blocks"] and not [b for b in diagnose["blocks"] if b["scrolls"] or b["under"]], diagnose
