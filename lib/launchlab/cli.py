@@ -358,8 +358,8 @@ def _compare_parser(sub) -> None:
                                      "a search's thresholds. Prints the comparison and the folder of compare.json "
                                      "and compare.html; two different questions are not compared (exit status 1).",
                                                    100),
-                         **_example("launchlab compare outputs/demo-custom-ar-vs-mem-fraction/20261201-090000 "
-                                    "outputs/demo-custom-ar-vs-mem-fraction/20261203-120000"))
+                         **_example("launchlab compare examples/h200-sglang-threshold/20261203-093428 "
+                                    "examples/h100-sglang-threshold/20261207-101000 --out outputs/h200-vs-h100"))
     cmp.add_argument("run_a", metavar="RUN_A", help="the run directory before (the reference)")
     cmp.add_argument("run_b", metavar="RUN_B", help="the run directory after")
     cmp.add_argument("--out", type=Path, default=None, metavar="DIR",
@@ -370,7 +370,7 @@ def _compare_parser(sub) -> None:
 def _ls_parser(sub) -> None:
     ls = sub.add_parser("ls", help="list run directories: experiment, date, runs done/planned, the verdict",
                         **_example("launchlab ls", "launchlab ls /shared/team-outputs",
-                                   "launchlab ls examples --html /tmp/examples.html"))
+                                   "launchlab ls examples --html"))
     ls.add_argument("dir", nargs="?", default=None, help="root of run directories (default: outputs/)")
     ls.add_argument("--html", nargs="?", const="", default=None, metavar="FILE",
                     help="write one offline HTML page over them instead, sortable and filterable, each row linking "
@@ -390,9 +390,10 @@ def _schema_parser(sub) -> None:
 def _diagnose_parser(sub) -> None:
     dg = sub.add_parser("diagnose", help="from a failing launch's log to the params file of the experiment that "
                                          "isolates it", **_example(
-                            "launchlab diagnose server.log",
+                            "launchlab diagnose examples/h200-sglang-diagnose/failing-launch.log",
                             "launchlab diagnose tp0.log tp1.log --host gpu-box -o params/isolate.yaml",
-                            "launchlab diagnose server.log --search --command \"python3 -m sglang.launch_server …\""))
+                            "launchlab diagnose server.log --search -o params/search.yaml --command "
+                            "\"python3 -m sglang.launch_server …\""))
     dg.add_argument("logs", nargs="+", metavar="LOG", help="the failed launch's server log: one merged, or one per rank")
     dg.add_argument("--command", default=None,
                     help="the launch command as you ran it (default: rebuilt from the log's own argument dump)")
@@ -414,7 +415,8 @@ def _diagnose_parser(sub) -> None:
 
 def _parse_parser(sub) -> None:
     pa = sub.add_parser("parse", help="parse a server log",
-                        **_example("launchlab parse server.log --json", "launchlab parse server.log --server sglang"))
+                        **_example("launchlab parse examples/h200-sglang-diagnose/failing-launch.log --json",
+                                   "launchlab parse server.log --server sglang"))
     pa.add_argument("log", help="a server's log file")
     pa.add_argument("--server", default="auto", choices=["auto", *KINDS],
                     help="the server that wrote it (default: auto, detected from its lines)")
