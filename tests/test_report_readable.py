@@ -166,3 +166,13 @@ def test_the_commands_give_the_baseline_its_whole_environment_and_mask_every_var
     html = report.Report.commands(SimpleNamespace(exp=exp, imported=False,
                                                   variant_commands=lambda: shown)).data
     assert html.count('<div class="ll-command">') == 4 and html.count("</div>") == 4
+
+
+def test_a_header_is_in_words_its_name_in_the_title_and_a_factor_keeps_its_own_name():
+    """Issue 67, 7: headers wrapped after an underscore read as two names (`peak_mem_` / `used_gib`)."""
+    import re
+
+    frame = pd.DataFrame({"custom_ar": ["on"], "peak_mem_used_gib_max": [1.5], "failure_reason": ["x"], "n": [2]})
+    heads = re.findall(r"<th[^>]*>(.*?)</th>", styled(frame, as_written=("custom_ar",)).to_html())
+    assert heads == ["custom_<wbr>ar", '<span title="peak_mem_used_gib_max">peak mem used GiB max</span>',
+                     '<span title="failure_reason">failure reason</span>', "n"]

@@ -289,7 +289,7 @@ class Report:
         # readers (pre_load_free_gib: budget_total_gib under its old name) left out: the table fits 1280 px
         shown = self.thresholds.assign(runs=[len(r.split(", ")) if r else 0 for r in self.thresholds["runs"]]).drop(
             columns=[thresholds.LEGACY_TOTAL, "guide_prediction", "guide_from"])
-        display(styled(shown, precision=4))
+        display(styled(shown, precision=4, as_written=tuple(self.factors)))
         if self.frames.runs.empty:
             return
         stratum_of = {p.run_id: p.stratum for p in self.planned}
@@ -437,7 +437,8 @@ class Report:
 
     def outcomes(self) -> Styler:
         """Each variant's runs and how they ended, the outcome cell red to green by its share of ready runs."""
-        return outcome_colours(styled(in_gib(analysis.outcomes(self.observations, self.factors))))
+        return outcome_colours(styled(in_gib(analysis.outcomes(self.observations, self.factors)),
+                                      as_written=tuple(self.factors)))
 
     def outcome_grid(self) -> None:
         fig = _plots().outcome_grid(self.observations, self.factors)
@@ -556,7 +557,7 @@ class Report:
         found = analysis.failures(self.runs)
         if found.empty:
             return HTML("<p>Every run became ready.</p>")
-        return HTML(with_detail_rows(found, "failure_message", label="failure message"))
+        return HTML(with_detail_rows(found, "failure_message", label="failure message", as_written=tuple(self.factors)))
 
     def failure_logs(self, lines: int = 20) -> HTML:
         """The last lines of the server log of every run that did not become ready."""
@@ -570,7 +571,8 @@ class Report:
 
     def runs_table(self) -> HTML:
         """Every run, its failure message on a row of its own (as in "Why launches failed"): the table fits the page."""
-        return HTML(with_detail_rows(in_gib(self.runs), "failure_message", label="failure message"))
+        return HTML(with_detail_rows(in_gib(self.runs), "failure_message", label="failure message",
+                                     as_written=tuple(self.factors)))
 
     def run_links(self) -> HTML:
         """Relative links to each run's raw files (they work where the run directory is opened whole)."""

@@ -78,7 +78,7 @@ def effects_in_gib(effects: pd.DataFrame) -> pd.DataFrame:
 
 
 def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = None,
-           breakable: tuple[str, ...] = ()) -> Styler:
+           breakable: tuple[str, ...] = (), as_written: tuple[str, ...] = ()) -> Styler:
     """A table as the report shows it: no index column, no column that is empty in every row (a host that records
     none of a field), numbers right-aligned at the precision that carries them (`column_formats`), text
     left-aligned, a column of single tokens (run ids, levels) never broken inside one, NaN as blank, and every
@@ -86,7 +86,9 @@ def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = Non
     quantities (`rows_of`: the column naming each row's, as an effect's metric) writes the rows of a quantity whose
     every value is whole as integers (KV tokens), whatever the other rows of its columns hold. A column of
     `breakable` tokens (an effect's factor and metric) may break after a dot or an underscore before a letter, each
-    piece whole (`peak_mem_` / `used_gib`), so a long name does not push the table past the page."""
+    piece whole (`peak_mem_` / `used_gib`), so a long name does not push the table past the page. A header is in
+    words (header_html), except those `as_written` (factors: the user's own names, written as the params write
+    them)."""
     frame = without_empty_columns(frame)
     formats = column_formats(frame, precision)
     names = {c: html_text(c) for c in frame.columns}
@@ -95,9 +97,11 @@ def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = Non
     # would differ in every table
     uuid = hashlib.sha256(f"{precision}\0{rows_of}\0{breakable}\0{frame.to_csv()}".encode()).hexdigest()[:5]
     styler = Styler(frame, uuid=uuid).hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
-    # a header may break after each underscore (`peak_mem_<wbr>used_gib`): a column is as wide as its values, not as
-    # its one-word name, so the outcomes, effects and budget tables fit a 1280 px page (issue 49)
-    styler = styler.format_index(lambda name: str(name).replace("_", "_<wbr>"), axis="columns")
+    # a header in words (`peak mem used GiB`), wrapped where words are: a column is as wide as its values, not as its
+    # name, so the outcomes, effects and budget tables fit a 1280 px page (issue 49) — wrapped after an underscore,
+    # `peak_mem_` / `used_gib` read as two names (issue 67); the frame's name is the header's title
+    kept = {html_text(n) for n in as_written}
+    styler = styler.format_index(lambda name: _name_html(name) if name in kept else header_html(name), axis="columns")
     for column, format_value in formats.items():
         styler = styler.format(format_value, subset=[names[column]], na_rep="")
     broken = [c for c in breakable if c in names and c not in formats]
@@ -122,7 +126,7 @@ def _whole_rows(styler: Styler, frame: pd.DataFrame, key: str, numeric: list[str
 def _column_css(values: pd.Series, *, numeric: bool, whole: bool = True) -> list[dict]:
     props = "text-align: right" if numeric else "text-align: left"
     cells = props + ("; white-space: nowrap" if whole and not numeric and _tokens(values) else "")
-    return [{"selector": "th", "props": props}, {"selector": "td", "props": cells}]  # headers break at `_<wbr>`
+    return [{"selector": "th", "props": props}, {"selector": "td", "props": cells}]  # headers wrap between words
 
 
 def _tokens(values: pd.Series) -> bool:
@@ -228,7 +232,25 @@ def without_false_flags(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=flags) if len(frame) else frame
 
 
-def with_detail_rows(frame: pd.DataFrame, detail: str, *, label: str = "", precision: int = 2) -> str:
+_UNITS = {"gib": "GiB", "mib": "MiB", "kib": "KiB"}
+
+
+def header_html(escaped: str) -> str:
+    """A column's header in words, from its escaped frame name: underscores as spaces, units as written
+    (`peak_mem_used_gib` → `peak mem used GiB`), the name itself in the title."""
+    if "_" not in escaped:
+        return escaped
+    return f'<span title="{escaped}">{" ".join(_UNITS.get(w, w) for w in escaped.split("_"))}</span>'
+
+
+def _name_html(escaped: str) -> str:
+    """A name shown as it is written (a factor's, as the params and the variants write it), a line break allowed
+    after an underscore where the table would not fit its page otherwise."""
+    return escaped.replace("_", "_<wbr>")
+
+
+def with_detail_rows(frame: pd.DataFrame, detail: str, *, label: str = "", precision: int = 2,
+                     as_written: tuple[str, ...] = ()) -> str:
     """An HTML table whose long text column (`detail`: a failure message) is a row of its own under each row, across
     the whole table and wrapped, so the message is read whole at 800 px instead of behind a sideways scroll; the
     other columns as `styled` shows them (escaped, single tokens unbroken). A row without a detail has no such row."""
@@ -236,7 +258,7 @@ def with_detail_rows(frame: pd.DataFrame, detail: str, *, label: str = "", preci
     columns = list(shown.columns)
     formats = column_formats(shown, precision)
     head = "".join(f'<th style="text-align: {"right" if c in formats else "left"}">'
-                   f"{html_text(c).replace('_', '_<wbr>')}</th>" for c in columns)
+                   f"{_name_html(html_text(c)) if c in as_written else header_html(html_text(c))}</th>" for c in columns)
 
     def cell(column: str, value) -> str:
         if _is_blank(value):
