@@ -25,7 +25,6 @@ import pwd
 import secrets
 import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -390,8 +389,3 @@ def own_folder(path: Path, what: str) -> Path:
         raise NotYours(f"{what} {path} is writable by other users (mode {stat.filemode(st.st_mode)}): "
                        f"`chmod go-w {path}` or point the kit to a folder of your own")
     return path
-
-
-def scratch_folder() -> str:
-    """A fresh private temporary folder (mkdtemp, 0700) for what never lands in a shared place."""
-    return tempfile.mkdtemp(prefix="launchlab-")

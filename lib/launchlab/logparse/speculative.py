@@ -32,12 +32,6 @@ _CONFIG_FLAG = re.compile(r"--speculative[-_]config[= ]'?(\{[^}]*\})")
 _SGLANG_FLAGS = re.compile(r"--speculative-algorithm[= ](\w+)|--speculative-draft-model-path[= ](\S+)")
 
 
-def draft_fields(prefix: str, names: tuple[str, ...]) -> dict[str, str]:
-    """The draft's name of each target field: `weights_mem_gib` → `draft_weights_mem_gib` (prefix `draft_`), and the
-    draft-extend capture's `graph_s` → `draft_extend_graph_s` (prefix `draft_extend_`)."""
-    return {name: f"{prefix}{name}" for name in names}
-
-
 def from_args(spec: Speculative, args: dict[str, str]) -> None:
     """What the server's own account of its arguments says: SGLang's `speculative_algorithm` and
     `speculative_draft_model_path`, vLLM's `speculative_config` (a mapping or `SpeculativeConfig(…)`), V0's

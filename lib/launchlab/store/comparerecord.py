@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-SIDES = ("before", "after")
-
 
 @dataclass(frozen=True)
 class Batch:

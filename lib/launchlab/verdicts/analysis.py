@@ -35,7 +35,6 @@ from launchlab.store.verdictrecord import (
     SEARCHED,
     SETTLED,
     UNDETERMINED,
-    Decision,
     DecisionStatus,
 )
 from launchlab.verdicts import claims, ledger
@@ -384,19 +383,6 @@ def not_varied(decision: dict, why: str) -> dict:
     `not_shown_to_vary`, with why and what would show it, and what the counts alone would have said."""
     summary = f"{decision['factor']} was not shown to vary: {why}"
     return {**decision, "status": NOT_VARIED, "summary": summary, "would_be": decision["status"], "settled": False}
-
-
-def outcome_deciders(runs: pd.DataFrame, factors: list[str], planned: list[ManifestEntry] | None = None) -> pd.DataFrame:
-    """For each factor: does changing only its level change the share of ready runs, the others held fixed?
-    `changes_launch_outcome` is True where it does in at least one stratum (see `status`). The verdict's own
-    decisions (with level checks and confounds applied) are in verdict.build."""
-    obs = observations(runs, factors, planned)
-    rows = []
-    for factor in factors:
-        d = decide(obs, factor, factors)
-        rows.append({"factor": factor, "changes_launch_outcome": d["status"] in OUTCOME, "status": d["status"],
-                     "summary": d["summary"], "evidence": Decision.from_json(d).counts()})
-    return pd.DataFrame(rows, columns=["factor", "changes_launch_outcome", "status", "summary", "evidence"])
 
 
 def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...]) -> pd.DataFrame:

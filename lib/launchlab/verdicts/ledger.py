@@ -108,11 +108,6 @@ class RunEvidence:
     def observation(self) -> bool:
         return self.excluded is None
 
-    def observes(self, factor: str) -> bool:
-        """An observation of this factor: of the server, and the factor's level took effect (or is not shown)."""
-        level = self.levels.get(factor)
-        return self.observation and (level is None or level.state != OVERRIDDEN)
-
 
 def outcome_label(status: str | None, reason: str | None, phase: str | None) -> str:
     """What a run's launch came to, in the words the verdict's sentences use, so that a KV-sizing failure and a

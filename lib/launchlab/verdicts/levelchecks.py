@@ -287,22 +287,3 @@ def contradictions(checks: list[dict]) -> list[dict]:
             for c in checks if c["runs_contradicted"]]
 
 
-def contradiction_reasons(checks: list[dict]) -> dict[str, str]:
-    """Per factor, what its runs' logs showed instead of their level, each reason once (`detail` without the runs):
-    `custom all-reduce was not used: one GPU (tp_size=1)` for a custom all-reduce factor at TP 1."""
-    out: dict[str, list[str]] = {}
-    for c in checks:
-        if c["runs_contradicted"]:
-            for part in c.get("detail", "").split("; "):
-                why = re.sub(r" in run \S+$", "", part.split(": ", 1)[-1])
-                if why and why not in out.setdefault(c["factor"], []):
-                    out[c["factor"]].append(why)
-    return {factor: "; ".join(whys) for factor, whys in out.items()}
-
-
-def contradicted_runs(checks: list[dict]) -> dict[str, set[str]]:
-    """Per factor, the runs whose log contradicts their level: no observations of that factor."""
-    out: dict[str, set[str]] = {}
-    for c in checks:
-        out.setdefault(c["factor"], set()).update(c["runs_contradicted"])
-    return out
