@@ -246,7 +246,9 @@ def _diagnose(args: argparse.Namespace) -> int:
 def _card_gib(host: str | None) -> float | None:
     """The total memory of this machine's first GPU (GiB) when the draft's host is this machine: what a break-even
     needs that a log may not state (nvidia-smi; None without it)."""
-    if host not in ("local", "localhost", "127.0.0.1"):
+    from launchlab.hosts import THIS_MACHINE
+
+    if host not in THIS_MACHINE:
         return None
     from launchlab.gpu import telemetry
     from launchlab.hosts import commands

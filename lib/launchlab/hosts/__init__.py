@@ -34,6 +34,9 @@ class Transport:
         return importlib.import_module(self.module).open_host(name, spec, sim_box=sim_box)
 
 
+# what a user may write for "this machine" where a host is named (diagnose's --host): the one list
+THIS_MACHINE = ("local", "localhost", "127.0.0.1")
+
 # The order is the order of the params JSON Schema's `oneOf` and of the names in messages.
 TRANSPORTS: dict[str, Transport] = {
     "sim": Transport(sim_spec.SimSpec, "launchlab.hosts.sim"),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from launchlab import safefiles
+from launchlab import hosts, safefiles
 from launchlab.errors import LaunchlabError
 from launchlab.fields import MAX_GPUS
 from launchlab.hosts.sim_spec import SimSpec
@@ -33,7 +33,6 @@ from launchlab.store.rundir import write_text
 SIM_HOST, REAL_HOST = "box", "gpu"
 PORT = ["--host", "127.0.0.1", "--port", "{port}"]
 TODO_COMMAND = ["TODO-the-server-command", "--port", "{port}"]
-_LOCAL = ("local", "localhost", "127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -221,7 +220,7 @@ def _host(found: Diagnosis, opts: Options, simulated: bool, notes: list[str]) ->
         notes.append("host: TODO — this machine as written; --host NAME names the one that ran the log")
         return [f"  {REAL_HOST}:", "    transport: local               # TODO: the machine of the log (--host NAME)",
                 *count]
-    if opts.host in _LOCAL:
+    if opts.host in hosts.THIS_MACHINE:
         return [f"  {REAL_HOST}:", "    transport: local", *count]
     return [f"  {REAL_HOST}:", "    transport: ssh", f"    address: {_q(opts.host)}", *count]
 
