@@ -110,3 +110,14 @@ def test_a_run_stopped_because_the_batch_was_interrupted_is_known_by_its_reason_
                                "the run notebook failed: DeadKernelError"]
     obs = analysis.observations(runs, ["custom_ar", "mem_fraction"])
     assert list(obs["invalid_kind"]) == [analysis.INTERRUPTED, analysis.INTERRUPTED, analysis.KIT_ERROR]
+
+
+def test_an_unsettled_change_of_how_the_launch_fails_without_a_p_value_is_said_without_one():
+    """Found by tests/test_varied_property.py: both levels fail, differently, and no share of ready runs was tested
+    (p_value None) — the reason's sentence raised a TypeError formatting it."""
+    from launchlab.verdicts import verdict
+
+    said = verdict._unsettled({"factor": "x", "status": "changes_how_it_fails", "runs_per_side": 2, "p_value": None,
+                               "repetitions_to_settle": None})
+    assert said == ("x changes how the launch fails on 2 runs per side: observed, not settled — more than 100 runs "
+                    "per side would be needed")

@@ -224,8 +224,9 @@ def _unsettled(d: dict) -> str:
     settle = d.get("repetitions_to_settle")
     more = f"{settle} runs per side would settle it" if settle else "more than 100 runs per side would be needed"
     what = "changes how the launch fails" if d["status"] == CHANGES_HOW else "decides the launch"
-    return (f"{d['factor']} {what} on {side}: observed, not settled — Fisher's exact p = {d['p_value']:.2g}, not "
-            f"significant at 0.05; {more}")
+    # no p where no share of ready runs was tested (both levels fail, differently: how, not whether)
+    p = "" if d.get("p_value") is None else f"Fisher's exact p = {d['p_value']:.2g}, not significant at 0.05; "
+    return f"{d['factor']} {what} on {side}: observed, not settled — {p}{more}"
 
 
 def _sentence(reason: str, names) -> str:
