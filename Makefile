@@ -20,13 +20,15 @@ help:  ## list the targets
 # bytecode compiled as pip does; it does not read pip's configuration, so where only pip's index is reachable, pip
 # installs instead. The installer's lines (144 packages, one by one) go to .venv/install.log, not before the demo's
 # first line: make says what it installs in one line, and prints the log's tail where the install fails.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml jupyter/ipython_kernel_config.py
 	@echo "== creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "== upgrading pip, and uv"
 	$(BIN)/pip install --quiet --upgrade pip uv
 	@echo "== installing launchlab and its tools into $(VENV) (under half a minute; pip takes a minute or two where uv fails)"
 	@$(BIN)/uv pip install --python $(BIN)/python --compile-bytecode -e '.[dev]' > $(VENV)/install.log 2>&1 || $(BIN)/pip install --progress-bar off -e '.[dev]' >> $(VENV)/install.log 2>&1 || { tail -n 30 $(VENV)/install.log; echo "== the install failed: $(VENV)/install.log says why"; exit 1; }
+	@echo "== the notebooks' kernel told not to announce its loopback TCP on every start (jupyter/ipython_kernel_config.py)"
+	install -D -m 0644 jupyter/ipython_kernel_config.py $(VENV)/etc/ipython/ipython_kernel_config.py
 	touch $(STAMP)
 	@echo "== $(VENV) is ready: $$($(BIN)/python -m pip list --format freeze 2>/dev/null | wc -l) packages (each in $(VENV)/install.log)"
 

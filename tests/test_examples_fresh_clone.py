@@ -85,7 +85,7 @@ def test_a_batch_records_its_params_relative_to_its_run_directory_and_what_stopp
     import signal
     import time
 
-    out, params_file = tmp_path / "outputs", small_params(pace=1.5)  # each simulated phase takes a second or more: the SIGINT lands mid-plan
+    out, params_file = tmp_path / "outputs", small_params(pace=1.5)  # phases of a second or more: SIGINT lands mid-plan
     proc = subprocess.Popen([*LAUNCHLAB, "run", str(params_file), "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     manifest = None

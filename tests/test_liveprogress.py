@@ -126,6 +126,8 @@ def test_the_papermill_commands_of_the_readme_run_as_written_and_end_in_the_demo
         command = command.replace("outputs/", f"{tmp_path}/")
         proc = subprocess.run(command, shell=True, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, f"{command}\n{proc.stderr[-3000:]}"
+        # issue 67, 9: the kernel's "running over TCP without encryption" notice before every notebook
+        assert "without encryption" not in proc.stderr, proc.stderr[-2000:]
         done.append(proc)
     assert "experiment: str" in done[0].stdout and "run_dir: str" in done[0].stdout, "typed parameters"
     run = _outputs(tmp_path / "run.ipynb")
