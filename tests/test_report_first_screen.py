@@ -89,3 +89,41 @@ def test_the_probe_sees_a_table_behind_a_scroll_and_a_message_that_runs_off_the_
     found = first_screen(browser, page, 800, tmp_path)
     assert found["tables"][0]["hidden"] > 1
     assert found["messages"][0]["right"] > found["page"] + 1
+
+
+COMPARE_PROBE = """<script>window.addEventListener('load', () => { setTimeout(() => {
+  const page = document.documentElement.clientWidth, text = document.body.innerText;
+  const at = (words) => { const i = [...document.querySelectorAll('p, li, h1, h2')].find(e =>
+    e.textContent.includes(words)); return i ? i.getBoundingClientRect().top + scrollY : null; };
+  const scroller = (el) => { for (let p = el.parentElement; p; p = p.parentElement) {
+    if (['auto', 'scroll'].includes(getComputedStyle(p).overflowX)) return p; } return null; };
+  const hidden = [...document.querySelectorAll('table')].map(t => { const s = scroller(t);
+    return s ? s.scrollWidth - s.clientWidth : Math.max(0, t.getBoundingClientRect().right - page); });
+  document.body.setAttribute('data-first', JSON.stringify({page, same: at('Same question'),
+    moved: at('the minimum --mem-fraction-static that starts moved up'), hidden,
+    wide: document.documentElement.scrollWidth - page}));
+}, 200); });</script></body>"""
+
+
+@pytest.mark.parametrize("width", (1280, 800))
+def test_the_shipped_pair_compares_and_says_so_on_the_first_screen(browser, tmp_path, width):  # noqa: F811
+    """Issue 67, 1: the shipped before/after pair (the same SGLang search on the H200 and the H100), compared from
+    the committed files: "Same question" and the threshold that moved on the first screen, at 1280 and 800 px, and
+    the page never wider than the window (a table may scroll in its own box at 800 px, never the page)."""
+    import subprocess
+
+    from conftest import LAUNCHLAB
+
+    before = ROOT / "examples/h200-sglang-threshold/20261203-093428"
+    after = ROOT / "examples/h100-sglang-threshold/20261207-101000"
+    done = subprocess.run([*LAUNCHLAB, "compare", str(before), str(after), "--out", str(tmp_path / "cmp")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    copy = tmp_path / f"compare-{width}.html"
+    copy.write_text((tmp_path / "cmp" / "compare.html").read_text().replace("</body>", COMPARE_PROBE))
+    found = json.loads(browser.read(copy.as_uri(), width, FOLD_PX, "data-first"))
+    assert found["same"] is not None and found["same"] < FOLD_PX, found
+    assert found["moved"] is not None and found["moved"] < FOLD_PX, found
+    assert found["wide"] <= 1, found
+    if width == 1280:
+        assert max(found["hidden"]) <= 1, found
