@@ -127,3 +127,25 @@ def test_the_shipped_pair_compares_and_says_so_on_the_first_screen(browser, tmp_
     assert found["wide"] <= 1, found
     if width == 1280:
         assert max(found["hidden"]) <= 1, found
+
+
+COMMANDS_PROBE = """<script>window.addEventListener('load', () => { setTimeout(() => {
+  const blocks = [...document.querySelectorAll('.ll-command')].map(b => { const r = b.getBoundingClientRect();
+    const label = b.querySelector('p').getBoundingClientRect(), pre = b.querySelector('pre').getBoundingClientRect();
+    return {top: r.top, bottom: r.bottom, label: b.querySelector('p').textContent, labelBottom: label.bottom,
+            preTop: pre.top, preBottom: pre.bottom}; });
+  document.body.setAttribute('data-first', JSON.stringify({blocks}));
+}, 200); });</script></body>"""
+
+
+@pytest.mark.parametrize("width", (1280, 800))
+def test_each_variant_s_command_is_a_block_of_its_own_under_its_label(browser, tmp_path, width):  # noqa: F811
+    """Issue 67, 7: the Commands section ran each command into the next variant's label."""
+    example = ROOT / "examples/h200-sglang-kv/20261203-092613"
+    copy = tmp_path / f"commands-{width}.html"
+    copy.write_text((example / "summary.html").read_text().replace("</body>", COMMANDS_PROBE))
+    blocks = json.loads(browser.read(copy.as_uri(), width, FOLD_PX, "data-first"))["blocks"]
+    assert len(blocks) == 6 and sum("(baseline)" in b["label"] for b in blocks) == 1  # its 6 variants
+    for block, following in zip(blocks, blocks[1:], strict=False):
+        assert block["labelBottom"] <= block["preTop"] and block["preBottom"] <= block["bottom"] <= following["top"]
+        assert following["top"] - block["preBottom"] >= 12, (block, following)  # a gap a reader sees
