@@ -239,10 +239,22 @@ def mark_phases(fig: plt.Figure, events: pd.DataFrame, runs: pd.DataFrame,
     return fig
 
 
+# phases that end this close together (a share of the time axis) are one label, "dist init · weights": four labels
+# within a second of the start piled up in four rows over t≈0
+SAME_PLACE = 0.04
+
+
 def _label_marks(ax, marks: list[tuple[float, str]], high: float, band: float, renderer) -> None:
     placed = []
-    middle = sum(ax.get_xlim()) / 2
-    for t, label in marks:
+    left, right = ax.get_xlim()
+    middle = (left + right) / 2
+    grouped: list[tuple[float, str]] = []
+    for t, label in marks:  # sorted by time
+        if grouped and t - grouped[-1][0] <= SAME_PLACE * (right - left):
+            grouped[-1] = (grouped[-1][0], f"{grouped[-1][1]} · {label}")
+        else:
+            grouped.append((t, label))
+    for t, label in grouped:
         for row in range(len(PHASE_ENDS)):  # as many rows as labels: the last one is always free
             text = ax.text(t, high + band * (0.14 + 0.24 * row), f" {label} ", va="center",
                            ha="left" if t <= middle else "right", fontsize=MIN_FONT_PT, color="dimgray")
