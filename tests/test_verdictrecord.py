@@ -50,7 +50,7 @@ def test_the_summary_reads_the_verdict_this_kit_wrote_after_the_frames_and_recom
     # an example commits no telemetry.parquet (rebuilt from its raw files): its frames, as `launchlab report` writes
     frames.write(run_dir, frames.build(run_dir, params.load(run_dir / "experiment.yaml")))
     verdict_file = run_dir / "verdict.json"  # as an older kit wrote it (the example is re-rendered by this one)
-    verdict_file.write_text(verdict_file.read_text().replace('"kit_version": "', '"kit_version": "0.0.0-older-'))
+    verdict_file.write_text(verdict_file.read_text().replace('"kit_version":"', '"kit_version":"0.0.0-older-'))
     assert report.load(run_dir).written_verdict() is None, "an older kit's verdict.json is not reused"
     written = reportmd.write_verdict(run_dir)
     assert report.load(run_dir).written_verdict() == written

@@ -96,7 +96,7 @@ TIMELINE_SVG_MAX_RUNS = 40
 def _command_html(argv: list[str]) -> str:
     """A command whose lines break only between its arguments: each is one unbreakable span (the page broke
     `--disable-custom-all-reduce` after its first dash), joined by the spaces a line may break at."""
-    return " ".join(f'<span style="white-space: nowrap">{html_text(shlex.quote(a))}</span>' for a in argv)
+    return " ".join(f'<span class="ll-nw">{html_text(shlex.quote(a))}</span>' for a in argv)  # ll-nw: nowrap
 
 
 @dataclass(frozen=True)

@@ -34,13 +34,25 @@ def figure_svg(fig) -> str:
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "launchlab"}):  # salt: the same ids every run
         fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
-    return _GEOMETRY.sub(lambda m: m[1] + _DECIMALS.sub(r"\1", m[2]) + '"', buffer.getvalue())
+    svg = _GEOMETRY.sub(lambda m: m[1] + " ".join(_DECIMALS.sub(r"\1", m[2]).split()) + '"', buffer.getvalue())
+    svg = _STYLE.sub(lambda m: m[1] + _STYLE_SPACE.sub(r"\1", m[2]).strip() + '"', svg)
+    referenced = set(_REFERENCE.findall(svg))
+    svg = _PLAIN_ID.sub(lambda m: m[0] if m[1] in referenced else "", svg)
+    return _BARE_GROUP.sub(r"\1", svg).replace(" xlink:href=", " href=")  # SVG 2's href: every browser reads it
 
 
 # matplotlib writes coordinates to 6 decimals of a point; one is a tenth of a point, an eighth of a screen pixel —
 # and the committed examples' reports are 100 kB lighter. Only geometry attributes: a label's text is never touched.
 _GEOMETRY = re.compile(r'(\s(?:d|x|y|x1|x2|y1|y2|cx|cy|r|width|height|viewBox|transform|points)=")([^"]*)"')
 _DECIMALS = re.compile(r"(\d\.\d)\d+")
+# and, for the same weight (the examples travel to the GPU machine within 64 MiB): no spaces inside a style
+# attribute's declarations, and no id of a figure's, patch's or axis's group that nothing refers to (the axes',
+# ticks', lines', collections', texts' and legends' stay: the browser tests find a chart's parts by them)
+_STYLE = re.compile(r'(\sstyle=")([^"]*)"')
+_STYLE_SPACE = re.compile(r"\s*([:;])\s*")
+_REFERENCE = re.compile(r'(?:url\(#|href="#)([^)"]+)')
+_BARE_GROUP = re.compile(r"<g>\n(<use [^>]*></use>)\n</g>")  # a group of one marker and nothing else
+_PLAIN_ID = re.compile(r'\sid="((?:patch|figure|matplotlib\.axis)_\d+)"')
 
 
 def show(fig, alt: str, raster: bool = False) -> None:
@@ -96,7 +108,9 @@ def styled(frame: pd.DataFrame, precision: int = 2, *, rows_of: str | None = Non
     # the table's id (its CSS selectors) from its content: pandas draws a random one, and a re-rendered report
     # would differ in every table
     uuid = hashlib.sha256(f"{precision}\0{rows_of}\0{breakable}\0{frame.to_csv()}".encode()).hexdigest()[:5]
-    styler = Styler(frame, uuid=uuid).hide(axis="index").format(precision=precision, na_rep="", thousands=",", escape="html")
+    # no id per cell (none is read; a styled cell keeps its own): a tenth of a table's bytes
+    styler = Styler(frame, uuid=uuid, cell_ids=False).hide(axis="index").format(precision=precision, na_rep="",
+                                                                                thousands=",", escape="html")
     # a header in words (`peak mem used GiB`), wrapped where words are: a column is as wide as its values, not as its
     # name, so the outcomes, effects and budget tables fit a 1280 px page (issue 49) — wrapped after an underscore,
     # `peak_mem_` / `used_gib` read as two names (issue 67); the frame's name is the header's title
@@ -222,7 +236,7 @@ def _token_html(value) -> str:
     unbroken: `01_fraction-0.004.` / `graphs-off.` — never inside `graphs-off` at its hyphen, as a browser would, nor
     inside a number (`0.004`)."""
     pieces = re.split(r"(?<=[._])(?=[A-Za-z])|(?<= )", str(value))  # and after a space, where text breaks anyway
-    return "<wbr>".join(f'<span style="white-space: nowrap">{html_text(p)}</span>' for p in pieces)
+    return "<wbr>".join(f'<span class="ll-nw">{html_text(p)}</span>' for p in pieces)  # ll-nw: nowrap
 
 
 def without_false_flags(frame: pd.DataFrame) -> pd.DataFrame:
@@ -257,16 +271,18 @@ def with_detail_rows(frame: pd.DataFrame, detail: str, *, label: str = "", preci
     shown = without_false_flags(without_empty_columns(frame.drop(columns=[detail])))
     columns = list(shown.columns)
     formats = column_formats(shown, precision)
-    head = "".join(f'<th style="text-align: {"right" if c in formats else "left"}">'
+    # aligned by the page's stylesheet (.ll-detail-table: text left, a number's cell `r` right), not a style a cell
+    number = ' class="r"'
+    head = "".join(f"<th{number if c in formats else ''}>"
                    f"{_name_html(html_text(c)) if c in as_written else header_html(html_text(c))}</th>" for c in columns)
 
     def cell(column: str, value) -> str:
         if _is_blank(value):
             return "<td></td>"
         if column in formats:
-            return f'<td style="text-align: right">{html_text(formats[column](value))}</td>'
+            return f'<td class="r">{html_text(formats[column](value))}</td>'
         text = _token_html(value) if _tokens(pd.Series([value])) else html_text(value)
-        return f'<td style="text-align: left">{text}</td>'
+        return f"<td>{text}</td>"
 
     body = []
     for (_, row), text in zip(shown.iterrows(), frame[detail], strict=True):

@@ -651,7 +651,9 @@ def _disk_error(path: Path, exc: OSError) -> RunDirError:
 
 
 def write_json(path: Path, obj: object, *, mode: int = 0o644) -> None:
-    write_text(path, json.dumps(obj, indent=2, default=str) + "\n", mode=mode)
+    # one line, no indentation: run directories travel (the examples ride along to the GPU machine within 64 MiB,
+    # and indentation was a fifth of their records); `python -m json.tool FILE` shows one indented
+    write_text(path, json.dumps(obj, separators=(",", ":"), default=str) + "\n", mode=mode)
 
 
 def update_json(path: Path, changes: dict) -> None:
