@@ -100,7 +100,9 @@ def test_every_command_of_the_readme_and_of_the_help_runs_as_written_in_a_fresh_
             continue
         done = _run(line, clone, env, run_dir)
         if done.returncode != 0 or "Traceback" in done.stderr:
-            failed.append(f"{line}: exit {done.returncode}: {done.stderr[-600:]}")
+            at = done.stderr.find("Traceback")  # the traceback itself, where one is said
+            said = done.stderr[max(0, at - 300):at + 1500] if at >= 0 else done.stderr[-600:]
+            failed.append(f"{line}: exit {done.returncode}: {said}")
     assert failed == [], "\n".join(failed)
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone,
                             capture_output=True, text=True, check=True).stdout.splitlines()
