@@ -196,7 +196,8 @@ def test_the_draft_of_the_demos_failing_launch_reaches_the_demos_verdict_on_the_
     assert run.returncode == 0, run.stderr[-3000:]
     verdict = json.loads((Path(run.stdout.strip().splitlines()[-1]) / "verdict.json").read_text())
     demo = json.loads((run_dir / "verdict.json").read_text())
-    assert demo["outcome_factors"] == ["custom_ar", "mem_fraction"] and demo["neutral_factors"] == []
+    assert demo["outcome_factors"] == ["custom_ar", "mem_fraction"] and demo["neutral_factors"] == [], (
+        "the demo's own verdict", demo["inconclusive_reasons"], demo["warnings"][:6])
     assert verdict["controlled"] and verdict["conclusive"], verdict["inconclusive_reasons"]
     # as in the demo: at the failing fraction custom all-reduce decides, and the fraction decides with it on
     assert {f: d["status"] for f, d in verdict["factors"].items()} == {"mem_fraction_static": "decides_in_some",

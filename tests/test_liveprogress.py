@@ -151,5 +151,6 @@ def test_the_papermill_commands_of_the_readme_run_as_written_and_end_in_the_demo
     assert "16 of 16 planned runs finished" in summary and batch.name in summary
     assert "the newest run directory whose batch finished" in summary
     assert f"{Path(run_dir).name}: one run of run_variant.ipynb (1 of 16 planned runs), not a batch" in summary
-    assert json.loads((batch / "verdict.json").read_text())["outcome_factors"] == ["custom_ar", "mem_fraction"]
+    said = json.loads((batch / "verdict.json").read_text())
+    assert said["outcome_factors"] == ["custom_ar", "mem_fraction"], (said["inconclusive_reasons"], said["warnings"][:6])
     assert "Inconclusive" not in summary and "**Decides the launch:** mem_fraction" in summary

@@ -262,11 +262,12 @@ def _card_gib(host: str | None) -> float | None:
 
 
 def _draft_path(found, *, search: bool) -> Path:
-    """params/<experiment>.yaml where the current folder has params/ (a checkout, a workspace), else beside it."""
+    """params/local/<experiment>.yaml where the current folder has params/ (a checkout, a workspace), else beside it:
+    the user's own experiments, which a checkout's git ignores (issue 67: the kit's examples leave a clone clean)."""
     from launchlab.runner import draft
 
     name = f"{draft.experiment_name(found, search=search)}.yaml"
-    return Path("params") / name if Path("params").is_dir() else Path(name)
+    return Path("params") / "local" / name if Path("params").is_dir() else Path(name)
 
 
 def _example(*commands: str) -> dict:
@@ -393,8 +394,8 @@ def _diagnose_parser(sub) -> None:
     dg = sub.add_parser("diagnose", help="from a failing launch's log to the params file of the experiment that "
                                          "isolates it", **_example(
                             "launchlab diagnose examples/h200-sglang-diagnose/failing-launch.log",
-                            "launchlab diagnose tp0.log tp1.log --host gpu-box -o params/isolate.yaml",
-                            "launchlab diagnose server.log --search -o params/search.yaml --command "
+                            "launchlab diagnose tp0.log tp1.log --host gpu-box -o params/local/isolate.yaml",
+                            "launchlab diagnose server.log --search -o params/local/search.yaml --command "
                             "\"python3 -m sglang.launch_server …\""))
     dg.add_argument("logs", nargs="+", metavar="LOG", help="the failed launch's server log: one merged, or one per rank")
     dg.add_argument("--command", default=None,
@@ -410,7 +411,7 @@ def _diagnose_parser(sub) -> None:
     dg.add_argument("--server", default="auto", choices=["auto", *KINDS],
                     help="the server that wrote the log (default: auto, detected from its lines)")
     dg.add_argument("-o", "--out", type=Path, default=None, metavar="PARAMS",
-                    help="the params file to write (default: params/diagnose-<kind>-<reason>.yaml)")
+                    help="the params file to write (default: params/local/diagnose-<kind>-<reason>.yaml)")
     dg.add_argument("--force", action="store_true", help="replace the params file (and its patch) if it exists")
     dg.set_defaults(func=_diagnose)
 
