@@ -4,4 +4,5 @@ import sys
 
 from launchlab.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a worker process of multiprocessing imports this module again: it must not run
+    sys.exit(main())

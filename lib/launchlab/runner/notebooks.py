@@ -103,24 +103,24 @@ def _memory_now(gpus: list[tuple]) -> str:
 
 
 def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None,
-            *, server: kernels.ForkServer | None = None) -> None:
+            *, kernel: kernels.RunKernel | None = None) -> None:
     """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
     silenced so the progress lines stay readable. Cell errors still land in the executed notebook. With a pool,
-    the notebook runs in a kernel the pool started beforehand and stops afterwards (kernels.py); with a server, in
-    a kernel forked from it; with neither, papermill starts and shuts down one of its own."""
+    the notebook runs in a kernel the pool started beforehand and stops afterwards (kernels.py); with a kernel, in
+    that one (started by the caller, who stops it); with neither, papermill starts and shuts down one of its own."""
     # papermill writes the executed notebook in a private folder, renamed into place however it ends (a failed
     # cell's notebook is the evidence): a `summary.ipynb` someone linked elsewhere is replaced, never written through
     with safefiles.replacing(output, mode=rundir.derived_mode(output), keep_on_error=True) as tmp:
-        _execute(template, tmp, parameters, pool, server=server)
+        _execute(template, tmp, parameters, pool, kernel=kernel)
 
 
 def _execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None,
-             *, server: kernels.ForkServer | None) -> None:
+             *, kernel: kernels.RunKernel | None) -> None:
     import papermill  # here, not at the top: the run kernel imports this module, and papermill costs it seconds
 
     from launchlab.runner import nbengine  # papermill's engine, writing the notebook at its start and end only
 
-    if pool is None and server is None:
+    if pool is None and kernel is None:
         for attempt in range(2):
             try:
                 papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
@@ -134,17 +134,14 @@ def _execute(template: str, output: Path, parameters: dict, pool: kernels.RunKer
                 if attempt or not kernels.died_at_start(exc):
                     raise
         return
-    kernel = pool.take() if pool is not None else kernels.start_answered(lambda: server, notebooks_dir(),
-                                                                         kernels.KERNEL_ARGS, discard=kernels.stop)
+    used = kernel or pool.take()
     try:
         papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
                                    kernel_name=kernels.KERNEL_NAME, progress_bar=False, engine_name=nbengine.NAME,
-                                   km=kernel)
+                                   km=used)
     finally:
-        if pool is not None:
-            pool.release(kernel)
-        else:
-            kernels.stop(kernel)
+        if kernel is None:
+            pool.release(used)
 
 
 def run_label(run: Run, total: int) -> str:
@@ -238,34 +235,58 @@ def summarize(run_dir: Path, say: Say = stderr, html: bool = True, server: kerne
     directory = rundir.RunDir.check(run_dir)
     exp = params.load(directory.experiment_file)
     frames.write(directory.path, frames.build(directory.path, exp))
-    # the verdict itself is said once, as the report's headline, at the end (the CLI's last lines): its one-line
-    # record form here too said the same answer in other words
-    reportmd.write_verdict(directory.path)
     if not html:
+        reportmd.write_verdict(directory.path)
         say("launchlab: frames, verdict.json and report.md written; summary.html not rendered "
             f"(--no-html): `launchlab report {directory.path}` renders it")
         return directory.report_md
-    say("launchlab: frames, verdict.json and report.md written; rendering the summary")
+    with _summary_kernel(server) as kernel:  # it starts, and imports the report's modules, while the verdict is made
+        # the verdict itself is said once, as the report's headline, at the end (the CLI's last lines): its
+        # one-line record form here too said the same answer in other words
+        reportmd.write_verdict(directory.path)
+        say("launchlab: frames, verdict.json and report.md written; rendering the summary")
+        try:
+            return _render(exp, directory, kernel=kernel())
+        except Exception:
+            # the answer is in report.md already; said here, as the CLI would have at its end, so a failed render
+            # does not leave the terminal without it
+            from launchlab.reporting import headline
+
+            found = headline.of_run_dir(directory.path)
+            if found is not None:
+                say(f"launchlab: summary.html was not rendered; the verdict (report.md):\n{found.text()}")
+            raise
+
+
+# what the summary notebook imports first, imported by its kernel as it starts (kernels.PRELOAD for the run notebook)
+SUMMARY_PRELOAD = ["--IPKernelApp.exec_lines=import launchlab.reporting.report"]
+
+
+@contextlib.contextmanager
+def _summary_kernel(server: kernels.ForkServer | None):
+    """The summary's kernel, started in the background (forked from the batch's server, or started as jupyter_client
+    starts one): the context gives a call that waits for it; the kernel is stopped when the context ends, however
+    it ends — its notebook done, or never run (an error or Ctrl-C while the verdict was made)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="summary-kernel")
+    started = starter.submit(kernels.start_answered, lambda: server, notebooks_dir(),
+                             [*kernels.KERNEL_ARGS, *SUMMARY_PRELOAD], discard=kernels.stop)
     try:
-        return _render(exp, directory, server=server)
-    except Exception:
-        # the answer is in report.md already; said here, as the CLI would have at its end, so a failed render
-        # does not leave the terminal without it
-        from launchlab.reporting import headline
-
-        found = headline.of_run_dir(directory.path)
-        if found is not None:
-            say(f"launchlab: summary.html was not rendered; the verdict (report.md):\n{found.text()}")
-        raise
+        yield started.result
+    finally:
+        starter.shutdown(wait=True)  # a kernel still starting is waited for, then stopped: none outlives the report
+        if started.exception() is None:
+            kernels.stop(started.result())
 
 
-def _render(exp: params.Experiment, directory: rundir.RunDir, *, server=None) -> Path:
+def _render(exp: params.Experiment, directory: rundir.RunDir, *, kernel: kernels.RunKernel) -> Path:
     """summary.ipynb executed on the run directory, its secrets masked, and exported as summary.html."""
     import papermill  # here, as in summarize
 
     nb = directory.summary_notebook
     try:
-        execute("summary.ipynb", nb, {"run_dir": str(directory.path)}, server=server)
+        execute("summary.ipynb", nb, {"run_dir": str(directory.path)}, kernel=kernel)
     except papermill.PapermillExecutionError as exc:
         _mask_notebook(exp, nb)
         raise NotebookFailed(str(nb), f"{exc.ename}: {exc.evalue} (open the notebook to see the failing cell)") from None

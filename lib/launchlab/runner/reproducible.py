@@ -47,4 +47,6 @@ def settle(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def settle_file(path: Path) -> None:
     """Rewrite an executed notebook settled (atomically, as every run-directory file is written)."""
     nb = nbformat.read(str(path), as_version=4)
+    if "output_path" in nb.metadata.get("papermill", {}):  # the private file papermill wrote (/proc/self/fd/N)
+        nb.metadata.papermill.output_path = path.name
     rundir.write_text(path, nbformat.writes(settle(nb)) + "\n", mode=path.stat().st_mode & 0o777)

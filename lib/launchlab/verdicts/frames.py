@@ -13,7 +13,11 @@ t_s is seconds since the server was started, on the host's clock (the clock of i
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -47,38 +51,68 @@ class Frames:
 
 
 def build(run_dir: Path, exp: params.Experiment) -> Frames:
-    """Frames from every run folder that finished (status.json with state "done"), in plan order."""
+    """Frames from every run folder that finished (status.json with state "done"), in plan order; a large batch's
+    runs read by several processes (_each)."""
     directory = rundir.RunDir(run_dir)
-    run_rows, event_frames, telemetry_frames = [], [], []
-    rules = exp.server.rules()
     factors = list(exp.factors) + ([exp.search.factor] if exp.search else [])  # a search's flag: a column too
     run_ids = directory.manifest().run_ids
     share = min(telemetry.MAX_TRACE_ROWS, max(1_000, MAX_TELEMETRY_ROWS // max(1, len(run_ids))))
-    for run_id in run_ids:
-        folder = directory.run(run_id)
-        status = records.read_status(folder)
-        if status is None or not status.done:
-            continue
-        record = status.record
-        row = {**record.row(), **{f: record.levels.get(f) for f in factors}}
-        run_rows.append(row)
-        summary, peaks, unread, thinned = _nodes(folder, record, exp, rules, event_frames=event_frames,
-                                                 telemetry_frames=telemetry_frames, share=share)
-        # from the samples, like every derived figure: no sample is no peak (NaN), never 0
-        row["peak_mem_used_mib"] = max(peaks) if peaks else None
-        if summary is not None:  # derived, like the frames: rebuilt with the parser of this kit version
-            for key, said in (("telemetry_unread", unread), ("telemetry_thinned", thinned)):
-                if said:
-                    summary[key] = said
-            summary["log_sha256"] = _logs_sha256(folder, record)  # the same log twice is one launch (ledger.py)
-            rundir.write_json(folder.parsed, summary)
-    runs = pd.DataFrame(run_rows, columns=RUN_COLUMNS + factors)
+    finished = [(directory.run(r), status.record) for r in run_ids
+                if (status := records.read_status(directory.run(r))) is not None and status.done]
+    built = _each(functools.partial(_run, exp=exp, rules=exp.server.rules(), factors=factors, share=share), finished)
+    runs = pd.DataFrame([b.row for b in built], columns=RUN_COLUMNS + factors)
     for col in ("startup_s", "peak_mem_used_mib", "queue_s"):
         runs[col] = pd.to_numeric(runs[col])
-    events = _concat(event_frames, EVENT_COLUMNS)
+    events = _concat([f for b in built for f in b.events], EVENT_COLUMNS)
     events["t_s"] = pd.to_numeric(events["t_s"])
     events["value"] = pd.to_numeric(events["value"])
-    return Frames(runs, events, _concat(telemetry_frames, TELEMETRY_COLUMNS))
+    return Frames(runs, events, _concat([f for b in built for f in b.telemetry], TELEMETRY_COLUMNS))
+
+
+@dataclass(frozen=True)
+class _Built:
+    """One run's part of the frames: its runs row, its events and its GPU samples (a frame a node)."""
+
+    row: dict
+    events: list[pd.DataFrame]
+    telemetry: list[pd.DataFrame]
+
+
+def _run(job: tuple[rundir.RunFolder, records.RunRecord], *, exp: params.Experiment, rules, factors: list[str],
+         share: int) -> _Built:
+    """A finished run's frames, and its parsed.json (re)written: derived, like the frames, with this kit's parser."""
+    folder, record = job
+    row = {**record.row(), **{f: record.levels.get(f) for f in factors}}
+    events: list[pd.DataFrame] = []
+    samples: list[pd.DataFrame] = []
+    summary, peaks, unread, thinned = _nodes(folder, record, exp, rules, event_frames=events,
+                                             telemetry_frames=samples, share=share)
+    # from the samples, like every derived figure: no sample is no peak (NaN), never 0
+    row["peak_mem_used_mib"] = max(peaks) if peaks else None
+    if summary is not None:
+        for key, said in (("telemetry_unread", unread), ("telemetry_thinned", thinned)):
+            if said:
+                summary[key] = said
+        summary["log_sha256"] = _logs_sha256(folder, record)  # the same log twice is one launch (ledger.py)
+        rundir.write_json(folder.parsed, summary)
+    return _Built(row, events, samples)
+
+
+# from this many finished runs on, their files are read by a pool of processes, one a core (at most 4): reading a
+# run's GPU trace is CPU-bound pandas (~40 ms for 5 minutes of 8 GPUs), and a worker's start (its imports, ~1 s)
+# costs more than it saves on a small batch (bench/report_scale.py: 200 runs read in about half the time on 2 cores)
+PARALLEL_FROM = 32
+
+
+def _each(one, jobs: list) -> list[_Built]:
+    """`one` of each job, in order: in this process for a small batch, else in a pool of spawned processes (clean
+    ones, not forks of this one with its threads, e.g. pyarrow's; and none is left once the pool is done, as a fork
+    server would stay, holding its imports, until this process ends)."""
+    workers = min(os.cpu_count() or 1, 4, len(jobs) // (PARALLEL_FROM // 2))
+    if len(jobs) < PARALLEL_FROM or workers < 2:
+        return [one(job) for job in jobs]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(one, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
 
 
 def _nodes(folder: rundir.RunFolder, record: records.RunRecord, exp: params.Experiment, rules, *,
