@@ -1,5 +1,5 @@
-"""A large batch's runs are read by a pool of processes (frames._each, from frames.PARALLEL_FROM runs on): the
-frames and every parsed.json they write are those of reading the runs one by one in this process."""
+"""A large batch's runs are read by a pool of processes (frames._each, from frames.PARALLEL_FROM_BYTES of GPU traces
+on): the frames and every parsed.json they write are those of reading the runs one by one in this process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 from launchlab import params
-from launchlab.store import rundir
+from launchlab.store import records, rundir
 from launchlab.verdicts import frames
 
 EXAMPLE = ROOT / "examples" / "h200-sglang-kv" / "20261203-092613"  # 18 real SGLang runs on an H200
@@ -31,7 +31,7 @@ def test_a_pool_of_processes_reads_the_runs_as_this_process_does_in_plan_order(t
         p.unlink()
     started = []
     real = frames.ProcessPoolExecutor
-    monkeypatch.setattr(frames, "PARALLEL_FROM", 2)
+    monkeypatch.setattr(frames, "PARALLEL_FROM_BYTES", 1)
     monkeypatch.setattr(frames, "ProcessPoolExecutor", lambda *a, **k: started.append(a) or real(*a, **k))
     pooled = frames.build(run_dir, exp)
     assert started and started[0][0] >= 2, "the runs were read by a pool of at least two processes"
@@ -41,10 +41,14 @@ def test_a_pool_of_processes_reads_the_runs_as_this_process_does_in_plan_order(t
     assert _parsed(run_dir) == written_alone and len(written_alone) == 18
 
 
-def test_a_small_batch_is_read_in_this_process():
-    assert frames.PARALLEL_FROM >= 16
-    assert frames._each(lambda job: job * 2, list(range(frames.PARALLEL_FROM - 1))) == \
-        [2 * n for n in range(frames.PARALLEL_FROM - 1)]
+def test_small_traces_are_read_in_this_process(monkeypatch):
+    """Below the bytes a worker's start is worth, no pool: the one given here would fail the test if used."""
+    monkeypatch.setattr(frames, "ProcessPoolExecutor", None)
+    run_dir = EXAMPLE  # read only: its runs' traces are a few MB in all
+    directory = rundir.RunDir(run_dir)
+    jobs = [(directory.run(r), records.read_status(directory.run(r)).record) for r in directory.manifest().run_ids]
+    assert 0 < frames._trace_bytes(jobs) < frames.PARALLEL_FROM_BYTES
+    assert frames._each(lambda job: job[1].run_id, jobs) == [record.run_id for _, record in jobs]
 
 
 def _children() -> set[int]:

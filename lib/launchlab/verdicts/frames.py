@@ -98,21 +98,28 @@ def _run(job: tuple[rundir.RunFolder, records.RunRecord], *, exp: params.Experim
     return _Built(row, events, samples)
 
 
-# from this many finished runs on, their files are read by a pool of processes, one a core (at most 4): reading a
-# run's GPU trace is CPU-bound pandas (~40 ms for 5 minutes of 8 GPUs), and a worker's start (its imports, ~1 s)
-# costs more than it saves on a small batch (bench/report_scale.py: 200 runs read in about half the time on 2 cores)
-PARALLEL_FROM = 32
+# from this many bytes of GPU traces on (as kept: gzip), a batch's runs are read by a pool of processes, one a core (at
+# most 4): reading a trace is CPU-bound pandas (~40 ms for 5 minutes of 8 GPUs, 2 MB), and a worker's start (its
+# imports, ~1.5 s of CPU) costs more than it saves on small traces (bench/report_scale.py: 200 runs of 2 MB read in
+# about half the time on 2 cores)
+PARALLEL_FROM_BYTES = 64 * 2**20
 
 
 def _each(one, jobs: list) -> list[_Built]:
-    """`one` of each job, in order: in this process for a small batch, else in a pool of spawned processes (clean
+    """`one` of each job, in order: in this process for small traces, else in a pool of spawned processes (clean
     ones, not forks of this one with its threads, e.g. pyarrow's; and none is left once the pool is done, as a fork
     server would stay, holding its imports, until this process ends)."""
-    workers = min(os.cpu_count() or 1, 4, len(jobs) // (PARALLEL_FROM // 2))
-    if len(jobs) < PARALLEL_FROM or workers < 2:
+    workers = min(os.cpu_count() or 1, 4, len(jobs))
+    if workers < 2 or _trace_bytes(jobs) < PARALLEL_FROM_BYTES:
         return [one(job) for job in jobs]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(one, jobs, chunksize=max(1, len(jobs) // (workers * 4))))
+
+
+def _trace_bytes(jobs: list[tuple[rundir.RunFolder, records.RunRecord]]) -> int:
+    """The size of the runs' GPU traces as kept (each node's), what reading them costs."""
+    sizes = (folder.samples(node) for folder, record in jobs for node in range(max(1, len(record.nodes or []))))
+    return sum(path.stat().st_size for path in sizes if path.is_file())
 
 
 def _nodes(folder: rundir.RunFolder, record: records.RunRecord, exp: params.Experiment, rules, *,
