@@ -1,5 +1,5 @@
 """Everything one verdict is judged from, in one record: the ledger of the runs and what the run directory holds
-beside it. The report layer gathers it once (reporting/report.py reads the files); verdict.build makes the whole
+beside it. The case file gathers it once (casefile.py reads the run directory's records); verdict.build makes the whole
 verdict from it in one call — decisions, confounds, effects, findings, a search's thresholds, warm-ups and order
 effects — and the report only renders what it returns."""
 
