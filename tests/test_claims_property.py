@@ -14,7 +14,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launchlab.store.rundir import ManifestEntry
+from launchlab.store.manifest import ManifestEntry
 from launchlab.verdicts import analysis, claims, ledger
 
 ENDS = ["ready", "failed-kv", "failed-oom", "degraded", "censored", "error", "missing", "duplicate"]

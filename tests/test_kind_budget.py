@@ -12,7 +12,7 @@ import pytest
 from conftest import DATA
 from launchlab import logparse, search
 from launchlab.logparse.kinds import KINDS
-from launchlab.store.rundir import ManifestEntry
+from launchlab.store.manifest import ManifestEntry
 from launchlab.verdicts import budget, thresholds
 
 LOGS = DATA / "vllm-0.26-h200"

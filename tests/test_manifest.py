@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT
 from launchlab.errors import RunDirError
-from launchlab.store.rundir import Manifest, ManifestEntry, ManifestSearch
+from launchlab.store.manifest import Manifest, ManifestEntry, ManifestSearch
 
 MANIFESTS = sorted(ROOT.glob("examples/*/*/manifest.json"))
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from launchlab.errors import ParamsError, RunDirError
 from launchlab.runner import batch, runview
-from launchlab.store import rundir
+from launchlab.store import finding, rundir
 
 DEMO = ROOT / "params" / "demo.yaml"
 
@@ -40,8 +40,8 @@ def test_the_summary_s_default_is_the_newest_finished_batch_and_it_names_the_new
     finished = made(done=16, single_run=False, at=1_000)
     unfinished = made(done=3, single_run=False, at=2_000)
     alone = made(done=1, single_run=True, at=3_000)
-    assert rundir.latest(tmp_path).path == alone.path  # the newest of all is the one-run folder
-    chosen = rundir.newest_finished(tmp_path)
+    assert finding.latest(tmp_path).path == alone.path  # the newest of all is the one-run folder
+    chosen = finding.newest_finished(tmp_path)
     assert chosen.finished and chosen.run_dir.path == finished.path
     name = f"{alone.path.parent.name}/"
     assert chosen.skipped == [
@@ -55,12 +55,12 @@ def test_with_no_finished_batch_the_summary_s_default_is_the_newest_run_director
     monkeypatch.setenv("LAUNCHLAB_OUTPUTS", str(tmp_path))
     older = made(done=3, single_run=False, at=1_000)
     alone = made(done=1, single_run=True, at=2_000)
-    chosen = rundir.newest_finished(tmp_path)
+    chosen = finding.newest_finished(tmp_path)
     assert not chosen.finished and chosen.run_dir.path == alone.path
     assert chosen.why_not == "one run of run_variant.ipynb (1 of 16 planned runs), not a batch"
     assert [s.split(":")[0] for s in chosen.skipped] == [f"{older.path.parent.name}/{older.path.name}"]
     with pytest.raises(RunDirError, match="no run directory under"):
-        rundir.newest_finished(tmp_path / "empty")
+        finding.newest_finished(tmp_path / "empty")
 
 
 def test_a_relative_params_path_the_notebook_cannot_find_says_it_is_the_notebook_s_folder_s(tmp_path, monkeypatch):

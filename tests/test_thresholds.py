@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from launchlab import search
-from launchlab.store.rundir import ManifestEntry
+from launchlab.store.manifest import ManifestEntry
 from launchlab.verdicts import thresholds
 
 BOUNDS = search.Bounds.parse("0.70", "0.80", "0.01")

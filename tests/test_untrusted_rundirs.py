@@ -87,7 +87,7 @@ def test_json_nested_past_the_interpreters_depth_is_one_line_too(tmp_path):
 def test_ls_lists_past_a_fifo_a_folder_and_huge_files_without_reading_them_whole(tmp_path):
     """Issue 50: `launchlab ls` hung on a manifest.json that is a FIFO, ended in a traceback on one that is a folder,
     and read every record whole (a 300 MB verdict.json). Each record is now opened as a regular file within a
-    limit (rundir.LISTED_BYTES), and one that is not is named, the others still listed."""
+    limit (finding.LISTED_BYTES), and one that is not is named, the others still listed."""
     outputs = tmp_path / "outputs" / "exp"
     shutil.copytree(EXAMPLE, outputs / "good")
     for name in ("fifo", "folder", "huge"):

@@ -13,7 +13,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launchlab.store.rundir import ManifestEntry
+from launchlab.store.manifest import ManifestEntry
 from launchlab.verdicts import ledger, verdict
 from launchlab.verdicts.evidence import Evidence
 

@@ -20,6 +20,7 @@ from launchlab import __version__, interrupts
 from launchlab.errors import LaunchlabError, ParamsError
 from launchlab.escaping import visible
 from launchlab.logparse.kinds import KINDS
+from launchlab.store import finding
 
 EXIT_KIT_ERROR = 1
 EXIT_INVALID_PARAMS = 2
@@ -139,9 +140,8 @@ def _default_index(root: Path) -> Path:
     """Where `ls --html` writes without FILE: in the outputs root, never into a folder of the project (`ls examples
     --html` wrote examples/index.html into the checkout) — index.html of the outputs root itself, else named after
     the folder it lists."""
-    from launchlab.store import rundir
 
-    outputs = rundir.default_root()
+    outputs = finding.default_root()
     if os.path.abspath(root) == os.path.abspath(outputs):
         return outputs / "index.html"
     return outputs / f"index-{Path(os.path.abspath(root)).name or 'root'}.html"
@@ -149,9 +149,8 @@ def _default_index(root: Path) -> Path:
 
 def _ls(args: argparse.Namespace) -> int:
     from launchlab.reporting import indexpage, runindex
-    from launchlab.store import rundir
 
-    root = Path(args.dir) if args.dir else rundir.default_root()
+    root = Path(args.dir) if args.dir else finding.default_root()
     rows = runindex.index(root)
     if args.html is not None:  # the page, even of no run directory: an index that says so
         page = Path(args.html) if args.html else _default_index(root)

@@ -29,7 +29,7 @@ from launchlab.reporting.reporttables import (
     styled,
     with_detail_rows,
 )
-from launchlab.store import rundir
+from launchlab.store import finding, rundir
 from launchlab.verdicts import (
     analysis,
     budget,
@@ -99,7 +99,7 @@ class Report(casefile.CaseFile):
     """A run directory's case file (verdicts/casefile.py: its records and the verdict made from them) as the
     summary shows it, section by section."""
 
-    chosen: rundir.Chosen | None = None  # how load() picked it when no run directory was named
+    chosen: finding.Chosen | None = None  # how load() picked it when no run directory was named
 
     def threshold_search(self) -> None:
         """The search's section: interval per stratum, the table and the probes' plot — and nothing at all for a
@@ -419,7 +419,7 @@ SUMMARY_TELEMETRY_COLUMNS = ["run_id", "t_s", "node", "gpu_index", "mem_used_mib
 def load(run_dir: str | Path = "") -> Report:
     """A run directory's report; an empty run_dir means the newest one under outputs/ whose batch finished (the
     newest of all where none did), and the report says which it took and why it passed the newer ones over."""
-    chosen = None if run_dir else rundir.newest_finished(rundir.default_root())
+    chosen = None if run_dir else finding.newest_finished(finding.default_root())
     directory = chosen.run_dir if chosen else rundir.RunDir.check(run_dir)
     if chosen:  # papermill's terminal hears which one (the page says why)
         terminal.say(f"summary.ipynb: run directory {directory.path}"

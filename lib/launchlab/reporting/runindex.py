@@ -21,7 +21,7 @@ from launchlab import safefiles
 from launchlab.errors import RunDirError
 from launchlab.escaping import one_line
 from launchlab.reporting import headline
-from launchlab.store import rundir
+from launchlab.store import finding, rundir
 from launchlab.store.verdictrecord import Verdict
 
 HEADLINE_WIDTH = 160  # the terminal's line: the verdict is cut at a word there; a command to copy never is
@@ -47,13 +47,13 @@ class Listed:
 
 def index(root: Path) -> list[Listed]:
     """Every run directory under root, oldest first."""
-    return [listed(run_dir) for run_dir in rundir.found(root)]
+    return [listed(run_dir) for run_dir in finding.found(root)]
 
 
 def listed(run_dir: rundir.RunDir) -> Listed:
     try:
         _no_link(run_dir.manifest_file)
-        got = rundir.progress(run_dir)
+        got = finding.progress(run_dir)
     except RunDirError as exc:
         return Listed(run_dir.path, unreadable=str(exc))
     manifest = got.manifest
@@ -78,7 +78,7 @@ def _verdict(run_dir: rundir.RunDir, *, planned: int) -> tuple[str, str, float |
         return "no verdict yet", "", None, True
     try:
         _no_link(run_dir.verdict_file)
-        data = rundir.read_json(run_dir.verdict_file, max_bytes=rundir.LISTED_BYTES)
+        data = rundir.read_json(run_dir.verdict_file, max_bytes=finding.LISTED_BYTES)
     except RunDirError as exc:
         return f"verdict.json unreadable ({exc})", "", None, True
     try:

@@ -29,7 +29,8 @@ from launchlab.run import recovery
 from launchlab.runner import kernels, liveprogress, notebooks, searchbatch
 from launchlab.runner import plan as plans
 from launchlab.runner.plan import make_plan
-from launchlab.store import records, rundir
+from launchlab.store import finding, records, rundir
+from launchlab.store.manifest import Manifest, ManifestSearch
 from launchlab.store.records import Run
 
 Say = notebooks.Say
@@ -230,7 +231,7 @@ def _discarded_on_failure(run_dir: Path | None, fresh: list[Path]):
 
 def _new_folders(exp: params.Experiment, out_root: Path | None) -> list[Path]:
     """The folders a new run directory may create above itself: the outputs root and the experiment's."""
-    root = (Path(out_root) if out_root else rundir.default_root()).resolve()
+    root = (Path(out_root) if out_root else finding.default_root()).resolve()
     return [root / exp.experiment, root]
 
 
@@ -450,9 +451,9 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
     """The run directory (absolute) and whether this call created it."""
     if resume is not None:
         return _resumed(exp, plan, params_path, resume), False
-    directory = rundir.RunDir.create(Path(out_root) if out_root else rundir.default_root(), exp.experiment)
+    directory = rundir.RunDir.create(Path(out_root) if out_root else finding.default_root(), exp.experiment)
     rundir.write_text(directory.experiment_file, params.dump_resolved(exp, masked=True))
-    directory.write_manifest(rundir.Manifest(
+    directory.write_manifest(Manifest(
         experiment=exp.experiment,
         question=exp.question,
         params_file=os.path.relpath(Path(params_path).resolve(), directory.path.resolve()),
@@ -466,7 +467,7 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         baseline=params.baseline_variant(exp).name,
         order="search" if exp.search else "interleaved",
         # a search's probes are added as it decides them (searchbatch.record_probes)
-        search=rundir.ManifestSearch.from_json(exp.search.model_dump()) if exp.search else None,
+        search=ManifestSearch.from_json(exp.search.model_dump()) if exp.search else None,
         strata=plans.strata(exp) if exp.search else None,
         repetitions=None if exp.search else exp.repetitions,  # the file's, or --repetitions
         # the compared runs; warm-ups apart (`warmup:`): frames.build reads run_ids only, so a warm-up is never
@@ -484,7 +485,7 @@ def _resumed(exp: params.Experiment, plan: list[Run], params_path, resume) -> Pa
     a run notebook's one-run folder becomes a batch's."""
     directory = rundir.RunDir.check(resume)
     run_dir, manifest = directory.path, directory.manifest()
-    searched = rundir.ManifestSearch.from_json(exp.search.model_dump()) if exp.search else None
+    searched = ManifestSearch.from_json(exp.search.model_dump()) if exp.search else None
     warmups = [r.run_id for r in plan if r.warmup]
     if manifest.experiment != exp.experiment or manifest.search != searched or (
             searched is None and (manifest.run_ids != [r.run_id for r in compared(plan)]

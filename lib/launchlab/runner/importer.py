@@ -36,7 +36,8 @@ from launchlab.errors import ImportFailed, ParamsError, ParseError
 from launchlab.gpu import smitext, telemetry
 from launchlab.logparse.kinds import KINDS
 from launchlab.params import yamlfile
-from launchlab.store import records, rundir
+from launchlab.store import finding, records, rundir
+from launchlab.store.manifest import Manifest, ManifestEntry
 from launchlab.verdicts import levelchecks
 
 HOST = "imported"
@@ -200,7 +201,7 @@ def _copy_masked(src: Path, dst: Path, masker: masking.Masker) -> None:
 
 
 def _import_run(directory: rundir.RunDir, s: Source, parsed: logparse.ParsedLog, *, exp: params.Experiment,
-                variant: params.Variant, rep: int, masker: masking.Masker) -> tuple[rundir.ManifestEntry, masking.Masker]:
+                variant: params.Variant, rep: int, masker: masking.Masker) -> tuple[ManifestEntry, masking.Masker]:
     """One imported run: its log (and nvidia-smi capture) copied masked into its folder, its record and provenance
     written; returns its manifest entry and the masks of its secrets."""
     run_id = f"{s.n:02d}_{variant.slug}_imported{rep}"
@@ -228,7 +229,7 @@ def _import_run(directory: rundir.RunDir, s: Source, parsed: logparse.ParsedLog,
         "command": run_masker.argv(argv, exp.secrets) if argv else None,
         "gpus": gpus, "driver": driver,
         "declared": {"server_version": s.entry.version} if s.entry.version else {}}))
-    entry = rundir.ManifestEntry(run_id, s.n, variant.name, variant.levels, rep, HOST, imported=True)
+    entry = ManifestEntry(run_id, s.n, variant.name, variant.levels, rep, HOST, imported=True)
     return entry, run_masker
 
 
@@ -311,7 +312,7 @@ def import_runs(imports_path: str | Path, out_root: Path | None = None, summariz
             parsed_sources.append(logparse.parse_file(s.log, kind, exp.server.rules()))
         except (ParseError, OSError) as exc:
             raise ImportFailed(imports.experiment, [f"run {s.n} ({s.log}): {exc}"]) from None
-    directory = rundir.RunDir.create(Path(out_root) if out_root else rundir.default_root(), exp.experiment)
+    directory = rundir.RunDir.create(Path(out_root) if out_root else finding.default_root(), exp.experiment)
     try:
         _write(directory, imports_path, text, exp, sources=sources, parsed_sources=parsed_sources, masker=masker)
     except BaseException:
@@ -338,7 +339,7 @@ def _write(directory: rundir.RunDir, imports_path: Path, text: str, exp: params.
         runs.append(entry)
     rundir.write_text(directory.imports_file, every_secret.text(text))  # it holds the runs' commands
     rundir.write_text(directory.experiment_file, params.dump_resolved(exp, masked=True))
-    directory.write_manifest(rundir.Manifest(
+    directory.write_manifest(Manifest(
         experiment=exp.experiment, question=exp.question, imported=True,
         imports_file=str(imports_path), imports_sha256=hashlib.sha256(text.encode()).hexdigest(),
         created_at=datetime.now().isoformat(timespec="seconds"), kit_version=__version__,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from launchlab import search
 from launchlab.errors import ParamsError, RunDirError
 from launchlab.params import MAX_RUNS, Experiment, Variant, baseline_variant, expand, plan_size, variant_of
+from launchlab.store.manifest import Manifest
 from launchlab.store.records import Run
-from launchlab.store.rundir import Manifest
 
 
 def make_plan(exp: Experiment) -> list[Run]:

@@ -21,6 +21,7 @@ from launchlab.hosts import sim
 from launchlab.run import lifecycle
 from launchlab.runner import liveprogress
 from launchlab.store import records, rundir
+from launchlab.store.manifest import Manifest
 from launchlab.store.records import Run, RunRecord
 
 
@@ -79,7 +80,7 @@ def run_variant(experiment: str | Path, run_id: str, run_dir: str | Path, gpus: 
             shutil.rmtree(box, ignore_errors=True)
 
 
-def recorded_run(exp: params.Experiment, manifest: rundir.Manifest, run_id: str) -> Run:
+def recorded_run(exp: params.Experiment, manifest: Manifest, run_id: str) -> Run:
     """The run as its run directory's manifest lists it — a batch lists every run there before it runs one, a search
     each probe as it chooses it — with its variant rendered from the params; "" is the first. The plan is the
     batch's: one run's notebook never plans again."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 from launchlab import __version__
 from launchlab.errors import RunDirError
 from launchlab.store import jsontypes, rundir
+from launchlab.store.manifest import ManifestEntry
 
 if TYPE_CHECKING:  # annotations only: the store does not import the params model or the search
     from launchlab.params import Variant
@@ -47,15 +48,15 @@ class Run:
         return self.nodes or (self.host,)
 
     @classmethod
-    def from_entry(cls, entry: rundir.ManifestEntry, variant: Variant, *, nodes: tuple[str, ...] = (),
+    def from_entry(cls, entry: ManifestEntry, variant: Variant, *, nodes: tuple[str, ...] = (),
                    probe: Probe | None = None) -> Run:
         """The run a manifest lists (manifest_entry), with its variant as the params render its levels."""
         return cls(entry.run_id, entry.seq, variant, entry.repetition, entry.host, nodes, probe, warmup=entry.warmup)
 
-    def manifest_entry(self) -> rundir.ManifestEntry:
+    def manifest_entry(self) -> ManifestEntry:
         """The run as the manifest lists it (a probe: with its stratum and why it was chosen)."""
         probe = self.probe
-        return rundir.ManifestEntry(self.run_id, self.seq, self.variant.name, self.variant.levels, self.repetition,
+        return ManifestEntry(self.run_id, self.seq, self.variant.name, self.variant.levels, self.repetition,
                                     self.host, stratum=probe.stratum if probe else None, why=probe.why if probe else None,
                                     warmup=self.warmup)
 

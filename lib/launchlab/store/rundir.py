@@ -1,5 +1,5 @@
-"""The run directory: every path of a run directory and of a run folder, its manifest (Manifest), atomic writes,
-finding run directories.
+"""The run directory: every path of a run directory and of a run folder, and atomic writes (its manifest is in
+manifest.py, finding run directories under a root in finding.py).
 
     <root>/<experiment>/<YYYYmmdd-HHMMSS>/              RunDir
         experiment.yaml  (imports.yaml)  manifest.json  runs.parquet  events.parquet  telemetry.parquet
@@ -27,208 +27,21 @@ import gzip
 import json
 import os
 import re
-import shlex
 import shutil
 import stat
-from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launchlab import config, safefiles
+from launchlab import safefiles
 from launchlab.errors import NotYours, RunDirError
 from launchlab.fields import RUN_ID
+from launchlab.store.manifest import Manifest
 
 if TYPE_CHECKING:  # pandas costs the run kernel half a second; only the report writes frames
     import pandas as pd
 
 FRAMES = ("runs", "events", "telemetry")
-
-
-@dataclass(frozen=True)
-class ManifestEntry:
-    """One run as the manifest lists it (records.Run.manifest_entry, an imported run): its id, place in the plan
-    (seq), variant and levels, repetition and host; a search's probe also its stratum and why it was chosen."""
-
-    run_id: str
-    seq: int
-    variant: str
-    levels: dict[str, str]
-    repetition: int
-    host: str
-    stratum: str | None = None  # a probe of a threshold search: the combination of the other factors' levels
-    why: str | None = None  # … and why the search chose its value
-    warmup: bool = False  # a warm-up launch of the baseline (`warmup:`), never compared
-    imported: bool = False  # made by `launchlab import` from a log run by hand
-
-    @classmethod
-    def from_json(cls, data: dict, path: Path | str = "manifest.json") -> ManifestEntry:
-        from launchlab.store import jsontypes  # a sibling module that imports nothing of the store
-
-        return cls(**jsontypes.checked(cls, data, path))
-
-    def to_json(self) -> dict:
-        """The entry as manifest.json holds it: a key only where it says something (a probe's stratum and why, a
-        warm-up, an imported run), as the kit always wrote it."""
-        entry = {"run_id": self.run_id, "seq": self.seq, "variant": self.variant, "levels": self.levels,
-                 "repetition": self.repetition, "host": self.host}
-        if self.stratum is not None:
-            entry.update({"stratum": self.stratum, "why": self.why})
-        if self.warmup:
-            entry["warmup"] = True
-        if self.imported:
-            entry["imported"] = True
-        return entry
-
-
-def _check_run_ids(manifest: Manifest, path: Path | str) -> None:
-    """A manifest read back is untrusted (a shared outputs/): its run ids must be a list of plain names, each a folder
-    under runs/ — never a path (`/abs`, `../x`) that would make the report read or write elsewhere."""
-    where = {"run_ids": manifest.run_ids, "runs": [e.run_id for e in manifest.runs],
-             "warmup_runs": [e.run_id for e in manifest.warmup_runs]}
-    if not isinstance(manifest.run_ids, list):
-        raise RunDirError(f"{path}: `run_ids` must be a list of run ids, not a {type(manifest.run_ids).__name__}")
-    for key, ids in where.items():
-        for i, run_id in enumerate(ids):
-            if problem := RUN_ID.problem("run id", run_id):
-                raise RunDirError(f"{path}: {key}[{i}]: {problem}")
-
-
-@dataclass(frozen=True)
-class ManifestSearch:
-    """A threshold search as the manifest records it: the params' `search:` (params/searchspec.py SearchSpec),
-    which a resumed batch must be given again."""
-
-    flag: str
-    low: str
-    high: str
-    resolution: str
-    outcome: str = "ready"
-    repetitions: int = 1
-    predicted: str | None = None  # a break-even given before any probe (a diagnosed log's)
-
-    @classmethod
-    def from_json(cls, data: dict) -> ManifestSearch:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def to_json(self) -> dict:
-        """The search as manifest.json holds it: `predicted` only where one was given (older manifests lack it)."""
-        data = asdict(self)
-        if self.predicted is None:
-            del data["predicted"]
-        return data
-
-
-@dataclass
-class Manifest:
-    """manifest.json: what a batch (or `launchlab import`) set out to do — the experiment, its factors and
-    baseline, the compared runs in plan order, and who runs it now. Written when the run directory is made;
-    a search appends its probes (`run_ids`, `runs`) and a batch names itself (`batch`, `sim_box`)."""
-
-    experiment: str
-    baseline: str  # the baseline variant's name
-    factors: dict[str, list[str]]
-    host: str
-    run_ids: list[str]  # the compared runs, in plan order; warm-ups apart (never an observation)
-    hosts: list[str] = field(default_factory=list)
-    question: str | None = None
-    created_at: str | None = None
-    kit_version: str | None = None
-    simulated: bool = False
-    order: str = "interleaved"  # interleaved | search | imported (as listed)
-    search: ManifestSearch | None = None  # the params' `search:` of a threshold search
-    strata: list[str] | None = None  # a search's strata (variant names of the other factors)
-    repetitions: int | None = None  # a fixed plan's, as the batch ran it (--repetitions overrides the file's)
-    runs: list[ManifestEntry] = field(default_factory=list)  # each compared run (a probe with its stratum and why)
-    warmup_runs: list[ManifestEntry] = field(default_factory=list)
-    imported: bool = False  # made by `launchlab import` from logs run by hand
-    # the params file the batch was run from, relative to the run directory (an older kit's: absolute) — never a
-    # path of the disk that made it, in a run directory that travels (params_path resolves it)
-    params_file: str | None = None
-    params_sha256: str | None = None
-    imports_file: str | None = None
-    imports_sha256: str | None = None
-    batch: str | None = None  # the batch running it now (its lock owner id)
-    sim_box: str | None = None  # the simulated machine of that batch
-    # made by run_variant.ipynb for its own one run (papermill or JupyterLab, no batch): the rest of the plan is
-    # listed but was never meant to run here
-    single_run: bool = False
-    # why the batch stopped before its plan ended, where something said so (the kit: what interrupted it, and when;
-    # cleared when a batch resumes it): `launchlab ls` says it beside the runs that ended
-    stopped: str | None = None
-
-    def resume_command(self, run_dir: Path | str, *, shared: bool = False) -> str:
-        """`launchlab run PARAMS --resume RUN_DIR`, with the options that give the plan the batch was made with (the
-        levels it was narrowed to, its repetitions): --resume refuses another plan. PARAMS is the file the batch
-        was run from, where the manifest names one. The one command every listing and report prints. `shared`
-        (a report, made to be passed on): both paths said from the folder that holds them both (the workspace:
-        `params/x.yaml`, `outputs/x/<date>`), so a report does not carry where that folder lay on the disk of
-        whoever rendered it; absolute where they share no folder but the root."""
-        again: list[str] = []
-        if self.search is None and self.runs:
-            ran = {factor: {e.levels.get(factor) for e in self.runs} for factor in self.factors}
-            only = [f"{factor}={level}" for factor, levels in self.factors.items()
-                    for level in levels if ran[factor] < set(levels) and level in ran[factor]]
-            again += ["--only", *only] if only else []
-        if self.search is None and self.repetitions:
-            again += ["--repetitions", str(self.repetitions)]
-        params, folder = self.params_path(run_dir) or "PARAMS", os.path.abspath(run_dir)
-        if shared and self.params_file:
-            params, folder = _from_common_folder(params, folder)
-        return shlex.join(["launchlab", "run", params, "--resume", folder, *again])
-
-    def params_path(self, run_dir: Path | str) -> str | None:
-        """The params file the batch was run from, as an absolute path (params_file is relative to the run
-        directory; an older kit's manifest holds it absolute)."""
-        if not self.params_file:
-            return None
-        return os.path.normpath(os.path.join(os.path.abspath(run_dir), self.params_file))
-
-    def resume_relative(self, run_dir: Path | str) -> bool:
-        """Whether a shared resume_command says its paths from the folder that holds them both (it then runs from
-        there, not from wherever the reader is), rather than absolute."""
-        return bool(self.params_file) and not os.path.isabs(
-            _from_common_folder(self.params_path(run_dir), os.path.abspath(run_dir))[0])
-
-    @classmethod
-    def from_json(cls, data: dict, path: Path | str = "manifest.json") -> Manifest:
-        """A manifest read back; keys a newer kit added are ignored, a missing required one is a RunDirError."""
-        if not isinstance(data, dict):
-            raise RunDirError(f"{path} is not a launchlab manifest (a JSON {type(data).__name__}, not an object)")
-        known = {f.name for f in fields(cls)}
-        try:
-            manifest = cls(**{k: v for k, v in data.items() if k in known})
-        except TypeError as exc:
-            raise RunDirError(f"{path} is not a launchlab manifest ({exc})") from None
-        manifest.hosts = manifest.hosts or [manifest.host]
-        try:
-            manifest.runs = [ManifestEntry.from_json(e) for e in manifest.runs or []]
-            manifest.warmup_runs = [ManifestEntry.from_json(e) for e in manifest.warmup_runs or []]
-            manifest.search = ManifestSearch.from_json(manifest.search) if manifest.search else None
-        except (TypeError, AttributeError) as exc:
-            raise RunDirError(f"{path} is not a launchlab manifest ({exc})") from None
-        _check_run_ids(manifest, path)
-        return manifest
-
-    def to_json(self) -> dict:
-        """manifest.json, with the keys the kit always wrote."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data.update(runs=[e.to_json() for e in self.runs], warmup_runs=[e.to_json() for e in self.warmup_runs],
-                    search=self.search.to_json() if self.search else None)
-        return data
-
-    def listed(self, run_id: str) -> ManifestEntry:
-        """A run as the manifest lists it (Run.manifest_entry), warm-ups included; "" is the first in plan order
-        (the warm-ups come first). RunDirError when it lists no such run."""
-        entries = [*self.warmup_runs, *self.runs]
-        found = next((e for e in entries if e.run_id == run_id), None) if run_id else next(iter(entries), None)
-        if found is None:
-            known = ", ".join(e.run_id for e in entries) or "none yet"
-            raise RunDirError(f"run id {run_id!r} is not in the run directory's manifest (runs: {known}); pass one "
-                              "of those, or an empty run_id for the first (a run directory made by an older kit lists "
-                              "them once resumed: `launchlab run PARAMS --resume RUN_DIR`)")
-        return found
 
 
 class RunFolder:
@@ -461,122 +274,6 @@ class _checked:
             raise _disk_error(Path(self.path), exc) from None
 
 
-def project_root(start: Path | None = None) -> Path | None:
-    """The launchlab workspace or checkout (a folder holding params/ and notebooks/) containing `start`
-    (default: the working directory), if any."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "params").is_dir() and (folder / "notebooks").is_dir():
-            return folder
-    return None
-
-
-def default_root() -> Path:
-    """Where run directories go: $LAUNCHLAB_OUTPUTS, else the checkout's outputs/, else ./outputs."""
-    if (root := config.outputs_root()) is not None:
-        return root
-    checkout = project_root()
-    return (checkout / "outputs") if checkout else Path("outputs")
-
-
-def latest(root: Path) -> RunDir:
-    """The newest run directory (one holding a manifest) under root."""
-    candidates = [path for _, path in _manifests(root)]
-    if not candidates:
-        raise RunDirError(f"no run directory under {root}: run `make demo` or `launchlab run PARAMS` first")
-    return RunDir(candidates[-1].parent.resolve())
-
-
-@dataclass(frozen=True)
-class Chosen:
-    """The run directory a summary shows by default (`newest_finished`), and why the newer ones were passed over."""
-
-    run_dir: RunDir
-    finished: bool  # False: no batch under the root finished, and run_dir is the newest of all
-    skipped: list[str]  # each newer run directory passed over: `<experiment>/<time>: why`
-    why_not: str = ""  # finished=False: why run_dir is no finished batch either
-
-
-def newest_finished(root: Path) -> Chosen:
-    """The newest run directory under root whose batch finished — a batch's, not one run of run_variant.ipynb's,
-    with every planned run's final status — and why each newer one was passed over; where none finished, the
-    newest of all (finished=False), so a summary still shows what there is and can say why it is not a verdict."""
-    newest = latest(root)  # raises, saying how to make one, when there is none at all
-    skipped = []
-    for _, manifest_path in reversed(_manifests(root)):
-        run_dir = RunDir(manifest_path.parent.resolve())
-        try:
-            row, manifest = progress(run_dir), run_dir.manifest()
-        except RunDirError as exc:
-            skipped.append(f"{_short(run_dir)}: unreadable ({exc})")
-            continue
-        if manifest.single_run:
-            skipped.append(f"{_short(run_dir)}: one run of run_variant.ipynb ({row.done} of {row.planned} "
-                           "planned runs), not a batch")
-        elif not row.finished:
-            skipped.append(f"{_short(run_dir)}: its batch did not finish ({row.done} of {row.planned} "
-                           "planned runs have a final status; `launchlab run PARAMS --resume RUN_DIR` finishes it)")
-        else:
-            return Chosen(run_dir, True, skipped)
-    # none finished: the newest (the first passed over) is shown, said with why it is no finished batch either
-    return Chosen(newest, False, skipped[1:], why_not=skipped[0].split(": ", 1)[1] if skipped else "")
-
-
-def _short(run_dir: RunDir) -> str:
-    return f"{run_dir.path.parent.name}/{run_dir.path.name}"
-
-
-def found(root: Path) -> list[RunDir]:
-    """Every run directory under root, oldest first, its manifest.json a regular file or something else that is no
-    link (a FIFO, a folder: for `launchlab ls` to name, reporting/runindex.py)."""
-    return [RunDir(path.parent) for _, path in _manifests(root, any_kind=True)]
-
-
-def _manifests(root: Path, *, any_kind: bool = False) -> list[tuple[float, Path]]:
-    """(mtime, path) of every <experiment>/<time>/manifest.json under root, oldest first: folders and files as they
-    are (safefiles.entries: no link followed); one that is no regular file only with any_kind (for `ls` to name)."""
-    found = []
-    for experiment, st in safefiles.entries(root):
-        if not stat.S_ISDIR(st.st_mode):
-            continue
-        for name, st in safefiles.entries(Path(root) / experiment):
-            manifest = Path(root) / experiment / name / "manifest.json"
-            if stat.S_ISDIR(st.st_mode) and (m := safefiles.lstat(manifest)) is not None and \
-                    (stat.S_ISREG(m.st_mode) or any_kind and not stat.S_ISLNK(m.st_mode)):
-                found.append((m.st_mtime, manifest))
-    return sorted(found, key=lambda pair: pair[0])
-
-
-LISTED_BYTES = 4 * 2**20  # what `launchlab ls` reads of one record (a manifest, a status, a verdict) at most
-
-
-@dataclass(frozen=True)
-class Progress:
-    """How far a run directory's batch got: its manifest, and how many of its planned runs have a final status."""
-
-    manifest: Manifest
-    done: int
-    planned: int
-
-    @property
-    def finished(self) -> bool:
-        return bool(self.planned) and self.done >= self.planned
-
-
-def progress(run_dir: RunDir) -> Progress:
-    """The run directory's Progress, every record read within LISTED_BYTES (it may be someone else's); RunDirError
-    where its manifest cannot be read as the kit writes it."""
-    manifest = Manifest.from_json(read_json(run_dir.manifest_file, max_bytes=LISTED_BYTES), run_dir.manifest_file)
-    done = 0
-    for run_id in manifest.run_ids:
-        try:
-            status = read_json(run_dir.run(run_id).status, max_bytes=LISTED_BYTES)
-        except RunDirError:
-            continue  # not run yet (or unreadable: not done)
-        done += isinstance(status, dict) and status.get("state") == "done"
-    return Progress(manifest, done, len(manifest.run_ids))
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Writes and reads (safefiles: whole files renamed into place, in folders of this user's own; no link followed that
 # another user made; every read bounded)
@@ -756,12 +453,3 @@ def _thinned(table, columns: list[str] | None, max_rows: int, thin: tuple[str, s
 MAX_FRAME_ROWS = {"runs": 100_000, "events": 10_000_000}
 MAX_ROW_GROUP = 2**20  # pyarrow's own row group when the kit writes a frame: one larger is no frame the kit wrote
 MAX_FRAME_BYTES = 4 * 2**30  # a frame of a large search's telemetry; past it, not one the kit wrote
-
-
-def _from_common_folder(*paths: str) -> list[str]:
-    """`paths` relative to the deepest folder that holds them all, unless that is the file system's root."""
-    absolute = [os.path.abspath(p) for p in paths]
-    common = os.path.commonpath(absolute)
-    if os.path.dirname(common) == common:  # the root: nothing shared worth leaving out
-        return absolute
-    return [os.path.relpath(p, common) for p in absolute]

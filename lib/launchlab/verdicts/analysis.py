@@ -17,8 +17,8 @@ from collections import Counter
 
 import pandas as pd
 
+from launchlab.store.manifest import ManifestEntry
 from launchlab.store.records import KIT_STATUSES
-from launchlab.store.rundir import ManifestEntry
 from launchlab.store.verdictrecord import (
     CHANGES,
     CHANGES_HOW,

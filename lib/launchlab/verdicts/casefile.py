@@ -15,6 +15,7 @@ from launchlab import __version__ as KIT_VERSION
 from launchlab import params
 from launchlab.errors import RunDirError
 from launchlab.store import records, rundir
+from launchlab.store.manifest import Manifest, ManifestEntry
 from launchlab.store.verdictrecord import Verdict, plain
 from launchlab.verdicts import budget, consistency, frames, ledger, levelchecks, thresholds, verdict
 from launchlab.verdicts.evidence import Evidence
@@ -24,7 +25,7 @@ from launchlab.verdicts.evidence import Evidence
 class CaseFile:
     run_dir: Path
     exp: params.Experiment
-    manifest: rundir.Manifest
+    manifest: Manifest
     frames: frames.Frames
 
     @property
@@ -56,7 +57,7 @@ class CaseFile:
         return params.variant_name(self.baseline_levels) if self.exp.search else self.manifest.baseline
 
     @property
-    def planned(self) -> list[rundir.ManifestEntry]:
+    def planned(self) -> list[ManifestEntry]:
         """The manifest's runs: every run the plan asked for, finished or not."""
         return self.manifest.runs
 

@@ -35,7 +35,7 @@ from launchlab.store.comparerecord import (
     ThresholdShift,
     VariantOutcome,
 )
-from launchlab.store.rundir import Manifest, ManifestSearch
+from launchlab.store.manifest import Manifest, ManifestSearch
 from launchlab.store.verdictrecord import Verdict
 from launchlab.verdicts import analysis, budget, comparesentences, confounds, derivedargs, effects, thresholds
 from launchlab.verdicts.ledger import Ledger

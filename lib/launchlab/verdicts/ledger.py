@@ -25,8 +25,8 @@ from launchlab.logparse.common import PHASES
 from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.serverkind import POOL_BELOW_CONTEXT
 from launchlab.params import Experiment, expand
+from launchlab.store.manifest import ManifestEntry
 from launchlab.store.records import READY_SIGNALS, VALID_STATUSES
-from launchlab.store.rundir import ManifestEntry
 from launchlab.verdicts import levelchecks, varied
 from launchlab.verdicts.runstatus import unusable_why
 

@@ -21,7 +21,7 @@ import pandas as pd
 from launchlab import search
 from launchlab.escaping import md, md_code
 from launchlab.numtext import significant
-from launchlab.store.rundir import ManifestEntry
+from launchlab.store.manifest import ManifestEntry
 from launchlab.verdicts import budget as budget_mod
 from launchlab.verdicts import confounds, gpustate
 
