@@ -190,3 +190,99 @@ def gpu_names(facts: dict) -> dict[str, str]:
             if gpu.get("uuid"):
                 names[gpu["uuid"]] = f"GPU {gpu.get('index')}"
     return names
+
+
+# -- the confounds GPU state makes: a run's GPUs busy at its start, held by others while it ran, emptier than the
+# baseline's at its start, or other cards altogether (their memory before the weights, as the servers measured it)
+
+def busy_gpus(ids: list[str], facts: dict[str, dict], tolerance_mib: float) -> list[dict]:
+    found = []
+    for r in ids:
+        pre = facts[r].get("preflight") or {}
+        busy = [g for g in pre.get("gpus", []) if (g.get("mem_used_mib") or 0) > tolerance_mib]
+        apps = pre.get("compute_apps") or []
+        if busy or apps:
+            what = ", ".join(f"GPU {g['index']} {g['mem_used_mib']:.0f} MiB" for g in busy)
+            procs = ", ".join(f"pid {a['pid']} ({a['process_name']})" for a in apps)
+            found.append({"kind": "gpu state", "runs": [r],
+                          "detail": f"before run {r} the GPUs were not idle: {what}{'; ' if what and procs else ''}{procs}"})
+    return found
+
+
+def _cut(text: str, width: int = 80) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def foreign_gpu_memory(ids: list[str], facts: dict[str, dict], tolerance_mib: float) -> list[dict]:
+    """A run during which processes outside it held more of its GPUs' memory than the drain tolerance, seen by the
+    kit's looks during the run (gpustate.py): a confound on that run alone, naming the processes. A run the kit
+    did not look at (an old or imported run) is not compared."""
+    found = []
+    for r in ids:
+        seen = of_run(facts[r])
+        if seen is None or seen.foreign_peak_mib <= tolerance_mib:
+            continue
+        names = gpu_names(facts[r])
+        hosts = {p.host for p in seen.foreign}
+        procs = ", ".join(f"pid {p.pid} ({_cut(p.process_name)}) {p.used_mib:.0f} MiB on "
+                          f"{names.get(p.gpu_uuid, p.gpu_uuid)}{f' of {p.host}' if len(hosts) > 1 else ''}"
+                          for p in sorted(seen.foreign, key=lambda p: -p.used_mib)[:5])
+        more = f" and {len(seen.foreign) - 5} more" if len(seen.foreign) > 5 else ""
+        found.append({"kind": "gpu state", "runs": [r],
+                      "detail": f"during run {r} processes outside it held up to {seen.foreign_peak_mib:.0f} MiB of "
+                                f"its GPUs (drain tolerance {tolerance_mib:.0f} MiB): {procs}{more}"})
+    return found
+
+
+def less_free_at_start(ids: list[str], facts: dict[str, dict], reference: list[str], tolerance_mib: float,
+                       *, skip: set[str] = frozenset()) -> list[dict]:
+    """A run whose GPUs had less free memory at its start (the preflight; the least over its GPUs) than the
+    reference runs' (the baseline's: the most of theirs, other than itself; a lone baseline run's: the other
+    runs') by more than the drain tolerance: a confound on that run alone. skip: runs already named for their GPU
+    state at the start (busy_gpus)."""
+    free = {r: min(v.values()) for r in ids if (v := free_at_start(facts[r]))}
+    found = []
+    for r, mine in free.items():
+        others = [free[b] for b in reference if b in free and b != r] or \
+            [free[b] for b in free if b != r]  # a lone baseline run is compared with the others
+        if r in skip or not others or max(others) - mine <= tolerance_mib:
+            continue
+        found.append({"kind": "gpu state", "runs": [r],
+                      "detail": f"run {r} started with {mine:.0f} MiB free on its fullest GPU, {max(others) - mine:.0f} "
+                                f"MiB less than the baseline runs ({max(others):.0f} MiB; drain tolerance "
+                                f"{tolerance_mib:.0f} MiB)"})
+    return found
+
+
+OTHER_CARD_SHARE = 0.05  # memory before the weights that differs by more than this share is another card's
+
+
+def memory_before_weights(ids: list[str], before: dict[str, float], *, break_evens: dict[str, float] | None = None,
+                          named: set[str] = frozenset()) -> list[dict]:
+    """The GPU memory the server had before its weights (the budget's `total_gib`, from its own log: what it
+    measured, imports included) differs between runs by more than OTHER_CARD_SHARE: they ran on other cards (80 GB
+    against 96 GB is 17 %), or on a card something else held — and a KV budget sized from it is another budget.
+    What a level allocates before the weights (custom all-reduce's buffers, well under a GiB) is not. Values within
+    that share of each other are one group; the largest group is the reference (of two as large, the one with more
+    memory: less is a smaller card or one something else held), the others are named. named: runs
+    other confounds name already (a busy GPU at the start): not named twice. break_evens: the budget's break-even
+    per variant, shown with it (they differ with the memory)."""
+    values = sorted((before[r], r) for r in ids if before.get(r) is not None and before[r] == before[r])
+    groups: list[list[tuple[float, str]]] = []
+    for value, r in values:
+        if groups and value - groups[-1][0][0] <= OTHER_CARD_SHARE * value:
+            groups[-1].append((value, r))
+        else:
+            groups.append([(value, r)])
+    if len(groups) < 2:
+        return []
+    groups.sort(key=lambda g: (len(g), g[0][0]), reverse=True)  # a tie: the most memory is the reference
+    odd = sorted(r for g in groups[1:] for _, r in g if r not in named)
+    if not odd:
+        return []
+    text = "; ".join(f"{sum(v for v, _ in g) / len(g):.1f} GiB: {', '.join(r for _, r in g)}" for g in groups)
+    shown_be = "; ".join(f"{v}: {b:.3g}" for v, b in (break_evens or {}).items() if b == b)
+    return [{"kind": "host", "runs": odd,
+             "detail": f"GPU memory before the weights (as each server's log measured it) differs by more than "
+                       f"{OTHER_CARD_SHARE:.0%}: {text} — other cards, or a card something else held"
+                       + (f"; the budget's break-even per variant: {shown_be}" if shown_be else "")}]

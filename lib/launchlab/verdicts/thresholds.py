@@ -23,7 +23,7 @@ from launchlab.escaping import md, md_code
 from launchlab.numtext import significant
 from launchlab.store.manifest import ManifestEntry
 from launchlab.verdicts import budget as budget_mod
-from launchlab.verdicts import confounds, gpustate
+from launchlab.verdicts import gpustate
 
 # budget_total_gib: the memory the server kind's break-even argument is a fraction of — its budget's `total_gib`
 # (SGLang: the free memory before the weights; vLLM: the GPU's total). pre_load_free_gib holds the same value under
@@ -162,7 +162,7 @@ def guides(strata: list[str], runs: pd.DataFrame, planned: list[ManifestEntry], 
     with a slack of the drain tolerance in flag units (the tolerance over the memory the flag is a fraction of),
     at most half the search's resolution (a 512 MiB tolerance is 0.0036 of an H200, wider than a vLLM search's
     range); not to be followed when a probe of the stratum disagrees with the others (`probes`) or processes
-    outside its runs held GPU memory during one (confounds.foreign_gpu_memory). Empty where the kind predicts no
+    outside its runs held GPU memory during one (gpustate.foreign_gpu_memory). Empty where the kind predicts no
     break-even of the searched flag."""
     if prior is not None:
         return dict.fromkeys(strata, prior)
@@ -180,7 +180,7 @@ def guides(strata: list[str], runs: pd.DataFrame, planned: list[ManifestEntry], 
         mine = [p for p in per_probe if p["stratum"] == stratum]
         seen = [r for p in mine for r in p["runs"] if r in (facts or {})]
         distrust = [p["why"] for p in mine if p["flagged"]] + [
-            c["detail"] for c in confounds.foreign_gpu_memory(seen, facts or {}, tolerance_mib)]
+            c["detail"] for c in gpustate.foreign_gpu_memory(seen, facts or {}, tolerance_mib)]
         slack = min(Decimal(f"{tolerance_mib / 1024 / predicted['budget_total_gib']:.3g}"), resolution / 2)
         found[stratum] = search.Guide(Decimal(repr(predicted["predicted_break_even"])), slack, "; ".join(distrust))
     return found

@@ -39,6 +39,7 @@ from launchlab.verdicts import (
     consistency,
     derivedargs,
     effects,
+    gpustate,
     grouping,
     ledger,
     levelchecks,
@@ -124,14 +125,14 @@ def _left_out_of_budget(led: ledger.Ledger) -> list[str]:
 
 def _memory_before_weights(obs: pd.DataFrame, found: list[dict], before: dict[str, float], *,
                            budget_rows: list[dict]) -> list[dict]:
-    """The machine as the servers' logs measured it (confounds.memory_before_weights), over the runs compared (the
+    """The machine as the servers' logs measured it (gpustate.memory_before_weights), over the runs compared (the
     valid ones and the imported ones left out), the runs other confounds name already apart."""
     compared = list(obs.loc[obs["valid"] | obs["invalid_kind"].isin([analysis.MISFILED, analysis.UNKNOWN_OUTCOME]),
                             "run_id"])
     named = {r for c in found for r in c["runs"]}
     break_evens = {row["variant"]: row.get("break_even_fraction") for row in budget_rows
                    if isinstance(row.get("break_even_fraction"), float)}
-    return confounds.memory_before_weights(compared, before, break_evens=break_evens, named=named)
+    return gpustate.memory_before_weights(compared, before, break_evens=break_evens, named=named)
 
 
 def _confounds(obs: pd.DataFrame, e: Evidence, checks: list[dict]) -> tuple[list[dict], list[dict]]:
