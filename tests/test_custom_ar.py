@@ -5,7 +5,7 @@ import subprocess
 
 from conftest import DATA, LAUNCHLAB
 from launchlab.logparse import sglang, vllm
-from launchlab.logparse.common import CustomAR
+from launchlab.logparse.parsedlog import CustomAR
 
 PCIE = ("is disabled because it's not supported on more than two PCIe-only GPUs. To silence this warning, "
         "specify disable_custom_all_reduce=True explicitly.")

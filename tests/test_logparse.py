@@ -47,7 +47,7 @@ def test_vllm_workers_are_keyed_by_their_tp_rank_whatever_else_their_tag_names()
 
 
 def test_rank_keys_sort_in_number_order_and_a_key_of_another_form_sorts_last():
-    from launchlab.logparse.common import rank_order
+    from launchlab.logparse.parsedlog import rank_order
 
     keys = ["10", "pp10.0", "2", "pp2.1", "worker", "pp2.0"]
     assert sorted(keys, key=rank_order) == ["2", "10", "pp2.0", "pp2.1", "pp10.0", "worker"]

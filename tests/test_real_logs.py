@@ -20,9 +20,10 @@ import yaml
 from conftest import DATA
 from launchlab import logparse
 from launchlab.logparse import parallel
-from launchlab.logparse.common import PHASES as PARSER_PHASES
-from launchlab.logparse.common import ParsedLog, exception_line, feed_lines
+from launchlab.logparse.common import exception_line, feed_lines
 from launchlab.logparse.cuda_oom import gib
+from launchlab.logparse.parsedlog import PHASES as PARSER_PHASES
+from launchlab.logparse.parsedlog import ParsedLog
 
 LOGS = DATA / "real-logs"
 MORE = DATA / "real-logs-more"  # issue 12's excerpts, not from ../shared/data (SOURCES.md there names each thread)

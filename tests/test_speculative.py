@@ -10,7 +10,7 @@ import pytest
 from conftest import DATA
 from launchlab import logparse
 from launchlab.logparse import speculative
-from launchlab.logparse.common import Speculative
+from launchlab.logparse.parsedlog import Speculative
 from launchlab.verdicts import budget
 
 CASES = DATA / "constructed-round4"

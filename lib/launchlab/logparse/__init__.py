@@ -14,8 +14,9 @@ from pathlib import Path
 
 from launchlab.errors import ParseError
 from launchlab.logparse import parallel
-from launchlab.logparse.common import PHASES, REASONS, Event, Failure, LineParser, ParsedLog, line_blocks, scan_file
+from launchlab.logparse.common import LineParser, line_blocks, scan_file
 from launchlab.logparse.kinds import KINDS
+from launchlab.logparse.parsedlog import PHASES, REASONS, Event, Failure, ParsedLog
 from launchlab.logparse.serverkind import ReadyRules, ServerKind
 from launchlab.safefiles import open_regular
 

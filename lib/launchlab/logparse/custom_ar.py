@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from launchlab.logparse.common import CustomAR, ParsedLog
+from launchlab.logparse.parsedlog import CustomAR, ParsedLog
 
 ANCHORS = ("allreduce", "AllReduce", "Allreduce", "custom_all_reduce", "Registering", "peer access", "CUDART")
 USER_FLAG = "disable_custom_all_reduce"

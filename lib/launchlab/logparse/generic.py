@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from launchlab.logparse.common import Anchors, ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
+from launchlab.logparse.common import Anchors, anchors, classify, debug_records, exception_line, feed_lines
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.parsedlog import ParsedLog
 from launchlab.logparse.patterns import BudgetedPattern
 from launchlab.logparse.serverkind import ServerKind
 

@@ -10,7 +10,7 @@ buffers, then the generic "failed to load model" — the first names the cause; 
 without pipeline parallelism is not a failure; a `GGML_ASSERT(…) failed` (with or without the backtrace after it)
 ends the process wherever it comes. Buffers in host memory (`CPU KV buffer size`) are kept apart from the GPU's.
 The 2026 router mode (`[port] 3.57.931.987 I srv    load_model: …`) puts an idle model to sleep and loads it again
-on the next request: that reload is read as its own startup (common.Reload), with an MTP draft context's memory
+on the next request: that reload is read as its own startup (parsedlog.Reload), with an MTP draft context's memory
 (`[spec] estimated memory usage of MTP context is … MiB`, speculative decoding). Formats: the excerpts in
 tests/fixtures/real-logs-round3 and real-logs-4 (builds of 2024 – 2026). `KIND`, at the end, is the kind's record.
 """

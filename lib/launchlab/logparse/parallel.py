@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from launchlab.logparse.common import ParsedLog
 from launchlab.logparse.kinds import KINDS
+from launchlab.logparse.parsedlog import ParsedLog
 from launchlab.logparse.serverkind import LogFacts
 
 

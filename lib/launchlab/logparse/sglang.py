@@ -26,7 +26,6 @@ from launchlab.logparse import custom_ar, speculative
 from launchlab.logparse.arguments import call_arguments, config_arguments
 from launchlab.logparse.common import (
     TORCH_RANK,
-    ParsedLog,
     anchors,
     classify,
     debug_records,
@@ -38,6 +37,7 @@ from launchlab.logparse.common import (
 from launchlab.logparse.cuda_oom import oom_fields
 from launchlab.logparse.kindflags import SGLANG as SGLANG_FLAGS
 from launchlab.logparse.kindstates import SGLANG_STATES, sglang_usable
+from launchlab.logparse.parsedlog import ParsedLog
 from launchlab.logparse.serverkind import (
     POOL_BELOW_CONTEXT,
     BreakEven,
@@ -322,7 +322,7 @@ class SGLangParser:
 
     def _whose(self, msg: str, rank: str, process: str) -> tuple[str, str | None]:
         """Whose figures a statement prints: ("", None) the target's; a draft's field prefix and its step
-        (`draft_`/`draft_extend_`, common.DRAFT_PHASES). A draft's capture names itself; its other statements are
+        (`draft_`/`draft_extend_`, parsedlog.DRAFT_PHASES). A draft's capture names itself; its other statements are
         the target's words, told apart by speculative.DraftSteps."""
         if "Capture draft" in msg and (capture := _DRAFT_CAPTURE.search(msg)) is not None:
             self.steps.begin()

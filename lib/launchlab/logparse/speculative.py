@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from launchlab.logparse.common import Speculative
+from launchlab.logparse.parsedlog import Speculative
 
 # a model class that is a draft's: `LlamaForCausalLMEagle3`, `DeepseekV4ForCausalLMNextN`, `Qwen3NextMTP`
 DRAFT_ARCHITECTURE = re.compile(r"Eagle|EAGLE|NextN|MTP|Mtp|Medusa|Draft")

@@ -7,8 +7,8 @@ The first specific failure is kept (a later, more generic line — llama.cpp's "
 cudaMalloc that caused it — does not replace it). A Python traceback (TGI's shards, trtllm-serve) is read to its
 exception line, which the kind's failure table classifies first and the shared vocabulary (common.classify) after;
 its frames place the failure as SGLang's and vLLM's do (tracebacks.py). A speculative-decoding draft's statements
-mark its steps (common.DRAFT_PHASES). A server that puts its model to sleep once ready and loads it again on the next
-request (llama-server's router, 2026) has that reload read as its own startup (common.Reload), not as the launch's.
+mark its steps (parsedlog.DRAFT_PHASES). A server that puts its model to sleep once ready and loads it again on the next
+request (llama-server's router, 2026) has that reload read as its own startup (parsedlog.Reload), not as the launch's.
 """
 
 from __future__ import annotations
@@ -17,18 +17,9 @@ import re
 from dataclasses import dataclass
 
 from launchlab.logparse import custom_ar
-from launchlab.logparse.common import (
-    DRAFT_MAIN_PHASE,
-    Failure,
-    ParsedLog,
-    Reload,
-    anchors,
-    classify,
-    debug_records,
-    exception_line,
-    nccl_version,
-)
+from launchlab.logparse.common import anchors, classify, debug_records, exception_line, nccl_version
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.parsedlog import DRAFT_MAIN_PHASE, Failure, ParsedLog, Reload
 from launchlab.logparse.tracebacks import FRAME, Attribution
 
 _TRACEBACK = "Traceback (most recent call last)"
@@ -45,13 +36,13 @@ class Statement:
     fields: tuple[tuple[int, str, float], ...] = ()
     advances: bool = True  # False: its line is kept as the phase's first, but the launch has not got that far
     adds: bool = False  # True: its value adds to the rank's field (llama.cpp prints one KV buffer per cache)
-    draft: str | None = None  # the draft model's step it marks (common.DRAFT_PHASES), which reaches its main phase
+    draft: str | None = None  # the draft model's step it marks (parsedlog.DRAFT_PHASES), which reaches its main phase
     spec: str | None = None  # the speculative-decoding method it shows (llama.cpp's MTP context: "mtp")
 
 
 @dataclass(frozen=True)
 class FailureLine:
-    """A line after which the launch will not become ready: its reason (common.REASONS) and its phase (None: the
+    """A line after which the launch will not become ready: its reason (parsedlog.REASONS) and its phase (None: the
     phase the log had reached). A line that `amends` says where (and what) the failure already noted was — TGI's
     "Shard 0 failed to start" after the shard's own error, TRT-LLM's "could not be created: KV cache" after its
     "Executor creation failed": it gives that failure its phase, and its reason where the failure's is generic,

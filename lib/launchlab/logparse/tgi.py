@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from launchlab.logparse.common import ParsedLog
+from launchlab.logparse.parsedlog import ParsedLog
 from launchlab.logparse.serverkind import LogFacts, ServerKind
 from launchlab.logparse.tableparser import CUDA_OOM, FailureLine, Statement, TableParser, Tables
 

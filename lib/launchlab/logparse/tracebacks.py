@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from launchlab.logparse.common import PHASES, ParsedLog
+from launchlab.logparse.parsedlog import PHASES, ParsedLog
 from launchlab.logparse.speculative import DRAFT_CODE, DRAFT_WORKER
 
 # `File "…", line 12, in f` (a traceback), `File "…", line 12 in f` (faulthandler's dump) and `in **init**` (markdown

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from launchlab.logparse.common import ParsedLog, anchors, classify, debug_records, exception_line, feed_lines
+from launchlab.logparse.common import anchors, classify, debug_records, exception_line, feed_lines
 from launchlab.logparse.cuda_oom import oom_fields
+from launchlab.logparse.parsedlog import ParsedLog
 from launchlab.logparse.serverkind import ServerKind
 
 ANCHORS = ("[transformers]", "Loading weights", "Uvicorn running", "Application startup complete", "HTTP/1.1",

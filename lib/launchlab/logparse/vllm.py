@@ -26,14 +26,10 @@ from launchlab.logparse import custom_ar, speculative
 from launchlab.logparse.arguments import call_arguments, config_arguments, mapping_arguments
 from launchlab.logparse.common import (
     TORCH_RANK,
-    Failure,
-    ParsedLog,
-    WorkerDeath,
     anchors,
     classify,
     debug_records,
     exception_line,
-    failure_message,
     feed_lines,
     match_statement,
     nccl_version,
@@ -41,6 +37,7 @@ from launchlab.logparse.common import (
 from launchlab.logparse.cuda_oom import oom_fields
 from launchlab.logparse.kindflags import VLLM as VLLM_FLAGS
 from launchlab.logparse.kindstates import VLLM_STATES
+from launchlab.logparse.parsedlog import Failure, ParsedLog, WorkerDeath, failure_message
 from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, Relaunch, ServerKind, Suspect
 from launchlab.logparse.tracebacks import FRAME, HEADERLESS_FRAME, Attribution, method_phase
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from launchlab.errors import ParseError
 from launchlab.escaping import visible
 from launchlab.logparse import ParsedLog, kinds, logfacts, parse_file
-from launchlab.logparse.common import Failure, open_lines
+from launchlab.logparse.common import open_lines
+from launchlab.logparse.parsedlog import Failure
 from launchlab.logparse.serverkind import ServerKind, Suspect
 
 RUN_ID = "diagnosed"

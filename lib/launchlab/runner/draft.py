@@ -26,7 +26,7 @@ from launchlab import hosts, safefiles
 from launchlab.errors import LaunchlabError
 from launchlab.fields import MAX_GPUS
 from launchlab.hosts.sim_spec import SimSpec
-from launchlab.logparse.common import PHASES
+from launchlab.logparse.parsedlog import PHASES
 from launchlab.runner.diagnose import Diagnosis, quote
 from launchlab.store.rundir import write_text
 

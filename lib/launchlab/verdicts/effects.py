@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from launchlab.logparse.common import rank_order
+from launchlab.logparse.parsedlog import rank_order
 from launchlab.verdicts.claims import label, places
 from launchlab.verdicts.ledger import Ledger
 

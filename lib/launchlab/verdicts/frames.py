@@ -28,7 +28,7 @@ from launchlab import logparse, params, safefiles
 from launchlab.errors import ParseError, RunDirError
 from launchlab.gpu import telemetry
 from launchlab.logparse import logfacts
-from launchlab.logparse.common import rank_order
+from launchlab.logparse.parsedlog import rank_order
 from launchlab.store import records, rundir
 
 RUN_COLUMNS = list(records.RunRecord.ROW)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from launchlab import interrupts
-from launchlab.logparse.common import PHASES
 from launchlab.logparse.kinds import KINDS
+from launchlab.logparse.parsedlog import PHASES
 from launchlab.logparse.serverkind import POOL_BELOW_CONTEXT
 from launchlab.params import Experiment, expand
 from launchlab.store.manifest import ManifestEntry

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from launchlab.logparse.common import rank_order
 from launchlab.logparse.kinds import KINDS, kinds_of
+from launchlab.logparse.parsedlog import rank_order
 from launchlab.params import Experiment, Variant, apply_flags, expand
 
 CONFIRMED, CONTRADICTED, UNKNOWN = "confirmed", "contradicted", "unknown"
