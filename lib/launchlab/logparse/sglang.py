@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from launchlab.logparse import custom_ar, speculative
+from launchlab.logparse import custom_ar, sglangbudget, speculative
 from launchlab.logparse.arguments import call_arguments, config_arguments
 from launchlab.logparse.common import (
     TORCH_RANK,
@@ -39,7 +39,6 @@ from launchlab.logparse.kindflags import SGLANG as SGLANG_FLAGS
 from launchlab.logparse.kindstates import SGLANG_STATES, sglang_usable
 from launchlab.logparse.parsedlog import ParsedLog
 from launchlab.logparse.serverkind import (
-    POOL_BELOW_CONTEXT,
     BreakEven,
     GraphCapture,
     Instrumentation,
@@ -51,7 +50,7 @@ from launchlab.logparse.serverkind import (
 from launchlab.logparse.tracebacks import HEADERLESS_FRAME, Attribution
 
 if TYPE_CHECKING:  # annotations only: parsing a log never loads pandas
-    import pandas as pd
+    pass
 
 ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weight", "KV Cache", "Memory pool",
            "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
@@ -434,84 +433,6 @@ def parse(raw_lines: Iterable[str]) -> ParsedLog:
     return feed_lines(SGLangParser(), raw_lines)
 
 
-# Where a run's `total` (SGLang's `pre_model_load_memory`, the free memory it measured before the weights) comes
-# from, best first. SGLang 0.5.17 measures it when its distributed init ends, and something takes memory between
-# that and "Load weight begin" (0.10 GiB on an H200: its debug line said pre=139.19 GB where "Load weight begin"
-# said 139.09), so that line's figure put the break-even at 0.00216 where SGLang's own was 0.0029. `avail` is
-# "Load weight end" avail: the debug line's avail matched it within 0.003 GiB.
-TOTAL_FROM_ERROR = "SGLang's minimum viable share (its KV error)"
-TOTAL_FROM_POOL = "the KV pool it allocated"
-TOTAL_FROM_WEIGHTS = "Load weight begin"
-
-
-def _total(v, avail: float, fraction: float, ready: bool) -> tuple[float | None, str]:
-    """(total, where it came from) of one run's logged numbers. A failed launch whose error states SGLang's minimum
-    viable share z = 1 − avail/pre gives pre = avail / (1 − z); a ready one gives it back from its pool, the pool
-    (K + V) being what SGLang made of rest = avail − pre × (1 − fraction): pre = (avail − pool) / (1 − fraction);
-    otherwise "Load weight begin" avail."""
-    from launchlab.logparse import budgetrows as budget
-
-    minimum, pool = v.get("kv_min_fraction"), v.get("kv_gib")
-    if not budget.missing(v.get("kv_sizing_avail_gib"), v.get("draft_kv_gib"), pool):
-        pool += v.get("draft_kv_gib")  # a draft loaded before the sizing: its KV cache was sized from the same rest
-    if not budget.missing(minimum) and minimum < 1:
-        return avail / (1 - minimum), TOTAL_FROM_ERROR
-    if ready and not budget.missing(pool) and pool > 0 and fraction < 1:
-        return (avail - pool) / (1 - fraction), TOTAL_FROM_POOL
-    begin = v.get("weights_begin_avail_gib")
-    return (None, "") if budget.missing(begin) else (begin, TOTAL_FROM_WEIGHTS)
-
-
-def _budget(events, runs, telemetry):
-    """One row per run with the numbers SGLang's KV sizing used (reference/log-formats.md 2.4): total (the free
-    memory before the weights: _total says from which numbers), avail (the MIN over ranks of "Load weight end"
-    avail; the draft model's where a speculative draft was loaded before the sizing, `kv_sizing_avail_gib`),
-    fraction; rest = avail − total × (1 − fraction), recomputed, against an instrumentation line's when the
-    server printed one (`DEBUG profile_available_bytes: … rest=`, the patch of params/patches, or the older
-    `DEBUG profile_max_num_token`: agrees); the break-even fraction 1 − avail/total (SGLang's own where its error
-    states it); and the card's capacity from nvidia-smi with the gap explained. A launch has a KV cache iff
-    rest > 0."""
-    import pandas as pd  # loaded when a report asks, never to parse a log or validate params
-
-    from launchlab.logparse import budgetrows as budget
-
-    rows = []
-    cards = budget.card_totals(telemetry)
-    for run, v in budget.logged(events, runs):
-        # the free memory the sizing started from: after the draft's weights where the draft was loaded first
-        avail = v.get("weights_end_avail_gib") if budget.missing(v.get("kv_sizing_avail_gib")) else v["kv_sizing_avail_gib"]
-        fraction = v.get("mem_fraction_static")
-        if budget.missing(avail, fraction):
-            continue
-        # a pool capped by a flag (--max-total-tokens) is smaller than the room the fraction left: it gives no total
-        started = run["status"] == "ready" or run.get("failure_reason") == POOL_BELOW_CONTEXT  # its pool allocated
-        total, source = _total(v, avail, fraction, started and not bool(run.get("pool_capped")))
-        if total is None:
-            continue
-        rest = avail - total * (1 - fraction)
-        logged = next((float(v[f"debug.{name}.rest"]) for name in ("profile_available_bytes", "profile_max_num_token")
-                       if not budget.missing(v.get(f"debug.{name}.rest"))), None)
-        minimum = v.get("kv_min_fraction")
-        row = {"run_id": run["run_id"], "variant": run["variant"], "status": run["status"], "total_gib": total,
-               "total_from": source, "avail_gib": avail, "fraction": fraction, "reserved_gib": total * (1 - fraction),
-               "rest_gib": rest, "logged_rest_gib": logged,
-               "agrees": None if logged is None else abs(logged - rest) <= budget.DISAGREE_GIB,
-               "break_even_fraction": float(minimum) if source == TOTAL_FROM_ERROR else 1 - avail / total,
-               "kv_gib": v.get("kv_gib") if "kv_gib" in v else None}
-        row.update(budget.card_gap(cards, run["run_id"], total, v.get("dist_init_mem_gib")))
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def _free_memory(memory: pd.DataFrame) -> pd.Series | None:
-    """What a rank had free after the last startup phase that ran (the report's budget chart): "Capture cuda graph
-    end" avail, else "Load weight end" avail less the KV pool's size; "Load weight end" avail where no run of the
-    table reached a graph capture."""
-    if "graph_end_avail_gib" not in memory:
-        return memory.get("weights_end_avail_gib")
-    return memory["graph_end_avail_gib"].fillna(memory.get("weights_end_avail_gib", 0) - memory.get("kv_gib", 0).fillna(0))
-
-
 def _sim_card_mib(free_before_weights_gib: float, *, reserved_mib: int, custom_ar: bool) -> int:
     """The simulator's own arithmetic (imported when a box is shaped, never to parse a log)."""
     from launchlab.sim.sglang_server import card_mib
@@ -534,7 +455,7 @@ KIND = ServerKind(
         r"Initialization failed\. warmup error",
     ),
     parser=lambda rules: SGLangParser(),
-    budget=_budget,
+    budget=sglangbudget.kv_budget,
     report_intro=("SGLang sizes its KV cache as `rest = avail − total × (1 − mem_fraction_static)` with "
                   "`total` the free memory before the weights and `avail` after them (\"Load weight end\", MIN over "
                   "ranks); `rest ≤ 0` is \"Loaded weights leave no GPU memory for the KV cache\" (0.5.17) or "
@@ -563,7 +484,7 @@ KIND = ServerKind(
                              "file_storage_path", "download_dir", "log_level"}),
     memory_fields=("dist_init_mem_gib", "weights_mem_gib", "weights_end_avail_gib", "kv_tokens", "kv_gib",
                    "pool_end_avail_gib", "graph_mem_gib", "graph_end_avail_gib"),
-    free_memory=_free_memory,
+    free_memory=sglangbudget.free_memory,
     graph_capture=GraphCapture(fields=("graph_end_avail_gib", "graph_mem_gib", "graph_s"),
                                registered="`Registering … cuda graph addresses`"),
     model_flags=("--model-path", "--model"),
