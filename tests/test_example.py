@@ -51,13 +51,27 @@ def test_the_over_asking_variant_is_degraded_with_its_reason():
     assert set(runs[runs["num_blocks"] == "auto"]["status"]) == {"ready"}
 
 
+def _judged_again() -> dict:
+    """The example's verdict as this kit makes it from the raw files (frames.build, casefile; nothing written but
+    the runs' parsed.json, which git ignores)."""
+    from launchlab import params
+    from launchlab.reporting import report
+    from launchlab.store import rundir
+    from launchlab.verdicts import frames
+
+    directory = rundir.RunDir.check(EXAMPLE)
+    exp = params.load(directory.experiment_file)
+    built = report.Report(directory.path, exp, directory.manifest(), frames.build(directory.path, exp))
+    return built.computed_verdict().to_json()
+
+
 def test_the_verdict_attributes_the_kv_memory_to_the_memory_percent_factor():
-    verdict = json.loads((EXAMPLE / "verdict.json").read_text())
-    assert verdict["controlled"] is True
-    [effect] = [e for e in verdict["effects"]
-                if (e["factor"], e["level"], e["metric"]) == ("memory_percent", "0.9", "peak_mem_used_mib")]
-    assert effect["n"] == 2 and effect["diff"] > 40 * GIB and effect["ratio"] == pytest.approx(1.77, abs=0.1)
-    assert verdict["outcome_factors"] == ["num_blocks"]
+    for verdict in (json.loads((EXAMPLE / "verdict.json").read_text()), _judged_again()):
+        assert verdict["controlled"] is True
+        [effect] = [e for e in verdict["effects"]
+                    if (e["factor"], e["level"], e["metric"]) == ("memory_percent", "0.9", "peak_mem_used_mib")]
+        assert effect["n"] == 2 and effect["diff"] > 40 * GIB and effect["ratio"] == pytest.approx(1.77, abs=0.1)
+        assert verdict["outcome_factors"] == ["num_blocks"]
 
 
 @pytest.mark.slow

@@ -83,9 +83,9 @@ def test_the_kv_budget_is_recomputed_from_the_log_and_agrees_and_graphs_configs_
 
 
 def test_the_verdict_is_controlled_utilization_decides_and_graphs_is_neutral():
-    v = verdict(KV)
-    assert v["confounds"] == [] and v["controlled"] is True
-    assert v["outcome_factors"] == ["utilization"] and v["neutral_factors"] == ["graphs"]
+    for v in (verdict(KV), rebuilt(KV).computed_verdict().to_json()):  # as committed, and judged again by this kit
+        assert v["confounds"] == [] and v["controlled"] is True
+        assert v["outcome_factors"] == ["utilization"] and v["neutral_factors"] == ["graphs"]
 
 
 def test_the_search_converges_at_both_graphs_levels_on_an_interval_that_holds_the_break_even_vllm_predicts():
