@@ -94,16 +94,7 @@ def _locate(path: str | Path, *, follow: bool = True) -> tuple[int, str]:
                     return fd, part
                 raise
             if stat.S_ISLNK(st.st_mode):
-                where = "/" + "/".join([*seen, part])
-                if (base := _sealed(seen)) is not None:
-                    raise OSError(errno.ELOOP, f"{where} is a symbolic link (made by {_user(st.st_uid)}) inside "
-                                               f"{base}, where the kit writes none and follows none (it may lead "
-                                               "anywhere, to a file of yours too): put the file or folder itself "
-                                               "there", os.fspath(path))
-                if not follow or not _trusted(st.st_uid):
-                    raise OSError(errno.ELOOP, f"{where} is a symbolic link (made by {_user(st.st_uid)}), which the "
-                                               "kit does not follow (another user's link may lead anywhere): put "
-                                               "the file or folder itself there", os.fspath(path))
+                _refuse_link(path, seen, part, st.st_uid, follow=follow)
                 hops += 1
                 if hops > _MAX_LINKS:
                     raise OSError(errno.ELOOP, "too many symbolic links", os.fspath(path))
@@ -119,6 +110,20 @@ def _locate(path: str | Path, *, follow: bool = True) -> tuple[int, str]:
     except BaseException:
         os.close(fd)
         raise
+
+
+def _refuse_link(path: str | Path, seen: list[str], part: str, uid: int, *, follow: bool) -> None:
+    """OSError where the link `part` in `seen`, made by `uid`, is not to be followed (see _locate)."""
+    where = "/" + "/".join([*seen, part])
+    if (base := _sealed(seen)) is not None:
+        raise OSError(errno.ELOOP, f"{where} is a symbolic link (made by {_user(uid)}) inside "
+                                   f"{base}, where the kit writes none and follows none (it may lead "
+                                   "anywhere, to a file of yours too): put the file or folder itself "
+                                   "there", os.fspath(path))
+    if not follow or not _trusted(uid):
+        raise OSError(errno.ELOOP, f"{where} is a symbolic link (made by {_user(uid)}), which the "
+                                   "kit does not follow (another user's link may lead anywhere): put "
+                                   "the file or folder itself there", os.fspath(path))
 
 
 def _step(fd: int, name: str) -> int:

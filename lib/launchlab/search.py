@@ -283,15 +283,7 @@ def _step(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool], g
     result.next = [Probe(result.stratum, bounds.text(end), f"the {side} end of the range: bisection needs it not "
                                                            "ready at low and ready at high")
                    for end, side in ((bounds.low, "low"), (bounds.high, "high")) if end not in outcome]
-    if result.next:
-        return
-    if outcome[bounds.low]:
-        result.state = NOT_BRACKETED
-        result.note = f"ready even at the low end {bounds.text(bounds.low)}: the threshold is below the range"
-        return
-    if not outcome[bounds.high]:
-        result.state = NOT_BRACKETED
-        result.note = f"not ready even at the high end {bounds.text(bounds.high)}: the threshold is above the range"
+    if result.next or _not_bracketed(bounds, result, outcome):
         return
     low, high = result.low, result.high
     assert low is not None and high is not None  # both ends are observed and differ
@@ -309,6 +301,19 @@ def _step(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool], g
     result.next = [Probe(result.stratum, bounds.text(mid), f"bisects ({bounds.text(low)}, {bounds.text(high)}], "
                                                           f"{high - low} wide, wider than the resolution "
                                                           f"{bounds.resolution}" + unfollowed)]
+
+
+def _not_bracketed(bounds: Bounds, result: StratumResult, outcome: dict[Decimal, bool]) -> bool:
+    """Whether both ends gave the same outcome: the stratum is then `not_bracketed`."""
+    if outcome[bounds.low]:
+        result.state = NOT_BRACKETED
+        result.note = f"ready even at the low end {bounds.text(bounds.low)}: the threshold is below the range"
+        return True
+    if not outcome[bounds.high]:
+        result.state = NOT_BRACKETED
+        result.note = f"not ready even at the high end {bounds.text(bounds.high)}: the threshold is above the range"
+        return True
+    return False
 
 
 def _tree_node(bounds: Bounds, outcome: dict[Decimal, bool]) -> tuple[Decimal, Decimal, Decimal]:

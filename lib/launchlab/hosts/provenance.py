@@ -247,6 +247,17 @@ def node_commands(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
     return found
 
 
+def _ask_node(host: Host, launch, earlier: tuple[str, dict] | None) -> tuple:
+    """node_record's facts, asked of the host: at once where it allows it."""
+    workers = 4 if host.concurrent_commands else 1
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
+        facts_f = pool.submit(host_facts, host, earlier)
+        python_f = pool.submit(python_facts, host, launch.argv)
+        env_f = pool.submit(host_env, host)
+        model_f = pool.submit(model_facts, host, launch.argv)
+    return facts_f.result(), python_f.result(), env_f.result(), model_f.result()
+
+
 def node_record(host: Host, rank: int, launch, *, preflight: dict | None, masker: Masker, secret_names=(),
                 earlier: tuple[str, dict] | None = None, recorded: dict[str, CommandResult] | None = None
                 ) -> tuple[dict, Masker]:
@@ -259,14 +270,7 @@ def node_record(host: Host, rank: int, launch, *, preflight: dict | None, masker
     ran already (inside a scheduler's job, on its node), read instead of running them here; one missing is
     unknown."""
     if recorded is None:
-        workers = 4 if host.concurrent_commands else 1
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="provenance") as pool:
-            facts_f = pool.submit(host_facts, host, earlier)
-            python_f = pool.submit(python_facts, host, launch.argv)
-            env_f = pool.submit(host_env, host)
-            model_f = pool.submit(model_facts, host, launch.argv)
-        facts, (interpreter, installed), inherited = facts_f.result(), python_f.result(), env_f.result()
-        model = model_f.result()
+        facts, (interpreter, installed), inherited, model = _ask_node(host, launch, earlier)
     else:
         sections = split_sections(recorded["host_facts"].stdout if "host_facts" in recorded else "")
         facts = {**_facts(sections, sections.get("table", ""), sections.get("topo", "")), "steady_from": None}

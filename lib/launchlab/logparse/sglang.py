@@ -265,12 +265,7 @@ class SGLangParser:
             log.reach("ready")
             return
         if (found := custom_ar.recognise(msg)) is not None:
-            log.note_custom_ar(rank, found)
-            if found.state == "active":
-                log.reach("cuda_graph")  # addresses are registered as graphs are captured
-            elif found.reason == "cuda_error":  # the kernel's CUDA error ends the process, with or without a wrapper
-                log.fail("custom_allreduce_failed", "cuda_graph" if "Capture cuda graph failed" in msg else self.current,
-                         msg)
+            self._custom_ar(msg, rank, found)
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         prefix, step = self._whose(msg, rank, process)
@@ -293,6 +288,20 @@ class SGLangParser:
                 self._graph_total(number, t, rank, prefix)
             return
         self._kv_minimum(number, msg, t, rank)
+        self._unmatched(number, msg, t, rank, bare=bare)
+
+    def _custom_ar(self, msg: str, rank: str, found) -> None:
+        log = self.log
+        log.note_custom_ar(rank, found)
+        if found.state == "active":
+            log.reach("cuda_graph")  # addresses are registered as graphs are captured
+        elif found.reason == "cuda_error":  # the kernel's CUDA error ends the process, with or without a wrapper
+            log.fail("custom_allreduce_failed", "cuda_graph" if "Capture cuda graph failed" in msg else self.current,
+                     msg)
+
+    def _unmatched(self, number: int, msg: str, t: datetime | None, rank: str, *, bare: bool) -> None:
+        """A message no statement matched: what it overrides, or how it fails."""
+        log = self.log
         if (over := _OVER_CAP.search(msg)) is not None and int(over.group(2)) <= 0:
             log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
         elif over is not None:  # the cap is not taken: the pool is the profiled size

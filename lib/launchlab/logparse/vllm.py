@@ -307,27 +307,9 @@ class VLLMParser:
             log.ready = True
             log.reach("ready")
             return
-        if "args" in msg or "config: " in msg:
-            for rx, split, source in _ARGUMENTS:
-                if (a := rx.search(msg)) is not None:
-                    found = split(msg[a.end():])
-                    log.args.update(found)
-                    speculative.from_args(log.spec, log.args)
-                    self._settings(found, t, number)
-                    if custom_ar.USER_FLAG in found:
-                        self.flag_source = source
-                    return
-        found_ar = custom_ar.recognise(msg)
-        if self.registering is not None and (found_ar is None or found_ar.state != "active"):
-            self._settle_registering(msg)
-        if found_ar is not None and found_ar.reason == custom_ar.SERVER_WIDE:
-            self.server_wide_ar = found_ar  # every rank's, once the arguments say how many (result)
-        elif found_ar is not None:
-            log.note_custom_ar(rank, found_ar)
-            if found_ar.state == "disabled" and found_ar.reason is None and not msg.rstrip().endswith("."):
-                self.pending = (number, msg, t, rank)  # its reason may be on the next line (a wrapped paste)
-            if found_ar.state == "active" and self.registering is None:
-                self.registering = number  # graphs were captured: for real, or to size the KV cache (below)
+        if ("args" in msg or "config: " in msg) and self._arguments(msg, t, number):
+            return
+        self._custom_ar(number, msg, t, rank)
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         self._server_facts(msg)
@@ -348,6 +330,33 @@ class VLLMParser:
         if level is not None and _WRAPPED.search(msg):
             self.pending = (number, msg, t, rank)
         self._failure(number, msg, t, rank)
+
+    def _arguments(self, msg: str, t: datetime | None, number: int) -> bool:
+        """The arguments msg prints, if any (True: nothing more to read in it)."""
+        log = self.log
+        for rx, split, source in _ARGUMENTS:
+            if (a := rx.search(msg)) is not None:
+                found = split(msg[a.end():])
+                log.args.update(found)
+                speculative.from_args(log.spec, log.args)
+                self._settings(found, t, number)
+                if custom_ar.USER_FLAG in found:
+                    self.flag_source = source
+                return True
+        return False
+
+    def _custom_ar(self, number: int, msg: str, t: datetime | None, rank: str) -> None:
+        found_ar = custom_ar.recognise(msg)
+        if self.registering is not None and (found_ar is None or found_ar.state != "active"):
+            self._settle_registering(msg)
+        if found_ar is not None and found_ar.reason == custom_ar.SERVER_WIDE:
+            self.server_wide_ar = found_ar  # every rank's, once the arguments say how many (result)
+        elif found_ar is not None:
+            self.log.note_custom_ar(rank, found_ar)
+            if found_ar.state == "disabled" and found_ar.reason is None and not msg.rstrip().endswith("."):
+                self.pending = (number, msg, t, rank)  # its reason may be on the next line (a wrapped paste)
+            if found_ar.state == "active" and self.registering is None:
+                self.registering = number  # graphs were captured: for real, or to size the KV cache (below)
 
     def _draft(self, msg: str) -> bool:
         """A speculative-decoding line: the drafter's weights (True: nothing more to read in it), or what it says of
@@ -423,26 +432,7 @@ class VLLMParser:
         log = self.log
         for name, value in oom_fields(msg).items():
             log.record(t, rank, name, value, number)
-        # a frame outside any traceback: an excerpt that starts inside one (its header is not in the log), a worker's
-        # ERROR record or, before ready, a line of stderr that is a frame
-        headerless = not self.in_traceback and "File " in msg and (
-            (self.level == "ERROR" and FRAME.search(msg) is not None)
-            or (self.level is None and not log.ready and HEADERLESS_FRAME.match(msg) is not None))
-        if headerless and self.code_line is not None and self.code_line[0] >= number - 2:
-            self.frames.call(self.code_line[1], self.code_line[0])  # the code line above it calls into it: its first line
-        self.frames.see(msg, number)
-        # a code line outside a traceback: an ERROR record's (indented), or an untagged line before an excerpt's first
-        # frame (its indent stripped with its tag) — kept only for a frame on one of the next two lines
-        if ((self.level == "ERROR" and msg[:1] == " ") or (self.level is None and not log.ready)) and not self.in_traceback:
-            if msg.lstrip()[:1] not in "^~" and "(" in msg:  # carets and a call's continuation: the call's line stays
-                self.code_line = (number, msg)
-        else:
-            self.code_line = None
-        if headerless:
-            log.fail("exception", None, msg)
-            self.in_traceback = self.headerless = True
-        if self.headerless and (place := self.frames.place) is not None:
-            log.phase_lines.setdefault(place.phase, place.line)  # no progress line names it: the frames are its sign
+        self._frame_line(number, msg)
         self.dummy = self.dummy or _DUMMY.search(msg) is not None
         if (too_long := _MAX_LEN.search(msg)) is not None:
             log.record(None, "0", "max_model_len", float(too_long.group(1)), 0)
@@ -469,6 +459,35 @@ class VLLMParser:
             self.frame_evidence = self.frame_evidence or log.failure is None or log.failure.reason == "exception"
             log.fail("kv_cache_no_memory", "kv_cache", msg)
             return
+        self._exception(msg)
+
+    def _frame_line(self, number: int, msg: str) -> None:
+        """msg as a traceback's line, in a traceback or not."""
+        log = self.log
+        # a frame outside any traceback: an excerpt that starts inside one (its header is not in the log), a worker's
+        # ERROR record or, before ready, a line of stderr that is a frame
+        headerless = not self.in_traceback and "File " in msg and (
+            (self.level == "ERROR" and FRAME.search(msg) is not None)
+            or (self.level is None and not log.ready and HEADERLESS_FRAME.match(msg) is not None))
+        if headerless and self.code_line is not None and self.code_line[0] >= number - 2:
+            self.frames.call(self.code_line[1], self.code_line[0])  # the code line above it calls into it: its first line
+        self.frames.see(msg, number)
+        # a code line outside a traceback: an ERROR record's (indented), or an untagged line before an excerpt's first
+        # frame (its indent stripped with its tag) — kept only for a frame on one of the next two lines
+        if ((self.level == "ERROR" and msg[:1] == " ") or (self.level is None and not log.ready)) and not self.in_traceback:
+            if msg.lstrip()[:1] not in "^~" and "(" in msg:  # carets and a call's continuation: the call's line stays
+                self.code_line = (number, msg)
+        else:
+            self.code_line = None
+        if headerless:
+            log.fail("exception", None, msg)
+            self.in_traceback = self.headerless = True
+        if self.headerless and (place := self.frames.place) is not None:
+            log.phase_lines.setdefault(place.phase, place.line)  # no progress line names it: the frames are its sign
+
+    def _exception(self, msg: str) -> None:
+        """A wrapper's line, or an exception line (ending a traceback)."""
+        log = self.log
         found = exception_line(msg)
         unended = log.failure is not None and log.failure.reason == "exception" and not exception_line(log.failure.message)
         # a wrapper's own exception line ("RuntimeError: Engine core initialization failed. See root cause above.")

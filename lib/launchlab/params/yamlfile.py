@@ -205,24 +205,29 @@ def _measure(root: yaml.Node) -> list[YamlProblem]:
                 sizes[key] = (1, len(node.value), 1)
             else:
                 on_path.add(key)
-                children = node.value if isinstance(node, yaml.SequenceNode) else [n for kv in node.value for n in kv]
-                nodes, chars, height = 1, 0, 0
-                for child in children:
-                    n, c, h = visit(child, depth + 1)
-                    nodes, chars, height = nodes + n, chars + c, max(height, h)
-                    if nodes > MAX_NODES:
-                        raise YamlLimitError(_too_many(), node.start_mark)
-                    if chars > MAX_TEXT_CHARS:
-                        raise YamlLimitError(f"more than {MAX_TEXT_CHARS // 1024} KiB of text (counting each alias "
-                                             "as the text it repeats); shorten the values", node.start_mark)
+                sizes[key] = _collection_size(node, depth, visit)
                 on_path.discard(key)
-                sizes[key] = (nodes, chars, height + 1)
         if depth + sizes[key][2] > MAX_DEPTH:
             raise YamlLimitError(_too_deep(), node.start_mark)
         return sizes[key]
 
     visit(root, 0)
     return problems
+
+
+def _collection_size(node: yaml.Node, depth: int, visit) -> tuple[int, int, int]:
+    """(nodes, scalar chars, height) of an expanded sequence or mapping; YamlLimitError past a limit."""
+    children = node.value if isinstance(node, yaml.SequenceNode) else [n for kv in node.value for n in kv]
+    nodes, chars, height = 1, 0, 0
+    for child in children:
+        n, c, h = visit(child, depth + 1)
+        nodes, chars, height = nodes + n, chars + c, max(height, h)
+        if nodes > MAX_NODES:
+            raise YamlLimitError(_too_many(), node.start_mark)
+        if chars > MAX_TEXT_CHARS:
+            raise YamlLimitError(f"more than {MAX_TEXT_CHARS // 1024} KiB of text (counting each alias "
+                                 "as the text it repeats); shorten the values", node.start_mark)
+    return nodes, chars, height + 1
 
 
 def _scalar_problems(node: yaml.ScalarNode) -> list[YamlProblem]:

@@ -366,27 +366,32 @@ def _weakest(v: Verdict) -> tuple[str, Decision] | None:
     return rank((*DECIDING, CHANGES_HOW)) or rank((NEUTRAL,))
 
 
+def _no_test(v: Verdict) -> tuple[str, str]:
+    """_strength where no factor was tested: why not, and what would test it."""
+    undetermined = [f for f in v.factors if v.factors[f].status == UNDETERMINED]
+    flaky = [f for f in v.factors if v.factors[f].status == FLAKY]
+    if flaky:  # compared on valid runs of both levels, but a variant's own repetitions disagree
+        names = ", ".join(flaky)
+        return (f"no exact test decides: repetitions of the same variant of {names} disagree, so such a "
+                "variant has no one outcome to compare",
+                f"more repetitions of the variants whose runs disagree would settle whether {names} "
+                f"{'changes' if len(flaky) == 1 else 'change'} the outcome"
+                + (f", and valid runs of every level of {', '.join(undetermined)}" if undetermined else ""))
+    unvaried = [f for f in v.factors if v.factors[f].status == NOT_VARIED]
+    if unvaried and not undetermined:  # compared, but nothing shows its levels differed
+        return (f"no exact test counts: no run shows {', '.join(unvaried)} taking effect",
+                "levels that take effect where the server's log shows it would settle it (see the level checks "
+                "and what would show it)")
+    return ("no exact test: no factor was compared on valid runs of both its levels",
+            f"valid runs of every level of {', '.join(undetermined) or 'the factors'} would settle it (see the "
+            "level checks)")
+
+
 def _strength(v: Verdict) -> tuple[str, str]:
     """('not significant: p = 0.1, Fisher's exact test, 3 runs a side', '4 runs a side would settle it')."""
     found = _weakest(v)
     if found is None:
-        undetermined = [f for f in v.factors if v.factors[f].status == UNDETERMINED]
-        flaky = [f for f in v.factors if v.factors[f].status == FLAKY]
-        if flaky:  # compared on valid runs of both levels, but a variant's own repetitions disagree
-            names = ", ".join(flaky)
-            return (f"no exact test decides: repetitions of the same variant of {names} disagree, so such a "
-                    "variant has no one outcome to compare",
-                    f"more repetitions of the variants whose runs disagree would settle whether {names} "
-                    f"{'changes' if len(flaky) == 1 else 'change'} the outcome"
-                    + (f", and valid runs of every level of {', '.join(undetermined)}" if undetermined else ""))
-        unvaried = [f for f in v.factors if v.factors[f].status == NOT_VARIED]
-        if unvaried and not undetermined:  # compared, but nothing shows its levels differed
-            return (f"no exact test counts: no run shows {', '.join(unvaried)} taking effect",
-                    "levels that take effect where the server's log shows it would settle it (see the level checks "
-                    "and what would show it)")
-        return ("no exact test: no factor was compared on valid runs of both its levels",
-                f"valid runs of every level of {', '.join(undetermined) or 'the factors'} would settle it (see the "
-                "level checks)")
+        return _no_test(v)
     factor, d = found
     side = f"{d.runs_per_side} run{'s' if d.runs_per_side != 1 else ''} a side" if d.runs_per_side else "runs a side unknown"
     test = f"p = {d.p_value:.2g}, Fisher's exact test, {side}"

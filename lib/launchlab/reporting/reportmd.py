@@ -51,13 +51,19 @@ def write_verdict(run_dir: Path) -> Verdict:
     summary = rep.budget_summary()
     if not summary.empty:
         text += ["## Memory budget (from the server's log)", "", markdown(summary), ""]
-    text += ["## Commands", ""]
+    text += _commands(rep)
+    # pasted into issues and read in terminals (`cat report.md`): no control character of a log or params value
+    # reaches it raw, whichever table or line carries it
+    rundir.write_text(directory.report_md, visible("\n".join(text)))
+    return v
+
+
+def _commands(rep: report.Report) -> list[str]:
+    """report.md's last section: each imported run's command, or each variant's."""
+    text = ["## Commands", ""]
     for run_id, variant, command in rep.imported_commands() if rep.imported else []:
         text += [f"{md(run_id)} ({md(variant)}):", "", md_block(command, "sh"), ""]
     for name, argv, notes in rep.variant_commands() if not rep.imported else []:
         text += [f"{md(name)}:", "", md_block(shlex.join(argv), "sh"), ""]
         text += [*(f"- {md(n)}" for n in notes), ""] if notes else []
-    # pasted into issues and read in terminals (`cat report.md`): no control character of a log or params value
-    # reaches it raw, whichever table or line carries it
-    rundir.write_text(directory.report_md, visible("\n".join(text)))
-    return v
+    return text

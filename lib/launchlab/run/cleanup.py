@@ -36,21 +36,10 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
     even when an earlier one failed (a lost host); failures become notes on the run. Returns why the collection
     did not finish in time (collect_s), or None."""
     stopped: dict[tuple[int, int], str] = {}
-
-    def stop(node: Node, ref: ProcessRef) -> None:
-        try:
-            how = node.host.kill_group(ref.pgid, exp.server.stop_grace_s)
-            # gone because the kit stopped it earlier (Node.stopped) is not gone by itself
-            stopped[(node.rank, ref.pgid)] = node.stopped.get(ref.pgid, how) if how == "gone" else how
-            if ref.role == "server" and node.rank == 0:
-                result.stopped_with = stopped[(node.rank, ref.pgid)]
-        except LaunchlabError as exc:
-            result.notes.append(f"stopping the {ref.role} on {node.label} failed: {exc}")
-
     for node in nodes:  # all servers first: one failed node must not keep the others' GPUs busy
         for ref in node.refs:
             if ref.role != "sampler":
-                stop(node, ref)
+                _stop(exp, node, ref, result=result, stopped=stopped)
     _ask_how_jobs_ended(nodes, result)
     # then what left the servers' groups (a `setsid` child), found by the run id it carries; the samplers of every
     # node are spared until the drain is over (nodes can share a machine, and they share the run id)
@@ -65,7 +54,7 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
     for node in nodes:
         for ref in node.refs:
             if ref.role == "sampler":
-                stop(node, ref)
+                _stop(exp, node, ref, result=result, stopped=stopped)
     for node in nodes:  # the last of the run: e.g. a sampler the kernel died before recording
         _sweep(exp, node, result, spare=set())
     if any(n.refs for n in nodes):
@@ -74,6 +63,19 @@ def cleanup(exp: params.Experiment, nodes: list[Node], folder: rundir.RunFolder,
         except LaunchlabError as exc:
             result.notes.append(f"how the run's processes were stopped is not recorded in processes.json: {exc}")
     return _collect_all(nodes, folder, result, COLLECT_S if collect_s is None else collect_s) if collect else None
+
+
+def _stop(exp: params.Experiment, node: Node, ref: ProcessRef, *, result: RunRecord,
+          stopped: dict[tuple[int, int], str]) -> None:
+    """Stop a process group of a node, noting how in `stopped`; a failure is a note on the run."""
+    try:
+        how = node.host.kill_group(ref.pgid, exp.server.stop_grace_s)
+        # gone because the kit stopped it earlier (Node.stopped) is not gone by itself
+        stopped[(node.rank, ref.pgid)] = node.stopped.get(ref.pgid, how) if how == "gone" else how
+        if ref.role == "server" and node.rank == 0:
+            result.stopped_with = stopped[(node.rank, ref.pgid)]
+    except LaunchlabError as exc:
+        result.notes.append(f"stopping the {ref.role} on {node.label} failed: {exc}")
 
 
 def _ask_how_jobs_ended(nodes: list[Node], result: RunRecord) -> None:

@@ -43,9 +43,7 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     rundir.make_folder(folder.path)
     _refuse_a_second_attempt(folder)
     run_nodes = nodes.make(exp, run, run_dir, hosts, gpus=gpus)
-    record = RunRecord(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
-                       simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts), gpus=gpus,
-                       warmup=run.warmup)
+    record = _new_record(run, run_nodes, gpus)
     progress = _StatusWriter(folder, record)
     outcome: Outcome | None = None
     looks: list | None = None  # the looks at the GPUs during the run (gpustate.py); None until the server starts
@@ -72,12 +70,24 @@ def run_one(exp: params.Experiment, run: Run, run_dir: Path, hosts: Host | dict[
     except LaunchlabError as exc:
         outcome = Outcome("error", None, str(exc))
     finally:
-        if looks is not None:  # not after a kit error or Ctrl-C: the host may be gone, and stopping comes first
-            if outcome is not None and outcome.status != "error":
-                _look_at_gpus(run_nodes, gpustate.END, looks, record)
-            _record_gpu_state(folder, run_nodes, looks, record)
+        _last_look(folder, run_nodes, looks, record, outcome=outcome)
         finish(exp, run_nodes, folder, record, outcome=outcome, progress=progress)
     return record
+
+
+def _new_record(run: Run, run_nodes: list[Node], gpus: list[int] | None) -> RunRecord:
+    return RunRecord(run.run_id, run.variant.name, run.repetition, run.host, dict(run.variant.levels),
+                     simulated=any(n.host.simulated for n in run_nodes), nodes=list(run.hosts), gpus=gpus,
+                     warmup=run.warmup)
+
+
+def _last_look(folder: rundir.RunFolder, run_nodes: list[Node], looks: list | None, record: RunRecord, *,
+               outcome: Outcome | None) -> None:
+    """The last look at the GPUs, then every look recorded: once the server was started."""
+    if looks is not None:  # not after a kit error or Ctrl-C: the host may be gone, and stopping comes first
+        if outcome is not None and outcome.status != "error":
+            _look_at_gpus(run_nodes, gpustate.END, looks, record)
+        _record_gpu_state(folder, run_nodes, looks, record)
 
 
 def finish(exp: params.Experiment, run_nodes: list[Node], folder: rundir.RunFolder, record: RunRecord,

@@ -152,12 +152,7 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
     box = sim.new_box() if any(exp.hosts[h].simulated for h in exp.host_names) else None
     opened = contextlib.ExitStack()  # closes every host opened below (an SSH connection) when the batch ends
     try:
-        connected = {name: opened.enter_context(contextlib.closing(hosts.connect(name, exp.hosts[name], sim_box=box)))
-                     for name in exp.host_names}
-        for name, host in connected.items():
-            _check_reachable(host, exp.sampler.kind)
-            _check_gpus(host, getattr(exp.hosts[name], "gpus", None), exp.hosts[name].gpu_slots)
-            host.claim_workdir()  # last: it makes the work folder, which a refused batch leaves unmade
+        connected = _connect(exp, opened, box)
         fresh = [p for p in _new_folders(exp, out_root) if not p.exists()] if resume is None else []
         run_dir, _ = _open_run_dir(exp, plan, params_path, out_root, resume=resume, box=box)
         owner = locks.Owner.me(exp.experiment, str(run_dir))
@@ -189,6 +184,17 @@ def _run_batch(exp: params.Experiment, plan: list[Run], params_path: str | Path,
             with contextlib.suppress(OSError):
                 box.parent.rmdir()  # the boxes' folder, when no other batch has one there
     return run_dir
+
+
+def _connect(exp: params.Experiment, opened: contextlib.ExitStack, box: Path | None) -> dict:
+    """Every host of the batch, connected (`opened` closes them) and checked."""
+    connected = {name: opened.enter_context(contextlib.closing(hosts.connect(name, exp.hosts[name], sim_box=box)))
+                 for name in exp.host_names}
+    for name, host in connected.items():
+        _check_reachable(host, exp.sampler.kind)
+        _check_gpus(host, getattr(exp.hosts[name], "gpus", None), exp.hosts[name].gpu_slots)
+        host.claim_workdir()  # last: it makes the work folder, which a refused batch leaves unmade
+    return connected
 
 
 def _announce(exp: params.Experiment, plan: list[Run], connected: dict, run_dir: Path, *, say: Say) -> int:

@@ -211,25 +211,28 @@ def run_checks(exp: Experiment, variant, factor: str, level: str, *, log: dict):
         else:
             yield f"{name}={want}", CONTRADICTED, f"the server ran with {name}={args[name]}, not {want}"
     yield from _env_checks(exp, factor, level, log)
-    intent = _custom_ar_intent(exp, factor, level, variant)
-    if intent is not None:
-        seen, what = custom_ar_observed(log)
-        check = f"{CUSTOM_AR_CHECK} {intent}"
-        if seen is None:
-            yield check, UNKNOWN, ""
-        elif seen == "failed" and intent == "active":
-            # it was on and its own code failed: the level took effect — and what ended the launch, where the
-            # launch ended of it; a server that went on without it ran another level
-            if _ended_by_custom_ar(log):
-                yield check, FAILED, f"custom all-reduce {what}, which ended the launch"
-            else:
-                yield check, CONTRADICTED, f"custom all-reduce {what} and the server went on without it"
-        elif seen == intent:
-            yield check, CONFIRMED, ""
-        elif seen == "failed":
-            yield check, CONTRADICTED, f"custom all-reduce was set up although the level turns it off: it {what}"
+    if (intent := _custom_ar_intent(exp, factor, level, variant)) is not None:
+        yield from _custom_ar_checks(intent, log)
+
+
+def _custom_ar_checks(intent: str, log: dict):
+    seen, what = custom_ar_observed(log)
+    check = f"{CUSTOM_AR_CHECK} {intent}"
+    if seen is None:
+        yield check, UNKNOWN, ""
+    elif seen == "failed" and intent == "active":
+        # it was on and its own code failed: the level took effect — and what ended the launch, where the
+        # launch ended of it; a server that went on without it ran another level
+        if _ended_by_custom_ar(log):
+            yield check, FAILED, f"custom all-reduce {what}, which ended the launch"
         else:
-            yield check, CONTRADICTED, f"custom all-reduce was {what}"
+            yield check, CONTRADICTED, f"custom all-reduce {what} and the server went on without it"
+    elif seen == intent:
+        yield check, CONFIRMED, ""
+    elif seen == "failed":
+        yield check, CONTRADICTED, f"custom all-reduce was set up although the level turns it off: it {what}"
+    else:
+        yield check, CONTRADICTED, f"custom all-reduce was {what}"
 
 
 def _env_checks(exp: Experiment, factor: str, level: str, log: dict):

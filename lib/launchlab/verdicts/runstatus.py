@@ -44,6 +44,11 @@ def conclude(record: RunRecord, outcome: Outcome | None, logs: list[NodeLog], pe
     record.status = (outcome := _usable(outcome, first)).status
     if outcome.status in ("ready", "degraded"):
         record.startup_s = round(outcome.ready_after_s, 2)
+    _record_failure(record, outcome, failing)
+
+
+def _record_failure(record: RunRecord, outcome: Outcome, failing: NodeLog | None) -> None:
+    """The record's failure reason, phase and message, from the final outcome and the failing log."""
     if outcome.status == "degraded":
         # the server's own reason when its log has one (e.g. the KV cache could not be sized at the first request)
         if failing is not None:

@@ -92,17 +92,23 @@ def node_facts_script(facts: dict[str, str], timeouts_s: dict[str, float] | None
     return "\n".join(lines) + "\n"
 
 
+def _exports(env: dict[str, str] | None) -> list[str]:
+    """The export lines of `env`; ValueError for a name the shell would not take."""
+    exports = []
+    for name, value in (env or {}).items():
+        if not ENV_NAME.accepts(name):
+            raise ValueError(f"not a valid environment variable name: {name!r}")
+        exports.append(f"export {name}={shlex.quote(value)}")
+    return exports
+
+
 def job_script(folder: str, *, env: dict[str, str] | None = None, drain_s: float = 30, nodes: int = 1) -> str:
     """The batch script of one run: record the job's facts, run the node's provenance commands (node-facts.sh,
     when the kit wrote one), start the sampler (sampler.sh, when the run has one; on the job's first node) and
     the server (server.sh, one srun task per node; one that fails ends them all), forward a TERM to the server,
     wait for it, record its exit status, wait (bounded) for the server's GPU processes to go, then stop the
     sampler. `env`: variables exported first (a simulated box's PATH and state)."""
-    exports = []
-    for name, value in (env or {}).items():
-        if not ENV_NAME.accepts(name):
-            raise ValueError(f"not a valid environment variable name: {name!r}")
-        exports.append(f"export {name}={shlex.quote(value)}")
+    exports = _exports(env)
     body = f"""\
 #!/bin/bash
 # written by launchlab: one run as one Slurm job
