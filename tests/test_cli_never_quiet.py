@@ -74,11 +74,11 @@ def test_eight_gpus_make_a_short_progress_line_with_their_range_and_the_fullest(
 
 def test_a_warm_up_at_other_levels_than_the_baseline_is_named_so_by_validate_and_the_dry_run(small_params):
     """Issue 67, 9: the dry-run called a warm-up at 0.77 (params `warmup_levels:`) one "of the baseline" (0.75)."""
-    from launchlab.runner import batch
+    from launchlab.runner import plan as plans
 
     path = small_params()
     path.write_text(path.read_text() + "warmup: 1\nwarmup_levels: {mem_fraction: \"0.55\"}\n")
-    planned = batch.dry_run(path)
+    planned = plans.dry_run(path)
     assert "after 1 warm-up run(s) of mem_fraction=0.55 (never compared)" in planned, planned.splitlines()[0]
     said = subprocess.run([*LAUNCHLAB, "validate", str(path)], capture_output=True, text=True, timeout=120)
     assert said.returncode == 0 and "after 1 warm-up run(s) of mem_fraction=0.55 per host" in said.stdout, said

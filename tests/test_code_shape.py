@@ -1,7 +1,8 @@
-"""The run path and the analysis read as named steps (issue 26): no function there longer than 40 lines (its
-docstring apart), a function of more than four parameters takes the rest by keyword, and no call anywhere in the kit
-passes more than four values by position into them, so a call says what each value is. Read from the source with
-`ast`; the packages are read whole, so a module added to them is held to the same shape."""
+"""The kit reads as named steps: no function of the run path and the analysis longer than 40 lines (issue 26; its
+docstring apart), nor of the whole kit but the simulator, and no module of it longer than 500 lines (issue 68); a
+function of the run path and the analysis of more than four parameters takes the rest by keyword, and no call anywhere
+in the kit passes more than four values by position into them, so a call says what each value is. Read from the
+source with `ast`; the packages are read whole, so a module added to them is held to the same shape."""
 
 import ast
 from pathlib import Path
@@ -164,3 +165,25 @@ def test_the_definition_check_sees_a_function_defined_again_but_not_a_property_s
               "    @x.setter\n    def x(self, v):\n        pass\n\n"
               "    def y(self):\n        pass\n\n    def y(self):\n        pass\n")
     assert defined_twice(source) == ["g", "C.y"]
+
+
+# issue 68: the whole kit, the simulator apart (a stand-in for a real server, one scripted process per file)
+MAX_MODULE_LINES = 500
+
+
+def kit_modules() -> dict[str, Path]:
+    return {dotted(p): p for p in sorted(LIB.rglob("*.py")) if "sim" not in p.relative_to(LIB).parts}
+
+
+def test_no_function_of_the_kit_outside_the_simulator_is_longer_than_40_lines():
+    long = [f"{module}.{node.name}: {body_lines(node)} lines" for module, path in kit_modules().items()
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and body_lines(node) > MAX_LINES]
+    assert long == [], "split these into named steps"
+
+
+def test_no_module_of_the_kit_outside_the_simulator_is_longer_than_500_lines():
+    long = {module: n for module, path in kit_modules().items()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}, "split these by concern"
+    assert "logparse.vllm" in kit_modules() and not any(m.startswith("sim.") for m in kit_modules())

@@ -15,6 +15,7 @@ import pytest
 from conftest import LAUNCHLAB, ROOT
 from launchlab.reporting import indexpage, runindex
 from launchlab.runner import batch
+from launchlab.runner import plan as plans
 from test_browser import FLAGS, chromium  # noqa: F401 (the fixture)
 
 EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/*/manifest.json"))
@@ -160,7 +161,7 @@ def test_an_unfinished_batch_is_pointed_at_resume_with_a_command_that_resumes_it
     """The papermill pair leaves 1 of 8 runs; an interrupted `--only` batch some of its own: `ls` gives the whole
     command, which --resume accepts (the check it makes before launching anything)."""
     params_file = ROOT / "params/demo.yaml"
-    exp, plan = batch.planned(params_file, only, repetitions)
+    exp, plan = plans.planned(params_file, only, repetitions)
     deep = tmp_path / ("a-long-folder-name-" * 8) / "outputs"
     if only:
         run_dir, _ = batch._open_run_dir(exp, plan, params_file, deep, resume=None)
@@ -181,7 +182,7 @@ def test_an_unfinished_batch_is_pointed_at_resume_with_a_command_that_resumes_it
     given_only = words[words.index("--only") + 1:words.index("--repetitions")] if "--only" in words else []
     reps = int(words[words.index("--repetitions") + 1])
     assert tuple(given_only) == only and reps == (repetitions or exp.repetitions)
-    exp2, plan2 = batch.planned(words[2], tuple(given_only), reps)
+    exp2, plan2 = plans.planned(words[2], tuple(given_only), reps)
     assert batch._resumed(exp2, plan2, words[2], Path(words[4])) == run_dir  # --resume takes it
 
 

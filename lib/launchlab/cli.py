@@ -56,7 +56,9 @@ def _run(args: argparse.Namespace) -> int:
     params.load_filled(args.params)  # the placeholders the kit wrote (validate says them too): before any launch
     only = tuple(args.only or ())
     if args.dry_run:
-        print(batch.dry_run(args.params, only, args.repetitions))
+        from launchlab.runner import plan
+
+        print(plan.dry_run(args.params, only, args.repetitions))
         return 0
     run_dir = batch.run_batch(args.params, out_root=args.out, resume=args.resume, stop_leftovers=args.stop_leftovers,
                               wait=args.wait, only=only, repetitions=args.repetitions, confirm=_ask_on_terminal,

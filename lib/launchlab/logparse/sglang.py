@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from launchlab.logparse import custom_ar, sglangbudget, speculative
+from launchlab.logparse import custom_ar, sglangbudget, sglanglines, speculative
 from launchlab.logparse.arguments import call_arguments, config_arguments
 from launchlab.logparse.common import (
     TORCH_RANK,
@@ -52,107 +52,15 @@ from launchlab.logparse.tracebacks import HEADERLESS_FRAME, Attribution
 if TYPE_CHECKING:  # annotations only: parsing a log never loads pandas
     pass
 
-ANCHORS = ("Init torch distributed", "Init nccl", "Memory baseline", "Load weight", "KV Cache", "Memory pool",
-           "Capture ", "max_total_num_tokens", "max_total_tokens", "Uvicorn running", "Application startup complete",
-           "ready to roll", "server_args", "DEBUG", "Traceback", "Error", "error", "Exception", "exception",
-           "Not enough memory", "Loaded weights leave", "sigquit", "Killed", "available memory for KV cache", "nccl",
-           "KV cache dtype", "Automatically reduce", "Started server process", "NCCL", "Interrupt", "SystemExit",
-           "is deprecated and will be removed", "world_size", "nranks", "tp_size=",
-           "atchdog timeout", "CUDA IPC for multimodal", "mem-fraction-static", "speculative", "draft", "Draft",
-           "Capturing batches", "architectures=", 'File "', *custom_ar.ANCHORS)
-
-_PREFIX = re.compile(
-    r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?|\d{2}:\d{2}:\d{2})"
-    r"(?P<tags>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] (?P<msg>.*)"
-)
-_TP = re.compile(r"TP(\d+)")
-_PP = re.compile(r"\bPP(\d+)")
-_DP = re.compile(r"\bDP(\d+)")  # not MOE_DP
-_N = r"(-?[\d.]+)"
-
-_WEIGHTS_END = re.compile(rf"Load weight end\..*?avail mem={_N} GB(?:, mem usage={_N} GB)?")
-_KV_ALLOCATED = re.compile(rf"KV Cache (?:is allocated|VA upper bound)\.(?: dtype: [\w.]+,)? (?:#tokens: (\d+), )?"
-                          rf"(?:K size: {_N} GB, V size: {_N} GB|KV size: {_N} GB)")
-# (regex on the message, phase, [(group, field)])
-_STATEMENTS = [
-    (re.compile(r"Init torch distributed begin|Init nccl begin|sglang is using nccl|Setup Custom allreduce failed"
-                r"|Custom ?[Aa]ll[Rr]educe(?:V2)? is disabled"), "dist_init", []),
-    (re.compile(rf"(?:Init torch distributed ends\.|Memory baseline taken\.).*?mem usage={_N} GB"), "dist_init",
-     [(1, "dist_init_mem_gib")]),
-    (re.compile(rf"Load weight begin\. avail mem={_N} GB"), "weights", [(1, "weights_begin_avail_gib")]),
-    (_WEIGHTS_END, "weights", [(1, "weights_end_avail_gib"), (2, "weights_mem_gib")]),  # next: the KV pool
-    (re.compile(rf"The available memory for KV cache is {_N} GB"), "kv_cache", [(1, "kv_avail_gib")]),
-    (re.compile(r"Using KV cache dtype: "), "kv_cache", []),  # the pool's first line (≥ 0.4)
-    (_KV_ALLOCATED, "kv_cache",
-     [(1, "kv_tokens"), (2, "kv_k_gib"), (3, "kv_v_gib"), (4, "kv_gib")]),
-    (re.compile(rf"Memory pool end\. avail mem={_N} GB"), "kv_cache", [(1, "pool_end_avail_gib")]),
-    # the piecewise capture (0.5.x) after the first one: its figures kept apart, never in the first one's
-    (re.compile(rf"Capture piecewise (?:cuda|CUDA) graph begin\.(?:.*?avail mem={_N} GB)?"), "cuda_graph",
-     [(1, "piecewise_graph_begin_avail_gib")]),
-    (re.compile(rf"Capture piecewise (?:cuda|CUDA) graph end\.(?: Time elapsed: {_N} s\.)?(?: mem usage={_N} GB\.)?"
-                rf"(?: avail mem={_N} GB\.)?"), "cuda_graph",
-     [(1, "piecewise_graph_s"), (2, "piecewise_graph_mem_gib"), (3, "piecewise_graph_end_avail_gib")]),
-    (re.compile(rf"Capture (?:[\w ]+? )?(?:cuda|CUDA|cpu|CPU|npu|NPU) graph begin\.(?:.*?avail mem={_N} GB)?"), "cuda_graph",
-     [(1, "graph_begin_avail_gib")]),
-    (re.compile(rf"Capture (?:[\w ]+? )?(?:cuda|CUDA|cpu|CPU|npu|NPU) graph end\.(?: Time elapsed: {_N} s\.| bs=\[[^\]]*\],"
-                rf"(?: elapsed={_N} s,)?| elapsed={_N} s,)?(?: avail mem={_N} GB\.)?(?: mem usage={_N} GB[.,])?"
-                rf"(?: avail mem={_N} GB\.)?"), "cuda_graph",
-     [(1, "graph_s"), (2, "graph_s"), (3, "graph_s"), (4, "graph_end_avail_gib"), (5, "graph_mem_gib"),
-      (6, "graph_end_avail_gib")]),
-    # the capture's progress bar (rank 0; a failure's line glued to it shows no "Capture … begin" before it)
-    (re.compile(r"^Capturing batches \("), "cuda_graph", []),
-    (re.compile(r"max_total_num_tokens=(\d+)"), "kv_cache", []),  # the scheduler summary: see _SUMMARY_PAIR
-    (re.compile(r"Uvicorn running on|Application startup complete\.|Started server process \["), "http", []),
-]
-# A statement that ends a phase: a failure right after it belongs to the next phase.
-_NEXT = {"Load weight end": "kv_cache", "Memory pool end": "cuda_graph"}
-_OVER_CAP = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")
-# a flag SGLang's argparse takes and ignores (its DeprecatedAction stores nothing): the level it set never took effect
-_IGNORED_FLAG = re.compile(r"The command line argument '--([\w-]+)' is deprecated and will be removed in future versions")
-_SERVER_ARGS = "server_args=ServerArgs("
-# a piece of that dump on a line of its own: a parallel size among five or more `name=value, ` pairs
-_DUMP_PIECE = re.compile(r"\b(?:tp|pp|dp)_size=\d+, ")
-_PAIR = re.compile(r"\b\w+=[^,=]*, ")
-_SETTINGS = ("mem_fraction_static", "tp_size")  # also kept as events, for the frames
-_SUMMARY_PAIR = re.compile(r"(\w+)=(-?[\d.]+)( GB)?")  # max_total_num_tokens=…, context_len=…, available_gpu_mem=… GB
-# The scheduler's watchdog before it kills the server (older "Watchdog timeout (…)", newer "Scheduler watchdog
-# timeout (…, self.soft=False)"; a soft one only dumps the stacks and the server goes on)
-_WATCHDOG = re.compile(r"(?:Scheduler w|W)atchdog timeout \(self\.watchdog_timeout=[\d.]+(?:, self\.soft=False)?\)")
-_MEM_FRACTION_AUTO = re.compile(r"Automatically reduce --mem-fraction-static to ([\d.]+)")
-_WEIGHTS_TYPE = re.compile(r"Load weight end\..*?\btype=(\w+)(?:, dtype=([\w.]+))?")
-_KV_DTYPE = re.compile(r"Using KV cache dtype: ([\w.]+)|KV Cache (?:is allocated|VA upper bound)\. dtype: ([\w.]+),")
-_GRAPH_KIND = re.compile(r"Capture (?:[\w ]+? )?(cuda|CUDA|cpu|CPU|npu|NPU) graph begin")
-_CAPTURE_BS = re.compile(r"Capture (?:cuda|CUDA|cpu|npu) graph bs (\[[\d, ]*\])")
-_UVICORN = re.compile(r"Uvicorn running on (\S+)")
-_SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
-# the tokenizer's pool for multimodal features (0.5.17), which takes GPU memory the KV budget then lacks
-_IPC_RESERVE = re.compile(r"Using CUDA IPC for multimodal features: reserving up to (\d+) MiB")
-_GRAPH_END = "graph end."
-# the same statements for the target and a speculative-decoding draft (speculative.DraftSteps): the step each names
-_STEPS = (("Init torch distributed ends", "dist_init"), ("Memory baseline taken", "dist_init"),
-          ("Load weight begin", "weights_begin"), ("Load weight end", "weights_end"), ("KV Cache is allocated", "kv"),
-          ("KV Cache VA upper bound", "kv"), ("Memory pool end", "pool_end"))
-_DRAFT_STEP = {"weights_begin": "draft_weights", "weights_end": "draft_weights", "kv": "draft_kv_cache",
-               "pool_end": "draft_kv_cache"}
-# `Capture draft cuda graph begin`, `Capture draft extend cuda graph end` (0.5.23: `Capture draft decode CUDA graph`)
-_DRAFT_CAPTURE = re.compile(r"Capture draft (extend )?")
-# 0.5.17's KV-sizing error states the share it was given and SGLang's own break-even: "… under
-# --mem-fraction-static=0.0025. Raise --mem-fraction-static above 0.003 (minimum viable = 1 - available/pre =
-# 0.0029)."; a paste may wrap it after its first sentence, or shorten it ("… (minimum viable = 0.9335).")
-_KV_ERROR_FRACTION = re.compile(r"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=(\d*\.?\d+)")
-_KV_RAISE = re.compile(r"Raise --mem-fraction-static above ([\d.]+) \(minimum viable = (?:1 - available/pre = )?(-?[\d.]+)\)")
-_NOT_ENOUGH = re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static|Loaded weights leave no GPU memory")
-
-
 def _rank(tags: str) -> str:
     """The rank a line's tags name: the TP rank, as the stable interface keys ranks (`TP3` → "3"; under DP attention
     `DP1 TP1` → "1"); under pipeline parallelism `pp<stage>.<TP rank>`, since every stage has its own GPUs and TP
     ranks that start again at 0 (`PP3` → "pp3.0", `DP0 PP1 TP2` or `TP2 PP1` → "pp1.2"). A DP index does not key
     the rank: without DP attention two DP groups' TP rank 0 (`DP0 TP0`, `DP1 TP0`) share the key "0" (a known limit
     of the interface's keying; the DP ranks seen are in `dp_ranks`)."""
-    tp = _TP.search(tags)
+    tp = sglanglines.TP_TAG.search(tags)
     rank = tp.group(1) if tp else "0"
-    pp = _PP.search(tags)
+    pp = sglanglines.PP_TAG.search(tags)
     return rank if pp is None else f"pp{pp.group(1)}.{rank}"
 
 
@@ -164,7 +72,7 @@ def _timestamp(text: str) -> datetime | None:
 
 
 class SGLangParser:
-    anchors = anchors(ANCHORS)
+    anchors = anchors(sglanglines.ANCHORS)
 
     def __init__(self) -> None:
         self.log = ParsedLog(server="sglang")
@@ -187,7 +95,7 @@ class SGLangParser:
         log.line = number
         if text[:5] == "[rank" and (torch_rank := TORCH_RANK.match(text)) is not None:
             log.seen_ranks.add(torch_rank.group(1))
-        m = _PREFIX.search(text)
+        m = sglanglines.PREFIX.search(text)
         if m is None:
             self._unprefixed(number, text)
             return
@@ -195,11 +103,11 @@ class SGLangParser:
             self.frames.conclude(log)
         self.in_traceback = False
         if m.start() and text.startswith("Capturing "):  # the capture's progress bar, the line glued after it
-            match_statement(log, _STATEMENTS, text[: m.start()], None, "0", number)
+            match_statement(log, sglanglines.STATEMENTS, text[: m.start()], None, "0", number)
         msg = m["msg"]
         if m["tags"]:
             log.seen_ranks.add(rank := _rank(m["tags"]))
-            if (dp := _DP.search(m["tags"])) is not None:
+            if (dp := sglanglines.DP_TAG.search(m["tags"])) is not None:
                 log.dp_ranks.add(dp.group(1))
                 log.seen_ranks.add(f"dp{dp.group(1)}.{rank}")  # which DP rank a TP rank is in (parallel.py)
         if "world_size" in msg or "nranks" in msg or ("_size=" in msg and "ServerArgs(" not in msg):
@@ -237,7 +145,7 @@ class SGLangParser:
             self.frames.see("Traceback (most recent call last):")
             self.frames.see(text, number)
             return
-        if "_size=" in text and _DUMP_PIECE.search(text) and len(_PAIR.findall(text)) >= 5:
+        if "_size=" in text and sglanglines.DUMP_PIECE.search(text) and len(sglanglines.ARG_PAIR.findall(text)) >= 5:
             self._dump_piece(text)
             return
         # a bare message (pasted without its prefix) or a line of another program
@@ -257,8 +165,8 @@ class SGLangParser:
         if (records := debug_records(msg)) is not None:
             log.add_debug(records, t, rank, number)
             return
-        if (start := msg.find(_SERVER_ARGS)) >= 0:
-            self._server_args(number, msg[start + len(_SERVER_ARGS):], t)
+        if (start := msg.find(sglanglines.SERVER_ARGS)) >= 0:
+            self._server_args(number, msg[start + len(sglanglines.SERVER_ARGS):], t)
             return
         if "ready to roll" in msg:
             log.ready = True
@@ -270,21 +178,21 @@ class SGLangParser:
             log.nccl_version = version
         prefix, step = self._whose(msg, rank, process)
         self._facts(number, msg, t, rank, draft=bool(prefix))
-        if (matched := match_statement(log, _STATEMENTS, msg, t, rank, number, prefix)) is not None:
+        if (matched := match_statement(log, sglanglines.STATEMENTS, msg, t, rank, number, prefix)) is not None:
             phase, m = matched
-            self.current = _NEXT.get(msg[: msg.find(".")], phase)
+            self.current = sglanglines.NEXT.get(msg[: msg.find(".")], phase)
             if step is not None or prefix:
                 self.drafting.add(process)
             elif phase != "http":
                 self.drafting.discard(process)
             if step is not None:
                 log.reach_draft(step)
-                if m.re is _WEIGHTS_END and m.group(1) is not None and self.steps.before_target_kv(process):
+                if m.re is sglanglines.WEIGHTS_END and m.group(1) is not None and self.steps.before_target_kv(process):
                     # the draft loaded between the target's weights and its KV cache: what the sizing starts from
                     log.record(t, rank, "kv_sizing_avail_gib", float(m.group(1)), number)
-            if m.re is _KV_ALLOCATED and m.group(2) is not None:  # MHA pools print K and V: their sum is the pool
+            if m.re is sglanglines.KV_ALLOCATED and m.group(2) is not None:  # MHA pools print K and V: their sum is the pool
                 log.record(t, rank, f"{prefix}kv_gib", round(float(m.group(2)) + float(m.group(3)), 2), number)
-            elif phase == "cuda_graph" and _GRAPH_END in msg and "piecewise" not in msg:
+            elif phase == "cuda_graph" and sglanglines.GRAPH_END in msg and "piecewise" not in msg:
                 self._graph_total(number, t, rank, prefix)
             return
         self._kv_minimum(number, msg, t, rank)
@@ -302,15 +210,15 @@ class SGLangParser:
     def _unmatched(self, number: int, msg: str, t: datetime | None, rank: str, *, bare: bool) -> None:
         """A message no statement matched: what it overrides, or how it fails."""
         log = self.log
-        if (over := _OVER_CAP.search(msg)) is not None and int(over.group(2)) <= 0:
+        if (over := sglanglines.OVER_CAP.search(msg)) is not None and int(over.group(2)) <= 0:
             log.fail("kv_cache_no_memory", "kv_cache", msg)  # a negative profiled size makes the failure certain
         elif over is not None:  # the cap is not taken: the pool is the profiled size
             log.override("max_total_tokens", over.group(1), over.group(2), msg)
-        elif (ignored := _IGNORED_FLAG.search(msg)) is not None:
+        elif (ignored := sglanglines.IGNORED_FLAG.search(msg)) is not None:
             log.override(ignored.group(1).replace("-", "_"), None, None, msg)
-        elif _NOT_ENOUGH.search(msg):
+        elif sglanglines.NOT_ENOUGH.search(msg):
             log.fail("kv_cache_no_memory", "kv_cache", msg)
-        elif _WATCHDOG.match(msg):  # a scheduler stuck that long: SGLang kills the server after it
+        elif sglanglines.WATCHDOG.match(msg):  # a scheduler stuck that long: SGLang kills the server after it
             log.fail("exception", self.current, msg)
         elif "Initialization failed. warmup error" in msg:
             # the warm-up request after the server started: the line itself says the phase, and its traceback follows
@@ -332,24 +240,24 @@ class SGLangParser:
         """Whose figures a statement prints: ("", None) the target's; a draft's field prefix and its step
         (`draft_`/`draft_extend_`, parsedlog.DRAFT_PHASES). A draft's capture names itself; its other statements are
         the target's words, told apart by speculative.DraftSteps."""
-        if "Capture draft" in msg and (capture := _DRAFT_CAPTURE.search(msg)) is not None:
+        if "Capture draft" in msg and (capture := sglanglines.DRAFT_CAPTURE.search(msg)) is not None:
             self.steps.begin()
             return ("draft_extend_", "draft_extend_graph") if capture.group(1) else ("draft_", "draft_cuda_graph")
         if "architectures=" in msg and (arch := speculative.ARCHITECTURES.search(msg)) is not None:
             if speculative.DRAFT_ARCHITECTURE.search(arch.group(1)):  # the draft runner's model config
                 self.steps.begin()
                 self.log.describe(rank, "draft_architecture", arch.group(1))
-        step = next((step for words, step in _STEPS if words in msg), None)
+        step = next((step for words, step in sglanglines.STEPS if words in msg), None)
         if step is None:
             return "", None
-        typed = (step == "weights_end" and (kind := _WEIGHTS_TYPE.search(msg)) is not None
+        typed = (step == "weights_end" and (kind := sglanglines.WEIGHTS_TYPE.search(msg)) is not None
                  and speculative.DRAFT_ARCHITECTURE.search(kind.group(1)) is not None) or (
             step == "kv" and "raft KV Cache" in msg)  # 0.5.23 names a labelled pool: "<label> KV Cache is allocated"
         if typed:
             self.steps.begin()
         if not (typed or self.steps.is_draft(process, step)):
             return "", None
-        return "draft_", _DRAFT_STEP.get(step)
+        return "draft_", sglanglines.DRAFT_STEP.get(step)
 
     def _graph_total(self, number: int, t: datetime | None, rank: str, prefix: str = "") -> None:
         """0.5.17 captures a prefill graph, then a decode graph, each with its own `mem usage` and `elapsed`: from the
@@ -371,12 +279,12 @@ class SGLangParser:
         The error may be wrapped after its first sentence (a paste): each part is read where it is."""
         if "mem-fraction-static" in msg:
             fields = self.log.ranks.get(rank, {})
-            if (m := _KV_ERROR_FRACTION.search(msg)) is not None and "kv_error_fraction" not in fields:
+            if (m := sglanglines.KV_ERROR_FRACTION.search(msg)) is not None and "kv_error_fraction" not in fields:
                 self.log.record(t, rank, "kv_error_fraction", float(m.group(1)), number)
-            if (m := _KV_RAISE.search(msg)) is not None and "kv_min_fraction" not in fields:
+            if (m := sglanglines.KV_RAISE.search(msg)) is not None and "kv_min_fraction" not in fields:
                 self.log.record(t, rank, "kv_min_fraction", float(m.group(2)), number)
                 self.log.record(t, rank, "kv_suggested_fraction", float(m.group(1)), number)
-        elif (m := _IPC_RESERVE.search(msg)) is not None:
+        elif (m := sglanglines.IPC_RESERVE.search(msg)) is not None:
             self.log.record(t, rank, "ipc_reserve_gib", int(m.group(1)) / 1024, number)
 
     def _traceback(self, msg: str, rank: str) -> None:
@@ -390,7 +298,7 @@ class SGLangParser:
         log = self.log
         log.args.update(call_arguments(text))
         speculative.from_args(log.spec, log.args)
-        for name in _SETTINGS:
+        for name in sglanglines.SETTINGS:
             try:
                 log.setting(t, name, float(log.args[name]), number)
             except (KeyError, ValueError):
@@ -403,32 +311,32 @@ class SGLangParser:
         if "speculative" in msg:
             speculative.from_text(log.spec, msg)
         if (summary := msg.find("max_total_num_tokens=")) >= 0:
-            for name, value, gb in _SUMMARY_PAIR.findall(msg, summary):
+            for name, value, gb in sglanglines.SUMMARY_PAIR.findall(msg, summary):
                 log.record(t, rank, f"{name}_gib" if gb else name, float(value), number)
-        elif (weights := _WEIGHTS_TYPE.search(msg)) is not None:
+        elif (weights := sglanglines.WEIGHTS_TYPE.search(msg)) is not None:
             if draft:
                 log.describe(rank, "draft_architecture", weights.group(1))
                 return
             log.describe(rank, "model_type", weights.group(1))
             if weights.group(2):
                 log.describe(rank, "dtype", weights.group(2))
-        elif (kind := _GRAPH_KIND.search(msg)) is not None:
+        elif (kind := sglanglines.GRAPH_KIND.search(msg)) is not None:
             log.describe(rank, "graph_kind", kind.group(1).lower())
-        elif (bs := _CAPTURE_BS.search(msg)) is not None:
+        elif (bs := sglanglines.CAPTURE_BS.search(msg)) is not None:
             sizes = [int(b) for b in re.findall(r"\d+", bs.group(1))]
             log.describe(rank, "capture_bs", bs.group(1))
             log.record(t, rank, "capture_bs_count", float(len(sizes)), number)
             if sizes:
                 log.record(t, rank, "capture_bs_max", float(max(sizes)), number)
         elif "KV cache dtype" in msg or "dtype: " in msg:
-            if (kv := _KV_DTYPE.search(msg)) is not None:
+            if (kv := sglanglines.KV_DTYPE.search(msg)) is not None:
                 log.describe(rank, "kv_cache_dtype", kv.group(1) or kv.group(2))
-        elif (auto := _MEM_FRACTION_AUTO.search(msg)) is not None:
+        elif (auto := sglanglines.MEM_FRACTION_AUTO.search(msg)) is not None:
             log.override("mem_fraction_static", log.args.get("mem_fraction_static"), auto.group(1), msg)
             log.setting(t, "mem_fraction_static", float(auto.group(1)), number)
-        elif (url := _UVICORN.search(msg)) is not None:
+        elif (url := sglanglines.UVICORN.search(msg)) is not None:
             log.http_url = url.group(1)
-        elif (pid := _SERVER_PID.search(msg)) is not None:
+        elif (pid := sglanglines.SERVER_PID.search(msg)) is not None:
             log.pids.setdefault("http_server", int(pid.group(1)))
 
     def result(self) -> ParsedLog:

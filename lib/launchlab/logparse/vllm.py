@@ -22,8 +22,7 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 
-from launchlab.logparse import custom_ar, speculative, vllmbudget
-from launchlab.logparse.arguments import call_arguments, config_arguments, mapping_arguments
+from launchlab.logparse import custom_ar, speculative, vllmbudget, vllmlines
 from launchlab.logparse.common import (
     TORCH_RANK,
     anchors,
@@ -41,132 +40,9 @@ from launchlab.logparse.parsedlog import Failure, ParsedLog, WorkerDeath, failur
 from launchlab.logparse.serverkind import BreakEven, GraphCapture, LogFacts, Relaunch, ServerKind, Suspect
 from launchlab.logparse.tracebacks import FRAME, HEADERLESS_FRAME, Attribution, method_phase
 
-BLOCK_SIZE = 16  # vLLM's default tokens per KV block
-ANCHORS = ("Loading model weights", "Model loading took", "Starting to load model", "KV cache", "KV Cache",
-           "memory", "blocks:", "Maximum concurrency", "Graph capturing", "Capturing", "init engine",
-           "Starting vLLM", "Uvicorn running", "Available routes", "Application startup complete", "torch.compile",
-           "Traceback", "Error", "error", "Exception", "exception", "Failed", "died", "DEBUG", "gpu_memory_utilization",
-           "max seq len", "world_size", "NCCL", "nccl", "num_gpu_blocks", "profile run", "dummy",
-           "args", "config", "Route:", "Started server process", "checkpoint shards", "warmup run",
-           "VLLM_CPU_KVCACHE_SPACE", "us error", "Segmentation", 'File "', "drafter", "MTP", "speculative",
-           *custom_ar.ANCHORS)
-
-# `(VllmWorker rank=3 pid=N)`, Ray's `(RayWorkerWrapper pid=N, ip=10.0.0.2)`; a paste may lose the opening parenthesis
-_TAG = re.compile(r"(?:\(|^)(?P<proc>[A-Za-z_][\w ]*?)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)(?:, ip=[\w.:]+)?\)\s?")
-# where a record starts inside a flattened paste (records joined by spaces on one line): its process tag and level
-_RECORDS = re.compile(r"(?=\([A-Za-z_][\w ]*?(?: rank=\d+)? pid=\d+(?:, ip=[\w.:]+)?\) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) )")
-_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")  # Ray's deduplication suffix
-_WRAPPED = re.compile(r"[\d:]$")  # a statement cut by the terminal ends in its number or its colon
-_LINE = re.compile(r"(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<md>\d{2}-\d{2}) (?P<hms>\d{2}:\d{2}:\d{2})(?:\.\d+)? "
-                   r"\[?(?P<file>[\w./-]+):(?P<line>\d+)\] (?P<msg>.*)")
-_TP_IN_TAG = re.compile(r"TP(\d+)")
-_DP_IN_TAG = re.compile(r"DP(\d+)")
-_WORKERS = ("VllmWorkerProcess", "RayWorker", "VllmWorker", "Worker")  # processes that are one TP rank
-_ROLES = {"APIServer": "api_server", "EngineCore": "engine_core"}
-_N = r"([\d.]+)"
-_SIGNED = r"(-?[\d.]+)"
-
-# (regex on the message, phase, [(group, field, converter)])
-_STATEMENTS = [
-    (re.compile(r"world_size=\d+ rank=\d+|Custom allreduce is disabled|NCCL version|nccl==|Found nccl from library"),
-     "dist_init", []),  # each rank's NCCL init: the library found, then its version
-    (re.compile(r"Starting to load model|Loading weights took|Loading (?:fast)?(?:safetensors|pt) checkpoint shards:"),
-     "weights",
-     []),  # the bar is untagged, and the first sign of the weights on a worker that tags nothing else
-    (re.compile(rf"(?:Loading model weights|Model loading) took {_N} Gi?B(?: memory)?(?: and {_N} seconds)?"), "weights",
-     [(1, "weights_mem_gib"), (2, "weights_s")]),
-    (re.compile(rf"Memory profiling takes {_N} seconds"), "kv_cache", [(1, "profile_s")]),
-    (re.compile(rf"total_gpu_memory \({_N}GiB\) x gpu_memory_utilization \({_N}\) = {_N}GiB"), "kv_cache",
-     [(1, "total_gpu_gib"), (2, "gpu_memory_utilization"), (3, "usable_gib"), (3, "requested_gib")]),
-    (re.compile(rf"model weights take {_N}GiB; non_torch_memory takes {_N}GiB; PyTorch activation peak memory takes "
-                rf"{_N}GiB; the rest of the memory reserved for KV Cache is {_SIGNED}GiB"), "kv_cache",
-     [(1, "profile_weights_gib"), (2, "non_torch_gib"), (3, "activation_peak_gib"), (4, "kv_avail_gib")]),
-    (re.compile(rf"Free memory on device \({_N}/{_N} GiB\) on startup\. Desired GPU memory utilization is "
-                rf"\({_N}, {_N} GiB\)(?:\. Actual usage is {_N} GiB for weight, {_N} GiB for peak activation, "
-                rf"{_N} GiB for non-torch memory, and {_N} GiB for CUDAGraph memory)?(?:\. Replace "
-                r"gpu_memory_utilization config with `--kv-cache-memory=(\d+)` .*?to fit into requested memory, or "
-                r"`--kv-cache-memory=(\d+)`)?(?:.*?Current kv cache memory in use is ([\d.]+) GiB)?"), "kv_cache",
-     [(1, "startup_free_gib"), (2, "total_gpu_gib"), (3, "gpu_memory_utilization"), (4, "requested_gib"),
-      (5, "profile_weights_gib"), (6, "activation_peak_gib"), (7, "non_torch_gib"), (8, "cuda_graph_gib"),
-      (9, "suggested_kv_cache_memory_bytes"), (10, "max_kv_cache_memory_bytes"), (11, "kv_gib")]),
-    # V0 0.6.4 – 0.6.5's one-line account
-    (re.compile(rf"Memory profiling results: total_gpu_memory={_N}GiB .*?non_torch_memory={_N}GiB "
-                rf"kv_cache_size={_SIGNED}GiB gpu_memory_utilization={_N}"), "kv_cache",
-     [(1, "total_gpu_gib"), (2, "non_torch_gib"), (3, "kv_avail_gib"), (4, "gpu_memory_utilization")]),
-    # negative when the weights and activations take more than the requested share (vLLM 0.26 at 0.004: -0.17)
-    (re.compile(rf"Available KV cache memory: {_SIGNED} GiB"), "kv_cache", [(1, "kv_avail_gib")]),
-    (re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total"), "kv_cache", [(1, "torch_compile_s")]),
-    (re.compile(rf"Initial profiling/warmup run took {_N} s"), "kv_cache", [(1, "warmup_run_s")]),
-    (re.compile(rf"Profiling CUDA graph memory:|Estimated CUDA graph memory: {_N} GiB total"), "kv_cache",
-     [(1, "graph_estimate_gib")]),  # ≥ 0.21: the graphs are estimated while sizing the KV cache
-    (re.compile(rf"Initial free memory {_N} GiB, reserved {_N} GiB memory for KV Cache"), "kv_cache",
-     [(1, "startup_free_gib"), (2, "kv_avail_gib")]),  # --kv-cache-memory given (and XPU): no profiling
-    (re.compile(rf"CUDA graph pool memory: {_SIGNED} GiB \(actual\), {_SIGNED} GiB \(estimated\)"), "cuda_graph",
-     [(1, "graph_pool_actual_gib"), (2, "graph_pool_estimated_gib")]),
-    (re.compile(r"(?:GPU|GPU \+ host) KV cache size: ([\d,]+) tokens"), "kv_cache", [(1, "kv_tokens")]),
-    (re.compile(r"# (?:GPU|cuda|\w+) blocks: (\d+)(?:, # CPU blocks: (\d+))?|num_gpu_blocks is: (\d+)"), "kv_cache",
-     [(1, "kv_blocks"), (2, "kv_cpu_blocks"), (3, "kv_blocks")]),
-    (re.compile(r"Starting profile run|Memory profiling"), "kv_cache", []),
-    (re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x"), "kv_cache",
-     [(1, "max_model_len"), (2, "max_concurrency")]),
-    (re.compile(r"Capturing (?:cudagraphs|the model for CUDA graphs|CUDA graphs)"), "cuda_graph", []),
-    (re.compile(rf"Graph capturing finished in {_N} secs(?:, took {_N} GiB)?"), "cuda_graph",
-     [(1, "graph_s"), (2, "graph_mem_gib")]),
-    (re.compile(rf"init engine \(profile, create kv cache, warmup model\) took {_N} s(?:econds)?(?: \(compilation: {_N} s\))?"),
-     "warmup", [(1, "init_engine_s"), (2, "init_engine_compile_s")]),
-    (re.compile(r"Starting vLLM (?:API )?server|Uvicorn running on|Available routes are"), "http", []),
-]
-# Error lines that decide the failure without a traceback: (regex, reason, phase or None for "where it got to")
-_FAILURES = [
-    (re.compile(r"No available memory for the cache blocks"), "kv_cache_no_memory", "kv_cache"),
-    (re.compile(r"is larger than the maximum number of tokens that can be stored in KV cache"
-                r"|To serve at least one request with the models?'s max seq len"), "max_len_exceeds_kv", "kv_cache"),
-    (re.compile(r"Free memory on device \([\d./ ]+GiB\) on startup is less than desired"), "kv_cache_no_memory", "startup"),
-    (re.compile(r"custom_all_reduce\.cuh:\d+(?: '[^']+'|: CUDA error)"), "custom_allreduce_failed", None),
-    (re.compile(r"CUDA out of memory"), "cuda_oom", None),
-    (re.compile(r"NCCL error|ncclInternalError|ncclSystemError"), "nccl_error", None),
-    (re.compile(r"\b[Bb]us error\b|Segmentation fault"), "exception", None),  # the shell's word for a crashed process
-]
-_WRAPPERS = re.compile(r"EngineCore failed to start|EngineCore hit an exception|Error executing method|Exception ignored in"
-                       r"|WorkerProc hit an exception|WorkerProc failed to start|Worker proc \S+ died unexpectedly"
-                       r"|Worker VllmWorkerProcess pid \d+ died"
-                       r"|Engine core initialization failed|Traceback \(most recent call last\)")
-_DUMMY = re.compile(r"\b_?dummy_")  # vLLM's memory profiling runs the model on dummy inputs
-_MAX_LEN = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
-                      r"\((\d+)\)")
-# V1's "To serve at least one request with the model's max seq len (131072), (4.54 GiB KV cache is needed, which is
-# larger than the available KV cache memory (1.71 GiB). Based on the available memory, the estimated maximum model
-# length is 5632." — its figures, each optional: a terminal may cut the message anywhere (read whole once rejoined)
-_MAX_LEN_V1 = re.compile(r"max seq len \((\d+)\)(?:, \(([\d.]+) GiB KV cache is needed(?:, which is larger than the "
-                         r"available KV cache memory \(([\d.]+) GiB\)(?:\. Based on the available memory, the "
-                         r"estimated maximum model length is (\d+))?)?)?")
-_MAX_LEN_V1_FIELDS = ("max_model_len", "kv_needed_gib", "kv_avail_gib", "estimated_max_model_len")
-_FRAME_EVIDENCE = re.compile(r"raise_if_cache_size_invalid|check_enough_kv_cache_memory")
-# zero KV blocks (V0 "# GPU blocks: 0", 0.7 – 0.10 "# cuda blocks: 0"): the traceback that follows is the KV failure
-_ZERO_BLOCKS = re.compile(r"# \w+ blocks: 0\b")
-# the drafter's own lines (V1): its weights load after the target's ("Model loading took" counts both)
-_DRAFT_WEIGHTS = re.compile(r"Loading drafter model|Detected MTP model\. Sharing target model|Loading EAGLE LM head")
-# The server's arguments: (regex, how the text after it is split, what the line is called)
-_ARGUMENTS = [
-    (re.compile(r"^non-default args: \{"), mapping_arguments, "non-default args"),
-    (re.compile(r"^args: Namespace\("), call_arguments, "args"),
-    (re.compile(r"^Initializing an? (?:V1 )?LLM engine (?:\(v[^)]*\) )?with config: "), config_arguments, "engine config"),
-]
-# The CPU backend profiles nothing: its KV cache is VLLM_CPU_KVCACHE_SPACE GiB, said only when the default is used
-_CPU_KV_SPACE = re.compile(r"VLLM_CPU_KVCACHE_SPACE \(Gi?B\) for CPU backend is not set, using (\d+) by default")
-_HTTP_URL = re.compile(r"Starting vLLM (?:API )?server(?: \d+)? on (\S+)|Uvicorn running on (\S+)")
-_ROUTE = re.compile(r"Route: ([^,\s]+)")
-_SERVER_PID = re.compile(r"Started server process \[(\d+)\]")
-_DEATH = re.compile(r"Worker proc (?P<name>\S+) died unexpectedly(?: \(exit code: (?P<code>-?\d+|None)\))?"
-                    r"|Worker (?P<v0name>VllmWorkerProcess) pid (?P<pid>\d+) died, exit code: (?P<v0code>-?\d+)")
-# Which engine wrote a line: V1-only statements settle it; V0 hints count only while nothing says V1.
-_V1 = re.compile(r"EngineCore|Initializing a V1 LLM engine|/vllm/v1/|GPU KV cache size|Available KV cache memory")
-_V0 = re.compile(r"Initializing an LLM engine|# CPU blocks|the current vLLM instance can use|Worker VllmWorkerProcess pid"
-                 r"|/vllm/(?:engine/(?:llm_engine|multiprocessing)|worker/(?:worker|model_runner|cache_engine))\b")
-
 
 class VLLMParser:
-    anchors = anchors(ANCHORS)
+    anchors = anchors(vllmlines.ANCHORS)
 
     def __init__(self) -> None:
         self.log = ParsedLog(server="vllm")
@@ -191,7 +67,7 @@ class VLLMParser:
             return "0"
         if tag["rank"] is not None:
             return tag["rank"]
-        if (tp := _TP_IN_TAG.search(tag["proc"])) is not None:
+        if (tp := vllmlines.TP_IN_TAG.search(tag["proc"])) is not None:
             return tp.group(1)
         if tag["proc"].startswith(("VllmWorkerProcess", "RayWorker")):
             return self.worker_ranks.setdefault(tag["pid"], str(len(self.worker_ranks) + 1))
@@ -204,20 +80,20 @@ class VLLMParser:
     def feed(self, number: int, text: str) -> None:
         self.log.line = number
         if text.count(" pid=") > 1:  # a flattened paste: several records joined by spaces, each read as a line
-            for record in _RECORDS.split(text):
+            for record in vllmlines.RECORDS.split(text):
                 if record.strip():
                     self._record(number, record)
             return
         self._record(number, text)
 
     def _record(self, number: int, text: str) -> None:
-        tag = _TAG.search(text)
+        tag = vllmlines.PROCESS_TAG.search(text)
         rest = text[tag.end():] if tag else text
         if rest[:5] == "[rank":
             if (torch_rank := TORCH_RANK.match(rest)) is not None:
                 self.log.seen_ranks.add(torch_rank.group(1))  # a rank the group has (parallel.py)
             rest = TORCH_RANK.sub("", rest)
-        m = _LINE.search(rest)
+        m = vllmlines.LEVEL_LINE.search(rest)
         rank = self._rank(tag)
         if tag is not None:
             self._process(tag, rank)
@@ -237,14 +113,14 @@ class VLLMParser:
     def _process(self, tag: re.Match, rank: str) -> None:
         """What a process tag tells: the pid of a role or of a rank's worker, a DP rank, the engine generation."""
         log, proc = self.log, tag["proc"]
-        if (dp := _DP_IN_TAG.search(proc)) is not None:
+        if (dp := vllmlines.DP_IN_TAG.search(proc)) is not None:
             log.dp_ranks.add(dp.group(1))
-        for prefix, role in _ROLES.items():
+        for prefix, role in vllmlines.ROLES.items():
             if proc.startswith(prefix):
                 log.pids.setdefault(role, int(tag["pid"]))
                 log.facts["engine"] = "v1"
                 return
-        if proc.startswith(_WORKERS):
+        if proc.startswith(vllmlines.WORKERS):
             log.seen_ranks.add(rank)
             log.rank_pids.setdefault(rank, int(tag["pid"]))
             if proc.startswith("VllmWorkerProcess"):
@@ -257,9 +133,9 @@ class VLLMParser:
             self.log.note_world(text)
         if self.log.facts.get("engine") != "v1" and ("ngine" in text or "/vllm/" in text or "blocks" in text or "KV cache" in text
                                         or "Worker" in text or "vLLM instance" in text):
-            if _V1.search(text):
+            if vllmlines.V1.search(text):
                 self.log.facts["engine"] = "v1"
-            elif self.log.facts.get("engine") is None and _V0.search(text):
+            elif self.log.facts.get("engine") is None and vllmlines.V0.search(text):
                 self.log.facts["engine"] = "v0"
 
     def _rejoin(self, pending: tuple[int, str, datetime | None, str], text: str) -> bool:
@@ -271,7 +147,7 @@ class VLLMParser:
         if (ar := custom_ar.recognise(joined)) is not None and ar.reason is not None:
             self.log.note_custom_ar(rank, ar)  # "… disabled because this process group" / "spans across nodes."
             return True
-        for row in _STATEMENTS:  # only a statement that spans the cut: never one inside the next line alone
+        for row in vllmlines.STATEMENTS:  # only a statement that spans the cut: never one inside the next line alone
             if (m := row[0].search(joined)) is not None and m.start() < len(msg) < m.end():
                 line, self.log.line = self.log.line, number
                 match_statement(self.log, [row], joined, t, rank, number)
@@ -283,7 +159,7 @@ class VLLMParser:
         """The rest of a cut max-len message (a line with no tag of its own): its figures read from the whole. The
         failure keeps the first line; where the cut split a word the pieces join without a space."""
         for joined in (msg + text, f"{msg} {text}"):
-            if (m := _MAX_LEN_V1.search(joined)) is not None and m.group(3) is not None:
+            if (m := vllmlines.MAX_LEN_V1.search(joined)) is not None and m.group(3) is not None:
                 self._max_len_v1(joined, number)
                 return True
         return False
@@ -313,28 +189,28 @@ class VLLMParser:
         if (version := nccl_version(msg)) is not None:
             log.nccl_version = version
         self._server_facts(msg)
-        if (space := _CPU_KV_SPACE.search(msg)) is not None:  # a setting the config prints: it moves no phase
+        if (space := vllmlines.CPU_KV_SPACE.search(msg)) is not None:  # a setting the config prints: it moves no phase
             log.record(t, rank, "kv_avail_gib", float(space.group(1)), number)
             return
         if "across cluster" in msg:
-            msg = _REPEATED.sub("", msg)
+            msg = vllmlines.REPEATED.sub("", msg)
         if "raft" in msg or "took" in msg:
             self._drafting(msg, rank)
         if ("raft" in msg or "MTP" in msg or "speculative" in msg) and self._draft(msg):
             return
         prefix = self._weights_prefix(msg, rank)
-        if match_statement(log, _STATEMENTS, msg, t, rank, number, prefix) is not None:
-            if "blocks: 0" in msg and _ZERO_BLOCKS.search(msg):
+        if match_statement(log, vllmlines.STATEMENTS, msg, t, rank, number, prefix) is not None:
+            if "blocks: 0" in msg and vllmlines.ZERO_BLOCKS.search(msg):
                 self.zero_blocks = (number, msg)
             return
-        if level is not None and _WRAPPED.search(msg):
+        if level is not None and vllmlines.WRAPPED.search(msg):
             self.pending = (number, msg, t, rank)
         self._failure(number, msg, t, rank)
 
     def _arguments(self, msg: str, t: datetime | None, number: int) -> bool:
         """The arguments msg prints, if any (True: nothing more to read in it)."""
         log = self.log
-        for rx, split, source in _ARGUMENTS:
+        for rx, split, source in vllmlines.ARGUMENTS:
             if (a := rx.search(msg)) is not None:
                 found = split(msg[a.end():])
                 log.args.update(found)
@@ -362,7 +238,7 @@ class VLLMParser:
         """A speculative-decoding line: the drafter's weights (True: nothing more to read in it), or what it says of
         the method (a command line's `--speculative-config`, "Detected MTP model")."""
         speculative.from_text(self.log.spec, msg)
-        if _DRAFT_WEIGHTS.search(msg):
+        if vllmlines.DRAFT_WEIGHTS.search(msg):
             self.log.reach_draft("draft_weights")
             return True
         return False
@@ -390,8 +266,8 @@ class VLLMParser:
         graphs are also captured while the KV cache is sized, so the line is then followed by `Estimated CUDA graph
         memory` or `Available KV cache memory` (kv_cache); after the real capture by `Graph capturing finished`, `CUDA
         graph pool memory`, `init engine …` or a failure (cuda_graph). A line that names no phase leaves it pending."""
-        named = next((phase for rx, phase, _ in _STATEMENTS if rx.search(msg)), None)
-        if named is None and not (any(rx.search(msg) for rx, _, _ in _FAILURES) or _WRAPPERS.search(msg)
+        named = next((phase for rx, phase, _ in vllmlines.STATEMENTS if rx.search(msg)), None)
+        if named is None and not (any(rx.search(msg) for rx, _, _ in vllmlines.FAILURES) or vllmlines.WRAPPERS.search(msg)
                                   or exception_line(msg) is not None):
             return
         self._reach_at(self.registering, "kv_cache" if named == "kv_cache" else "cuda_graph")
@@ -416,13 +292,13 @@ class VLLMParser:
     def _server_facts(self, msg: str) -> None:
         """The HTTP side (URL, routes, uvicorn's pid) and workers reported dead."""
         log = self.log
-        if (route := _ROUTE.search(msg)) is not None:
+        if (route := vllmlines.ROUTE.search(msg)) is not None:
             log.routes.append(route.group(1))
-        elif (url := _HTTP_URL.search(msg)) is not None:
+        elif (url := vllmlines.HTTP_URL.search(msg)) is not None:
             log.http_url = url.group(1) or url.group(2)
-        elif (pid := _SERVER_PID.search(msg)) is not None:
+        elif (pid := vllmlines.SERVER_PID.search(msg)) is not None:
             log.pids.setdefault("http_server", int(pid.group(1)))
-        elif (death := _DEATH.search(msg)) is not None:
+        elif (death := vllmlines.DEATH.search(msg)) is not None:
             code = death["code"] or death["v0code"]
             log.worker_deaths.append(WorkerDeath(death["name"] or death["v0name"],
                                                  int(death["pid"]) if death["pid"] else None,
@@ -433,13 +309,13 @@ class VLLMParser:
         for name, value in oom_fields(msg).items():
             log.record(t, rank, name, value, number)
         self._frame_line(number, msg)
-        self.dummy = self.dummy or _DUMMY.search(msg) is not None
-        if (too_long := _MAX_LEN.search(msg)) is not None:
+        self.dummy = self.dummy or vllmlines.DUMMY.search(msg) is not None
+        if (too_long := vllmlines.MAX_LEN.search(msg)) is not None:
             log.record(None, "0", "max_model_len", float(too_long.group(1)), 0)
             log.record(None, "0", "kv_tokens", float(too_long.group(2)), 0)
         if "max seq len (" in msg and self._max_len_v1(msg, number):
             self.pending = (number, msg, t, rank)  # cut by the terminal: the next line may hold the rest
-        for rx, reason, phase in _FAILURES:
+        for rx, reason, phase in vllmlines.FAILURES:
             if rx.search(msg):
                 old = log.failure
                 ends = old is not None and exception_line(msg) is not None and not exception_line(old.message)
@@ -453,7 +329,7 @@ class VLLMParser:
                     log.fail(reason, phase or self._frame_phase(), msg)
                 self.frame_evidence = False
                 return
-        if self.in_traceback and _FRAME_EVIDENCE.search(msg):
+        if self.in_traceback and vllmlines.FRAME_EVIDENCE.search(msg):
             # the frame's call and its own `File … in check_enough_kv_cache_memory` line both name it: the evidence
             # stays a frame's until an exception line says what went wrong
             self.frame_evidence = self.frame_evidence or log.failure is None or log.failure.reason == "exception"
@@ -492,7 +368,7 @@ class VLLMParser:
         unended = log.failure is not None and log.failure.reason == "exception" and not exception_line(log.failure.message)
         # a wrapper's own exception line ("RuntimeError: Engine core initialization failed. See root cause above.")
         # ends the traceback noted first: below, as any exception line does
-        if _WRAPPERS.search(msg) and not (found is not None and unended):
+        if vllmlines.WRAPPERS.search(msg) and not (found is not None and unended):
             log.fail("exception", method_phase(msg), msg)  # "Error executing method load_model": the method is the phase
             self.in_traceback = True
             return
@@ -508,9 +384,9 @@ class VLLMParser:
     def _max_len_v1(self, msg: str, number: int) -> bool:
         """V1's figures of a max seq len the KV cache cannot hold, on rank 0; True where the message stops before
         its last figure (a wrapped line)."""
-        if (m := _MAX_LEN_V1.search(msg)) is None:
+        if (m := vllmlines.MAX_LEN_V1.search(msg)) is None:
             return False
-        for name, value in zip(_MAX_LEN_V1_FIELDS, m.groups(), strict=True):
+        for name, value in zip(vllmlines.MAX_LEN_V1_FIELDS, m.groups(), strict=True):
             if value is not None:
                 self.log.record(None, "0", name, float(value), number)
         return m.group(4) is None and not msg.rstrip().endswith(".")
@@ -522,7 +398,7 @@ class VLLMParser:
         log = self.log
         for fields in log.ranks.values():
             if "kv_blocks" in fields and "kv_tokens" not in fields:
-                fields["kv_tokens"] = fields["kv_blocks"] * BLOCK_SIZE
+                fields["kv_tokens"] = fields["kv_blocks"] * vllmlines.BLOCK_SIZE
         if log.failure is not None and log.failure.reason == "exception" and self.frames.phase is not None:
             self.frames.conclude(log)
         if (zero := self.zero_blocks) is not None and log.failure is not None and log.failure.reason == "exception" \

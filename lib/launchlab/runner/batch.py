@@ -10,7 +10,6 @@ happens to the runs in flight when the user presses Ctrl-C or the batch gets SIG
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import os
 import shlex
@@ -21,8 +20,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from launchlab import __version__, hosts, interrupts, masking, params
-from launchlab.errors import HostError, LaunchlabError, ParamsError, RunDirError
+from launchlab import __version__, hosts, interrupts, params
+from launchlab.errors import HostError, LaunchlabError, RunDirError
 from launchlab.fields import MAX_GPUS
 from launchlab.hosts import commands, locks, patching, sim
 from launchlab.run import recovery
@@ -35,75 +34,6 @@ from launchlab.store.records import Run
 
 Say = notebooks.Say
 Confirm = Callable[[str], bool]  # asks the user a yes/no question (the CLI: on its terminal)
-
-
-def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None
-            ) -> tuple[params.Experiment, list[Run]]:
-    """The experiment and its plan, optionally with other repetitions and only some variants: `only` holds
-    levels (`0.85`), factor=level pairs (`mem_fraction=0.85`) or variant names; a run is kept when each of
-    its factors that `only` mentions is at one of the levels given."""
-    exp = params.load(params_path)
-    if exp.search is not None and (only or repetitions is not None):
-        raise ParamsError(str(params_path), ["--only and --repetitions do not apply to a threshold search (`search:`); "
-                                             "its repetitions are `search.repetitions`, its strata every combination "
-                                             "of the factors' levels"])
-    if repetitions is not None:
-        exp = exp.model_copy(update={"repetitions": repetitions})
-    plan = make_plan(exp)
-    if not only:
-        return exp, plan
-    wanted: dict[str, set[str]] = {}
-    for token in only:
-        factor, _, level = token.partition("=") if "=" in token else ("", "", token)
-        matches = [(f, lv) for f, levels in exp.factors.items() for lv in levels
-                   if lv == level and (not factor or f == factor)]
-        variants = [v for v in params.expand(exp) if token in (v.name, v.slug)]
-        for v in variants:
-            for f, lv in v.levels.items():
-                wanted.setdefault(f, set()).add(lv)
-        if not matches and not variants:
-            known = ", ".join(f"{f}={lv}" for f, levels in exp.factors.items() for lv in levels)
-            one = params.expand(exp)[0]
-            raise ParamsError(str(params_path), [f"--only {token}: no such level or variant (levels: {known}; a "
-                                                 f"variant: '{one.name}' or {one.slug})"])
-        for f, lv in matches:
-            wanted.setdefault(f, set()).add(lv)
-    # warm-ups stay: they warm the host for whatever runs follow, and are never compared
-    kept = [r for r in plan if r.warmup or all(r.variant.levels.get(f) in lvs for f, lvs in wanted.items())]
-    # numbered in the selection, so its progress reads [1/2], [2/2] (the run ids keep their places in the full plan)
-    seqs = iter(range(1, len(kept) + 1))
-    return exp, [r if r.warmup else dataclasses.replace(r, seq=next(seqs)) for r in kept]
-
-
-def compared(plan: list[Run]) -> list[Run]:
-    """The runs of a plan that are compared: all but the warm-ups."""
-    return [r for r in plan if not r.warmup]
-
-
-def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None) -> str:
-    """The plan as text: every run in order, and each variant's exact command and environment (secrets
-    masked). Nothing is connected to or launched."""
-    exp, plan = planned(params_path, only, repetitions)
-    masker = masking.for_run(exp)
-    extra = exp.secrets
-    what = (f"threshold search over {exp.search.flag}, its first round of {len(plan)} runs (both ends of every "
-            f"stratum; the next probes follow from their outcomes, at most {params.plan_size(exp).runs} runs in all)"
-            if exp.search else f"{len(compared(plan))} runs, interleaved")
-    warmups = [r for r in plan if r.warmup]
-    if warmups:  # params `warmup_levels:` may warm up at another variant than the baseline: named as it is
-        at = warmups[0].variant.name
-        what += (f", after {len(warmups)} warm-up run(s) of "
-                 f"{'the baseline' if at == params.baseline_variant(exp).name else at} (never compared)")
-    lines = [f"{exp.experiment}: {what}, on host(s) {', '.join(exp.host_names)}"
-             f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
-    lines += [f"  [{'warm-up' if r.warmup else r.seq}] {r.run_id}  host {r.host}" for r in plan]
-    for variant in {r.variant.name: r.variant for r in plan}.values():
-        launch = params.render(exp, variant, port=0, run_id="RUN_ID", host=exp.host_name)
-        lines += ["", f"{variant.name}:", "  argv: " + shlex.join(masker.argv(launch.argv, extra))]
-        lines += [f"  env:  {k}={v}" for k, v in masker.env(launch.env, extra).items()]
-        lines += [f"  patch: {p}" for p in variant.patches]
-    lines += ["", "({port} is chosen per run; shown as 0)"]
-    return "\n".join(lines)
 
 
 def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Path | None = None,
@@ -119,7 +49,7 @@ def run_batch(params_path: str | Path, out_root: Path | None = None, resume: Pat
     removed at the end; every host the batch opened is closed at the end. SIGTERM and SIGHUP stop the batch as
     Ctrl-C does (interrupts.py)."""
     with interrupts.terminations_interrupt():
-        exp, plan = planned(params_path, only, repetitions)
+        exp, plan = plans.planned(params_path, only, repetitions)
         # the batch's kernels (runs, summary) are forked from one server, whose imports overlap the checks below
         server = kernels.fork_server(notebooks.notebooks_dir())
         try:
@@ -200,7 +130,7 @@ def _connect(exp: params.Experiment, opened: contextlib.ExitStack, box: Path | N
 def _announce(exp: params.Experiment, plan: list[Run], connected: dict, run_dir: Path, *, say: Say) -> int:
     """Say what the batch runs where; the number of compared runs."""
     size = params.plan_size(exp)
-    total = len(compared(plan))
+    total = len(plans.compared(plan))
     say(f"launchlab: {exp.experiment}: "
         + (f"threshold search over {exp.search.flag}, at most {size.runs} runs" if exp.search else
            f"{total} runs" + (f" after {len(plan) - total} warm-up run(s)" if len(plan) > total else ""))
@@ -478,8 +408,8 @@ def _open_run_dir(exp: params.Experiment, plan: list[Run], params_path, out_root
         repetitions=None if exp.search else exp.repetitions,  # the file's, or --repetitions
         # the compared runs; warm-ups apart (`warmup:`): frames.build reads run_ids only, so a warm-up is never
         # an observation, and the report lists them from warmup_runs
-        run_ids=[] if exp.search else [r.run_id for r in compared(plan)],
-        runs=[] if exp.search else [r.manifest_entry() for r in compared(plan)],
+        run_ids=[] if exp.search else [r.run_id for r in plans.compared(plan)],
+        runs=[] if exp.search else [r.manifest_entry() for r in plans.compared(plan)],
         warmup_runs=[r.manifest_entry() for r in plan if r.warmup],
         batch=None,  # the batch running it now: its lock owner id and simulated box (run_batch fills them)
         sim_box=str(box) if box else None))
@@ -494,7 +424,7 @@ def _resumed(exp: params.Experiment, plan: list[Run], params_path, resume) -> Pa
     searched = ManifestSearch.from_json(exp.search.model_dump()) if exp.search else None
     warmups = [r.run_id for r in plan if r.warmup]
     if manifest.experiment != exp.experiment or manifest.search != searched or (
-            searched is None and (manifest.run_ids != [r.run_id for r in compared(plan)]
+            searched is None and (manifest.run_ids != [r.run_id for r in plans.compared(plan)]
                                   or [w.run_id for w in manifest.warmup_runs] != warmups)):
         raise RunDirError(f"{run_dir} was made from a different plan than {params_path}; "
                           "resume it with the params it was run with")
@@ -503,7 +433,7 @@ def _resumed(exp: params.Experiment, plan: list[Run], params_path, resume) -> Pa
     if manifest.stopped is not None:  # resumed: what stopped it before is no longer where it stands
         directory.update_manifest(stopped=None)
     if searched is None and not manifest.runs:  # made by a kit that listed only run ids: the run notebooks
-        directory.update_manifest(runs=[r.manifest_entry() for r in compared(plan)])  # read their runs here
+        directory.update_manifest(runs=[r.manifest_entry() for r in plans.compared(plan)])  # read their runs here
     return run_dir
 
 

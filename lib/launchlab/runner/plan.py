@@ -1,9 +1,14 @@
 """The run plan: variants × repetitions in interleaved order (A B A B …) with stable run ids; for a threshold
-search, a plan that grows: the probes search.py asks for, appended round by round and recorded in the manifest."""
+search, a plan that grows: the probes search.py asks for, appended round by round and recorded in the manifest.
+And the plan as `launchlab run` selects it (--only, --repetitions) and shows it (--dry-run: nothing launched)."""
 
 from __future__ import annotations
 
-from launchlab import search
+import dataclasses
+import shlex
+from pathlib import Path
+
+from launchlab import masking, params, search
 from launchlab.errors import ParamsError, RunDirError
 from launchlab.params import MAX_RUNS, Experiment, Variant, baseline_variant, expand, plan_size, variant_of
 from launchlab.store.manifest import Manifest
@@ -98,3 +103,74 @@ def recorded_runs(exp: Experiment, manifest: Manifest) -> list[Run]:
     return [Run.from_entry(entry, variant_of(exp, entry.levels), nodes=tuple(exp.nodes or ()),
                            probe=search.Probe(entry.stratum, entry.levels[exp.search.factor], entry.why))
             for entry in manifest.runs]
+
+
+# -- the plan as `launchlab run` selects it (--only, --repetitions) and shows it (--dry-run)
+
+def planned(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None
+            ) -> tuple[params.Experiment, list[Run]]:
+    """The experiment and its plan, optionally with other repetitions and only some variants: `only` holds
+    levels (`0.85`), factor=level pairs (`mem_fraction=0.85`) or variant names; a run is kept when each of
+    its factors that `only` mentions is at one of the levels given."""
+    exp = params.load(params_path)
+    if exp.search is not None and (only or repetitions is not None):
+        raise ParamsError(str(params_path), ["--only and --repetitions do not apply to a threshold search (`search:`); "
+                                             "its repetitions are `search.repetitions`, its strata every combination "
+                                             "of the factors' levels"])
+    if repetitions is not None:
+        exp = exp.model_copy(update={"repetitions": repetitions})
+    plan = make_plan(exp)
+    if not only:
+        return exp, plan
+    wanted: dict[str, set[str]] = {}
+    for token in only:
+        factor, _, level = token.partition("=") if "=" in token else ("", "", token)
+        matches = [(f, lv) for f, levels in exp.factors.items() for lv in levels
+                   if lv == level and (not factor or f == factor)]
+        variants = [v for v in params.expand(exp) if token in (v.name, v.slug)]
+        for v in variants:
+            for f, lv in v.levels.items():
+                wanted.setdefault(f, set()).add(lv)
+        if not matches and not variants:
+            known = ", ".join(f"{f}={lv}" for f, levels in exp.factors.items() for lv in levels)
+            one = params.expand(exp)[0]
+            raise ParamsError(str(params_path), [f"--only {token}: no such level or variant (levels: {known}; a "
+                                                 f"variant: '{one.name}' or {one.slug})"])
+        for f, lv in matches:
+            wanted.setdefault(f, set()).add(lv)
+    # warm-ups stay: they warm the host for whatever runs follow, and are never compared
+    kept = [r for r in plan if r.warmup or all(r.variant.levels.get(f) in lvs for f, lvs in wanted.items())]
+    # numbered in the selection, so its progress reads [1/2], [2/2] (the run ids keep their places in the full plan)
+    seqs = iter(range(1, len(kept) + 1))
+    return exp, [r if r.warmup else dataclasses.replace(r, seq=next(seqs)) for r in kept]
+
+
+def compared(plan: list[Run]) -> list[Run]:
+    """The runs of a plan that are compared: all but the warm-ups."""
+    return [r for r in plan if not r.warmup]
+
+
+def dry_run(params_path: str | Path, only: tuple[str, ...] = (), repetitions: int | None = None) -> str:
+    """The plan as text: every run in order, and each variant's exact command and environment (secrets
+    masked). Nothing is connected to or launched."""
+    exp, plan = planned(params_path, only, repetitions)
+    masker = masking.for_run(exp)
+    extra = exp.secrets
+    what = (f"threshold search over {exp.search.flag}, its first round of {len(plan)} runs (both ends of every "
+            f"stratum; the next probes follow from their outcomes, at most {params.plan_size(exp).runs} runs in all)"
+            if exp.search else f"{len(compared(plan))} runs, interleaved")
+    warmups = [r for r in plan if r.warmup]
+    if warmups:  # params `warmup_levels:` may warm up at another variant than the baseline: named as it is
+        at = warmups[0].variant.name
+        what += (f", after {len(warmups)} warm-up run(s) of "
+                 f"{'the baseline' if at == params.baseline_variant(exp).name else at} (never compared)")
+    lines = [f"{exp.experiment}: {what}, on host(s) {', '.join(exp.host_names)}"
+             f"{' (SIMULATED)' if exp.simulated else ''} — nothing is launched (--dry-run)", ""]
+    lines += [f"  [{'warm-up' if r.warmup else r.seq}] {r.run_id}  host {r.host}" for r in plan]
+    for variant in {r.variant.name: r.variant for r in plan}.values():
+        launch = params.render(exp, variant, port=0, run_id="RUN_ID", host=exp.host_name)
+        lines += ["", f"{variant.name}:", "  argv: " + shlex.join(masker.argv(launch.argv, extra))]
+        lines += [f"  env:  {k}={v}" for k, v in masker.env(launch.env, extra).items()]
+        lines += [f"  patch: {p}" for p in variant.patches]
+    lines += ["", "({port} is chosen per run; shown as 0)"]
+    return "\n".join(lines)
