@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from launchlab.runner import batch
+from launchlab.runner import plan as plans
 from launchlab.sim import state
 from launchlab.store import records, rundir
 from launchlab.store.records import RunRecord
@@ -130,7 +131,7 @@ def write_run(folder: rundir.RunFolder, run, started: datetime, samples: int, rn
 
 
 def build(root: Path, runs: int, minutes: float) -> Path:
-    exp, plan = batch.planned(PARAMS, repetitions=max(1, runs // 4))
+    exp, plan = plans.planned(PARAMS, repetitions=max(1, runs // 4))
     plan = plan[:runs]
     run_dir, _ = batch._open_run_dir(exp, plan, PARAMS, root, resume=None)  # the batch's manifest and experiment.yaml
     rng = random.Random(12)

@@ -36,6 +36,7 @@ import nbformat
 from launchlab import hosts, params
 from launchlab.hosts import sim
 from launchlab.runner import batch, kernels, notebooks
+from launchlab.runner import plan as plans
 from launchlab.store import records, rundir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,7 +79,7 @@ def main() -> int:
     args = ap.parse_args()
 
     blocks = args.repeat + 1
-    exp, plan = batch.planned(PARAMS, repetitions=2 * blocks * args.block)
+    exp, plan = plans.planned(PARAMS, repetitions=2 * blocks * args.block)
     work = Path(tempfile.mkdtemp(prefix="launchlab-overhead-"))
     box = sim.new_box()
     digest = params.digest(PARAMS)
