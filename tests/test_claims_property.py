@@ -90,38 +90,38 @@ def test_no_claim_is_contradicted_by_its_evidence_or_universal_over_a_stratum_ne
     led = ledger.build(runs_frame, list(factors), planned=planned, parsed=parsed)
     for factor, levels in factors.items():
         d = analysis.decide(led.for_factor(factor, runs_frame), factor, list(factors), reference=levels[0])
-        said = [claims.Claim(**c) for c in d["claims"]]
+        said = [claims.Claim(**c) for c in d.claims]
         counts = truth(factors, runs_frame, parsed, factor)
-        n_strata = len(d["strata"])
+        n_strata = len(d.strata)
         assert n_strata == len(counts)
         # the words: no "only" ever; a universal only over every stratum, each observed
-        assert " only " not in d["summary"], d["summary"]
+        assert " only " not in d.summary, d.summary
         for claim in said:
             assert claims.universal_ok(claim, n_strata), (claim.text, claim.strata, claim.not_observed)
-        for s in d["strata"]:
-            held = tuple(s["held"].items())
+        for s in d.strata:
+            held = tuple(s.held.items())
             per = counts[held]
             observed = [lv for lv, (_, n) in per.items() if n]
             shares = {per[lv][0] / per[lv][1] for lv in observed}
             # each stratum's counts are the runs' own
-            assert {lv: (p["ready"], p["valid"]) for lv, p in s["levels"].items()} == \
-                {lv: per[lv] for lv in s["levels"]}, (s["levels"], per)
-            label = claims.label(s["held"])
+            assert {lv: (p["ready"], p["valid"]) for lv, p in s.levels.items()} == \
+                {lv: per[lv] for lv in s.levels}, (s.levels, per)
+            label = claims.label(s.held)
             named = {n["stratum"] for c in said for n in c.not_observed}
             if len(observed) < 2:  # never compared: named so, with why, and no claim rests on it
-                assert s["state"] == "not compared" and label in named and s["why"], s
+                assert s.state == "not compared" and label in named and s.why, s
                 assert not any(label in c.strata for c in said)
-            elif s["state"] in ("changes",) and not s["fails_differently"]:
+            elif s.state in ("changes",) and not s.fails_differently:
                 assert len(shares) > 1  # "decides" only where the share of ready runs differs
-            elif s["state"] == "no change":
+            elif s.state == "no change":
                 assert len(shares) == 1
-        if d["status"] == "neutral":  # "does not change" only where every stratum compared every level
-            assert all(s["state"] == "no change" and s["complete"] for s in d["strata"])
-        if d["status"] in ("decides", "decides_in_some"):
-            assert any(len({p[0] / p[1] for p in counts[tuple(s["held"].items())].values() if p[1]}) > 1
-                       for s in d["strata"])
-        if "not compared" in {s["state"] for s in d["strata"]}:
-            assert "not compared" in d["summary"], d["summary"]
+        if d.status == "neutral":  # "does not change" only where every stratum compared every level
+            assert all(s.state == "no change" and s.complete for s in d.strata)
+        if d.status in ("decides", "decides_in_some"):
+            assert any(len({p[0] / p[1] for p in counts[tuple(s.held.items())].values() if p[1]}) > 1
+                       for s in d.strata)
+        if "not compared" in {s.state for s in d.strata}:
+            assert "not compared" in d.summary, d.summary
 
 
 def test_the_universal_rule_catches_a_claim_past_its_data():

@@ -39,7 +39,7 @@ def demo_like(repetitions: int) -> pd.DataFrame:
                        for rep in range(1, repetitions + 1) for car in ("off", "on") for mf in ("0.55", "0.85")])
 
 
-def decided(runs: pd.DataFrame, factor: str, reference: str) -> dict:
+def decided(runs: pd.DataFrame, factor: str, reference: str):
     obs = analysis.observations(runs, ["custom_ar", "mem_fraction"])
     return analysis.decide(obs, factor, ["custom_ar", "mem_fraction"], reference=reference)
 
@@ -47,18 +47,16 @@ def decided(runs: pd.DataFrame, factor: str, reference: str) -> dict:
 @pytest.mark.parametrize(("repetitions", "p", "settle"), [(2, 1 / 3, 4), (4, 0.0286, None)])
 def test_a_deciding_factor_carries_its_weakest_p_and_the_repetitions_that_would_settle_it(repetitions, p, settle):
     decision = decided(demo_like(repetitions), "mem_fraction", "0.55")
-    assert decision["status"] == "decides"
-    assert decision["p_value"] == pytest.approx(p, abs=1e-4) and decision["significant"] is (p < 0.05)
-    assert decision["repetitions_to_settle"] == settle
+    assert decision.status == "decides"
+    assert decision.p_value == pytest.approx(p, abs=1e-4) and decision.significant is (p < 0.05)
+    assert decision.repetitions_to_settle == settle
 
 
 def test_a_neutral_factor_carries_its_counts_and_p_one_and_nothing_to_settle():
-    from launchlab.store.verdictrecord import Decision
-
     decision = decided(demo_like(2), "custom_ar", "off")
-    assert decision["status"] == "neutral" and decision["p_value"] == 1.0 and decision["significant"] is False
-    assert decision["repetitions_to_settle"] is None
-    evidence = Decision.from_json(decision).evidence()
+    assert decision.status == "neutral" and decision.p_value == 1.0 and decision.significant is False
+    assert decision.repetitions_to_settle is None
+    evidence = decision.evidence()
     assert "on 2/2 vs off 2/2 ready at mem_fraction=0.85" in evidence
     assert "on 0/2 vs off 0/2 ready at mem_fraction=0.55" in evidence and "the same share ready" in evidence
 
@@ -115,9 +113,9 @@ def test_a_run_stopped_because_the_batch_was_interrupted_is_known_by_its_reason_
 def test_an_unsettled_change_of_how_the_launch_fails_without_a_p_value_is_said_without_one():
     """Found by tests/test_varied_property.py: both levels fail, differently, and no share of ready runs was tested
     (p_value None) — the reason's sentence raised a TypeError formatting it."""
+    from launchlab.store.verdictrecord import Decision
     from launchlab.verdicts import verdict
 
-    said = verdict._unsettled({"factor": "x", "status": "changes_how_it_fails", "runs_per_side": 2, "p_value": None,
-                               "repetitions_to_settle": None})
+    said = verdict._unsettled("x", Decision(status="changes_how_it_fails", summary="", strata=[], runs_per_side=2))
     assert said == ("x changes how the launch fails on 2 runs per side: observed, not settled — more than 100 runs "
                     "per side would be needed")

@@ -114,6 +114,28 @@ class Stratum:
     state: str | None = None
     why: str = ""
 
+    @property
+    def compared(self) -> list[str]:
+        """The levels with a valid run here, in the factor's order: what the stratum compares."""
+        return [level for level, counts in self.levels.items() if counts.get("valid")]
+
+    @property
+    def complete(self) -> bool:
+        """Every level planned here has a valid run."""
+        return len(self.compared) == len(self.levels)
+
+    def shares(self, c: Comparison) -> tuple[float, float]:
+        """The shares a comparison's test counts, the level's and the reference's: of ready runs, or of the reference
+        level's usual outcome where both start alike but end differently."""
+        a, b = self.levels[c.level], self.levels[c.reference]
+        if c.tested == "ready":
+            return a["ready"] / a["valid"], b["ready"] / b["valid"]
+        return a["outcomes"].get(c.tested, 0) / a["valid"], b["outcomes"].get(c.tested, 0) / b["valid"]
+
+    def differs(self, c: Comparison) -> bool:
+        share, reference_share = self.shares(c)
+        return share != reference_share
+
     @classmethod
     def from_json(cls, data: dict) -> Stratum:
         picked = _pick(cls, data)
@@ -146,6 +168,11 @@ class Decision:
     # a complete change would have been (analysis.settled); False: what the runs did, observed, not settled (one run
     # a side never settles anything); None: a verdict.json of an older kit, which did not say
     settled: bool | None = None
+
+    @property
+    def runs(self) -> list[str]:
+        """The valid runs it rests on: those of every level compared in every stratum."""
+        return [r for s in self.strata for level in s.compared for r in s.levels[level]["runs"]]
 
     @property
     def how_only(self) -> bool:

@@ -11,6 +11,7 @@ time); a stratum where fewer than two levels have valid runs is not compared, an
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections import Counter
@@ -35,7 +36,10 @@ from launchlab.store.verdictrecord import (
     SEARCHED,
     SETTLED,
     UNDETERMINED,
+    Comparison,
+    Decision,
     DecisionStatus,
+    Stratum,
 )
 from launchlab.verdicts import claims, ledger
 from launchlab.verdicts.ledger import (  # noqa: F401 (the kinds of exclusion, named where observations are read)
@@ -214,13 +218,13 @@ def neutral_bar() -> int:
     return settling_repetitions(1.0, 0.0) or 100
 
 
-def could_show_change(comparison: dict) -> bool:
+def could_show_change(comparison: Comparison) -> bool:
     """Whether these counts could have shown a change at the kit's bar: a complete change between the two levels,
     at the valid runs each has, would be significant at 0.05 (4 vs 3 runs: p = 0.029, yes; 3 vs 3: p = 0.1, no)."""
-    return exact_p(comparison["valid"], comparison["valid"], 0, comparison["reference_valid"]) < SIGNIFICANCE
+    return exact_p(comparison.valid, comparison.valid, 0, comparison.reference_valid) < SIGNIFICANCE
 
 
-def settled(status: str, p_value: float | None, comparisons: list[dict]) -> bool:
+def settled(status: str, p_value: float | None, comparisons: list[Comparison]) -> bool:
     """Whether a decision is settled at the kit's bar: a change significant at 0.05, or no change in comparisons
     each of which could have shown one (could_show_change). Anything else is what the runs did, observed, not settled
     — one run a side never settles anything."""
@@ -236,7 +240,7 @@ def _shares(level: dict) -> frozenset:
     return frozenset((k, n / level["valid"]) for k, n in level["outcomes"].items())
 
 
-def _comparisons(per: dict[str, dict], compared: list[str], reference: str | None) -> list[dict]:
+def _comparisons(per: dict[str, dict], compared: list[str], reference: str | None) -> list[Comparison]:
     """Each compared level against the reference level of the stratum (the baseline's, else the first compared):
     its counts and Fisher's exact p-value."""
     if len(compared) < 2:
@@ -255,14 +259,13 @@ def _comparisons(per: dict[str, dict], compared: list[str], reference: str | Non
         p = exact_p(hits, a["valid"], ref_hits, b["valid"])
         share, ref_share = hits / a["valid"], ref_hits / b["valid"]
         settle = None if p < SIGNIFICANCE else settling_repetitions(share, ref_share)
-        out.append({"level": level, "reference": ref, "ready": a["ready"], "valid": a["valid"],
-                    "reference_ready": b["ready"], "reference_valid": b["valid"], "tested": tested,
-                    "share": share, "reference_share": ref_share, "differs": share != ref_share,
-                    "p_value": p, "significant": p < SIGNIFICANCE, "repetitions_to_settle": settle})
+        out.append(Comparison(level=level, reference=ref, ready=a["ready"], valid=a["valid"], reference_ready=b["ready"],
+                              reference_valid=b["valid"], p_value=p, significant=p < SIGNIFICANCE,
+                              repetitions_to_settle=settle, tested=tested))
     return out
 
 
-def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | None = None) -> dict:
+def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | None = None) -> Decision:
     """Whether changing only `factor` changes the launch's outcome, stratum by stratum. obs: the ledger's frame for
     this factor (ledger.Ledger.for_factor: a run whose level of it did not take effect is no observation of it).
 
@@ -283,28 +286,26 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     # there) compares nothing of it: it neither decides nor leaves it undetermined
     detail = [_stratum(group, held, factor, levels, reference=reference) for held, group in strata(obs, factor, factors)
               if group[factor].nunique() > 1 or len(levels) < 2]
-    changed = [s for s in detail if s["state"] == CHANGES]
     status = _status(detail)
-    deciding = [c for s in changed for c in s["comparisons"] if c["differs"]]
+    deciding = [(s, c) for s in detail if s.state == CHANGES for c in s.comparisons if s.differs(c)]
     if status == NEUTRAL:  # the same share of ready runs in every stratum: each exact test gives p = 1
-        deciding = [c for s in detail for c in s["comparisons"]]
-    p = max((c["p_value"] for c in deciding), default=None)
+        deciding = [(s, c) for s in detail for c in s.comparisons]
+    p = max((c.p_value for _, c in deciding), default=None)
     settle = None
     if p is not None and p >= SIGNIFICANCE and status != NEUTRAL:  # the weakest split needs the most runs
-        needed = [settling_repetitions(c["share"], c["reference_share"]) for c in deciding]
+        needed = [settling_repetitions(*s.shares(c)) for s, c in deciding]
         settle = None if None in needed else max(needed)
-    runs = [r for s in detail for lv in s["compared"] for r in s["levels"][lv]["runs"]]
     # how many runs a side the decision rests on (1: what one run of each level did, not how reliably)
-    basis = [c for s in detail if s["flaky"] for c in s["comparisons"]] if status == FLAKY else deciding
-    per_side = min((min(c["valid"], c["reference_valid"]) for c in basis), default=None)
+    basis = [c for s in detail if s.flaky for c in s.comparisons] if status == FLAKY else [c for _, c in deciding]
+    per_side = min((min(c.valid, c.reference_valid) for c in basis), default=None)
     said = claims.decision_claims(factor, detail)
-    return {"factor": factor, "status": status, "summary": claims.summary(factor, status, said),
-            "strata": detail, "runs": runs, "p_value": p, "significant": None if p is None else p < SIGNIFICANCE,
-            "repetitions_to_settle": settle, "runs_per_side": per_side, "claims": [c.to_json() for c in said],
-            "settled": settled(status, p, [c for s in detail for c in s["comparisons"]])}
+    return Decision(status=status, summary=claims.summary(factor, status, said), strata=detail, p_value=p,
+                    significant=None if p is None else p < SIGNIFICANCE, repetitions_to_settle=settle,
+                    runs_per_side=per_side, claims=[c.to_json() for c in said],
+                    settled=settled(status, p, [c for s in detail for c in s.comparisons]))
 
 
-def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *, reference: str | None) -> dict:
+def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *, reference: str | None) -> Stratum:
     """One stratum: each level's outcomes, which were compared, its state (see decide), whether the share of ready
     runs changes (None: cannot tell — fewer than two levels compared, or a flaky level), and the exact tests
     against `reference`."""
@@ -319,10 +320,9 @@ def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *,
     fails_differently = changes is False and len({_shares(per[lv]) for lv in compared}) > 1
     changes = True if fails_differently else changes
     state = NOT_COMPARED if len(compared) < 2 else DISAGREE if flaky else CHANGES if changes else NO_CHANGE
-    return {"held": held, "levels": per, "compared": compared, "changes": changes, "state": state,
-            "why": _not_compared_why(factor, per, levels) if state == NOT_COMPARED else "",
-            "fails_differently": fails_differently, "flaky": flaky, "complete": len(compared) == len(present),
-            "comparisons": _comparisons(per, compared, reference)}
+    return Stratum(held=held, changes=changes, levels=per, flaky=flaky, comparisons=_comparisons(per, compared, reference),
+                   fails_differently=fails_differently, state=state,
+                   why=_not_compared_why(factor, per, levels) if state == NOT_COMPARED else "")
 
 
 def _not_compared_why(factor: str, per: dict[str, dict], levels: list[str]) -> str:
@@ -337,52 +337,51 @@ def _not_compared_why(factor: str, per: dict[str, dict], levels: list[str]) -> s
     return "; ".join(missing + absent) or "fewer than two levels with a valid run"
 
 
-def _status(detail: list[dict]) -> DecisionStatus:
-    states = [s["state"] for s in detail]
-    if any(s["state"] == CHANGES and not s["fails_differently"] for s in detail):  # whether it starts
+def _status(detail: list[Stratum]) -> DecisionStatus:
+    states = [s.state for s in detail]
+    if any(s.state == CHANGES and not s.fails_differently for s in detail):  # whether it starts
         return DECIDES if all(st == CHANGES for st in states) else DECIDES_IN_SOME
     if CHANGES in states:  # how it fails, where the same share start
         return CHANGES_HOW
     if DISAGREE in states:
         return FLAKY
-    if detail and all(st == NO_CHANGE for st in states) and all(s["complete"] for s in detail):
+    if detail and all(st == NO_CHANGE for st in states) and all(s.complete for s in detail):
         return NEUTRAL
     return UNDETERMINED
 
 
-def confounded(decision: dict, found: list[dict]) -> dict:
+def confounded(factor: str, decision: Decision, found: list[dict]) -> Decision:
     """A decision whose runs a confound touches says nothing for sure: it becomes `confounded`, naming what
     touched it and what it would have said."""
-    if decision["status"] not in SETTLED:
+    if decision.status not in SETTLED:
         return decision
-    rests_on = set(decision["runs"])
+    rests_on = set(decision.runs)
     hits = [c for c in found if rests_on & set(c["runs"])]
     if not hits:
         return decision
     runs = sorted(rests_on & {r for c in hits for r in c["runs"]})
     kinds = list(dict.fromkeys(c["kind"] for c in hits))
     named = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
-    summary = (f"{decision['factor']} is confounded: {', '.join(kinds)} confound(s) touch {len(runs)} run(s) it rests "
-               f"on ({named}); without them it would read: {decision['summary']}")
-    return {**decision, "status": CONFOUNDED, "summary": summary, "would_be": decision["status"],
-            "confounded_runs": runs, "confounded_by": kinds, "settled": False}
+    summary = (f"{factor} is confounded: {', '.join(kinds)} confound(s) touch {len(runs)} run(s) it rests "
+               f"on ({named}); without them it would read: {decision.summary}")
+    return dataclasses.replace(decision, status=CONFOUNDED, summary=summary, would_be=decision.status,
+                               confounded_runs=runs, confounded_by=kinds, settled=False)
 
 
-def searched(decision: dict, flag: str) -> dict:
+def searched(factor: str, decision: Decision, flag: str) -> Decision:
     """The decision on a threshold search's own flag: its probes are single launches placed to narrow an interval,
     so their counts are no fixed comparison (a Fisher's p of 1 on one run a side read as a failed experiment);
     the answer is the search's intervals and predictions (verdict `thresholds`). What the counts alone would say
     is kept in `would_be`; it is in none of the verdict's factor lists."""
-    summary = (f"{decision['factor']} is the searched flag ({flag}): its answer is the threshold found, not a "
-               "comparison of its probes")
-    return {**decision, "status": SEARCHED, "summary": summary, "would_be": decision["status"], "settled": None}
+    summary = f"{factor} is the searched flag ({flag}): its answer is the threshold found, not a comparison of its probes"
+    return dataclasses.replace(decision, status=SEARCHED, summary=summary, would_be=decision.status, settled=None)
 
 
-def not_varied(decision: dict, why: str) -> dict:
+def not_varied(factor: str, decision: Decision, why: str) -> Decision:
     """A decision on a factor no run showed varying (ledger.Ledger.varied): whatever its counts say, it is
     `not_shown_to_vary`, with why and what would show it, and what the counts alone would have said."""
-    summary = f"{decision['factor']} was not shown to vary: {why}"
-    return {**decision, "status": NOT_VARIED, "summary": summary, "would_be": decision["status"], "settled": False}
+    return dataclasses.replace(decision, status=NOT_VARIED, summary=f"{factor} was not shown to vary: {why}",
+                               would_be=decision.status, settled=False)
 
 
 def per_run_memory(events: pd.DataFrame, fields: tuple[str, ...]) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from launchlab.store.verdictrecord import CHANGES, DISAGREE, FLAKY, NO_CHANGE, UNDETERMINED
+from launchlab.store.verdictrecord import CHANGES, DISAGREE, FLAKY, NO_CHANGE, UNDETERMINED, Stratum
 
 # a claim's kind: what one factor did in the strata the claim names
 DECIDES = "decides the launch"  # the share of launches that start differs between its levels
@@ -63,12 +63,12 @@ def where(strata: list[str], everywhere: bool, others: list[str]) -> str:
     return f" at {places(strata)}"
 
 
-def decision_claims(factor: str, detail: list[dict]) -> list[Claim]:
-    """The claims of one factor's strata (analysis._stratum's records), one per kind that occurs, in the order a
+def decision_claims(factor: str, detail: list[Stratum]) -> list[Claim]:
+    """The claims of one factor's strata (analysis._stratum's Stratum records), one per kind that occurs, in the order a
     reader needs them: what it decides, how it changes failures, where it changes nothing, where its repetitions
     disagree, where it was never compared."""
-    others = list(detail[0]["held"]) if detail else []
-    by_kind: dict[str, list[dict]] = {}
+    others = list(detail[0].held) if detail else []
+    by_kind: dict[str, list[Stratum]] = {}
     for s in detail:
         by_kind.setdefault(_kind(s), []).append(s)
     claims = []
@@ -76,25 +76,25 @@ def decision_claims(factor: str, detail: list[dict]) -> list[Claim]:
         group = by_kind.get(kind)
         if not group:
             continue
-        strata = [label(s["held"]) for s in group]
+        strata = [label(s.held) for s in group]
         everywhere = len(group) == len(detail)
-        runs = [r for s in group for lv in s["compared"] for r in s["levels"][lv]["runs"]]
-        statistic = {"counts": {label(s["held"]): {lv: f"{p['ready']}/{p['valid']}" for lv, p in s["levels"].items()}
+        runs = [r for s in group for lv in s.compared for r in s.levels[lv]["runs"]]
+        statistic = {"counts": {label(s.held): {lv: f"{p['ready']}/{p['valid']}" for lv, p in s.levels.items()}
                                 for s in group},
-                     "p_value": max((c["p_value"] for s in group for c in s["comparisons"]), default=None)}
-        not_observed = [{"stratum": label(s["held"]), "why": s["why"]} for s in group] if kind == UNCOMPARED else []
+                     "p_value": max((c.p_value for s in group for c in s.comparisons), default=None)}
+        not_observed = [{"stratum": label(s.held), "why": s.why} for s in group] if kind == UNCOMPARED else []
         claim = Claim(kind, factor, [] if kind == UNCOMPARED else strata, not_observed, runs, statistic)
         claims.append(dataclasses.replace(claim, text=_sentence(claim, group, everywhere, others)))
     return claims
 
 
-def _kind(stratum: dict) -> str:
-    if stratum["state"] == CHANGES:
-        return CHANGES_HOW if stratum.get("fails_differently") else DECIDES
-    return {NO_CHANGE: SAME, DISAGREE: DISAGREES}.get(stratum["state"], UNCOMPARED)
+def _kind(stratum: Stratum) -> str:
+    if stratum.state == CHANGES:
+        return CHANGES_HOW if stratum.fails_differently else DECIDES
+    return {NO_CHANGE: SAME, DISAGREE: DISAGREES}.get(stratum.state, UNCOMPARED)
 
 
-def _sentence(claim: Claim, group: list[dict], everywhere: bool, others: list[str]) -> str:
+def _sentence(claim: Claim, group: list[Stratum], everywhere: bool, others: list[str]) -> str:
     factor, place = claim.subject, where(claim.strata, everywhere, others)
     placed = len(group) > 1  # one stratum is named in `place` already; several, each after its ends
     if claim.kind == DECIDES:
@@ -150,35 +150,35 @@ def universal_ok(claim: Claim, n_strata: int) -> bool:
 # How a stratum's levels ended, in words
 
 
-def _ends(factor: str, stratum: dict, *, placed: bool = True) -> str:
+def _ends(factor: str, stratum: Stratum, *, placed: bool = True) -> str:
     """How each level's runs ended in a stratum: `f=a: starts; f=b: starts, then exits by itself (1/2), starts (1/2)`,
     and where (placed) when the stratum is one of several."""
     def counted(level: str) -> str:
-        per = stratum["levels"][level]
+        per = stratum.levels[level]
         return ", ".join(k if n == per["valid"] else f"{k} ({n}/{per['valid']})" for k, n in per["outcomes"].items())
-    where = f" (at {label(stratum['held'])})" if stratum["held"] and placed else ""
-    return "; ".join(f"{factor}={lv}: {counted(lv)}" for lv in stratum["compared"]) + where
+    where = f" (at {label(stratum.held)})" if stratum.held and placed else ""
+    return "; ".join(f"{factor}={lv}: {counted(lv)}" for lv in stratum.compared) + where
 
 
-def _fails_how(factor: str, stratum: dict, *, placed: bool = True) -> str:
+def _fails_how(factor: str, stratum: Stratum, *, placed: bool = True) -> str:
     """`both fail, differently: …` for a stratum whose levels start alike but end differently."""
-    every = all(stratum["levels"][lv]["ready"] == 0 for lv in stratum["compared"])
+    every = all(stratum.levels[lv]["ready"] == 0 for lv in stratum.compared)
     return f"{'both fail' if every else 'the same share start'}, differently: {_ends(factor, stratum, placed=placed)}"
 
 
-def _breaks(stratum: dict) -> bool:
+def _breaks(stratum: Stratum) -> bool:
     """Some run of the stratum started and then broke (degraded): the count of ready runs alone would hide it."""
-    return any(k.startswith(("starts but", "starts, then")) for lv in stratum["compared"]
-               for k in stratum["levels"][lv]["outcomes"])
+    return any(k.startswith(("starts but", "starts, then")) for lv in stratum.compared
+               for k in stratum.levels[lv]["outcomes"])
 
 
-def _flaky_why(factor: str, stratum: dict) -> str:
+def _flaky_why(factor: str, stratum: Stratum) -> str:
     parts = []
-    for level in stratum["flaky"]:
-        per = stratum["levels"][level]
+    for level in stratum.flaky:
+        per = stratum.levels[level]
         odd = ", ".join(f"{o['run_id']} {o['status']}" + (f" ({o['reason']}: {o['message']})" if o["message"] else
                                                           f" ({o['reason']})" if o["reason"] else "")
                         for o in per["odd_runs"])
         parts.append(f"{factor}={level}: {per['ready']}/{per['valid']} ready, the odd run(s): {odd}")
-    where = label(stratum["held"])
-    return (f"at {where}: " if stratum["held"] else "") + "; ".join(parts)
+    where = label(stratum.held)
+    return (f"at {where}: " if stratum.held else "") + "; ".join(parts)

@@ -73,8 +73,9 @@ def build(e: Evidence) -> Verdict:
     found, derived = _confounds(obs, e, checks)
     found += _memory_before_weights(obs, found, e.before_weights, budget_rows=budget_rows)
     searched = (e.thresholds or {}).get("factor")  # a search's flag: answered by its thresholds, never compared
-    decisions = [analysis.searched(d, e.thresholds["flag"]) if d["factor"] == searched else d
-                 for d in (_decision(e, f, checks, found) for f in led.factors)]
+    decisions = {f: _decision(e, f, checks, found) for f in led.factors}
+    if searched in decisions:
+        decisions[searched] = analysis.searched(searched, decisions[searched], e.thresholds["flag"])
     measured, not_compared = effects.factor_effects(led, e.runs, e.events, e.baseline, searched=searched)
     findings = _findings(e, measured=measured, found=found, budget_rows=budget_rows)
     reasons = (inconclusive_reasons(obs, decisions, findings, search=e.thresholds is not None)
@@ -85,7 +86,7 @@ def build(e: Evidence) -> Verdict:
         baseline=e.baseline_variant, outcome_factors=named(*DECIDING), neutral_factors=named(NEUTRAL),
         undetermined_factors=named(UNDETERMINED), flaky_factors=named(FLAKY), confounded_factors=named(CONFOUNDED),
         failure_mode_factors=named(CHANGES_HOW), not_varied_factors=named(NOT_VARIED),
-        factors={d["factor"]: Decision.from_json(d) for d in decisions},
+        factors=decisions,
         confounds=[Confound(c["kind"], c["detail"], list(c["runs"])) for c in found], derived_args=derived,
         effects=[Effect.from_analysis(x) for x in measured], level_checks=[LevelCheck(**c) for c in checks],
         excluded_runs=[ExcludedRun(**r) for r in analysis.excluded(obs)], budget=budget_rows,
@@ -96,21 +97,21 @@ def build(e: Evidence) -> Verdict:
                                             expecting=e.expecting))
 
 
-def _named(decisions: list[dict]):
+def _named(decisions: dict[str, Decision]):
     def named(*statuses: str) -> list[str]:
-        return [d["factor"] for d in decisions if d["status"] in statuses]
+        return [factor for factor, d in decisions.items() if d.status in statuses]
     return named
 
 
-def _decision(e: Evidence, factor: str, checks: list[dict], found: list[dict]) -> dict:
+def _decision(e: Evidence, factor: str, checks: list[dict], found: list[dict]) -> Decision:
     """One factor's decision: from the runs that observe it, then not shown to vary (no run shows its levels taking
     effect, and its levels' runs look alike) or confounded (a confound touches the runs it rests on)."""
     decision = analysis.decide(e.ledger.for_factor(factor, e.runs), factor, list(e.ledger.factors),
                                e.baseline.get(factor))
     varied = e.ledger.varied(factor)
     if not varied.shown:
-        return analysis.not_varied(decision, varied.why)
-    return analysis.confounded(decision, _touching(found, checks))
+        return analysis.not_varied(factor, decision, varied.why)
+    return analysis.confounded(factor, decision, _touching(found, checks))
 
 
 def _left_out_of_budget(led: ledger.Ledger) -> list[str]:
@@ -199,7 +200,7 @@ def _unread_traces(parsed: dict[str, dict], ids: list[str]) -> list[str]:
     return said
 
 
-def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict], findings: list[dict] = (), *,
+def inconclusive_reasons(obs: pd.DataFrame, decisions: dict[str, Decision], findings: list[dict] = (), *,
                          search: bool = False) -> list[str]:
     """Why the data cannot decide, one sentence each, naming runs and levels; empty when it can. A ready line and a
     probe that disagree come first (no verdict rests on such runs); then each decision that is not settled: an
@@ -210,24 +211,23 @@ def inconclusive_reasons(obs: pd.DataFrame, decisions: list[dict], findings: lis
     if not obs["valid"].any():
         return first + [f"nothing can be concluded: none of the {len(obs)} planned runs is a valid observation of the "
                         f"server ({analysis.tally(obs)})"]
-    return first + [d["summary"] if d["status"] in INCONCLUSIVE else _unsettled(d) for d in decisions
-                    if d["status"] in INCONCLUSIVE or (not search and d["status"] in SETTLED
-                                                       and d.get("settled") is False)]
+    return first + [d.summary if d.status in INCONCLUSIVE else _unsettled(factor, d) for factor, d in decisions.items()
+                    if d.status in INCONCLUSIVE or (not search and d.status in SETTLED and d.settled is False)]
 
 
-def _unsettled(d: dict) -> str:
+def _unsettled(factor: str, d: Decision) -> str:
     """Why a decision the runs show is not settled at the kit's bar: observed, on how many runs a side, at what p."""
-    n = d.get("runs_per_side")
+    n = d.runs_per_side
     side = f"{n} run{'s' if n != 1 else ''} per side" if n else "its runs"
-    if d["status"] == NEUTRAL:
-        return (f"{d['factor']} changed nothing on {side}: observed, not settled — at these counts even a complete "
+    if d.status == NEUTRAL:
+        return (f"{factor} changed nothing on {side}: observed, not settled — at these counts even a complete "
                 f"change would not be significant at 0.05 ({analysis.neutral_bar()} runs per side could show one)")
-    settle = d.get("repetitions_to_settle")
+    settle = d.repetitions_to_settle
     more = f"{settle} runs per side would settle it" if settle else "more than 100 runs per side would be needed"
-    what = "changes how the launch fails" if d["status"] == CHANGES_HOW else "decides the launch"
+    what = "changes how the launch fails" if d.status == CHANGES_HOW else "decides the launch"
     # no p where no share of ready runs was tested (both levels fail, differently: how, not whether)
-    p = "" if d.get("p_value") is None else f"Fisher's exact p = {d['p_value']:.2g}, not significant at 0.05; "
-    return f"{d['factor']} {what} on {side}: observed, not settled — {p}{more}"
+    p = "" if d.p_value is None else f"Fisher's exact p = {d.p_value:.2g}, not significant at 0.05; "
+    return f"{factor} {what} on {side}: observed, not settled — {p}{more}"
 
 
 def _sentence(reason: str, names) -> str:
