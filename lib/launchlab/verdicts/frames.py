@@ -109,7 +109,7 @@ def _each(one, jobs: list) -> list[_Built]:
     """`one` of each job, in order: in this process for small traces, else in a pool of spawned processes (clean
     ones, not forks of this one with its threads, e.g. pyarrow's; and none is left once the pool is done, as a fork
     server would stay, holding its imports, until this process ends)."""
-    workers = min(os.cpu_count() or 1, 4, len(jobs))
+    workers = min(len(os.sched_getaffinity(0)), 4, len(jobs))  # the cores this process may use (taskset, a cpuset)
     if workers < 2 or _trace_bytes(jobs) < PARALLEL_FROM_BYTES:
         return [one(job) for job in jobs]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
