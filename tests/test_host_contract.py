@@ -89,6 +89,17 @@ def test_every_transport_opens_a_host_with_every_member_of_the_protocol(tmp_path
         host.close()
 
 
+def test_the_in_memory_host_has_every_member_of_the_protocol_and_nothing_the_kit_does_not_ask():
+    """tests/memhost.py stands in for a host in the run path's in-process tests: what it offers beyond the protocol
+    is the tests' own handle on it (its processes, files and commands, and a process of someone else's)."""
+    from memhost import MemoryHost, Program
+
+    host = MemoryHost(server=Program())
+    assert sorted(m for m in members() if not hasattr(host, m)) == []
+    own = {n for n in dir(host) if not n.startswith("_")} - members()
+    assert own == {"commands", "dirs", "files", "foreign", "gpus", "handler", "processes", "server"}
+
+
 def test_outside_the_transports_a_host_is_asked_only_what_the_protocol_declares():
     used = {(str(p.relative_to(LIB)), a.attr) for p in callers() for a in host_attributes(ast.parse(p.read_text()))}
     assert {"run_on_gpu_node", "facts_before_start", "job_start", "final_state"} <= {attr for _, attr in used}

@@ -72,38 +72,6 @@ def test_a_second_run_on_a_host_takes_its_table_and_topology_over_and_other_gpus
     assert elsewhere == first and any("topo -m" in c for c in seen)
 
 
-def test_a_run_that_hits_not_enough_memory_fails_in_the_kv_cache_phase(small_params):
-    result, _ = run_first(small_params(), index=0)  # mem_fraction 0.55
-    assert result.status == "failed"
-    assert (result.failure_reason, result.failure_phase) == ("kv_cache_no_memory", "kv_cache")
-    assert "Not enough memory" in result.failure_message
-    assert result.drained is True
-
-
-def test_a_server_that_is_not_ready_by_the_deadline_times_out(small_params):
-    result, _ = run_first(small_params(pace=2.0, timeout=1.0), index=1)
-    assert result.status == "timeout"
-    assert result.failure_reason is None
-    assert "not ready after 1 s" in result.failure_message
-    assert result.failure_phase in ("startup", "dist_init", "weights")
-
-
-def test_a_server_that_dies_without_a_known_error_is_failed_process_exited(tmp_path, sim_root):
-    path = write_params(tmp_path, f"""\
-        experiment: dies
-        hosts:
-          box: {{transport: sim, gpus: 1, workdir: {tmp_path / "w"}}}
-        server:
-          kind: generic
-          command: [bash, -c, "echo starting up; sleep 0.3; exit 3"]
-          ready: {{timeout_s: 20, log_pattern: "never printed"}}
-        """)
-    result, folder = run_first(path)
-    assert result.status == "failed"
-    assert result.failure_reason == "process_exited"
-    assert (folder / "server.log").read_text() == "starting up\n"
-
-
 def test_ctrl_c_during_a_run_stops_the_server_and_records_the_interruption(small_params, tmp_path):
     path = small_params(pace=3.0, timeout=120)
     code = (f"from launchlab.runner import runview; rd = runview.ensure_run_dir({str(path)!r}); print(rd, flush=True); "
@@ -191,76 +159,6 @@ def test_launchlab_run_handles_a_multi_node_experiment(tmp_path, sim_root):
     run_dir = Path(proc.stdout.strip())
     assert list(pd.read_parquet(run_dir / "runs.parquet")["status"]) == ["ready"]
     assert sorted(pd.read_parquet(run_dir / "telemetry.parquet")["node"].unique()) == [0, 1]
-
-
-def test_a_leftover_process_holding_gpu_memory_before_a_run_is_a_confound(small_params):
-    """A real process holds simulated GPU memory before one run: the preflight records it, the verdict names it."""
-    import subprocess
-    import sys
-
-    import pandas as pd
-
-    from launchlab.sim import state
-    from launchlab.verdicts import confounds
-
-    path = small_params()
-    exp = params.load(path)
-    host = connect(exp)
-    run_dir = runview.ensure_run_dir(path)
-    plan = make_plan(exp)
-    first = lifecycle.run_one(exp, plan[1], run_dir, host)
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        state.set_allocation(host.state_dir, holder.pid, 0, 3000, "python3")
-        second = lifecycle.run_one(exp, plan[0], run_dir, host)
-    finally:
-        holder.kill()
-        holder.wait()
-    facts = {r.run_id: json.loads((rundir.RunDir(run_dir).run(r.run_id).path / "provenance.json").read_text())
-             for r in (first, second)}
-    runs = pd.DataFrame([{"run_id": r.run_id, "variant": r.variant, "status": r.status} for r in (first, second)])
-    found = confounds.find(runs, facts, first.variant)
-    gpu = [c for c in found if c["kind"] == "gpu state"]
-    assert gpu and gpu[0]["runs"] == [second.run_id]
-    assert f"pid {holder.pid}" in gpu[0]["detail"] and "GPU 0 3000 MiB" in gpu[0]["detail"]
-
-
-def test_a_smoke_request_that_succeeds_keeps_the_run_ready(tmp_path, small_params):
-    path = small_params()
-    smoke = '  smoke: {url: "http://127.0.0.1:{port}/v1/completions", body: {prompt: hi, max_tokens: 4}}'
-    text = path.read_text().replace("  stop_grace_s: 5", "  stop_grace_s: 5\n" + smoke)
-    path.write_text(text)
-    result, _ = run_first(path, index=1)
-    assert result.status == "ready" and result.smoke_status == 200
-    assert "simulated" in result.smoke_response
-
-
-def test_a_ready_server_whose_smoke_request_fails_is_degraded_with_the_reason(tmp_path, sim_root):
-    # a server that is healthy but cannot serve: like `transformers serve` when its KV cache cannot be sized
-    script = ("import http.server, sys\n"
-              "class H(http.server.BaseHTTPRequestHandler):\n"
-              "    def do_GET(self):\n"
-              "        self.send_response(200); self.end_headers()\n"
-              "    def do_POST(self):\n"
-              "        print('ValueError: No positive solution (root = -16382.7)', flush=True)\n"
-              "        self.send_response(503); self.end_headers(); self.wfile.write(b'{\"error\": \"CB worker died\"}')\n"
-              "print('Application startup complete.', flush=True)\n"
-              "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
-    path = write_params(tmp_path, f"""\
-        experiment: degraded
-        hosts:
-          box: {{transport: sim, gpus: 1, workdir: {tmp_path / "w"}}}
-        server:
-          kind: transformers
-          command: [python3, -c, {json.dumps(script.replace("{", "{{").replace("}", "}}"))}, "{{port}}"]
-          ready: {{timeout_s: 20, health_url: "http://127.0.0.1:{{port}}/health"}}
-          smoke: {{url: "http://127.0.0.1:{{port}}/v1/completions", body: {{prompt: hi}}, timeout_s: 10}}
-        """)
-    result, folder = run_first(path)
-    assert result.status == "degraded"
-    assert result.smoke_status == 503 and "CB worker died" in result.smoke_response
-    assert (result.failure_reason, result.failure_phase) == ("kv_cache_no_memory", "kv_cache")
-    assert result.startup_s > 0
 
 
 def test_a_run_is_never_run_again_over_its_raw_files(small_params, tmp_path):

@@ -224,21 +224,27 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     fmt = {p.strip() for p in opts["format"].split(",")}
     header, units = "noheader" not in fmt, "nounits" not in fmt
-    out = sys.stdout
-    if header:
-        out.write(", ".join(table[f][0] + (f" [{table[f][1]}]" if table[f][1] else "") for f in fields) + "\n")
     while True:
-        allocs = state.allocations(root)
-        if opts["kind"] == "gpu":
-            rows = [_gpu_values(host, g, allocs) for g in host["gpus"] if g["index"] in selected]
-        else:
-            rows = _app_rows(host, allocs, selected)
-        for row in rows:
-            out.write(", ".join(_cell(row[table[f][0]], table[f][1], units) for f in fields) + "\n")
-        out.flush()
+        sys.stdout.write(query_text(host, state.allocations(root), opts["kind"], fields, selected, header=header,
+                                    units=units))
+        sys.stdout.flush()
         if opts["loop_s"] is None:
             return 0
+        header = False
         time.sleep(opts["loop_s"])
+
+
+def query_text(host: dict, allocs: list[dict], kind: str, fields: list[str], selected: set[int], *, header: bool,
+               units: bool) -> str:
+    """What one sample of `--query-gpu` (kind "gpu": a row per selected GPU) or `--query-compute-apps` ("apps": a
+    row per process holding memory there) prints, its header line first when asked. Pure: the stand-in prints it,
+    and the tests' in-memory host (tests/memhost.py) answers the kit's GPU commands with it."""
+    table = GPU_FIELDS if kind == "gpu" else APP_FIELDS
+    rows = [_gpu_values(host, g, allocs) for g in host["gpus"] if g["index"] in selected] if kind == "gpu" \
+        else _app_rows(host, allocs, selected)
+    lines = [", ".join(table[f][0] + (f" [{table[f][1]}]" if table[f][1] else "") for f in fields)] if header else []
+    lines += [", ".join(_cell(row[table[f][0]], table[f][1], units) for f in fields) for row in rows]
+    return "".join(line + "\n" for line in lines)
 
 
 def cli() -> None:
