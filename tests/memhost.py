@@ -1,16 +1,11 @@
 """MemoryHost: the Host contract (hosts/base.py) in memory, a test double in the manner of httpx's MockTransport.
 
-A test gives it what its server does — a Program: the lines its log gets and when, when it answers its health URL,
-when it ends and how, what GPU memory it holds — and the run path (run/lifecycle.py, watch, cleanup) runs against
-it in-process: no process is started, no file is written on the host's side, no port is opened. Files live in a
-dict; a started process is a record whose log and GPU memory follow the wall clock since its start; the sampler's
-trace is written as nvidia-smi writes it (sim/nvidia_smi.query_text, the simulated host's own formats), and so are
-the GPU commands the kit runs (gpu_snapshot, gpu_apps, gpu_owners, gpu_indices), recognised as the commands
-module builds them. Every other command goes to `handler(command) -> CommandResult`; the default answers exit 127
-(not modelled), which the kit reads as a fact it could not gather. `commands` lists every command run, in order.
-
-What it does not stand in for: the shell commands themselves, quoting, process groups, signals, SSH, a scheduler.
-Those are tested against the real parts (the simulated box's processes, sshd, Slurm).
+A test says what its server does (a Program: its log lines and when, when it answers its health URL, when and how
+it ends, the GPU memory it holds) and the run path runs against it in-process: no process, no host file, no port.
+Files live in a dict; a started process is a record that follows the clock since its start; the sampler's trace
+and the kit's GPU commands (recognised as the commands module builds them) are answered in nvidia-smi's formats
+(sim/nvidia_smi.query_text). Any other command goes to `handler`: by default exit 127, a fact not gathered.
+Shell quoting, process groups, signals, SSH and Slurm are tested against the real parts, not here.
 """
 
 from __future__ import annotations
