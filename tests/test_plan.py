@@ -1,6 +1,6 @@
 from conftest import ROOT
 from launchlab import params
-from launchlab.runner.plan import find_run, make_plan
+from launchlab.runner.plan import make_plan
 
 
 def test_runs_are_interleaved_variant_by_variant_not_blocked():
@@ -17,7 +17,7 @@ def test_run_ids_are_stable_and_unique():
     assert ids == [r.run_id for r in make_plan(params.load(ROOT / "params" / "demo.yaml"))]
     assert len(set(ids)) == len(ids)
     assert ids[0] == "01_custom_ar-off.mem_fraction-0.75_rep1"
-    assert find_run(make_plan(exp), ids[5]).seq == 6
+    assert make_plan(exp)[5].seq == 6 and make_plan(exp)[5].run_id == ids[5]
 
 
 def test_with_several_hosts_each_runs_whole_replicates():

@@ -132,17 +132,6 @@ def peak_memory_mib(path: str | Path) -> float | None:
     return None if peak is None or math.isnan(peak) else float(peak)
 
 
-def read_line_by_line(path: str | Path, fields: tuple[str, ...] | list[str] | None = None) -> pd.DataFrame:
-    """read_query_csv's frame, every line read by the line-by-line reader (no C-speed path, no thinning, the text
-    whole): what read_query_csv must give, for files small enough to read so."""
-    import pandas as pd
-
-    with open_trace(path) as fh:
-        columns, frames = _parse_lines(fh.read().split("\n"), list(fields) if fields else None)
-    return (pd.concat(frames, ignore_index=True, sort=False) if frames
-            else pd.DataFrame([], columns=columns or list(SAMPLER_FIELDS)))
-
-
 CHUNK_CHARS = 4 * 2**20  # a trace is parsed this much text at a time: ~40,000 lines of 8 GPUs' samples
 MAX_TRACE_ROWS = 400_000  # rows of one trace kept (50,000 samples of 8 GPUs: 83 minutes at 100 ms); thinned past it
 

@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 from launchlab import masking, params, search
-from launchlab.errors import ParamsError, RunDirError
+from launchlab.errors import ParamsError
 from launchlab.params import MAX_RUNS, Experiment, Variant, baseline_variant, expand, plan_size, variant_of
 from launchlab.store.manifest import Manifest
 from launchlab.store.records import Run
@@ -57,15 +57,6 @@ def warmup_runs(exp: Experiment) -> list[Run]:
 def warmup_id(n: int, host: str, slug: str, several_hosts: bool) -> str:
     """A warm-up's run id: `warmup1_<baseline>`, with the host where the plan uses several (`warmup1-a_…`)."""
     return f"warmup{n}{f'-{host}' if several_hosts else ''}_{slug}"
-
-
-def find_run(plan: list[Run], run_id: str) -> Run:
-    for run in plan:
-        if run.run_id == run_id:
-            return run
-    known = ", ".join(r.run_id for r in plan)
-    raise RunDirError(f"run id {run_id!r} is not in the plan of this params file (runs: {known}); pass one of "
-                      "those, or an empty run_id for the first")
 
 
 def strata(exp: Experiment) -> list[str]:

@@ -138,14 +138,6 @@ def _lower_subject(factor: str, text: str) -> str:
     return text
 
 
-def universal_ok(claim: Claim, n_strata: int) -> bool:
-    """A claim may use a universal word only when it rests on every stratum there is and names none as not
-    compared (the rule the property test holds every generated verdict to)."""
-    if not any(word in claim.text for word in UNIVERSAL):
-        return True
-    return not claim.not_observed and len(claim.strata) == n_strata
-
-
 # ---------------------------------------------------------------------------------------------------------
 # How a stratum's levels ended, in words
 
