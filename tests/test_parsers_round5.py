@@ -97,9 +97,23 @@ def test_diagnose_drafts_an_lmdeploy_launch_whose_model_is_left_to_fill_in(tmp_p
     assert exp.server.kind == "lmdeploy"
     assert exp.server.command[:4] == ["lmdeploy", "serve", "api_server", "TODO-model"]
     command = " ".join(exp.server.command)
-    assert "--tp 1" in command and "--cache-max-entry-count 0.8" in command and "--server-port {port}" in command
+    assert "--tp 1" in command and "--server-port {port}" in command
+    # out of memory with no free-memory figure in the log: the cache's share is a factor by rule, not prediction
+    assert "--cache-max-entry-count" not in command
+    assert {level: v.flags for level, v in exp.factors["cache_max_entry_count"].items()} == \
+        {"0.8": {"--cache-max-entry-count": "0.8"}, "0.4": {"--cache-max-entry-count": "0.4"}}
+    assert exp.baseline == {"cache_max_entry_count": "0.8"} and "half, by rule" in out.read_text()
     refused = subprocess.run([*LAUNCHLAB, "validate", str(out)], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "`TODO-model` is a placeholder the kit wrote" in refused.stderr
+
+
+def test_an_lmdeploy_launch_that_failed_but_not_for_memory_gets_no_memory_factor(tmp_path):
+    log = ROUND5 / "lmdeploy-issue3154-turbomind-api-server-create-weight-traceback.log"
+    found = diagnose.diagnose([log])
+    assert found.kind.name == "lmdeploy" and found.failure.reason not in ("cuda_oom", "kv_cache_no_memory")
+    parts = draft._Parts()
+    draft._memory(found, draft.Options(host="gpu-box"), parts)
+    assert parts.factors == {}
 
 
 def test_the_verdict_reads_an_lmdeploy_level_from_its_engine_configuration():

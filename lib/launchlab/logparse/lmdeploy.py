@@ -18,7 +18,7 @@ import re
 
 from launchlab.logparse.arguments import call_arguments
 from launchlab.logparse.kindstates import KV_POOL
-from launchlab.logparse.serverkind import LogFacts, Relaunch, ServerKind, Setting, State
+from launchlab.logparse.serverkind import LogFacts, MemoryShare, Relaunch, ServerKind, Setting, State
 from launchlab.logparse.tableparser import CUDA_OOM, FailureLine, Statement, TableParser, Tables
 
 _MIB = 1 / 1024
@@ -143,5 +143,7 @@ KIND = ServerKind(
                       args=("tp", "session_len", "max_batch_size", "cache_max_entry_count", "cache_block_seq_len"),
                       skip=frozenset({"server_name", "server_port"}), port_flag="--server-port"),
     states=LMDEPLOY_STATES,
+    memory_share=MemoryShare("cache_max_entry_count", "--cache-max-entry-count",
+                             "the cache's share of the memory free after the weights"),
     units_note="GiB (TurboMind's `MB` is MiB)",
-)  # no budget: TurboMind prints its blocks, not the free memory they were sized from
+)  # no budget: TurboMind prints its blocks, not the free memory they were sized from (so: memory_share)

@@ -52,6 +52,23 @@ class BreakEven:
 
 
 @dataclass(frozen=True)
+class MemoryShare:
+    """A flag that sets the share of the GPU's memory a kind's KV cache takes, where the log gives no figures to
+    predict a break-even from (TurboMind prints its blocks, not the free memory they were sized from): diagnose
+    drafts it as a factor by rule, the failing value against half of it, after a failure of `reasons`.
+
+    arg, flag  the argument as the log's engine configuration records it, and the flag that sets it
+    what       the share in words, for the factor's comment
+    reasons    the failure reasons a smaller share can cure (out of memory as the cache is sized)
+    """
+
+    arg: str
+    flag: str
+    what: str
+    reasons: tuple[str, ...] = ("cuda_oom", "kv_cache_no_memory")
+
+
+@dataclass(frozen=True)
 class Suspect:
     """A feature of a kind that a failing launch may owe its failure to: `launchlab diagnose` proposes it as an
     on/off factor where the log shows it switched on.
@@ -234,6 +251,8 @@ class ServerKind:
                     None: the report says the log has no budget
     break_even      the argument whose break-even the budget predicts, its column and formula (the verdict's
                     break-even sentence and a threshold search's prediction). None: the budget predicts none
+    memory_share    where there is no break-even: the flag of the KV cache's share of memory (MemoryShare), which
+                    diagnose drafts by rule. None: none
     custom_ar_off   the flag that switches this server's custom all-reduce off (a factor that sets it is about
                     custom all-reduce, and each level is checked against the state its log gives). None: none
     arg_aliases     a flag (without its dashes) → the argument the server records it under, where that is not the
@@ -278,6 +297,7 @@ class ServerKind:
     budget: Budget | None = None
     report_intro: str | None = None
     break_even: BreakEven | None = None
+    memory_share: MemoryShare | None = None
     custom_ar_off: str | None = None
     arg_aliases: dict[str, str] = field(default_factory=dict)
     log_facts: LogFacts = field(default_factory=LogFacts)

@@ -166,6 +166,8 @@ def _read_budget(found: Diagnosis, parsed: list[ParsedLog], gpu_memory_gib: floa
     """The kind's own budget of the launch (one row), its break-even and the value the launch asked for; the card's
     total, where given, as one nvidia-smi sample of it."""
     kind = found.kind
+    if kind is not None and kind.memory_share is not None:  # no budget to read: the value asked for, as logged
+        found.requested = _number(found.args.get(kind.memory_share.arg))
     if kind is None or kind.budget is None:
         return
     import pandas as pd  # the budget is a frame function; loaded only here

@@ -254,7 +254,7 @@ def _with_port(words: list[str], flag: str = "--port") -> list[str]:
 
 def _rebuilt(found: Diagnosis) -> list[str]:
     relaunch, kind = found.kind.relaunch, found.kind
-    memory_arg = kind.break_even.arg if kind.break_even else None
+    memory_arg = kind.break_even.arg if kind.break_even else kind.memory_share.arg if kind.memory_share else None
     names = relaunch.args if relaunch.args is not None else tuple(found.args)
     model = found.args.get(kind.log_facts.model or "", "TODO-model")
     words = [w.replace("{model}", _escaped(model)) for w in relaunch.launcher]
@@ -315,6 +315,8 @@ def _memory(found: Diagnosis, opts: Options, parts: _Parts) -> list[str]:
     """The memory flag's factor (or search block) from the failing value and the break-even; [] when the log
     gives no break-even (said, with a TODO)."""
     be = found.kind.break_even if found.kind else None
+    if be is None and found.kind and found.kind.memory_share:
+        return _share(found, found.kind.memory_share, parts)
     if be is None or found.break_even is None or found.requested is None:
         if be is not None:
             parts.notes.append(f"{be.flag}: TODO — the log does not give the numbers of the break-even ({be.formula})")
@@ -337,6 +339,21 @@ def _memory(found: Diagnosis, opts: Options, parts: _Parts) -> list[str]:
         parts.notes.append(f"{be.flag}: the failing value is already past the break-even; one level only")
     parts.factors[be.arg] = (comment, {v: [f"flags: {_map({be.flag: v})}"] for v in levels})
     parts.baseline[be.arg] = _fmt(found.requested, step)
+    return []
+
+
+def _share(found: Diagnosis, share, parts: _Parts) -> list[str]:
+    """The kind's memory share (MemoryShare) at the failing value and at half of it, after a failure a smaller
+    share can cure: a rule, not a prediction (the log gives no figures for one), and the comment says so."""
+    reason = found.failure.reason if found.failure else None
+    if found.requested is None or not 0 < found.requested <= 1 or reason not in share.reasons:
+        return []
+    failing, half = _fmt(found.requested, 0.1), _fmt(found.requested / 2, 0.1)
+    where = f"line {found.failure.line}: " if found.failure.line else ""
+    parts.factors[share.arg] = (f"{where}{reason} at {failing}, {share.what}; no figure of the log predicts a "
+                                f"break-even: {half} is half, by rule",
+                                {v: [f"flags: {_map({share.flag: v})}"] for v in (failing, half)})
+    parts.baseline[share.arg] = failing
     return []
 
 
