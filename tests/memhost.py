@@ -20,7 +20,7 @@ from pathlib import Path
 
 from launchlab.gpu.telemetry import APP_FIELDS, SAMPLER_FIELDS, SNAPSHOT_FIELDS
 from launchlab.hosts import commands
-from launchlab.hosts.base import CommandResult, JobStart, ProcessRef
+from launchlab.hosts.base import CommandResult, ProcessRef, RunsAtOnce
 from launchlab.hosts.commands.probes import REFUSED
 from launchlab.sim import nvidia_smi
 from launchlab.tags import RUN_ID_ENV
@@ -59,7 +59,7 @@ class _Process:
         return (self.ended if self.ended is not None else time.monotonic()) - self.started
 
 
-class MemoryHost:
+class MemoryHost(RunsAtOnce):
     """One host of `gpus` GPUs (80 GB each) whose server is `server`: a Program, or a function of the server's
     argv that returns one (so a factor's levels can change what the server does)."""
 
@@ -209,18 +209,6 @@ class MemoryHost:
 
     def gpu_indices(self) -> list[int] | None:
         return list(self.gpus)
-
-    def facts_before_start(self) -> dict[str, CommandResult] | None:
-        return None
-
-    def job_start(self, ref: ProcessRef, on_wait) -> JobStart | None:
-        return None
-
-    def ended_why(self, pgid: int) -> tuple[str, str] | None:
-        return None
-
-    def final_state(self, ref: ProcessRef) -> dict | None:
-        return None
 
     def close(self) -> None:
         pass

@@ -117,3 +117,24 @@ class Host(Protocol):
     def job_start(self, ref: ProcessRef, on_wait) -> JobStart | None: ...
     def ended_why(self, pgid: int) -> tuple[str, str] | None: ...  # (reason, message) when not the server's doing
     def final_state(self, ref: ProcessRef) -> dict | None: ...  # after the end: state, exit code, node, and source
+
+
+class RunsAtOnce:
+    """The Host protocol's scheduler questions, as a host that runs a process when it starts it answers them (every
+    transport but a scheduler's, which overrides them, and the tests' in-memory host)."""
+
+    def facts_before_start(self) -> dict[str, CommandResult] | None:
+        """The provenance's commands run here, on the host itself, before the launch (provenance.node_record)."""
+        return None
+
+    def job_start(self, ref: ProcessRef, on_wait) -> JobStart | None:
+        """A process started detached runs at once: no queue, and the host's facts were read before its start."""
+        return None
+
+    def ended_why(self, pgid: int) -> tuple[str, str] | None:
+        """Nothing but the server itself (or the kit) ends its process here."""
+        return None
+
+    def final_state(self, ref: ProcessRef) -> dict | None:
+        """No scheduler keeps a record of how a process ended here."""
+        return None

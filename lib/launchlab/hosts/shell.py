@@ -11,13 +11,13 @@ from pathlib import Path
 
 from launchlab.errors import HostError
 from launchlab.hosts import commands
-from launchlab.hosts.base import CommandResult, JobStart, ProcessRef
+from launchlab.hosts.base import CommandResult, ProcessRef, RunsAtOnce
 from launchlab.polling import backoff
 from launchlab.sim.state import STATE_ENV
 from launchlab.tags import BATCH_ENV, RUN_ID_ENV
 
 
-class ShellHost(abc.ABC):
+class ShellHost(RunsAtOnce, abc.ABC):
     """Process control through shell commands, shared by the transports; subclasses provide `execute` (and the
     file operations, which go through the transport rather than the shell)."""
 
@@ -157,22 +157,6 @@ class ShellHost(abc.ABC):
     def run_on_gpu_node(self, command: str, *, timeout: float = 60) -> str | None:
         """The run's GPUs are this host's: the command's output (HostError when it fails)."""
         return self.run(command, timeout=timeout).stdout
-
-    def facts_before_start(self) -> dict[str, CommandResult] | None:
-        """The provenance's commands run here, on the host itself, before the launch (provenance.node_record)."""
-        return None
-
-    def job_start(self, ref: ProcessRef, on_wait) -> JobStart | None:
-        """A process started detached runs at once: no queue, and the host's facts were read before its start."""
-        return None
-
-    def ended_why(self, pgid: int) -> tuple[str, str] | None:
-        """Nothing but the server itself (or the kit) ends its process here."""
-        return None
-
-    def final_state(self, ref: ProcessRef) -> dict | None:
-        """No scheduler keeps a record of how a process ended here."""
-        return None
 
     def clock(self) -> str:
         return self.run(commands.host_clock(), timeout=30).stdout.strip()
