@@ -1,4 +1,6 @@
-"""One run against the simulated box: every outcome, and nothing left running afterwards."""
+"""One run against real processes: the simulated box (a ready run, its host facts, a multi-node batch), a local host
+without nvidia-smi, Ctrl-C, the run notebook. Every outcome of the run path's logic is tested in-process against
+the in-memory host: tests/test_run_in_memory.py."""
 
 import json
 import os
@@ -117,32 +119,6 @@ NODE_SCRIPT = ("import http.server, sys, time; rank, n, master, port = sys.argv[
                "print('serving', flush=True) if rank == '0' else None; "
                "http.server.HTTPServer(('127.0.0.1', int(port)), http.server.SimpleHTTPRequestHandler).serve_forever() "
                "if rank == '0' else time.sleep(600)")
-
-
-def test_a_multi_node_server_starts_on_every_node_and_is_ready_when_node_0_is(tmp_path, sim_root):
-    path = write_params(tmp_path, MULTI_NODE.format(w=tmp_path, script=NODE_SCRIPT.replace("FAIL", "False")))
-    result, folder = run_first(path)
-    assert result.status == "ready", result
-    assert result.nodes == ["head", "worker"]
-    assert (folder / "server.log").read_text().startswith("node 0 of 2 master 127.0.0.1")
-    assert (folder / "server.node1.log").read_text().startswith("node 1 of 2 master 127.0.0.1")
-    assert (folder / "nvidia-smi.node1.csv.gz").is_file() and not (folder / "nvidia-smi.node1.csv").exists()
-    processes = json.loads((folder / "processes.json").read_text())
-    assert sorted((p["node"], p["role"]) for p in processes) == [(0, "sampler"), (0, "server"), (1, "sampler"),
-                                                                 (1, "server")]
-    assert all(p["stopped_with"] for p in processes)
-    provenance = json.loads((folder / "provenance.json").read_text())
-    assert [n["host"] for n in provenance["nodes"]] == ["head", "worker"]
-
-
-def test_when_one_node_fails_every_node_is_stopped(tmp_path, sim_root):
-    path = write_params(tmp_path, MULTI_NODE.format(w=tmp_path, script=NODE_SCRIPT.replace("FAIL", "True")))
-    result, folder = run_first(path)
-    assert result.status == "failed"
-    assert "node 1 (worker)" in result.failure_message
-    processes = json.loads((folder / "processes.json").read_text())
-    head_server = next(p for p in processes if p["node"] == 0 and p["role"] == "server")
-    assert head_server["stopped_with"] in ("TERM", "KILL")
 
 
 def test_launchlab_run_handles_a_multi_node_experiment(tmp_path, sim_root):

@@ -155,3 +155,57 @@ def test_another_process_holding_gpu_memory_before_a_run_is_recorded_and_named_a
     gpu = [c for c in confounds.find(runs, facts, first.variant) if c["kind"] == "gpu state"]
     assert gpu and gpu[0]["runs"] == [second.run_id]
     assert f"pid {holder}" in gpu[0]["detail"] and "GPU 0 3000 MiB" in gpu[0]["detail"]
+
+
+TWO_NODES = """\
+experiment: two-nodes
+nodes: [head, worker]
+hosts:
+  head: {{transport: sim, gpus: 1, workdir: {w}/head}}
+  worker: {{transport: sim, gpus: 1, workdir: {w}/worker}}
+server:
+  kind: generic
+  command: [python3, -c, "the node", "{{node_rank}}", "{{nnodes}}", "{{master_addr}}", "{{port}}"]
+  ready: {{timeout_s: 20, log_pattern: "serving", health_url: "http://127.0.0.1:{{port}}/"}}
+  stop_grace_s: 5
+"""
+
+
+def two_nodes(tmp_path, *, worker_fails: bool):
+    """The run of a two-node server whose node 0 serves once its worker is up; the worker stays up, or exits 3."""
+    exp = params.load(write_params(tmp_path, TWO_NODES.format(w=tmp_path)))
+
+    def node(argv):
+        said = [(0.0, "node {} of {} master {}".format(*argv[3:6]))]
+        if argv[3] == "0":
+            return Program([*said, (0.1, "serving")], ready_s=0.1, mib={0: 2000})
+        return Program(said, exit_s=0.05, exit_code=3) if worker_fails else Program(said, mib={0: 2000})
+
+    hosts = {name: MemoryHost(name, server=node, workdir=f"/mem/{name}") for name in ("head", "worker")}
+    run_dir = runview.ensure_run_dir(tmp_path / "exp.yaml")
+    record = lifecycle.run_one(exp, make_plan(exp)[0], run_dir, hosts)
+    return record, rundir.RunDir(run_dir).run(record.run_id).path, hosts
+
+
+def test_a_multi_node_server_starts_on_every_node_and_is_ready_when_node_0_is(tmp_path, sim_root):
+    record, folder, hosts = two_nodes(tmp_path, worker_fails=False)
+    assert (record.status, record.nodes) == ("ready", ["head", "worker"])
+    assert (folder / "server.log").read_text().startswith("node 0 of 2 master 127.0.0.1")
+    assert (folder / "server.node1.log").read_text() == "node 1 of 2 master 127.0.0.1\n"
+    assert (folder / "nvidia-smi.node1.csv.gz").is_file() and not (folder / "nvidia-smi.node1.csv").exists()
+    processes = json.loads((folder / "processes.json").read_text())
+    assert sorted((p["node"], p["host"], p["role"], p["stopped_with"]) for p in processes) == [
+        (0, "head", "sampler", "TERM"), (0, "head", "server", "TERM"),
+        (1, "worker", "sampler", "TERM"), (1, "worker", "server", "TERM")]
+    assert [n["host"] for n in json.loads((folder / "provenance.json").read_text())["nodes"]] == ["head", "worker"]
+    for host in hosts.values():
+        assert_nothing_left(host)
+
+
+def test_when_one_node_fails_every_node_is_stopped(tmp_path, sim_root):
+    record, folder, hosts = two_nodes(tmp_path, worker_fails=True)
+    assert record.status == "failed" and "node 1 (worker)" in record.failure_message
+    stopped = {(p["node"], p["role"]): p["stopped_with"] for p in json.loads((folder / "processes.json").read_text())}
+    assert stopped[(0, "server")] == "TERM" and stopped[(1, "server")] == "gone"
+    for host in hosts.values():
+        assert_nothing_left(host)
