@@ -41,7 +41,7 @@ lab: $(STAMP)  ## JupyterLab at the repository root: notebooks/, params/, output
 	$(BIN)/jupyter lab --notebook-dir=. --config=jupyter/jupyter_server_config.py \
 	  $(if $(filter 0,$(shell id -u)),--allow-root)
 
-test: $(STAMP) check-notebooks lint docs  ## run the test suite (and ruff, and the notebook check): about 8 minutes on a quiet 2-core machine, more on a slower one
+test: $(STAMP) check-notebooks lint docs  ## run the test suite (and ruff, and the notebook check): about 9 minutes on a quiet 2-core machine, more on a slower one
 	$(PYTEST) -n $(TEST_WORKERS) --durations=15
 
 check: $(STAMP) check-notebooks lint docs  ## the inner loop: ruff and the tests that start no real process (under a minute)
