@@ -163,6 +163,22 @@ drain: {{timeout_s: 10, tolerance_mib: 64}}
 """
 
 
+# a two-node experiment on two simulated hosts; {script}: the server's Python, given its node rank, node count,
+# master address and port (tests/test_lifecycle.py, tests/test_run_in_memory.py)
+MULTI_NODE = """\
+experiment: two-nodes
+nodes: [head, worker]
+hosts:
+  head: {{transport: sim, gpus: 1, workdir: {w}/head}}
+  worker: {{transport: sim, gpus: 1, workdir: {w}/worker}}
+server:
+  kind: generic
+  command: [python3, -c, "{script}", "{{node_rank}}", "{{nnodes}}", "{{master_addr}}", "{{port}}"]
+  ready: {{timeout_s: 20, log_pattern: "serving", health_url: "http://127.0.0.1:{{port}}/"}}
+  stop_grace_s: 5
+"""
+
+
 @pytest.fixture
 def small_params(tmp_path, sim_root):
     """A 2-GPU simulated experiment: mem_fraction 0.55 fails in the KV-cache phase, 0.85 is ready."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCHLAB, connect, write_params
+from conftest import LAUNCHLAB, MULTI_NODE, connect, write_params
 from launchlab import params
 from launchlab.run import lifecycle
 from launchlab.runner import notebooks, runview
@@ -99,18 +99,6 @@ def test_ctrl_c_during_a_run_stops_the_server_and_records_the_interruption(small
     assert not any(host.group_alive(p["pgid"]) for p in recorded)
 
 
-MULTI_NODE = """\
-experiment: two-nodes
-nodes: [head, worker]
-hosts:
-  head: {{transport: sim, gpus: 1, workdir: {w}/head}}
-  worker: {{transport: sim, gpus: 1, workdir: {w}/worker}}
-server:
-  kind: generic
-  command: [python3, -c, "{script}", "{{node_rank}}", "{{nnodes}}", "{{master_addr}}", "{{port}}"]
-  ready: {{timeout_s: 20, log_pattern: "serving", health_url: "http://127.0.0.1:{{port}}/"}}
-  stop_grace_s: 5
-"""
 # node 0 serves HTTP after "rendezvous"; node 1 just stays up, or exits when asked to fail.
 NODE_SCRIPT = ("import http.server, sys, time; rank, n, master, port = sys.argv[1:5]; "
                "print('node', rank, 'of', n, 'master', master, flush=True); "

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from conftest import SMALL_SIM, write_params
+from conftest import MULTI_NODE, SMALL_SIM, write_params
 from launchlab import params
 from launchlab.run import lifecycle
 from launchlab.runner import runview
@@ -157,23 +157,9 @@ def test_another_process_holding_gpu_memory_before_a_run_is_recorded_and_named_a
     assert f"pid {holder}" in gpu[0]["detail"] and "GPU 0 3000 MiB" in gpu[0]["detail"]
 
 
-TWO_NODES = """\
-experiment: two-nodes
-nodes: [head, worker]
-hosts:
-  head: {{transport: sim, gpus: 1, workdir: {w}/head}}
-  worker: {{transport: sim, gpus: 1, workdir: {w}/worker}}
-server:
-  kind: generic
-  command: [python3, -c, "the node", "{{node_rank}}", "{{nnodes}}", "{{master_addr}}", "{{port}}"]
-  ready: {{timeout_s: 20, log_pattern: "serving", health_url: "http://127.0.0.1:{{port}}/"}}
-  stop_grace_s: 5
-"""
-
-
 def two_nodes(tmp_path, *, worker_fails: bool):
     """The run of a two-node server whose node 0 serves once its worker is up; the worker stays up, or exits 3."""
-    exp = params.load(write_params(tmp_path, TWO_NODES.format(w=tmp_path)))
+    exp = params.load(write_params(tmp_path, MULTI_NODE.format(w=tmp_path, script="the node")))
 
     def node(argv):
         said = [(0.0, "node {} of {} master {}".format(*argv[3:6]))]
