@@ -1,6 +1,7 @@
 """Issue 63: the manipulation check, held over generated designs (hypothesis). One to three factors of two or three
 levels, one to three runs a variant; one factor, `x`, is made indistinguishable in every run — the same argument dump,
-the same memory figures, the same outcomes and startup times at each of its levels, no level check that shows it —
+the same memory figures, the same outcomes and startup times at each of its levels, no level check that shows it, and
+the same peak GPU memory where a server stood ready (a failed launch's sampled peak is whatever the sampler caught) —
 while every other factor's level is in the server's argument dump. The verdict never calls `x` neutral (it was not
 shown to vary), and never says that of a factor its runs' dumps tell apart. The truth is by construction here, not
 computed by the kit."""
@@ -23,8 +24,9 @@ EVENTS = pd.DataFrame(columns=["run_id", "t_s", "rank", "field", "value"])
 
 @st.composite
 def designs(draw):
-    """(factors {name: levels} with `x` among them, runs [(levels, end, startup_s)]): per combination of the other
-    factors, one list of ends (and startup times) that every level of x repeats."""
+    """(factors {name: levels} with `x` among them, runs [(levels, end, startup_s, peak_mib)]): per combination of
+    the other factors, one list of ends (and startup times) that every level of x repeats; a launch that failed has
+    the peak its sampler happened to catch before the server freed its memory (drawn anew for each run)."""
     others = {f"f{i}": [f"l{j}" for j in range(draw(st.integers(2, 3)))] for i in range(draw(st.integers(0, 2)))}
     x = [f"x{j}" for j in range(draw(st.integers(2, 3)))]
     factors = {**others, "x": x}
@@ -33,13 +35,14 @@ def designs(draw):
         held = dict(zip(others, combo, strict=True))
         ends = draw(st.lists(st.tuples(st.sampled_from(ENDS), st.floats(1, 90)), min_size=1, max_size=3))
         for level in x:
-            runs += [({**held, "x": level}, end, startup) for end, startup in ends]
+            runs += [({**held, "x": level}, end, startup,
+                      1.0 if end in ("ready", "degraded") else draw(st.floats(0, 80_000))) for end, startup in ends]
     return factors, runs
 
 
 def evidence_of(factors: dict[str, list[str]], runs: list[tuple[dict, str, float]]) -> Evidence:
     rows, planned, parsed = [], [], {}
-    for i, (levels, end, startup) in enumerate(runs, 1):
+    for i, (levels, end, startup, peak) in enumerate(runs, 1):
         run_id = f"{i:02d}_" + ".".join(f"{k}-{v}" for k, v in levels.items())
         variant = ", ".join(f"{k}={v}" for k, v in levels.items())
         planned.append(ManifestEntry(run_id, i, variant, levels, 1, "box"))
@@ -50,7 +53,7 @@ def evidence_of(factors: dict[str, list[str]], runs: list[tuple[dict, str, float
         rows.append({"run_id": run_id, "variant": variant, "repetition": 1, "host": "box", "status": status,
                      "failure_reason": reason, "failure_phase": "kv_cache" if reason else None,
                      "failure_message": None, "startup_s": startup if status == "ready" else None,
-                     "peak_mem_used_mib": 1.0, "phase_reached": "ready", **levels})
+                     "peak_mem_used_mib": peak, "phase_reached": "ready", **levels})
         # the server's dump states every factor's level but x's; x leaves no trace in any figure
         args = {f"{f}_arg": levels[f] for f in factors if f != "x"} | {"tp_size": "2"}
         parsed[run_id] = {"server": "sglang", "args": args, "log_sha256": run_id,
@@ -81,6 +84,6 @@ def test_a_factor_whose_levels_look_alike_in_every_run_is_never_called_neutral(d
 def test_the_property_holds_because_x_would_read_neutral_without_the_check():
     """The condition the property tests is real: the same design's counts alone say "no change" of x."""
     factors = {"x": ["x0", "x1"]}
-    runs = [({"x": level}, end, 5.0) for level in ("x0", "x1") for end in ("ready", "ready", "ready", "ready")]
+    runs = [({"x": level}, end, 5.0, 1.0) for level in ("x0", "x1") for end in ("ready", "ready", "ready", "ready")]
     v = verdict.build(evidence_of(factors, runs))
     assert v.factors["x"].status == "not_shown_to_vary" and v.factors["x"].would_be == "neutral"

@@ -4,9 +4,10 @@ A factor counts as varied where some run shows one of its levels taking effect (
 code failing: ledger.CONFIRMED, ledger.FAILED_IN_OWN_CODE), or where, holding the other factors, the runs at two of
 its levels differ in something their logs give: the server's arguments (a value it announced it replaced counts as
 the value it used), its custom all-reduce state, the memory each startup phase took, the KV pool, the GPU memory at
-its peak (nvidia-smi), how the launch ended, an environment variable the server kind is known to read, or the time
-to ready (Mann-Whitney, p < 0.05). Otherwise it was **not shown to vary**: what it did to the launch is not known —
-never "does not change the launch outcome" — and the check says what would show it.
+its peak (nvidia-smi; only where the server stood ready: a failed launch's sampled peak is a lower bound), how the
+launch ended, an environment variable the server kind is known to read, or the time to ready (Mann-Whitney,
+p < 0.05). Otherwise it was **not shown to vary**: what it did to the launch is not known — never "does not change
+the launch outcome" — and the check says what would show it.
 
 Pure: the ledger's records (each run's `observed`) and the params in; a Varied record out.
 """
@@ -25,6 +26,7 @@ from launchlab.verdicts import levelchecks
 # what a run's `observed` holds (RunEvidence.observed), in the words the verdict names them
 ARGS, CUSTOM_AR, OUTCOME, ENV, STARTUP, PEAK = ("argument dump", "custom all-reduce state", "outcome",
                                                 "environment the server reads", "time to ready", "peak GPU memory")
+STOOD_READY = ("ready", "degraded")  # statuses whose server held its memory while sampled
 PEAK_GAP_MIB, PEAK_GAP_SHARE = 256, 0.01  # two levels' peaks (nvidia-smi) told apart beyond both: a sampler's noise
 # per-rank figures of a startup phase's memory and of the pool (their mean over ranks), and how far apart two levels'
 # values must lie to be told apart (GiB; tokens and blocks: a share) — the drift of a log's figures between launches
@@ -65,9 +67,13 @@ def observed(row: dict, log: dict, *, outcome: str, env: dict[str, str], kind: s
     if server is not None:
         version = (log.get("log_facts") or {}).get("server_version")
         out[ENV] = frozenset((n, v) for n, v in env.items() if server.reads_env(n, version) is not None)
+    # a sampled peak is a value only where the server stood ready and held its memory between samples; a launch that
+    # failed may have freed it before the sampler looked (two failing levels' "peaks" 73.9 and 45.2 GiB, the same
+    # launch): a lower bound, which tells nothing apart
+    stood = row.get("status") in STOOD_READY
     for key, column in ((STARTUP, "startup_s"), (PEAK, "peak_mem_used_mib")):
         value = row.get(column)
-        if isinstance(value, (int, float)) and math.isfinite(value):
+        if isinstance(value, (int, float)) and math.isfinite(value) and (key != PEAK or stood):
             out[key] = float(value)
     return out
 
