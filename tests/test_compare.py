@@ -375,3 +375,25 @@ def test_a_change_of_what_decides_is_said_in_words_not_verdict_json_s_values():
     said = [comparesentences._decisions_sentence(SimpleNamespace(decisions=[DecisionChange("f", s, None, True)]))[0]
             for s in STATUSES]
     assert len(set(said)) == len(STATUSES) and not [s for s in said if "_" in s], said  # none raw, each its own
+
+
+def test_peak_memory_of_a_launch_that_failed_is_never_compared_with_one_that_stood_ready(tmp_path):
+    """The shipped before/after pair (the same SGLang search on an H200, then on an H100): at
+    --mem-fraction-static 0.004 the H200's probe started (peak 1.34 GiB) and the H100's failed at KV sizing (1.01 GiB
+    when the sampler looked). The kit before said "-0.3281" GiB after − before: what a failed launch held is no
+    measure of what the level costs (effects compare peaks only within one phase, issue 47; compare did not)."""
+    from launchlab.reporting import compare as loading
+    from launchlab.reporting import comparetext
+
+    pair = [shutil.copytree(ROOT / "examples" / name, tmp_path / name.split("/")[0]) for name in
+            ("h200-sglang-threshold/20261203-093428", "h100-sglang-threshold/20261207-101000")]
+    before, after = loading.load_side(pair[0], "before"), loading.load_side(pair[1], "after")
+    shifts = {(s.variant, s.metric): s for s in compare.metric_shifts(before, after)}
+    peak = shifts[("graphs=off, mem_fraction_static=0.004", "peak_mem_used_mib")]
+    assert peak.before_n == peak.after_n == 1 and peak.diff is None and peak.ci_low is None
+    assert peak.not_compared.startswith("the runs reached different phases (before: ready; after: kv_cache)")
+    rows = comparetext.shift_rows(compare.compare(before, after))
+    said = rows.loc[rows["metric"] == "peak_mem_used_gib", "interval"].tolist()
+    assert said == ["not compared: " + peak.not_compared], said
+    assert not [s for s in shifts.values() if s.metric == "peak_mem_used_mib" and s.diff is not None], \
+        "a peak of one phase compared with another's"

@@ -65,7 +65,8 @@ def shift_rows(record: BeforeAfter) -> pd.DataFrame:
                      "before": f"{_number(s.before_mean, scale, unit)} (n={s.before_n})" if s.before_n else "—",
                      "after": f"{_number(s.after_mean, scale, unit)} (n={s.after_n})" if s.after_n else "—",
                      "after − before": "" if s.diff is None else fmt(s.diff),
-                     "interval": interval_text(s, fmt) if s.diff is not None else "one side has no value"})
+                     "interval": (interval_text(s, fmt) if s.diff is not None
+                                  else f"not compared: {s.not_compared}" if s.not_compared else "one side has no value")})
     return pd.DataFrame(rows, columns=["variant", "metric", "before", "after", "after − before", "interval"])
 
 

@@ -101,6 +101,7 @@ class Shift:
     interval: str
     before_values: list[float] = field(default_factory=list)
     after_values: list[float] = field(default_factory=list)
+    not_compared: str = ""
 
 
 @dataclass(frozen=True)

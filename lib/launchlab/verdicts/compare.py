@@ -293,19 +293,21 @@ def welch(before: list[float], after: list[float]) -> tuple[float | None, float 
     return float(ci.low), float(ci.high), "welch"
 
 
-def shift(variant: str, metric: str, unit: str, *, before: list[float], after: list[float]) -> Shift:
-    """One variant's metric: each side's values, the difference of the means and its interval (welch)."""
+def shift(variant: str, metric: str, unit: str, *, before: list[float], after: list[float],
+          not_compared: str = "") -> Shift:
+    """One variant's metric: each side's values, the difference of the means and its interval (welch); where it is
+    `not_compared` (why), each side's values alone."""
     def sd(values: list[float]) -> float | None:
         return float(pd.Series(values).std()) if len(values) > 1 else None
 
     mean_a = sum(before) / len(before) if before else None
     mean_b = sum(after) / len(after) if after else None
-    diff = mean_b - mean_a if mean_a is not None and mean_b is not None else None
-    low, high, how = welch(before, after)
+    diff = mean_b - mean_a if mean_a is not None and mean_b is not None and not not_compared else None
+    low, high, how = welch(before, after) if not not_compared else (None, None, "none")
     return Shift(variant=variant, metric=metric, unit=unit, before_n=len(before), after_n=len(after),
                  before_mean=mean_a, after_mean=mean_b, before_sd=sd(before), after_sd=sd(after), diff=diff,
                  ratio=mean_b / mean_a if diff is not None and mean_a else None, ci_low=low, ci_high=high,
-                 interval=how, before_values=before, after_values=after)
+                 interval=how, before_values=before, after_values=after, not_compared=not_compared)
 
 
 def _values(frame: pd.DataFrame, variant: str, column: str) -> list[float]:
@@ -318,15 +320,32 @@ def metric_shifts(before: Side, after: Side) -> list[Shift]:
     """KV tokens (the log's first rank) and peak GPU memory (nvidia-smi), per variant, over the valid runs with a
     value: a variant whose runs give none on a side (failed before the KV cache, imported without a capture) has
     no row for that metric."""
-    a = effects.run_metrics(before.valid(), before.events).reset_index()
-    b = effects.run_metrics(after.valid(), after.events).reset_index()
+    a, b = (effects.run_metrics(s.valid(), s.events).join(_phases(s.runs)).reset_index() for s in (before, after))
     out = []
     for variant in [v for v in _variants(before) if v in _variants(after)]:
         for metric, unit in METRICS.items():
             x, y = _values(a, variant, metric), _values(b, variant, metric)
             if x or y:
-                out.append(shift(variant, metric, unit, before=x, after=y))
+                why = _phases_differ(a, b, variant, metric) if metric in effects.SAME_PHASE else ""
+                out.append(shift(variant, metric, unit, before=x, after=y, not_compared=why))
     return out
+
+
+def _phases(runs: pd.DataFrame) -> pd.Series:
+    """Each run's phase reached (unknown where an older kit's runs.parquet has no such column)."""
+    phase = runs["phase_reached"] if "phase_reached" in runs else pd.Series(None, index=runs.index, dtype=object)
+    return pd.Series(phase.to_numpy(), index=runs["run_id"], name="phase_reached")
+
+
+def _phases_differ(a: pd.DataFrame, b: pd.DataFrame, variant: str, metric: str) -> str:
+    """Why a SAME_PHASE metric (peak memory) is not compared: the runs with a value reached different phases, and
+    what a launch that failed at KV sizing held says nothing of what one that allocated its pool holds."""
+    phases = [sorted(set(f.loc[(f["variant"] == variant) & f[metric].notna(), "phase_reached"].fillna("?")))
+              for f in (a, b)]
+    if len(set(phases[0]) | set(phases[1])) <= 1:
+        return ""
+    return (f"the runs reached different phases (before: {', '.join(phases[0])}; after: {', '.join(phases[1])}): "
+            "what one launch held says nothing of what the other would have")
 
 
 def _break_even(before: Side, after: Side) -> dict | None:
