@@ -176,7 +176,8 @@ def _schema(args: argparse.Namespace) -> int:
 
         print(reference.markdown(params.json_schema()))
     else:
-        print(json.dumps(params.json_schema(), indent=2))
+        # on one line, as the kit writes its records (indentation was a third of the file; editors read it whole)
+        print(json.dumps(params.json_schema(), separators=(",", ":")))
     return 0
 
 
