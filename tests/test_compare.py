@@ -104,6 +104,9 @@ def test_the_break_even_moves_up_with_heavier_weights_as_each_side_s_own_verdict
         assert s["before_mean"] == pytest.approx(own[0][s["variant"]]) and s["after_mean"] == pytest.approx(own[1][s["variant"]])
         assert s["diff"] > 0.03 and s["before_n"] == s["after_n"] == 2
     assert "Break-even mem_fraction_static (1 − avail/total) moved up in every variant" in proc.stdout
+    # every run stood ready on both sides: their sampled peaks are compared (test_sampled_peak has the rule)
+    peaks = [s for s in record["shifts"] if s["metric"] == "peak_mem_used_mib"]
+    assert peaks and all(s["diff"] is not None and s["not_compared"] == "" and s["left_out"] == [] for s in peaks)
     kv = [s for s in record["shifts"] if s["metric"] == "kv_tokens"]  # both variants start, each with a KV cache
     assert {s["variant"] for s in kv} == {"custom_ar=off, mem_fraction=0.75", "custom_ar=off, mem_fraction=0.85"}
     assert all(s["diff"] < 0 for s in kv)
@@ -380,8 +383,8 @@ def test_a_change_of_what_decides_is_said_in_words_not_verdict_json_s_values():
 def test_peak_memory_of_a_launch_that_failed_is_never_compared_with_one_that_stood_ready(tmp_path):
     """The shipped before/after pair (the same SGLang search on an H200, then on an H100): at
     --mem-fraction-static 0.004 the H200's probe started (peak 1.34 GiB) and the H100's failed at KV sizing (1.01 GiB
-    when the sampler looked). The kit before said "-0.3281" GiB after − before: what a failed launch held is no
-    measure of what the level costs (effects compare peaks only within one phase, issue 47; compare did not)."""
+    when the sampler looked). The kit before said "-0.3281" GiB after − before: a failed launch's sampled peak is a
+    lower bound, no measure of what the level costs (records.STOOD_READY, as effects and the manipulation check)."""
     from launchlab.reporting import compare as loading
     from launchlab.reporting import comparetext
 
@@ -390,8 +393,10 @@ def test_peak_memory_of_a_launch_that_failed_is_never_compared_with_one_that_sto
     before, after = loading.load_side(pair[0], "before"), loading.load_side(pair[1], "after")
     shifts = {(s.variant, s.metric): s for s in compare.metric_shifts(before, after)}
     peak = shifts[("graphs=off, mem_fraction_static=0.004", "peak_mem_used_mib")]
-    assert peak.before_n == peak.after_n == 1 and peak.diff is None and peak.ci_low is None
-    assert peak.not_compared.startswith("the runs reached different phases (before: ready; after: kv_cache)")
+    assert (peak.before_n, peak.after_n) == (1, 0) and peak.diff is None and peak.ci_low is None
+    assert peak.not_compared.startswith("no run after stood ready (after:01_graphs-off.mem_fraction_static-0.004_rep1 "
+                                        "(failed)): a failed launch's sampled peak"), peak.not_compared
+    assert peak.left_out == ["after:01_graphs-off.mem_fraction_static-0.004_rep1 (failed)"]
     rows = comparetext.shift_rows(compare.compare(before, after))
     said = rows.loc[rows["metric"] == "peak_mem_used_gib", "interval"].tolist()
     assert said == ["not compared: " + peak.not_compared], said

@@ -40,7 +40,7 @@ def designs(draw):
     return factors, runs
 
 
-def evidence_of(factors: dict[str, list[str]], runs: list[tuple[dict, str, float]]) -> Evidence:
+def evidence_of(factors: dict[str, list[str]], runs: list[tuple[dict, str, float, float]]) -> Evidence:
     rows, planned, parsed = [], [], {}
     for i, (levels, end, startup, peak) in enumerate(runs, 1):
         run_id = f"{i:02d}_" + ".".join(f"{k}-{v}" for k, v in levels.items())
@@ -53,7 +53,7 @@ def evidence_of(factors: dict[str, list[str]], runs: list[tuple[dict, str, float
         rows.append({"run_id": run_id, "variant": variant, "repetition": 1, "host": "box", "status": status,
                      "failure_reason": reason, "failure_phase": "kv_cache" if reason else None,
                      "failure_message": None, "startup_s": startup if status == "ready" else None,
-                     "peak_mem_used_mib": peak, "phase_reached": "ready", **levels})
+                     "peak_mem_used_mib": peak, "phase_reached": "kv_cache" if reason else "ready", **levels})
         # the server's dump states every factor's level but x's; x leaves no trace in any figure
         args = {f"{f}_arg": levels[f] for f in factors if f != "x"} | {"tp_size": "2"}
         parsed[run_id] = {"server": "sglang", "args": args, "log_sha256": run_id,

@@ -102,6 +102,7 @@ class Shift:
     before_values: list[float] = field(default_factory=list)
     after_values: list[float] = field(default_factory=list)
     not_compared: str = ""
+    left_out: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,10 @@ STATES: tuple[str, ...] = get_args(State)
 # interruption), `unknown` an imported log that stops before the launch ended
 VALID_STATUSES: tuple[str, ...] = ("ready", "failed", "timeout", "degraded")
 KIT_STATUSES: tuple[str, ...] = (*VALID_STATUSES, "error")  # what a run the kit watched can end as
+# the runs whose sampled peak GPU memory is a value: their server stood ready and held its memory while sampled. A
+# launch that failed may have freed it before the sampler looked (two failing levels of one launch read 73.9 and
+# 45.2 GiB): its peak is a lower bound, never compared (effects, compare) nor taken as a level's trace (varied)
+STOOD_READY: tuple[str, ...] = ("ready", "degraded")
 
 
 @dataclass(frozen=True)

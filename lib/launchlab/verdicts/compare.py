@@ -36,6 +36,7 @@ from launchlab.store.comparerecord import (
     VariantOutcome,
 )
 from launchlab.store.manifest import Manifest, ManifestSearch
+from launchlab.store.records import STOOD_READY
 from launchlab.store.verdictrecord import Verdict
 from launchlab.verdicts import analysis, budget, comparesentences, confounds, derivedargs, effects, thresholds
 from launchlab.verdicts.ledger import Ledger
@@ -294,9 +295,9 @@ def welch(before: list[float], after: list[float]) -> tuple[float | None, float 
 
 
 def shift(variant: str, metric: str, unit: str, *, before: list[float], after: list[float],
-          not_compared: str = "") -> Shift:
+          not_compared: str = "", left_out: list[str] | None = None) -> Shift:
     """One variant's metric: each side's values, the difference of the means and its interval (welch); where it is
-    `not_compared` (why), each side's values alone."""
+    `not_compared` (why), each side's values alone; `left_out`: the runs whose values were not taken, and why."""
     def sd(values: list[float]) -> float | None:
         return float(pd.Series(values).std()) if len(values) > 1 else None
 
@@ -307,7 +308,8 @@ def shift(variant: str, metric: str, unit: str, *, before: list[float], after: l
     return Shift(variant=variant, metric=metric, unit=unit, before_n=len(before), after_n=len(after),
                  before_mean=mean_a, after_mean=mean_b, before_sd=sd(before), after_sd=sd(after), diff=diff,
                  ratio=mean_b / mean_a if diff is not None and mean_a else None, ci_low=low, ci_high=high,
-                 interval=how, before_values=before, after_values=after, not_compared=not_compared)
+                 interval=how, before_values=before, after_values=after, not_compared=not_compared,
+                 left_out=left_out or [])
 
 
 def _values(frame: pd.DataFrame, variant: str, column: str) -> list[float]:
@@ -319,33 +321,35 @@ def _values(frame: pd.DataFrame, variant: str, column: str) -> list[float]:
 def metric_shifts(before: Side, after: Side) -> list[Shift]:
     """KV tokens (the log's first rank) and peak GPU memory (nvidia-smi), per variant, over the valid runs with a
     value: a variant whose runs give none on a side (failed before the KV cache, imported without a capture) has
-    no row for that metric."""
-    a, b = (effects.run_metrics(s.valid(), s.events).join(_phases(s.runs)).reset_index() for s in (before, after))
+    no row for that metric. A sampled peak counts only of runs that stood ready (records.STOOD_READY): the others
+    are `left_out`, and a side with none of its own is `not_compared`."""
+    judged = [s.ledger.judged(s.valid()).set_index("run_id") for s in (before, after)]
+    a, b = (effects.run_metrics(j.reset_index(), s.events).join(j["status"]).reset_index()
+            for j, s in zip(judged, (before, after), strict=True))
     out = []
     for variant in [v for v in _variants(before) if v in _variants(after)]:
         for metric, unit in METRICS.items():
             x, y = _values(a, variant, metric), _values(b, variant, metric)
-            if x or y:
-                why = _phases_differ(a, b, variant, metric) if metric in effects.SAME_PHASE else ""
-                out.append(shift(variant, metric, unit, before=x, after=y, not_compared=why))
+            if not (x or y):
+                continue
+            if metric not in effects.SAMPLED:
+                out.append(shift(variant, metric, unit, before=x, after=y))
+                continue
+            (x, fell_x), (y, fell_y) = _stood(a, variant, metric, before), _stood(b, variant, metric, after)
+            sides = " and ".join(name for name, values in (("before", x), ("after", y)) if not values)
+            why = "" if x and y else (
+                f"no run {sides} stood ready ({', '.join(fell_x + fell_y)}): a failed launch's sampled peak is what "
+                "the sampler caught before the server freed its memory, a lower bound")
+            out.append(shift(variant, metric, unit, before=x, after=y, not_compared=why, left_out=fell_x + fell_y))
     return out
 
 
-def _phases(runs: pd.DataFrame) -> pd.Series:
-    """Each run's phase reached (unknown where an older kit's runs.parquet has no such column)."""
-    phase = runs["phase_reached"] if "phase_reached" in runs else pd.Series(None, index=runs.index, dtype=object)
-    return pd.Series(phase.to_numpy(), index=runs["run_id"], name="phase_reached")
-
-
-def _phases_differ(a: pd.DataFrame, b: pd.DataFrame, variant: str, metric: str) -> str:
-    """Why a SAME_PHASE metric (peak memory) is not compared: the runs with a value reached different phases, and
-    what a launch that failed at KV sizing held says nothing of what one that allocated its pool holds."""
-    phases = [sorted(set(f.loc[(f["variant"] == variant) & f[metric].notna(), "phase_reached"].fillna("?")))
-              for f in (a, b)]
-    if len(set(phases[0]) | set(phases[1])) <= 1:
-        return ""
-    return (f"the runs reached different phases (before: {', '.join(phases[0])}; after: {', '.join(phases[1])}): "
-            "what one launch held says nothing of what the other would have")
+def _stood(frame: pd.DataFrame, variant: str, metric: str, side: Side) -> tuple[list[float], list[str]]:
+    """A variant's sampled values of the runs that stood ready, and the others named (side:run, how they ended)."""
+    rows = frame[(frame["variant"] == variant) & frame[metric].notna()]
+    stood = rows["status"].isin(STOOD_READY)
+    fell = [f"{side.named(r.run_id)} ({r.status})" for r in rows[~stood].itertuples()]
+    return [float(v) for v in rows.loc[stood, metric]], fell
 
 
 def _break_even(before: Side, after: Side) -> dict | None:

@@ -2,10 +2,10 @@
 within strata (the other factors held at one combination), on the memory and time metrics the logs and the
 samples give — from the runs the evidence ledger says observe the factor.
 
-Memory is compared like with like: a run's peak memory only against runs that reached the same phase (a launch
-that died before its KV pool against one that allocated it says nothing of what a level costs), and the log's own
-figures phase by phase — distributed init with the all-reduce buffers, weights, KV pool, CUDA graphs — each of
-which only runs that reached that phase have.
+Memory is compared like with like: a run's sampled peak only between runs that stood ready (a launch that died
+before its KV pool may have freed its memory before the sampler looked: its peak is a lower bound, and says nothing
+of what a level costs), and the log's own figures phase by phase — distributed init with the all-reduce buffers,
+weights, KV pool, CUDA graphs — each of which only runs that reached that phase have.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import math
 import pandas as pd
 
 from launchlab.logparse.parsedlog import rank_order
+from launchlab.store.records import STOOD_READY
 from launchlab.verdicts.claims import label, places
 from launchlab.verdicts.ledger import Ledger
 
 EFFECT_METRICS = ("dist_init_mem_gib", "weights_mem_gib", "kv_tokens", "kv_gib", "graph_mem_gib", "peak_mem_used_mib",
                   "startup_s")
-# a metric compared only between runs that reached the same phase: a sample of what the whole launch held
-SAME_PHASE = ("peak_mem_used_mib",)
+# a metric sampled while the launch ran (nvidia-smi): a value only of runs that stood ready (records.STOOD_READY)
+SAMPLED = ("peak_mem_used_mib",)
 SMALL_N = 3
 LARGE_SPREAD = 0.10  # sd / |mean|
 
@@ -53,22 +54,22 @@ def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseli
                    searched: str | None = None) -> tuple[list[dict], list[str]]:
     """For each factor level other than the baseline's and each metric: the level's runs that observe the factor
     (ledger.Ledger.for_factor) against those at the baseline level, within each stratum (the other factors held at
-    one combination) where both sides have a value — for SAME_PHASE metrics, where both sides' runs reached the same
-    phase (`not_compared` names the strata left out and why). Per-stratum differences are combined by their
-    unweighted mean; `mean` and `baseline_mean` are the means of the per-stratum means, `n` / `baseline_n` count
-    the values compared, `sd` is the within-stratum (pooled) sd of the level's values. With two or more values per
-    side, `ci_low` / `ci_high` are the 95 % t-interval of the matched differences (a level's run against the
-    baseline's run of the same repetition in the same stratum, scipy.stats.ttest_1samp) — where those differences
-    are all the same (`diffs_identical`) the interval is that point, which says no spread was seen, not that it is
-    precise; with one, `values` and `baseline_values` are the single values and there is no interval. The notes:
-    the strata a SAME_PHASE metric was not compared in, and why. A search's own flag (`searched`) has none: its
-    probes are no sides of a comparison (analysis.searched)."""
+    one combination) where both sides have a value — for SAMPLED metrics, of the runs that stood ready (a failed
+    launch's sampled peak is a lower bound; the notes name the strata and runs left out, and why). Per-stratum
+    differences are combined by their unweighted mean; `mean` and `baseline_mean` are the means of the per-stratum
+    means, `n` / `baseline_n` count the values compared, `sd` is the within-stratum (pooled) sd of the level's
+    values. With two or more values per side, `ci_low` / `ci_high` are the 95 % t-interval of the matched
+    differences (a level's run against the baseline's run of the same repetition in the same stratum,
+    scipy.stats.ttest_1samp) — where those differences are all the same (`diffs_identical`) the interval is that
+    point, which says no spread was seen, not that it is precise; with one, `values` and `baseline_values` are the
+    single values and there is no interval. A search's own flag (`searched`) has none: its probes are no sides of a
+    comparison (analysis.searched)."""
     factors = list(led.factors)
     effects, notes = [], []
     for factor in (f for f in factors if f != searched):
         obs = led.for_factor(factor, runs)
         valid = obs[obs["valid"]]
-        table = valid.set_index("run_id")[[*factors, "repetition", "phase_reached"]].join(
+        table = valid.set_index("run_id")[[*factors, "repetition", "phase_reached", "status"]].join(
             run_metrics(valid, events).drop(columns="variant"))
         others = [f for f in factors if f != factor]
         for level in dict.fromkeys(obs[factor].dropna()):
@@ -78,8 +79,10 @@ def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseli
                 effect, skipped = _matched(table, factor, level, baseline[factor], others=others, metric=metric)
                 if effect is not None:
                     effects.append(effect)
-                notes += _not_compared(f"{metric} of {factor}={level} is not compared with {factor}={baseline[factor]}",
-                                       skipped)
+                pair = f"{metric} of {factor}={level} is not compared with {factor}={baseline[factor]}"
+                notes += _not_compared(pair, [s for s in skipped if not s.get("partial")])
+                notes += _not_compared(pair.replace(" is not compared with ", " against ") + " is compared over the "
+                                       "runs that stood ready", [s for s in skipped if s.get("partial")])
     return effects, notes
 
 
@@ -168,25 +171,34 @@ def effect_warnings(effects: list[dict]) -> list[str]:
 
 def _pairs(table: pd.DataFrame, factor: str, level: str, base: str, *, others: list[str], metric: str
            ) -> tuple[list[tuple[dict, pd.Series, pd.Series]], list[dict]]:
-    """Per stratum where both sides have values of the metric: (held, the level's values, the baseline's); and the
-    strata a SAME_PHASE metric leaves out because its two sides reached different phases."""
+    """Per stratum where both sides have values of the metric: (held, the level's values, the baseline's); and, for
+    a SAMPLED metric, the strata whose runs that did not stand ready were left out (`partial`: the others were
+    compared)."""
     groups = table.groupby(others, sort=False) if others else [((), table)]
     used, skipped = [], []
     for key, group in groups:
         held = _held(others, key if isinstance(key, tuple) else (key,))
-        mine, theirs = group[group[factor] == level], group[group[factor] == base]
-        t, c = mine[metric].dropna(), theirs[metric].dropna()
-        if not (len(t) and len(c)):
-            continue
-        phases = [sorted(set(side.loc[values.index, "phase_reached"].fillna("?"))) for side, values in
-                  ((mine, t), (theirs, c))]
-        if metric in SAME_PHASE and len(set(phases[0]) | set(phases[1])) > 1:
-            skipped.append({"stratum": label(held), "why": (
-                f"the runs reached different phases ({factor}={level}: {', '.join(phases[0])}; {factor}={base}: "
-                f"{', '.join(phases[1])}): what one launch held says nothing of what the other would have")})
-            continue
-        used.append((held, t, c))
+        sides = [group[group[factor] == level], group[group[factor] == base]]
+        if metric in SAMPLED:
+            fell = [side[side[metric].notna() & ~side["status"].isin(STOOD_READY)] for side in sides]
+            sides = [side[side["status"].isin(STOOD_READY)] for side in sides]
+        t, c = (side[metric].dropna() for side in sides)
+        both = bool(len(t) and len(c))
+        if metric in SAMPLED and (len(fell[0]) or len(fell[1])):
+            skipped.append({"stratum": label(held), "partial": both, "why": _fell(factor, (level, base), fell)})
+        if both:
+            used.append((held, t, c))
     return used, skipped
+
+
+def _fell(factor: str, levels: tuple[str, str], fell: list[pd.DataFrame]) -> str:
+    """Why runs' sampled peaks were left out: each side's runs that did not stand ready, counted by how they ended."""
+    def ended(side: pd.DataFrame) -> str:
+        counts = side.groupby([side["status"], side["phase_reached"].fillna("?")], sort=False).size()
+        return ", ".join(f"{n} {'run' if n == 1 else 'runs'} {status} in {phase}" for (status, phase), n in counts.items())
+
+    said = "; ".join(f"{factor}={lv}: {ended(side)}" for lv, side in zip(levels, fell, strict=True) if len(side))
+    return f"runs not ready left out ({said}): a failed launch's sampled peak is a lower bound"
 
 
 def _held(others: list[str], key: tuple) -> dict[str, str]:

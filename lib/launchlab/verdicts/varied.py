@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from launchlab.logparse.kinds import KINDS
 from launchlab.logparse.kindstates import CUSTOM_AR as CUSTOM_AR_STATE
 from launchlab.params import Experiment
+from launchlab.store.records import STOOD_READY
 from launchlab.verdicts import levelchecks
 
 # what a run's `observed` holds (RunEvidence.observed), in the words the verdict names them
 ARGS, CUSTOM_AR, OUTCOME, ENV, STARTUP, PEAK = ("argument dump", "custom all-reduce state", "outcome",
                                                 "environment the server reads", "time to ready", "peak GPU memory")
-STOOD_READY = ("ready", "degraded")  # statuses whose server held its memory while sampled
 PEAK_GAP_MIB, PEAK_GAP_SHARE = 256, 0.01  # two levels' peaks (nvidia-smi) told apart beyond both: a sampler's noise
 # per-rank figures of a startup phase's memory and of the pool (their mean over ranks), and how far apart two levels'
 # values must lie to be told apart (GiB; tokens and blocks: a share) — the drift of a log's figures between launches
@@ -67,10 +67,7 @@ def observed(row: dict, log: dict, *, outcome: str, env: dict[str, str], kind: s
     if server is not None:
         version = (log.get("log_facts") or {}).get("server_version")
         out[ENV] = frozenset((n, v) for n, v in env.items() if server.reads_env(n, version) is not None)
-    # a sampled peak is a value only where the server stood ready and held its memory between samples; a launch that
-    # failed may have freed it before the sampler looked (two failing levels' "peaks" 73.9 and 45.2 GiB, the same
-    # launch): a lower bound, which tells nothing apart
-    stood = row.get("status") in STOOD_READY
+    stood = row.get("status") in STOOD_READY  # a failed launch's sampled peak is a lower bound: it tells nothing
     for key, column in ((STARTUP, "startup_s"), (PEAK, "peak_mem_used_mib")):
         value = row.get(column)
         if isinstance(value, (int, float)) and math.isfinite(value) and (key != PEAK or stood):
