@@ -83,6 +83,17 @@ def test_a_foreign_prefix_ansi_and_a_progress_bar_do_not_hide_a_line():
     assert parsed.phase_reached == "cuda_graph"
 
 
+def test_a_second_ranks_capture_end_glued_to_the_first_ranks_bar_is_that_ranks():
+    """Issue 66, 5 (no public log of this form was found: this is the form the held-out miss names): TP1's end record
+    right after TP0's bar, no carriage return between; each rank keeps its own pool memory."""
+    parsed = sglang.parse(lines(
+        "100%|██████████| 23/23 [00:05<00:00,  4.2it/s][2025-03-08 10:00:05 TP1] Capture cuda graph end. Time "
+        "elapsed: 5.6 s. mem usage=0.40 GB. avail mem=1.05 GB.\n[2025-03-08 10:00:05 TP0] Capture cuda graph end. "
+        "Time elapsed: 5.5 s. mem usage=0.41 GB. avail mem=1.04 GB.\n"))
+    assert parsed.ranks["1"] == {"graph_s": 5.6, "graph_mem_gib": 0.4, "graph_end_avail_gib": 1.05}
+    assert parsed.ranks["0"]["graph_mem_gib"] == 0.41
+
+
 def test_a_log_cut_off_mid_startup_has_no_failure():
     parsed = logparse.parse_file(LOGS / "sglang-pr11716-tp8-init-dist-load-begin.log")
     assert parsed.ready is False and parsed.failure is None
