@@ -28,7 +28,7 @@ reserved=42.296 GiB, rest=-20.596 GiB
 
 def test_sglang_rest_and_break_even_from_the_min_over_ranks_agree_with_the_debug_line():
     events, runs = frames_of(sglang.parse(SGLANG_LOG.splitlines(keepends=True)))
-    [row] = budget.sglang_budget(events, runs).to_dict("records")
+    [row] = budget.recompute("sglang", events, runs).to_dict("records")
     assert (row["total_gib"], row["avail_gib"], row["fraction"]) == (93.99, 21.70, 0.55)  # MIN over ranks
     assert row["rest_gib"] == pytest.approx(21.70 - 93.99 * 0.45)
     assert row["logged_rest_gib"] == -20.596 and row["agrees"] is True
@@ -37,13 +37,13 @@ def test_sglang_rest_and_break_even_from_the_min_over_ranks_agree_with_the_debug
 
 def test_a_logged_value_that_disagrees_with_the_formula_is_flagged():
     events, runs = frames_of(sglang.parse(SGLANG_LOG.replace("rest=-20.596", "rest=-18.000").splitlines(keepends=True)))
-    assert budget.sglang_budget(events, runs)["agrees"].tolist() == [False]
+    assert budget.recompute("sglang", events, runs)["agrees"].tolist() == [False]
 
 
 def test_vllm_v0_profile_budget_from_a_real_log():
     parsed = logparse.parse_file(DATA / "real-logs/vllm-pr14447-v0-tp4-memory-profiling-workers.log")
     events, runs = frames_of(parsed)
-    [row] = budget.vllm_budget(events, runs).to_dict("records")
+    [row] = budget.recompute("vllm", events, runs).to_dict("records")
     # 23.58 GiB × 0.99 − (21.21 + 0.20 + 0.37) ≈ 1.57 GiB, as the log says
     assert row["kv_gib"] == pytest.approx(1.57, abs=0.01) and row["agrees"] is True
     assert row["break_even_utilization"] == pytest.approx(21.78 / 23.58)

@@ -402,3 +402,15 @@ def test_peak_memory_of_a_launch_that_failed_is_never_compared_with_one_that_sto
     assert said == ["not compared: " + peak.not_compared], said
     assert not [s for s in shifts.values() if s.metric == "peak_mem_used_mib" and s.diff is not None], \
         "a peak of one phase compared with another's"
+
+
+def test_a_shift_over_the_runs_that_stood_ready_names_the_runs_it_left_out():
+    from types import SimpleNamespace
+
+    from launchlab.reporting import comparetext
+
+    s = compare.shift("v", "peak_mem_used_mib", "MiB", before=[71_680.0, 71_680.0], after=[61_440.0] * 3,
+                      left_out=["before:03_v_rep3 (failed)"])
+    assert s.diff == -10_240.0 and s.not_compared == ""
+    [said] = comparetext.shift_rows(SimpleNamespace(shifts=[s]))["interval"]
+    assert said.endswith("; runs not ready left out: before:03_v_rep3 (failed)"), said

@@ -67,7 +67,7 @@ def shift_rows(record: BeforeAfter) -> pd.DataFrame:
                      "after − before": "" if s.diff is None else fmt(s.diff),
                      "interval": (interval_text(s, fmt) if s.diff is not None
                                   else f"not compared: {s.not_compared}" if s.not_compared else "one side has no value")
-                     + (f"; left out, as they did not stand ready: {', '.join(s.left_out)}"
+                     + (f"; runs not ready left out: {', '.join(s.left_out)}"
                         if s.left_out and not s.not_compared else "")})
     return pd.DataFrame(rows, columns=["variant", "metric", "before", "after", "after − before", "interval"])
 

@@ -172,11 +172,3 @@ def _differing(variants: pd.Series) -> dict[str, str]:
     common = set.intersection(*(set(p) for p in parts.values())) if parts else set()
     return {v: ", ".join(x for x in p if x not in common) or v for v, p in parts.items()}
 
-
-# the names these recomputations had before the kinds declared them (kept for callers of budget.py)
-def sglang_budget(events: pd.DataFrame, runs: pd.DataFrame, telemetry: pd.DataFrame | None = None) -> pd.DataFrame:
-    return recompute("sglang", events, runs, telemetry)
-
-
-def vllm_budget(events: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    return recompute("vllm", events, runs)

@@ -36,7 +36,7 @@ from launchlab.store.comparerecord import (
     VariantOutcome,
 )
 from launchlab.store.manifest import Manifest, ManifestSearch
-from launchlab.store.records import STOOD_READY
+from launchlab.store.records import LOWER_BOUND, STOOD_READY
 from launchlab.store.verdictrecord import Verdict
 from launchlab.verdicts import analysis, budget, comparesentences, confounds, derivedargs, effects, thresholds
 from launchlab.verdicts.ledger import Ledger
@@ -337,9 +337,7 @@ def metric_shifts(before: Side, after: Side) -> list[Shift]:
                 continue
             (x, fell_x), (y, fell_y) = _stood(a, variant, metric, before), _stood(b, variant, metric, after)
             sides = " and ".join(name for name, values in (("before", x), ("after", y)) if not values)
-            why = "" if x and y else (
-                f"no run {sides} stood ready ({', '.join(fell_x + fell_y)}): a failed launch's sampled peak is what "
-                "the sampler caught before the server freed its memory, a lower bound")
+            why = "" if x and y else f"no run {sides} stood ready ({', '.join(fell_x + fell_y)}): {LOWER_BOUND}"
             out.append(shift(variant, metric, unit, before=x, after=y, not_compared=why, left_out=fell_x + fell_y))
     return out
 

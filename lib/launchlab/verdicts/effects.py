@@ -15,7 +15,7 @@ import math
 import pandas as pd
 
 from launchlab.logparse.parsedlog import rank_order
-from launchlab.store.records import STOOD_READY
+from launchlab.store.records import LOWER_BOUND, STOOD_READY
 from launchlab.verdicts.claims import label, places
 from launchlab.verdicts.ledger import Ledger
 
@@ -198,7 +198,7 @@ def _fell(factor: str, levels: tuple[str, str], fell: list[pd.DataFrame]) -> str
         return ", ".join(f"{n} {'run' if n == 1 else 'runs'} {status} in {phase}" for (status, phase), n in counts.items())
 
     said = "; ".join(f"{factor}={lv}: {ended(side)}" for lv, side in zip(levels, fell, strict=True) if len(side))
-    return f"runs not ready left out ({said}): a failed launch's sampled peak is a lower bound"
+    return f"runs not ready left out ({said}): {LOWER_BOUND}"
 
 
 def _held(others: list[str], key: tuple) -> dict[str, str]:
