@@ -15,7 +15,10 @@ pytestmark = pytest.mark.slow  # real kernels
 
 PROBE = """\
 import os, sys
+from ipykernel.kernelapp import IPKernelApp
+app = IPKernelApp.instance()
 print(json.dumps({"pid": os.getpid(), "cwd": os.getcwd(), "left": "left_by_earlier" in globals(),
+                  "transport": app.transport, "sockets": app.ip,
                   "preloaded": "launchlab.runner.runview" in sys.modules,
                   "history": get_ipython().history_manager.enabled}))
 left_by_earlier = True
@@ -52,20 +55,29 @@ def test_every_notebook_gets_a_fresh_kernel_started_ahead_and_none_outlives_the_
             notebooks.execute(str(probe), tmp_path / f"out{i}.ipynb", {}, pool)
             runs.append(seen(tmp_path / f"out{i}.ipynb"))
         spare = pool.spare.result()
-        spare_pid, files = spare.provisioner.process.pid, [spare.connection_file]
+        spare_pid, files = spare.provisioner.process.pid, [spare.connection_file, spare.folder]
         assert alive(spare_pid), "the next notebook's kernel is started before it is asked for"
+        assert os.stat(spare.folder).st_mode & 0o777 == 0o700, "its sockets' folder is the batch's own"
     assert len({r["pid"] for r in runs}) == 3, "one kernel per notebook"
     assert not any(r["left"] for r in runs), "nothing passes from one notebook's kernel to the next"
     assert {r["cwd"] for r in runs} == {str(notebooks.notebooks_dir().resolve())}, runs  # where papermill would start it
     assert all(r["preloaded"] for r in runs), "the run notebook's imports are loaded while the kernel waits"
     assert not any(r["history"] for r in runs), "no cell is written to the user's IPython history"
+    # no loopback port another process could take before the kernel binds it, or another user connect to
+    assert {r["transport"] for r in runs} == {"ipc"}, runs
+    assert all(os.path.basename(os.path.dirname(r["sockets"])).startswith("launchlab-kernel-") for r in runs), runs
     assert not any(alive(pid) for pid in [r["pid"] for r in runs] + [spare_pid])
-    assert not any(os.path.exists(f) for f in files), "connection files removed"
+    assert not any(os.path.exists(f) for f in files), "connection files and socket folders removed"
 
 
-def test_a_kernel_papermill_starts_alone_writes_no_ipython_history_either(probe, tmp_path):
-    notebooks.execute(str(probe), tmp_path / "alone.ipynb", {})  # as `launchlab report` runs the summary
+def test_a_kernel_started_alone_writes_no_ipython_history_either_and_leaves_no_file(probe, tmp_path):
+    kernel = kernels.start(None, notebooks.notebooks_dir(), kernels.KERNEL_ARGS)  # as `launchlab report`'s summary
+    try:
+        notebooks.execute(str(probe), tmp_path / "alone.ipynb", {}, kernel=kernel)
+    finally:
+        kernels.stop(kernel)
     assert seen(tmp_path / "alone.ipynb")["history"] is False
+    assert not os.path.exists(kernel.folder), "its connection file and sockets go with it"
 
 
 def test_the_last_notebook_of_a_worker_leaves_no_spare_started_for_nothing(probe, tmp_path):

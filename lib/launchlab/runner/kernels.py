@@ -13,7 +13,10 @@ the ask costs 0.2–0.3 s, and about one kernel in ten leaves it unanswered unti
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,7 +28,7 @@ from jupyter_core.utils import run_sync
 from launchlab.runner.kernelfork import ForkedProvisioner, ForkServer
 
 KERNEL_NAME = "python3"
-# The kernel's own log says only that it talks TCP without encryption (on loopback), once per start. IPython's
+# The kernel's own log says only how it talks (a warning per start, nothing a run needs). IPython's
 # history is off: left on, every kernel appended each cell it ran to the user's ~/.ipython history database — a
 # file outside the run directory, shared by every kernel of the user, that grew by each run's cells (89,277 rows,
 # 39 MB on the machine this was seen on) and that nobody reads for a papermill kernel.
@@ -36,12 +39,25 @@ PRELOADED = ["launchlab.runner.runview"]
 PRELOAD = [f"--IPKernelApp.exec_lines=import {', '.join(PRELOADED)}"]
 
 
+# a UNIX socket's path holds at most 107 bytes (sun_path); a longer TMPDIR leaves the kernel on loopback TCP
+_SOCKET_PATH_MAX = 107
+
+
 class RunKernel(AsyncKernelManager):
     """A kernel manager that keeps the clients made for it: nbclient, not owning a kernel it was handed, leaves
-    its client's channels (and their heartbeat thread) open; `RunKernels.release` closes them."""
+    its client's channels (and their heartbeat thread) open; `RunKernels.release` closes them.
+
+    Its kernel talks over UNIX sockets in a private folder with its connection file, not over loopback TCP ports:
+    jupyter_client picks a free port that the kernel binds only later, and another process may take it in between
+    (seen in CI: a summary kernel died of "Address already in use" and printed its traceback); and on a shared box
+    any user can connect to a loopback port. The folder goes with the kernel (`_kill`)."""
 
     def __init__(self, **kwargs):
-        super().__init__(**kwargs)
+        self.folder = tempfile.mkdtemp(prefix="launchlab-kernel-")  # 0700, made here: no one else's
+        sockets = os.path.join(self.folder, "s")
+        if len(sockets) + 8 <= _SOCKET_PATH_MAX:
+            kwargs.update(transport="ipc", ip=sockets)
+        super().__init__(connection_file=os.path.join(self.folder, "kernel.json"), **kwargs)
         self.clients: list = []
 
     def client(self, **kwargs):
@@ -81,11 +97,6 @@ def start_answered(server: Callable[[], ForkServer], cwd: Path, args: list[str],
         return kernel
     discard(kernel)
     return start(server(), cwd, args)
-
-
-def died_at_start(exc: BaseException) -> bool:
-    """jupyter_client's error for a kernel that died before it replied to kernel_info (no cell of it ran)."""
-    return isinstance(exc, RuntimeError) and "died before replying to kernel_info" in str(exc)
 
 
 def answers(kernel: RunKernel) -> bool:
@@ -185,3 +196,4 @@ def _kill(kernel: RunKernel) -> None:
         # print the interrupt's traceback into the batch's output
         run_sync(kernel.signal_kernel)(signal.SIGKILL)
         run_sync(kernel.shutdown_kernel)(now=True)
+    shutil.rmtree(kernel.folder, ignore_errors=True)  # its connection file and sockets

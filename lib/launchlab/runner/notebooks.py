@@ -104,10 +104,9 @@ def _memory_now(gpus: list[tuple]) -> str:
 
 def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None,
             *, kernel: kernels.RunKernel | None = None) -> None:
-    """papermill with the project's kernel; the kernel's own log (a TCP-transport warning per start) is
-    silenced so the progress lines stay readable. Cell errors still land in the executed notebook. With a pool,
-    the notebook runs in a kernel the pool started beforehand and stops afterwards (kernels.py); with a kernel, in
-    that one (started by the caller, who stops it); with neither, papermill starts and shuts down one of its own."""
+    """papermill in a kernel of the kit's (kernels.py: private sockets, no IPython history, its log silenced so the
+    progress lines stay readable): the pool's, started beforehand and stopped afterwards, or the caller's, who
+    stops it. Cell errors still land in the executed notebook."""
     # papermill writes the executed notebook in a private folder, renamed into place however it ends (a failed
     # cell's notebook is the evidence): a `summary.ipynb` someone linked elsewhere is replaced, never written through
     with safefiles.replacing(output, mode=rundir.derived_mode(output), keep_on_error=True) as tmp:
@@ -120,20 +119,6 @@ def _execute(template: str, output: Path, parameters: dict, pool: kernels.RunKer
 
     from launchlab.runner import nbengine  # papermill's engine, writing the notebook at its start and end only
 
-    if pool is None and kernel is None:
-        for attempt in range(2):
-            try:
-                papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
-                                           kernel_name=kernels.KERNEL_NAME, progress_bar=False,
-                                           engine_name=nbengine.NAME, cwd=str(notebooks_dir()),
-                                           extra_arguments=kernels.KERNEL_ARGS)
-                return
-            except RuntimeError as exc:
-                # a kernel that died before it replied ran no cell: started again, once, as a batch's kernels are
-                # (kernels.RunKernels._start; seen under load: `launchlab report` ended in this error)
-                if attempt or not kernels.died_at_start(exc):
-                    raise
-        return
     used = kernel or pool.take()
     try:
         papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
