@@ -3,14 +3,14 @@ one notebook per run — an empty parameterized notebook run by papermill — me
 
     .venv/bin/python bench/run_overhead.py [--repeat 3] [--block 5]
 
-The floor is run_variant.ipynb cut down to its parameters cell, executed with the same parameters through
-`notebooks.execute` as papermill runs it alone: a kernel started for it and shut down after it. The kit's runs
+The floor is run_variant.ipynb cut down to its parameters cell, executed with the same parameters by papermill
+alone: a kernel started for it and shut down after it. The kit's runs
 are what a `launchlab run` worker does (batch._run_all): `notebooks.run_notebook` of `bench/ready_at_once.yaml` (a
 one-GPU simulated box whose server skips its startup pauses) one run after another, with the worker's kernels
 (kernels.RunKernels: the next run's kernel starts while a run goes, a used one is killed). Since that overlaps
 one run with the next, each is timed as a block of runs (the pool opened and closed inside the block), and the
 time per run is the block's over its size. For reference, the floor's notebook also runs in the kit's kernels,
-and the kit's runs in papermill's own kernels (as before kernels.py).
+and the kit's runs each in a kernel started for it and killed after it (no spare started ahead).
 The four alternate, in a rotating order, after one warm-up block of each that is not counted, so load from
 other processes on the machine falls on all alike. Prints the time per run (total over runs), where the time
 inside each notebook goes, and the ratio kit/floor per run — target (issue 12) ≤ 1.3, exit status 1 when it is
@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 
 import nbformat
+import papermill
 
 from launchlab import hosts, params
 from launchlab.hosts import sim
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "bench" / "ready_at_once.yaml"
 TARGET = 1.3
 POOLED = "floor in the kit's kernels"
-UNPOOLED = "kit in papermill's kernels"
+UNPOOLED = "kit, a kernel started per run"
 
 
 def floor_notebook(folder: Path) -> Path:
@@ -101,10 +102,14 @@ def main() -> int:
             tic, each = time.perf_counter(), []
             for run in plan[:args.block]:
                 one = time.perf_counter()
-                notebooks.execute(str(floor_nb), work / "floor-out.ipynb",  # an absolute template: used as it is
-                                  {"experiment": str(PARAMS), "run_id": run.run_id, "run_dir": str(run_dir),
-                                   "gpus": "", "params_sha256": digest, "draw_trace": False},  # as run_notebook
-                                  pool)
+                parameters = {"experiment": str(PARAMS), "run_id": run.run_id, "run_dir": str(run_dir),
+                              "gpus": "", "params_sha256": digest, "draw_trace": False}  # as run_notebook
+                if pool is None:  # papermill alone, starting and stopping a kernel of its own
+                    papermill.execute_notebook(str(floor_nb), str(work / "floor-out.ipynb"), parameters=parameters,
+                                               kernel_name=kernels.KERNEL_NAME, progress_bar=False,
+                                               cwd=str(notebooks.notebooks_dir()), extra_arguments=kernels.KERNEL_ARGS)
+                else:  # an absolute template: used as it is
+                    notebooks.execute(str(floor_nb), work / "floor-out.ipynb", parameters, pool)
                 each.append(time.perf_counter() - one)
             if pool is None:
                 floor_last[:] = each
@@ -162,7 +167,8 @@ def main() -> int:
           f"notebook over {len(per_run['floor'])} blocks of {args.block} (median block {med['floor']:.2f} s; one notebook"
           f" alone: median {typical:.2f} s, slowest {max(floor_each):.2f} s)")
     print(f"the same notebook in the kit's kernels (started ahead, killed after; for reference): {mean[POOLED]:.2f} s")
-    print(f"the kit's runs in papermill's own kernels (as before kernels.py; for reference): {mean[UNPOOLED]:.2f} s")
+    print(f"the kit's runs, each in a kernel started for it and killed after (no spare; for reference): "
+          f"{mean[UNPOOLED]:.2f} s")
     print(f"kit (a run of a server ready at once on the simulated host, as a batch worker runs it): {mean['kit']:.2f} s "
           f"per run (median block {med['kit']:.2f} s)")
     for label, split in (("the floor's", floor_parts), ("the kit's run notebook", kit_parts)):

@@ -5,6 +5,7 @@ gone once the pool is closed, connection files included; a spare that died idle 
 import json
 import os
 import signal
+import tempfile
 
 import nbformat
 import pytest
@@ -70,14 +71,16 @@ def test_every_notebook_gets_a_fresh_kernel_started_ahead_and_none_outlives_the_
     assert not any(os.path.exists(f) for f in files), "connection files and socket folders removed"
 
 
-def test_a_kernel_started_alone_writes_no_ipython_history_either_and_leaves_no_file(probe, tmp_path):
-    kernel = kernels.start(None, notebooks.notebooks_dir(), kernels.KERNEL_ARGS)  # as `launchlab report`'s summary
-    try:
-        notebooks.execute(str(probe), tmp_path / "alone.ipynb", {}, kernel=kernel)
-    finally:
-        kernels.stop(kernel)
-    assert seen(tmp_path / "alone.ipynb")["history"] is False
-    assert not os.path.exists(kernel.folder), "its connection file and sockets go with it"
+def test_a_notebook_run_alone_gets_a_kernel_started_and_stopped_for_it_without_history_or_files(probe, tmp_path, monkeypatch):
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the kernel's socket folder is made
+    notebooks.execute(str(probe), tmp_path / "alone.ipynb", {})  # as a notebook run outside a batch
+    alone = seen(tmp_path / "alone.ipynb")
+    assert alone["history"] is False and alone["transport"] == "ipc"
+    assert os.path.dirname(os.path.dirname(alone["sockets"])) == str(temp)
+    assert not alive(alone["pid"])
+    assert list(temp.iterdir()) == [], "its connection file and sockets go with it"
 
 
 def test_the_last_notebook_of_a_worker_leaves_no_spare_started_for_nothing(probe, tmp_path):

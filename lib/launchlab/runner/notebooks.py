@@ -105,8 +105,9 @@ def _memory_now(gpus: list[tuple]) -> str:
 def execute(template: str, output: Path, parameters: dict, pool: kernels.RunKernels | None = None,
             *, kernel: kernels.RunKernel | None = None) -> None:
     """papermill in a kernel of the kit's (kernels.py: private sockets, no IPython history, its log silenced so the
-    progress lines stay readable): the pool's, started beforehand and stopped afterwards, or the caller's, who
-    stops it. Cell errors still land in the executed notebook."""
+    progress lines stay readable): the pool's, started beforehand and stopped afterwards; or the caller's, who
+    stops it; or, with neither, one started for this notebook and stopped after it. Cell errors still land in the
+    executed notebook."""
     # papermill writes the executed notebook in a private folder, renamed into place however it ends (a failed
     # cell's notebook is the evidence): a `summary.ipynb` someone linked elsewhere is replaced, never written through
     with safefiles.replacing(output, mode=rundir.derived_mode(output), keep_on_error=True) as tmp:
@@ -119,14 +120,19 @@ def _execute(template: str, output: Path, parameters: dict, pool: kernels.RunKer
 
     from launchlab.runner import nbengine  # papermill's engine, writing the notebook at its start and end only
 
-    used = kernel or pool.take()
+    if kernel is not None:
+        used, done = kernel, lambda _: None
+    elif pool is not None:
+        used, done = pool.take(), pool.release
+    else:
+        used = kernels.start_answered(lambda: None, notebooks_dir(), kernels.KERNEL_ARGS, discard=kernels.stop)
+        done = kernels.stop
     try:
         papermill.execute_notebook(str(notebooks_dir() / template), str(output), parameters=parameters,
                                    kernel_name=kernels.KERNEL_NAME, progress_bar=False, engine_name=nbengine.NAME,
                                    km=used)
     finally:
-        if kernel is None:
-            pool.release(used)
+        done(used)
 
 
 def run_label(run: Run, total: int) -> str:
