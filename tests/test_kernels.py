@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import tempfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -72,15 +73,27 @@ def test_every_notebook_gets_a_fresh_kernel_started_ahead_and_none_outlives_the_
 
 
 def test_a_notebook_run_alone_gets_a_kernel_started_and_stopped_for_it_without_history_or_files(probe, tmp_path, monkeypatch):
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the kernel's socket folder is made
+    # where the kernel's socket folder is made: short, as /tmp is (pytest's tmp_path can be too long for a socket)
+    temp = Path(tempfile.mkdtemp(prefix="t"))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     notebooks.execute(str(probe), tmp_path / "alone.ipynb", {})  # as a notebook run outside a batch
     alone = seen(tmp_path / "alone.ipynb")
     assert alone["history"] is False and alone["transport"] == "ipc"
     assert os.path.dirname(os.path.dirname(alone["sockets"])) == str(temp)
     assert not alive(alone["pid"])
     assert list(temp.iterdir()) == [], "its connection file and sockets go with it"
+    temp.rmdir()
+
+
+def test_a_temp_folder_too_long_for_a_socket_path_leaves_the_kernel_on_loopback_tcp(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    kernel = kernels.RunKernel(kernel_name=kernels.KERNEL_NAME)
+    assert kernel.transport == "tcp" and kernel.ip == "127.0.0.1"
+    assert os.path.dirname(kernel.connection_file) == kernel.folder and kernel.folder.startswith(str(deep))
+    kernels.stop(kernel)  # never started: its folder goes all the same
+    assert not os.path.exists(kernel.folder)
 
 
 def test_the_last_notebook_of_a_worker_leaves_no_spare_started_for_nothing(probe, tmp_path):
