@@ -4,7 +4,9 @@ taking effect, never makes an effect or the question's answer; ready runs' diffe
 
 from __future__ import annotations
 
-from launchlab.verdicts import question, varied, verdict
+import math
+
+from launchlab.verdicts import analysis, question, varied, verdict
 from test_varied_property import evidence_of
 
 ASK = "How much GPU memory does x save?"
@@ -39,3 +41,12 @@ def test_one_failed_run_beside_ready_ones_is_left_out_and_said_and_the_ready_one
     assert round(peak.diff / 1024, 1) == -10.0 and (peak.n, peak.baseline_n) == (3, 2)
     assert note.startswith("peak_mem_used_mib of x=x1 against x=x0 is compared over the runs that stood ready: runs "
                            "not ready left out (x=x0: 1 run failed in kv_cache)"), note
+
+
+def test_the_outcomes_table_gives_the_peak_of_the_runs_that_stood_ready_and_none_for_a_variant_that_never_did():
+    ev = evidence_of({"x": ["x0", "x1"]}, [({"x": "x0"}, "ready", 30.0, 70.0 * 1024),
+                                           ({"x": "x0"}, "failed-kv", 30.0, 75.0 * 1024),
+                                           ({"x": "x1"}, "failed-kv", 30.0, 45.2 * 1024)])
+    table = analysis.outcomes(ev.ledger.frame(ev.runs), ["x"]).set_index("x")
+    assert table.loc["x0", "ready_peak_mem_used_mib_max"] == 70.0 * 1024  # not the failed run's 75.0
+    assert math.isnan(table.loc["x1", "ready_peak_mem_used_mib_max"])  # blank, not the lower bound 45.2

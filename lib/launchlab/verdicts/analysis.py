@@ -19,7 +19,7 @@ from collections import Counter
 import pandas as pd
 
 from launchlab.store.manifest import ManifestEntry
-from launchlab.store.records import KIT_STATUSES
+from launchlab.store.records import KIT_STATUSES, STOOD_READY
 from launchlab.store.verdictrecord import (
     CHANGES,
     CHANGES_HOW,
@@ -127,7 +127,8 @@ def strata(obs: pd.DataFrame, factor: str, factors: list[str]) -> list[tuple[dic
 
 def outcomes(obs: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     """One row per variant of the observations (the ledger's frame): how many runs ended in each status (and were
-    missing), and why the failed ones failed. `outcome` counts ready runs among the valid ones."""
+    missing), and why the failed ones failed. `outcome` counts ready runs among the valid ones; the peak memory is
+    of the valid runs that stood ready (records.STOOD_READY), blank where none did."""
     statuses = KIT_STATUSES + (("unknown",) if (obs["status"] == "unknown").any() else ())  # imported logs only
     rows = []
     for variant, group in obs.groupby("variant", sort=False):
@@ -141,7 +142,9 @@ def outcomes(obs: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
                           else "no valid run") + _left_out(group)
         row["failure_reasons"] = ", ".join(reasons)
         row["startup_s_mean"] = valid["startup_s"].mean() if len(valid) else math.nan
-        row["peak_mem_used_mib_max"] = valid["peak_mem_used_mib"].max() if len(valid) else math.nan
+        # only where the server stood ready and held its memory: a failed launch's sampled peak is a lower bound
+        stood = valid[valid["status"].isin(STOOD_READY)]
+        row["ready_peak_mem_used_mib_max"] = stood["peak_mem_used_mib"].max() if len(stood) else math.nan
         rows.append(row)
     return pd.DataFrame(rows)
 

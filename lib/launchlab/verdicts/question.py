@@ -59,8 +59,9 @@ def answer_lines(question: str | None, effects: list[Effect], baseline_levels: d
                 lines.append(f"- {label}: {level} vs {baseline}: {means} ({diff(e.diff)} on average; "
                              f"n={e.n} vs {e.baseline_n}{ci})")
                 continue
-            lines.append(f"- {label}: {level} {value(e.mean)} vs {baseline} {value(e.baseline_mean)} "
-                         f"({diff(e.diff)}{ratio}; n={e.n} vs {e.baseline_n}{ci}{where})")
+            # the stratum before the figures: after them it read as the interval's ("…no interval at x=0.3)")
+            lines.append(f"- {label}{where}: {level} {value(e.mean)} vs {baseline} {value(e.baseline_mean)} "
+                         f"({diff(e.diff)}{ratio}; n={e.n} vs {e.baseline_n}{ci})")
     return lines
 
 
