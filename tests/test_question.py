@@ -19,11 +19,11 @@ def test_the_h200_verdict_answers_how_much_memory_each_memory_percent_took(tmp_p
     text = (run_dir / "report.md").read_text()
     verdict_part = text.split("\n## Verdict\n")[1].split("\n## ")[0]
     # 124,197 MiB against 70,049 MiB of nvidia-smi's peak, matched runs, n=2 each side
-    assert "- peak GPU memory (nvidia-smi every 100 ms): `memory_percent=0.9` 121.3 GiB vs `memory_percent=0.5` 68.4 GiB " \
-           "(+52.9 GiB, 1.77×; n=2 vs 2" in verdict_part
+    assert "- peak GPU memory (nvidia-smi every 100 ms) at batching=continuous, num\\_blocks=auto: `memory_percent=0.9` " \
+           "121.3 GiB vs `memory_percent=0.5` 68.4 GiB (+52.9 GiB, 1.77×; n=2 vs 2" in verdict_part
     assert "None" not in text
     outcomes = text.split("## Outcomes")[1].split("\n## ")[0]
-    assert "peak\\_mem\\_used\\_gib\\_max" in outcomes and "| 121.286 |" in outcomes, "memory in GiB, as in the plots"
+    assert "ready\\_peak\\_mem\\_used\\_gib\\_max" in outcomes and "| 121.286 |" in outcomes, "memory in GiB, as in the plots"
 
 
 def test_a_question_about_nothing_measured_gets_no_answer_section():
