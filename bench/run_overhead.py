@@ -36,7 +36,7 @@ import papermill
 
 from launchlab import hosts, params
 from launchlab.hosts import sim
-from launchlab.runner import batch, kernels, notebooks
+from launchlab.runner import batch, kernels, nbengine, notebooks
 from launchlab.runner import plan as plans
 from launchlab.store import records, rundir
 
@@ -107,6 +107,7 @@ def main() -> int:
                 if pool is None:  # papermill alone, starting and stopping a kernel of its own
                     papermill.execute_notebook(str(floor_nb), str(work / "floor-out.ipynb"), parameters=parameters,
                                                kernel_name=kernels.KERNEL_NAME, progress_bar=False,
+                                               engine_name=nbengine.NAME,  # the engine the kit's notebooks use
                                                cwd=str(notebooks.notebooks_dir()), extra_arguments=kernels.KERNEL_ARGS)
                 else:  # an absolute template: used as it is
                     notebooks.execute(str(floor_nb), work / "floor-out.ipynb", parameters, pool)

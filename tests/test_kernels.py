@@ -4,6 +4,7 @@ gone once the pool is closed, connection files included; a spare that died idle 
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -76,13 +77,25 @@ def test_a_notebook_run_alone_gets_a_kernel_started_and_stopped_for_it_without_h
     # where the kernel's socket folder is made: short, as /tmp is (pytest's tmp_path can be too long for a socket)
     temp = Path(tempfile.mkdtemp(prefix="t"))
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    notebooks.execute(str(probe), tmp_path / "alone.ipynb", {})  # as a notebook run outside a batch
+    try:
+        notebooks.execute(str(probe), tmp_path / "alone.ipynb", {})  # as a notebook run outside a batch
+    finally:
+        left = list(temp.iterdir())
+        shutil.rmtree(temp)
     alone = seen(tmp_path / "alone.ipynb")
     assert alone["history"] is False and alone["transport"] == "ipc"
     assert os.path.dirname(os.path.dirname(alone["sockets"])) == str(temp)
     assert not alive(alone["pid"])
-    assert list(temp.iterdir()) == [], "its connection file and sockets go with it"
-    temp.rmdir()
+    assert left == [], "its connection file and sockets go with it"
+
+
+def test_a_kernel_that_fails_to_start_leaves_no_folder(tmp_path, monkeypatch):
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    with pytest.raises(OSError):  # the kernel's folder to start in is not there: jupyter_client's Popen raises
+        kernels.start(None, tmp_path / "no-such-folder", kernels.KERNEL_ARGS)
+    assert list(temp.iterdir()) == []
 
 
 def test_a_temp_folder_too_long_for_a_socket_path_leaves_the_kernel_on_loopback_tcp(tmp_path, monkeypatch):

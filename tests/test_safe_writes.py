@@ -99,7 +99,7 @@ def test_a_report_killed_with_sigkill_leaves_no_temporary_file_behind(tmp_path):
     no name to leave until it is whole."""
     run_dir = _copy(tmp_path)
     page = (run_dir / "summary.html").stat().st_mtime_ns
-    # the summary kernel's connection file (jupyter_client's, in $TMPDIR) is what a killed process cannot remove:
+    # the summary kernel's folder (its connection file and sockets, in $TMPDIR) is what a killed process cannot remove:
     # kept out of the machine's /tmp, where each test run left one
     tmp = tmp_path / "tmp"
     tmp.mkdir()

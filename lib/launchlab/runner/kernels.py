@@ -28,7 +28,7 @@ from jupyter_core.utils import run_sync
 from launchlab.runner.kernelfork import ForkedProvisioner, ForkServer
 
 KERNEL_NAME = "python3"
-# The kernel's own log says only how it talks (a warning per start, nothing a run needs). IPython's
+# The kernel's own log says nothing a run needs (on TCP, a warning per start). IPython's
 # history is off: left on, every kernel appended each cell it ran to the user's ~/.ipython history database — a
 # file outside the run directory, shared by every kernel of the user, that grew by each run's cells (89,277 rows,
 # 39 MB on the machine this was seen on) and that nobody reads for a papermill kernel.
@@ -39,7 +39,8 @@ PRELOADED = ["launchlab.runner.runview"]
 PRELOAD = [f"--IPKernelApp.exec_lines=import {', '.join(PRELOADED)}"]
 
 
-# a UNIX socket's path holds at most 107 bytes (sun_path); a longer TMPDIR leaves the kernel on loopback TCP
+# a UNIX socket's path holds at most 107 bytes (sun_path); a longer TMPDIR leaves the kernel on loopback TCP, with
+# jupyter_client's port race (rare: a TMPDIR of some 80 bytes)
 _SOCKET_PATH_MAX = 107
 
 
@@ -50,12 +51,15 @@ class RunKernel(AsyncKernelManager):
     Its kernel talks over UNIX sockets in a private folder with its connection file, not over loopback TCP ports:
     jupyter_client picks a free port that the kernel binds only later, and another process may take it in between
     (seen in CI: a summary kernel died of "Address already in use" and printed its traceback); and on a shared box
-    any user can connect to a loopback port. The folder goes with the kernel (`_kill`)."""
+    any user can connect to a loopback port, where a folder of the batch's own (0700) is closed to them (only the
+    kernel's inner IOPub pipe stays on loopback: ipykernel binds it itself, with no race). The folder goes with the
+    kernel (`_kill`), started or not."""
 
     def __init__(self, **kwargs):
-        self.folder = tempfile.mkdtemp(prefix="launchlab-kernel-")  # 0700, made here: no one else's
+        # absolute: the kernel starts in another folder (TMPDIR=. would give a relative one)
+        self.folder = os.path.abspath(tempfile.mkdtemp(prefix="launchlab-kernel-"))  # 0700, made here: ours
         sockets = os.path.join(self.folder, "s")
-        if len(sockets) + 8 <= _SOCKET_PATH_MAX:
+        if len(os.fsencode(sockets)) + len("-99") <= _SOCKET_PATH_MAX:  # "s-1" … "s-5", one per channel
             kwargs.update(transport="ipc", ip=sockets)
         super().__init__(connection_file=os.path.join(self.folder, "kernel.json"), **kwargs)
         self.clients: list = []
@@ -68,14 +72,18 @@ class RunKernel(AsyncKernelManager):
 
 def start(server: ForkServer | None, cwd: Path, extra_arguments: list[str]) -> RunKernel:
     """A kernel started in cwd, forked from the server when one is up (kernelfork.py), else started as
-    jupyter_client starts one."""
+    jupyter_client starts one. A start that fails leaves nothing: no caller has the kernel to stop."""
     kernel = RunKernel(kernel_name=KERNEL_NAME)
-    if server is not None and server.alive():
-        kernel.kernel_id = str(uuid.uuid4())
-        kernel.provisioner = ForkedProvisioner(kernel_id=kernel.kernel_id, kernel_spec=kernel.kernel_spec,
-                                               parent=kernel)
-        kernel.provisioner.server = server
-    run_sync(kernel.start_kernel)(cwd=str(cwd), extra_arguments=extra_arguments)
+    try:
+        if server is not None and server.alive():
+            kernel.kernel_id = str(uuid.uuid4())
+            kernel.provisioner = ForkedProvisioner(kernel_id=kernel.kernel_id, kernel_spec=kernel.kernel_spec,
+                                                   parent=kernel)
+            kernel.provisioner.server = server
+        run_sync(kernel.start_kernel)(cwd=str(cwd), extra_arguments=extra_arguments)
+    except BaseException:
+        _kill(kernel)
+        raise
     return kernel
 
 
@@ -174,7 +182,7 @@ class RunKernels:
         if spare is not None:
             try:
                 self.release(spare.result())
-            except Exception:  # noqa: BLE001 — a spare that never started holds nothing
+            except Exception:  # noqa: BLE001 — a spare that failed to start left nothing (start)
                 pass
         self.starter.shutdown(wait=True)
         self.stopper.shutdown(wait=True)
@@ -191,9 +199,11 @@ def stop(kernel: RunKernel) -> None:
 
 
 def _kill(kernel: RunKernel) -> None:
-    if kernel.has_kernel:
-        # SIGKILL first: shutdown_kernel interrupts the kernel before it kills it, and a spare still starting would
-        # print the interrupt's traceback into the batch's output
-        run_sync(kernel.signal_kernel)(signal.SIGKILL)
-        run_sync(kernel.shutdown_kernel)(now=True)
-    shutil.rmtree(kernel.folder, ignore_errors=True)  # its connection file and sockets
+    try:
+        if kernel.has_kernel:
+            # SIGKILL first: shutdown_kernel interrupts the kernel before it kills it, and a spare still starting
+            # would print the interrupt's traceback into the batch's output
+            run_sync(kernel.signal_kernel)(signal.SIGKILL)
+            run_sync(kernel.shutdown_kernel)(now=True)
+    finally:
+        shutil.rmtree(kernel.folder, ignore_errors=True)  # its connection file and sockets
