@@ -5,7 +5,7 @@ judged by (a held-out set of 29 logs was read at 88 %; the goal is 97 % on sets 
 
 A fact is one checked value of an INDEX.md entry, checked exactly as tests/test_real_logs.py checks it (its CHECKS):
 one `failure` sub-key, one `ranks.<r>.<field>`, one `phase_lines` / `draft_phase_lines` / `figures` entry, or one
-other top-level key (the counting real-logs-4/MISSES.md uses). `--misses` lists each fact not read.
+other top-level key (the counting of issue 51's list of misses). `--misses` lists each fact not read.
 """
 
 from __future__ import annotations
