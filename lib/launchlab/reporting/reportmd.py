@@ -26,7 +26,8 @@ def write_verdict(run_dir: Path) -> Verdict:
     rundir.write_json(directory.verdict_file, v.to_json())
     # the answer first (headline.py), then the outcomes that show it at a glance; the question and the detail below
     text = [f"# {md(rep.exp.experiment)}", "", rep.headline_record.markdown(), ""]
-    text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.observations, rep.factors))), ""]
+    text += ["## Outcomes", "", markdown(in_gib(analysis.outcomes(rep.observations, rep.factors))), "",
+             analysis.READY_PEAK, ""]
     text += ["## Verdict", "", f"Question: {md(rep.exp.question)}", ""]
     if rep.exp.simulated:
         text += ["> SIMULATED host: the GPUs and the server are simulated by launchlab.", ""]

@@ -18,8 +18,8 @@ from launchlab.escaping import md, md_code
 # spelling of each, which the analysis and the verdict use by name (see Decision)
 # (changes_how_it_fails: the levels end differently where the same share of them start — none, say — so it changes
 # how the launch fails, not whether it starts)
-# (not_shown_to_vary: no run shows any of its levels taking effect and its runs at every level look the same in
-# everything their logs give — what it did to the launch is not known, never "neutral": ledger.Ledger.varied)
+# (not_shown_to_vary: no run shows any of its levels taking effect and its runs at every level are not told apart by
+# anything their logs give — what it did to the launch is not known, never "neutral": ledger.Ledger.varied)
 # (searched: the flag a threshold search probes — its answer is the search's intervals and predictions, never a
 # comparison of its probes, each one launch placed to narrow the interval: analysis.searched)
 DecisionStatus = Literal["decides", "decides_in_some", "changes_how_it_fails", "neutral", "flaky", "confounded",

@@ -125,6 +125,11 @@ def strata(obs: pd.DataFrame, factor: str, factors: list[str]) -> list[tuple[dic
 # Outcomes
 
 
+# what the outcomes table's peak column holds, said under it in report.md (summary.ipynb says it above the table)
+READY_PEAK = ("The peak memory is of the runs that stood ready, blank where none did or no GPU trace was kept: a "
+              "launch that failed may free its memory before the GPU sampler sees it, so its peak is a lower bound.")
+
+
 def outcomes(obs: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
     """One row per variant of the observations (the ledger's frame): how many runs ended in each status (and were
     missing), and why the failed ones failed. `outcome` counts ready runs among the valid ones; the peak memory is

@@ -6,9 +6,9 @@ its levels differ in something their logs give: the server's arguments (a value 
 the value it used), its custom all-reduce state, the memory each startup phase took, the KV pool, the GPU memory at
 its peak (nvidia-smi; only where the server stood ready: a failed launch's sampled peak is a lower bound), how the
 launch ended, an environment variable the server kind is known to read, or the time to ready (exact Mann-Whitney
-per stratum and pair of levels, Bonferroni over them: p × comparisons < 0.05). Otherwise it was **not shown to
-vary**: what it did to the launch is not known — never "does not change the launch outcome" — and the check says
-what would show it.
+per stratum, Fisher's method over the strata, Bonferroni over the pairs of levels: _startup_apart). Otherwise it
+was **not shown to vary**: what it did to the launch is not known — never "does not change the launch outcome" —
+and the check says what would show it.
 
 Pure: the ledger's records (each run's `observed`) and the params in; a Varied record out.
 """
@@ -76,22 +76,40 @@ def observed(row: dict, log: dict, *, outcome: str, env: dict[str, str], kind: s
     return out
 
 
-def _startup_apart(pairs: list[tuple[list, list]]) -> bool:
-    """Whether the times to ready tell some two levels apart: the exact Mann-Whitney test of each pair with two
-    runs or more a side, significant at 0.05 over all of them (Bonferroni). Taken one by one, a factor that did
-    nothing showed as varied whenever one pair's times happened to separate: 4 runs against 4 do so in 2.9 % of
-    batches, and a factor has a comparison per stratum and pair of levels."""
-    from scipy.stats import mannwhitneyu  # only where a verdict asks: scipy.stats costs a second to import
+def _startup_apart(strata: list[dict[str, list[float]]]) -> bool:
+    """Whether the times to ready tell some two levels apart, held the other factors (strata: each stratum's times
+    by level). Each pair of levels: the exact Mann-Whitney test in every stratum with two runs or more a side, the
+    strata's p combined by Fisher's method (their runs are apart), significant at 0.05 over the pairs of levels
+    (Bonferroni). One test per stratum and pair, each at 0.05, called a factor that did nothing varied whenever one
+    of them happened to separate (4 runs against 4: 2.9 % each); combined, a shift that every stratum shows counts
+    more than one stratum's."""
+    from scipy.stats import combine_pvalues  # only where a verdict asks: scipy.stats costs a second to import
 
-    tested = [(a, b) for a, b in pairs if min(len(a), len(b)) >= 2]
-    p = [float(mannwhitneyu(a, b, alternative="two-sided").pvalue) if len(set(a) | set(b)) > 1 else 1.0
-         for a, b in tested]
-    return bool(p) and min(p) * len(p) < 0.05
+    levels = sorted({lv for per in strata for lv in per})
+    combined = []
+    for i, a in enumerate(levels):
+        for b in levels[i + 1:]:
+            p = [_mann_whitney(per[a], per[b]) for per in strata if min(len(per.get(a, ())), len(per.get(b, ()))) >= 2]
+            if p:
+                combined.append(p[0] if len(p) == 1 else float(combine_pvalues(p, method="fisher").pvalue))
+    return bool(combined) and min(combined) * len(combined) < 0.05
+
+
+def _mann_whitney(a: list[float], b: list[float]) -> float:
+    """The two-sided exact p: by enumeration without ties, else by permutation (scipy's default turns to the
+    normal approximation at a tie, too lenient with so few runs: 3 against 3 with a tie, 0.047 where exact is 0.1)."""
+    from scipy.stats import PermutationMethod, mannwhitneyu
+
+    if len(set(a) | set(b)) == 1:
+        return 1.0
+    tied = len(set(a) | set(b)) < len(a) + len(b)
+    method = PermutationMethod(rng=0) if tied else "exact"  # a seed: the same runs give the same verdict
+    return float(mannwhitneyu(a, b, alternative="two-sided", method=method).pvalue)
 
 
 def _apart(name: str, a: list, b: list) -> bool:
-    """Whether two levels' values of one observable tell them apart (each level's runs with a value); the time to
-    ready: _startup_apart, over all its comparisons at once."""
+    """Whether two levels' values of one observable tell them apart (each level's runs with a value); not the time
+    to ready, which is judged over all strata at once (_startup_apart)."""
     if not a or not b:
         return False
     if name in MEMORY or name == PEAK:
@@ -120,9 +138,7 @@ def check(runs: Iterable, factor: str, factors: tuple[str, ...], *, exp: Experim
     if not compared:  # no stratum has two levels observed: nothing to check (the decision says it was not compared)
         return Varied(factor, True)
     names = sorted({k for per in compared for runs_ in per.values() for o in runs_ for k in o}, key=_order)
-    values = {n: [([o[n] for o in a if n in o], [o[n] for o in b if n in o])
-                  for per in compared for a, b in _pairs(list(per.values()))] for n in names}
-    where = [n for n in names if (_startup_apart(values[n]) if n == STARTUP else any(_apart(n, *ab) for ab in values[n]))]
+    where = [n for n in names if _told_apart(n, compared)]
     if where:
         return Varied(factor, True, tuple(where))
     overridden = _overridden(observations, factor)
@@ -132,6 +148,16 @@ def check(runs: Iterable, factor: str, factors: tuple[str, ...], *, exp: Experim
     return Varied(factor, False, (), _why(factor, names, exp) + (
         f"; the server overrode the level in {len(overridden)} of {len(observations)} runs: "
         + "; ".join(dict.fromkeys(overridden)) if overridden else ""))
+
+
+def _told_apart(name: str, compared: list[dict[str, list[dict]]]) -> bool:
+    """Whether the observable tells two of the factor's levels apart in some stratum (compared: each stratum's
+    runs' observations by level); the time to ready over all strata at once (_startup_apart)."""
+    if name == STARTUP:
+        return _startup_apart([{lv: [o[name] for o in runs_ if name in o] for lv, runs_ in per.items()}
+                               for per in compared])
+    return any(_apart(name, [o[name] for o in a if name in o], [o[name] for o in b if name in o])
+               for per in compared for a, b in _pairs(list(per.values())))
 
 
 def _overridden(observations: list, factor: str) -> list[str]:
@@ -164,8 +190,8 @@ def _words(names: list[str]) -> str:
 def _why(factor: str, names: list[str], exp: Experiment | None) -> str:
     """Why the factor was not shown to vary, and what would show it: the settings its levels use that the server is
     not known to read, and how the log shows the state the factor is about (the kind's table, ServerKind.states)."""
-    said = (f"no run shows any level of {factor} taking effect, and its runs at every level look the same in "
-            f"everything their logs give ({_words(names)})")
+    said = (f"no run shows any level of {factor} taking effect, and its runs at every level are not told apart by "
+            f"anything their logs give ({_words(names)})")
     if exp is None or factor not in exp.factors:
         return said + f"; what would show it: {GENERIC_SHOWN_BY}"
     kind = KINDS[exp.server.kind]
