@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # pandas is imported where a frame is built: the run kernel n
 _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]$")
 _VALUE_UNIT = re.compile(r"^(-?[\d.]+)\s*(?:MiB|%|W|MHz)$")
 _NOT_DATA = re.compile(r"\n[^0-9]")  # a line that does not start like a data line (or an empty one)
+_BARE_COMMA = re.compile(r",[^ ]")  # a comma without the space nvidia-smi writes after each: inside a cell
+# (two searches: one for either pattern takes ten times as long, its first character no longer a literal)
 TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 # a trace is read only up to this size, as written or once decompressed (a small .gz can hold a huge file)
 MAX_TRACE_BYTES = 512 * 2**20
@@ -168,8 +170,9 @@ def _parse_chunk(text: str, columns: list[str] | None) -> tuple[list[str] | None
     if _is_header(cells := first.split(", ")):
         columns, text = [_HEADER_UNIT.sub("", c).strip() for c in cells], rest
     body = text if text.endswith("\n") or not text else text + "\n"
-    if columns is not None and body and not _NOT_DATA.search("\n" + body[:-1]) and \
-            body.count(",") == body.count(", ") == body.count("\n") * (len(columns) - 1):
+    framed = "\n" + body
+    if columns is not None and body and not _NOT_DATA.search(framed) and not _BARE_COMMA.search(framed) and \
+            body.count(",") == body.count("\n") * (len(columns) - 1):
         return columns, [_convert(body[:-1], columns)]  # every line the cells of a data line: no loop over them
     return _parse_lines(text.split("\n"), columns)
 
@@ -216,8 +219,10 @@ def _convert(text: str, columns: list[str]) -> pd.DataFrame:
             numbers = column.astype("float64")
             frame[name] = numbers.where(numbers.abs() != math.inf)
             continue
-        cells = column.unique()  # a text column, or numbers with a few odd cells: each distinct cell once
-        frame[name] = column.map({c: _cell(c) if isinstance(c, str) else c for c in cells})
+        cells = {c: _cell(c) if isinstance(c, str) else c for c in column.unique()}  # each distinct cell once
+        if all(value is cell or isinstance(value, str) and value == cell for cell, value in cells.items()):
+            continue  # a text column of names and ids, as written
+        frame[name] = column.map(cells)  # numbers with a few odd cells (N/A, [Not Supported])
         if all(isinstance(v, float) for v in frame[name].unique()):
             frame[name] = frame[name].astype("float64")
     return frame
