@@ -8,9 +8,9 @@ simulated 8-GPU box) by the batch's own code (manifest, experiment.yaml, run fol
 each run with a status.json written by records.write_final, a simulated SGLang server log (the sim server's
 lines, one startup of 8 TP ranks; a variant that runs out of memory fails like the sim does) and a sampler CSV
 as `nvidia-smi --query-gpu=… --format=csv,nounits -lms 100` writes it (launchlab.sim.nvidia_smi's columns).
-`launchlab report` then runs in a subprocess (frames, verdict, summary notebook, HTML), twice per size: once timed
-(wall and CPU), once sampled from /proc for the peak memory of its whole process tree (the sampling slows it); and
-the HTML's size. Prints a
+`launchlab report` then runs in a subprocess (frames, verdict, summary notebook, HTML), four times per size: three
+timed (wall and CPU; the median counts), once sampled from /proc for the peak memory of its whole process tree (the
+sampling slows it); and the HTML's size. Prints a
 table of how the time grows with the number of runs, and writes it to bench/results/report-scale-<date>.md.
 Targets (issue 68), at the largest size: ≤ 15 s, ≤ 1 GB peak memory of the whole process tree, HTML < 10 MB. Exit
 status 1 when one is missed.
@@ -23,6 +23,7 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -146,22 +147,25 @@ def build(root: Path, runs: int, minutes: float) -> Path:
     return run_dir
 
 
-def report(run_dir: Path) -> tuple[float, float, float, float, float]:
-    """`launchlab report RUN_DIR` run twice in a subprocess: (wall s and CPU s of the first, peak memory MB and wall s
-    of the second, HTML MB). The first is only timed: its CPU is what this process's children used (getrusage), the
-    summary kernel and the pool that reads a large batch's runs included, since the report reaps both. The second is
-    sampled every 50 ms for the peak memory of its process tree (the sum of each process's PSS: shared pages counted
-    once, shared out). Sampling is not free on two cores: reading every process's stat and smaps_rollup 20 times a
-    second made the same report about 3 s slower (16.6 s against 12.7 and 13.6 s unsampled, 2026-12-07), so the time
-    is never taken from the sampled run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    tic = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CLI, "report", str(run_dir)], capture_output=True, text=True)
-    wall = time.perf_counter() - tic
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"launchlab report failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+def report(run_dir: Path, times: int = 3) -> tuple[list[float], float, float, float, float]:
+    """`launchlab report RUN_DIR` in a subprocess, `times` times timed and once more sampled: (the timed runs' wall
+    s, the CPU s of their median, peak memory MB and wall s of the sampled run, HTML MB). A timed run's CPU is what
+    this process's children used (getrusage): the summary kernel and the pool that reads a large batch's runs too,
+    since the report reaps both. The sampled run is read every 50 ms for the peak memory of its process tree (the sum
+    of each process's PSS: shared pages counted once, shared out); sampling is not free on two cores (the same report
+    took 16.9 s sampled, 12.3 to 14.3 s not, 2026-12-07), so no time is taken from it. The run directory's files are
+    flushed to disk first: their writeback, minutes after the batch that wrote them, is not the report's."""
+    os.sync()
+    walls, cpus = [], []
+    for _ in range(times):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        tic = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", CLI, "report", str(run_dir)], capture_output=True, text=True)
+        walls.append(time.perf_counter() - tic)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode != 0:
+            raise SystemExit(f"launchlab report failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
     tic = time.perf_counter()
     sampled = subprocess.Popen([sys.executable, "-c", CLI, "report", str(run_dir)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
@@ -174,7 +178,8 @@ def report(run_dir: Path) -> tuple[float, float, float, float, float]:
     if sampled.returncode != 0:
         raise SystemExit(f"launchlab report failed ({sampled.returncode}):\n{stderr[-3000:]}")
     html = rundir.RunDir(run_dir).summary_html
-    return wall, cpu, peak_kib / 1024, sampled_wall, html.stat().st_size / 1e6
+    median = sorted(range(times), key=walls.__getitem__)[times // 2]
+    return walls, cpus[median], peak_kib / 1024, sampled_wall, html.stat().st_size / 1e6
 
 
 def _tree(root: int) -> list[int]:
@@ -215,19 +220,21 @@ def main() -> int:
             run_dir = build(work / f"runs-{n}", n, args.minutes)
             built = time.perf_counter() - tic
             telemetry_rows = n * int(args.minutes * 60 / INTERVAL_S) * GPUS
-            wall, cpu, rss, sampled_wall, html = report(run_dir)
+            walls, cpu, rss, sampled_wall, html = report(run_dir)
+            wall = statistics.median(walls)
             rows.append((n, telemetry_rows, wall, cpu, rss, html))
-            print(f"  {n} runs ({telemetry_rows / 1e6:.2f} M samples; built in {built:.0f} s): report {wall:.1f} s "
-                  f"({cpu:.1f} s CPU); sampled again: peak memory {rss:.0f} MB (PSS of the process tree; "
-                  f"{sampled_wall:.1f} s under sampling), summary.html {html:.2f} MB", flush=True)
+            print(f"  {n} runs ({telemetry_rows / 1e6:.2f} M samples; built in {built:.0f} s): report median "
+                  f"{wall:.1f} s of {', '.join(f'{w:.1f}' for w in walls)} ({cpu:.1f} s CPU); sampled again: peak "
+                  f"memory {rss:.0f} MB (PSS of the process tree; {sampled_wall:.1f} s under sampling), "
+                  f"summary.html {html:.2f} MB", flush=True)
             if not args.keep:
                 shutil.rmtree(work / f"runs-{n}", ignore_errors=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     first = rows[0]
-    table = ["| runs | telemetry rows | `launchlab report` wall | CPU | × wall of the smallest | peak memory (tree PSS) "
-             "| summary.html |",
+    table = ["| runs | telemetry rows | `launchlab report` wall (median of 3) | CPU | × wall of the smallest "
+             "| peak memory (tree PSS) | summary.html |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     table += [f"| {n} | {r / 1e6:.2f} M | {w:.1f} s | {c:.1f} s | {w / first[2]:.1f} (runs ×{n / first[0]:g}) "
               f"| {rss:.0f} MB | {h:.2f} MB |" for n, r, w, c, rss, h in rows]
