@@ -225,13 +225,16 @@ def summarize(run_dir: Path, say: Say = stderr, html: bool = True, server: kerne
 
     directory = rundir.RunDir.check(run_dir)
     exp = params.load(directory.experiment_file)
-    frames.write(directory.path, frames.build(directory.path, exp))
     if not html:
+        frames.write(directory.path, frames.build(directory.path, exp))
         reportmd.write_verdict(directory.path)
         say("launchlab: frames, verdict.json and report.md written; summary.html not rendered "
             f"(--no-html): `launchlab report {directory.path}` renders it")
         return directory.report_md
-    with _summary_kernel(server) as kernel:  # it starts, and imports the report's modules, while the verdict is made
+    # the kernel starts, and imports the report's modules, while the frames and the verdict are made: on the core
+    # that reading the runs in this process leaves idle (a large batch's are read by a pool, one a core)
+    with _summary_kernel(server) as kernel:
+        frames.write(directory.path, frames.build(directory.path, exp))
         # the verdict itself is said once, as the report's headline, at the end (the CLI's last lines): its
         # one-line record form here too said the same answer in other words
         reportmd.write_verdict(directory.path)
