@@ -151,12 +151,6 @@ class ParsedLog:
     reload: Reload | None = None
     line: int = 0  # the number of the line being parsed: where a phase or a failure is seen
 
-    def later(self, a: str | None, b: str | None) -> str | None:
-        """The later of two phases (None counts as earliest)."""
-        if a is None or b is None:
-            return a or b
-        return a if PHASES.index(a) >= PHASES.index(b) else b
-
     def reach(self, phase: str) -> None:
         if PHASES.index(phase) > PHASES.index(self.phase_reached):
             self.phase_reached = phase
