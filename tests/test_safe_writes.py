@@ -117,3 +117,31 @@ def test_a_report_killed_with_sigkill_leaves_no_temporary_file_behind(tmp_path):
     assert (run_dir / "summary.html").stat().st_mtime_ns == page  # killed before it rendered the page
     left = [p.name for p in run_dir.rglob(".*")]
     assert left == [], left
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_report_stopped_with_sigterm_or_sighup_stops_its_summary_kernel_and_leaves_nothing_behind(tmp_path, signum):
+    """`kill PID` of `launchlab report` while the summary renders: as Ctrl-C does, the report stops its summary kernel,
+    whose folder in $TMPDIR (its connection file and sockets) goes with it, and says why in the shell's exit status.
+    Before, the signal's default action ended the process at once: the kernel ended by itself (it watches its
+    parent), its folder stayed."""
+    from conftest import processes_using
+
+    run_dir = _copy(tmp_path)
+    page = (run_dir / "summary.html").stat().st_mtime_ns
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([*LAUNCHLAB, "report", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp)})
+    said = ""
+    while "rendering the summary" not in said and proc.poll() is None:
+        said += proc.stderr.readline()
+    assert proc.poll() is None, said + proc.stderr.read()
+    [kernel_folder] = list(tmp.iterdir())  # the summary kernel's, as it renders
+    assert kernel_folder.name.startswith("launchlab-kernel-") and processes_using(str(tmp))
+    os.kill(proc.pid, signum)  # the process only, as `kill PID` (and a closed terminal's SIGHUP to its leader)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, stderr[-2000:]
+    assert f"launchlab: interrupted by {signal.Signals(signum).name}." in stderr and "Traceback" not in stderr
+    assert list(tmp.iterdir()) == [] and processes_using(str(tmp)) == []
+    assert (run_dir / "summary.html").stat().st_mtime_ns == page and [p.name for p in run_dir.rglob(".*")] == []

@@ -481,7 +481,10 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
         logging.getLogger("traitlets").setLevel(logging.ERROR)  # nbconvert's per-export accessibility hints
         try:
-            return args.func(args)
+            # SIGTERM and SIGHUP stop every command as Ctrl-C does, so what it started goes with it: a report's
+            # summary kernel and its folder in $TMPDIR, which the signal's default action left behind
+            with interrupts.terminations_interrupt():
+                return args.func(args)
         except ParamsError as exc:
             print(f"launchlab: {exc}", file=sys.stderr)
             return EXIT_INVALID_PARAMS
@@ -490,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_KIT_ERROR
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a batch (interrupts.py)
             if not getattr(exc, "told", False):  # a batch said it already, with how to continue
-                print(f"launchlab: {interrupts.describe(exc)}.", file=sys.stderr)
+                with interrupts.unless_gone(sys.stderr):  # SIGHUP: the terminal may be gone
+                    print(f"launchlab: {interrupts.describe(exc)}.", file=sys.stderr)
             return interrupts.exit_code(exc)
 
 

@@ -1,6 +1,7 @@
 """Stopping a batch from outside: Ctrl-C, SIGTERM (`kill`, a service manager, a job scheduler) and SIGHUP (the
 terminal closed) all end `launchlab run` the same way — the runs in flight stopped and recorded as interrupted,
-the resume command printed — because each arrives as a KeyboardInterrupt in the main thread.
+the resume command printed — because each arrives as a KeyboardInterrupt in the main thread. cli.main does the
+same for every other command, so that what one started goes with it (`launchlab report`'s summary kernel).
 
 Python turns only SIGINT into KeyboardInterrupt; left alone, SIGTERM ends the process at once (no `finally`, the
 run's status left at `watching`, its sampler orphaned) and SIGHUP likewise. `terminations_interrupt` raises an
