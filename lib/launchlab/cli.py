@@ -481,9 +481,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
         logging.getLogger("traitlets").setLevel(logging.ERROR)  # nbconvert's per-export accessibility hints
         try:
-            # SIGTERM and SIGHUP stop every command as Ctrl-C does, so what it started goes with it: a report's
-            # summary kernel and its folder in $TMPDIR, which the signal's default action left behind
-            with interrupts.terminations_interrupt():
+            with interrupts.terminations_interrupt():  # as Ctrl-C: what a command started goes (a report's kernel)
                 return args.func(args)
         except ParamsError as exc:
             print(f"launchlab: {exc}", file=sys.stderr)
@@ -491,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         except LaunchlabError as exc:
             print(f"launchlab: {exc}", file=sys.stderr)
             return EXIT_KIT_ERROR
-        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP during a batch (interrupts.py)
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (interrupts.py)
             if not getattr(exc, "told", False):  # a batch said it already, with how to continue
                 with interrupts.unless_gone(sys.stderr):  # SIGHUP: the terminal may be gone
                     print(f"launchlab: {interrupts.describe(exc)}.", file=sys.stderr)
