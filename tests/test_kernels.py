@@ -150,3 +150,41 @@ def test_a_kernel_that_dies_before_it_answers_is_replaced_before_a_notebook_runs
         notebooks.execute(str(probe), tmp_path / "out.ipynb", {}, pool)
     ran = seen(tmp_path / "out.ipynb")
     assert killed and ran["pid"] != killed[0] and not alive(ran["pid"])
+
+
+def test_a_kernel_folder_whose_maker_was_killed_is_swept_and_nothing_else_is(tmp_path, monkeypatch):
+    """A SIGKILL (or a second Ctrl-C while a batch stops) leaves its kernels' folders in $TMPDIR; the next kernel
+    start of the user removes those whose maker is gone, and only those."""
+    import subprocess
+    import sys
+
+    def folder(name: str, owner: str | None) -> Path:
+        made = tmp_path / f"{kernels.FOLDER_PREFIX}{name}"
+        made.mkdir(mode=0o700)
+        (made / "kernel.json").write_text("{}")
+        if owner is not None:
+            (made / kernels.OWNER_FILE).write_text(owner)
+        return made
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    killed = folder("killed", f"{ended.pid} {kernels._process_start(os.getpid())}\n")
+    reused = folder("reused", f"{os.getpid()} 1\n")  # this pid, another start time: another process, gone
+    alive = folder("alive", f"{os.getpid()} {kernels._process_start(os.getpid())}\n")
+    older = folder("older-kit", None)  # made before owner files: nothing says whose it is
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / kernels.OWNER_FILE).write_text(f"{ended.pid} 1\n")
+    (tmp_path / f"{kernels.FOLDER_PREFIX}link").symlink_to(elsewhere)  # a link is never followed nor removed
+    monkeypatch.setattr(kernels, "_swept", set())
+    kernels._sweep_stale(str(tmp_path))
+    assert not killed.exists() and not reused.exists()
+    assert alive.is_dir() and older.is_dir() and (elsewhere / kernels.OWNER_FILE).exists()
+    assert (tmp_path / f"{kernels.FOLDER_PREFIX}link").is_symlink()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = kernels.RunKernel(kernel_name=kernels.KERNEL_NAME)  # a kernel's folder names its maker
+    try:
+        assert (Path(made.folder) / kernels.OWNER_FILE).read_text().split() == [
+            str(os.getpid()), kernels._process_start(os.getpid())]
+    finally:
+        shutil.rmtree(made.folder)

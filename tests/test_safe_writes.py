@@ -117,6 +117,13 @@ def test_a_report_killed_with_sigkill_leaves_no_temporary_file_behind(tmp_path):
     assert (run_dir / "summary.html").stat().st_mtime_ns == page  # killed before it rendered the page
     left = [p.name for p in run_dir.rglob(".*")]
     assert left == [], left
+    # what a killed process cannot remove, the next kernel start of the user does: the killed report's kernel folder
+    time.sleep(1)  # its kernel, watching its parent, ends within a second
+    [stale] = [p.name for p in tmp.iterdir()]
+    again = subprocess.run([*LAUNCHLAB_EXEC, "report", str(run_dir)], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "TMPDIR": str(tmp)})
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert stale.startswith("launchlab-kernel-") and list(tmp.iterdir()) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])

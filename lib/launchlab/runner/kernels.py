@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -39,6 +40,47 @@ PRELOADED = ["launchlab.runner.runview"]
 PRELOAD = [f"--IPKernelApp.exec_lines=import {', '.join(PRELOADED)}"]
 
 
+FOLDER_PREFIX = "launchlab-kernel-"
+OWNER_FILE = "owner"  # in a kernel's folder: the process that made it, `PID START` (its start time in /proc)
+_swept: set[str] = set()
+
+
+def _process_start(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat): with its pid, which process it is; None once
+    it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _sweep_stale(tmp: str) -> None:
+    """Once per process and temp folder, the kernel folders whose maker ended without removing them (a SIGKILL, a
+    second Ctrl-C while a batch stopped) are removed: a real folder of this user's only, whose owner file names a
+    process that is gone. Anything else there — another user's, a link, one made before owner files — stays."""
+    if tmp in _swept:
+        return
+    _swept.add(tmp)
+    try:
+        names = [name for name in os.listdir(tmp) if name.startswith(FOLDER_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(tmp, name)
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            with open(os.path.join(path, OWNER_FILE), encoding="ascii") as fh:
+                pid, started = fh.read().split()
+            gone = _process_start(int(pid)) != started
+        except (OSError, ValueError):
+            continue
+        if gone:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 # a UNIX socket's path holds at most 107 bytes (sun_path); a longer TMPDIR leaves the kernel on loopback TCP, with
 # jupyter_client's port race (rare: a TMPDIR of some 80 bytes)
 _SOCKET_PATH_MAX = 107
@@ -53,11 +95,14 @@ class RunKernel(AsyncKernelManager):
     (seen in CI: a summary kernel died of "Address already in use" and printed its traceback); and on a shared box
     any user can connect to a loopback port, where a folder of the batch's own (0700) is closed to them (only the
     kernel's inner IOPub pipe stays on loopback: ipykernel binds it itself, with no race). The folder goes with the
-    kernel (`_kill`), started or not."""
+    kernel (`_kill`), started or not; one whose maker was killed goes at the next kernel start (_sweep_stale)."""
 
     def __init__(self, **kwargs):
+        _sweep_stale(os.path.abspath(tempfile.gettempdir()))
         # absolute: the kernel starts in another folder (TMPDIR=. would give a relative one)
-        self.folder = os.path.abspath(tempfile.mkdtemp(prefix="launchlab-kernel-"))  # 0700, made here: ours
+        self.folder = os.path.abspath(tempfile.mkdtemp(prefix=FOLDER_PREFIX))  # 0700, made here: ours
+        with open(os.path.join(self.folder, OWNER_FILE), "x", encoding="ascii") as fh:
+            fh.write(f"{os.getpid()} {_process_start(os.getpid())}\n")
         sockets = os.path.join(self.folder, "s")
         if len(os.fsencode(sockets)) + len("-99") <= _SOCKET_PATH_MAX:  # "s-1" … "s-5", one per channel
             kwargs.update(transport="ipc", ip=sockets)
