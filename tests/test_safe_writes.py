@@ -93,22 +93,29 @@ def test_two_reports_of_one_run_directory_both_finish_with_whole_files(tmp_path)
 
 
 @pytest.mark.slow
-def test_a_report_killed_with_sigkill_leaves_no_temporary_file_behind(tmp_path):
-    """Issue 50 (round 4's, still open): `kill -9` of `launchlab report` while it renders the summary left its
-    `.summary.ipynb.*` folder in the run directory. The summary is written as an unnamed file (O_TMPFILE), which has
-    no name to leave until it is whole."""
+def _report_rendering(tmp_path: Path, launchlab: list[str]) -> tuple[Path, int, Path, subprocess.Popen]:
+    """`launchlab report` of a copy of the example, in a session of its own, once it renders the summary: (the run
+    directory, its summary.html's mtime before, its $TMPDIR, the process). $TMPDIR is a folder of the test's: the
+    summary kernel's folder (its connection file and sockets), what a killed process cannot remove, is kept out of
+    the machine's /tmp."""
     run_dir = _copy(tmp_path)
     page = (run_dir / "summary.html").stat().st_mtime_ns
-    # the summary kernel's folder (its connection file and sockets, in $TMPDIR) is what a killed process cannot remove:
-    # kept out of the machine's /tmp, where each test run left one
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.Popen([*LAUNCHLAB_EXEC, "report", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([*launchlab, "report", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp)})
     said = ""
     while "rendering the summary" not in said and proc.poll() is None:
         said += proc.stderr.readline()
     assert proc.poll() is None, said + proc.stderr.read()
+    return run_dir, page, tmp, proc
+
+
+def test_a_report_killed_with_sigkill_leaves_no_temporary_file_behind(tmp_path):
+    """Issue 50 (round 4's, still open): `kill -9` of `launchlab report` while it renders the summary left its
+    `.summary.ipynb.*` folder in the run directory. The summary is written as an unnamed file (O_TMPFILE), which has
+    no name to leave until it is whole."""
+    run_dir, page, tmp, proc = _report_rendering(tmp_path, LAUNCHLAB_EXEC)
     # the summary notebook is being executed: its kernel takes about a second to start, and the whole render of this
     # example about 3 s on an idle machine (it had finished by the old 3 s wait when nothing else ran)
     time.sleep(1)
@@ -134,16 +141,7 @@ def test_a_report_stopped_with_sigterm_or_sighup_stops_its_summary_kernel_and_le
     parent), its folder stayed."""
     from conftest import processes_using
 
-    run_dir = _copy(tmp_path)
-    page = (run_dir / "summary.html").stat().st_mtime_ns
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    proc = subprocess.Popen([*LAUNCHLAB, "report", str(run_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env={**os.environ, "TMPDIR": str(tmp)})
-    said = ""
-    while "rendering the summary" not in said and proc.poll() is None:
-        said += proc.stderr.readline()
-    assert proc.poll() is None, said + proc.stderr.read()
+    run_dir, page, tmp, proc = _report_rendering(tmp_path, LAUNCHLAB)
     [kernel_folder] = list(tmp.iterdir())  # the summary kernel's, as it renders
     assert kernel_folder.name.startswith("launchlab-kernel-") and processes_using(str(tmp))
     os.kill(proc.pid, signum)  # the process only, as `kill PID` (and a closed terminal's SIGHUP to its leader)
