@@ -90,35 +90,39 @@ def _counted(kind: str, n: int) -> str:
     return f"{n} {head}s" + (f" of {tail}" if tail else "")
 
 
-def tally(rows: pd.DataFrame) -> str:
-    """'4 kit errors — the sampler could not start: …; 2 missing' for invalid runs."""
+def tally(rows: list[dict]) -> str:
+    """'4 kit errors — the sampler could not start: …; 2 missing' for invalid runs (the ledger's frame's rows)."""
     parts = []
-    for kind, group in rows.groupby("invalid_kind", sort=False):
-        text = _counted(kind, len(group))
-        if kind == CONTRADICTED:
-            shown = group["invalid_detail"].fillna("").value_counts()
-            what = shown.index[0] if len(shown) == 1 and "contradicts its" not in shown.index[0] else ""
+    for kind, group in _grouped(rows, ["invalid_kind"]).items():
+        text = _counted(kind[0], len(group))
+        details = Counter(d if isinstance(d := r["invalid_detail"], str) else "" for r in group).most_common()
+        if kind[0] == CONTRADICTED:
+            what = details[0][0] if len(details) == 1 and "contradicts its" not in details[0][0] else ""
             text += (f" — the server's log shows another level than the run's{f' ({what})' if what else ''}: "
-                     f"{', '.join(group['run_id'])}")
-        elif kind in (KIT_ERROR, UNKNOWN_OUTCOME, MISFILED, DUPLICATE, CENSORED, READINESS):
-            common = group["invalid_detail"].fillna("").value_counts()
-            if len(common) and common.index[0]:
-                text += f" — {common.index[0][:200]}"
+                     f"{', '.join(r['run_id'] for r in group)}")
+        elif kind[0] in (KIT_ERROR, UNKNOWN_OUTCOME, MISFILED, DUPLICATE, CENSORED, READINESS) and details[0][0]:
+            text += f" — {details[0][0][:200]}"
         parts.append(text)
     return "; ".join(parts) or "no runs planned"
 
 
-def _held(others: list[str], key: tuple) -> dict[str, str]:
-    return dict(zip(others, key, strict=True))
+def _grouped(rows: list[dict], columns: list[str]) -> dict[tuple, list[dict]]:
+    """The rows by their values of `columns`, in the order of each key's first row; a row missing one is in none (as
+    pandas' groupby leaves it out)."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = tuple(row[c] for c in columns)
+        if not any(v is None or v != v for v in key):  # None or NaN
+            groups.setdefault(key, []).append(row)
+    return groups
 
 
-def strata(obs: pd.DataFrame, factor: str, factors: list[str]) -> list[tuple[dict[str, str], pd.DataFrame]]:
+def strata(rows: list[dict], factor: str, factors: list[str]) -> list[tuple[dict[str, str], list[dict]]]:
     """The planned combinations of the other factors' levels, each with its runs (valid or not)."""
     others = [f for f in factors if f != factor]
     if not others:
-        return [({}, obs)]
-    return [(_held(others, key if isinstance(key, tuple) else (key,)), group)
-            for key, group in obs.groupby(others, sort=False)]
+        return [({}, rows)]
+    return [(dict(zip(others, key, strict=True)), group) for key, group in _grouped(rows, others).items()]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -163,18 +167,15 @@ def _left_out(group: pd.DataFrame) -> str:
     return " (left out: " + ", ".join(_counted(k, len(g)) for k, g in left.groupby("invalid_kind", sort=False)) + ")"
 
 
-def _level_outcomes(group: pd.DataFrame, factor: str, levels: list[str]) -> dict[str, dict]:
-    # the stratum's rows read once as records: selecting a few rows of a small frame per level, twice, was most of a
-    # verdict's time (a verdict decides each factor in each stratum, and the headline and the strength line again)
-    rows = group.to_dict("records")
+def _level_outcomes(group: list[dict], factor: str, levels: list[str]) -> dict[str, dict]:
     out = {}
     for level in levels:
-        runs = [r for r in rows if r[factor] == level]
+        runs = [r for r in group if r[factor] == level]
         valid = [r for r in runs if r["valid"]]
         labels = [ledger.outcome_label(r.get("status"), r.get("failure_reason"), r.get("failure_phase")) for r in valid]
-        invalid = tally(group[(group[factor] == level) & ~group["valid"]]) if len(valid) < len(runs) else ""
         out[level] = {"planned": len(runs), "valid": len(valid), "ready": sum(r["status"] == "ready" for r in valid),
-                      "invalid": invalid, "runs": [r["run_id"] for r in valid], "odd_runs": _odd_runs(valid),
+                      "invalid": tally([r for r in runs if not r["valid"]]) if len(valid) < len(runs) else "",
+                      "runs": [r["run_id"] for r in valid], "odd_runs": _odd_runs(valid),
                       "outcomes": dict(sorted(Counter(labels).items()))}
     return out
 
@@ -289,11 +290,14 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     changed strata's p-values and the repetitions per side that would make such a split significant;
     `runs_per_side` is the fewest valid runs a side has in the comparisons it rests on (1: one run of each level).
     The summary and `claims` are claims.py's."""
-    levels = list(dict.fromkeys(obs[factor].dropna()))
+    # the frame read once as records: selecting a few rows of a small frame per stratum and level was most of a
+    # verdict's time (a verdict decides each factor in each stratum, and the headline and the strength line again)
+    rows = obs.to_dict("records")
+    levels = list(dict.fromkeys(lv for r in rows if (lv := r[factor]) is not None and lv == lv))
     # a stratum where the design planned one level of the factor (declared `variants:` that vary another factor
     # there) compares nothing of it: it neither decides nor leaves it undetermined
-    detail = [_stratum(group, held, factor, levels, reference=reference) for held, group in strata(obs, factor, factors)
-              if group[factor].nunique() > 1 or len(levels) < 2]
+    detail = [_stratum(group, held, factor, levels, reference=reference) for held, group in strata(rows, factor, factors)
+              if len({r[factor] for r in group if r[factor] in levels}) > 1 or len(levels) < 2]
     status = _status(detail)
     deciding = [(s, c) for s in detail if s.state == CHANGES for c in s.comparisons if s.differs(c)]
     if status == NEUTRAL:  # the same share of ready runs in every stratum: each exact test gives p = 1
@@ -313,11 +317,11 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
                     settled=settled(status, p, [c for s in detail for c in s.comparisons]))
 
 
-def _stratum(group: pd.DataFrame, held: dict, factor: str, levels: list[str], *, reference: str | None) -> Stratum:
+def _stratum(group: list[dict], held: dict, factor: str, levels: list[str], *, reference: str | None) -> Stratum:
     """One stratum: each level's outcomes, which were compared, its state (see decide), whether the share of ready
     runs changes (None: cannot tell — fewer than two levels compared, or a flaky level), and the exact tests
     against `reference`."""
-    present = [lv for lv in levels if (group[factor] == lv).any()]
+    present = [lv for lv in levels if any(r[factor] == lv for r in group)]
     per = _level_outcomes(group, factor, present)
     compared = [lv for lv in present if per[lv]["valid"]]
     flaky = [lv for lv in compared if per[lv]["odd_runs"]]

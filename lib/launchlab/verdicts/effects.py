@@ -11,7 +11,9 @@ weights, KV pool, CUDA graphs — each of which only runs that reached that phas
 from __future__ import annotations
 
 import math
+from collections import Counter
 
+import numpy as np
 import pandas as pd
 
 from launchlab.logparse.parsedlog import rank_order
@@ -42,7 +44,7 @@ def run_metrics(runs: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _pooled_sd(groups: list[pd.Series]) -> float | None:
+def _pooled_sd(groups: list[np.ndarray]) -> float | None:
     """The within-stratum sd: strata differ on purpose (another factor's level), so their means are not noise."""
     dof = sum(len(g) - 1 for g in groups)
     if dof <= 0:
@@ -53,7 +55,7 @@ def _pooled_sd(groups: list[pd.Series]) -> float | None:
 def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseline: dict[str, str], *,
                    searched: str | None = None) -> tuple[list[dict], list[str]]:
     """For each factor level other than the baseline's and each metric: the level's runs that observe the factor
-    (ledger.Ledger.for_factor) against those at the baseline level, within each stratum (the other factors held at
+    (ledger.Ledger.observing) against those at the baseline level, within each stratum (the other factors held at
     one combination) where both sides have a value — for SAMPLED metrics, of the runs that stood ready (a failed
     launch's sampled peak is a lower bound; the notes name the strata and runs left out, and why). Per-stratum
     differences are combined by their unweighted mean; `mean` and `baseline_mean` are the means of the per-stratum
@@ -63,22 +65,24 @@ def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseli
     scipy.stats.ttest_1samp) — where those differences are all the same (`diffs_identical`) the interval is that
     point, which says no spread was seen, not that it is precise; with one, `values` and `baseline_values` are the
     single values and there is no interval. A search's own flag (`searched`) has none: its probes are no sides of a
-    comparison (analysis.searched)."""
-    factors = list(led.factors)
+    comparison (analysis.searched). The runs are the ledger's records, each with its metrics: no frame per stratum."""
+    metrics = run_metrics(runs, events).drop(columns="variant").to_dict("index") if len(runs) else {}
     effects, notes = [], []
-    for factor in (f for f in factors if f != searched):
-        obs = led.for_factor(factor, runs)
-        valid = obs[obs["valid"]]
-        table = valid.set_index("run_id")[[*factors, "repetition", "phase_reached", "status"]].join(
-            run_metrics(valid, events).drop(columns="variant"))
-        others = [f for f in factors if f != factor]
-        for level in dict.fromkeys(obs[factor].dropna()):
-            if level == baseline[factor]:
-                continue
+    for factor in (f for f in led.factors if f != searched):
+        rows = [{**r.declared, "repetition": r.repetition, "phase_reached": r.phase_reached,
+                 "status": r.outcome.status, **metrics.get(r.run_id, {})} for r in led.observing(factor)]
+        others = [f for f in led.factors if f != factor]
+        strata: dict[tuple, list[dict]] = {}  # in the order of their first run, as the plan has them
+        for row in rows:
+            key = tuple(row[f] for f in others)
+            if None not in key:
+                strata.setdefault(key, []).append(row)
+        levels = dict.fromkeys(r.declared[factor] for r in led.runs if r.declared.get(factor) is not None)
+        for level in (lv for lv in levels if lv != baseline[factor]):
             for metric in EFFECT_METRICS:
-                effect, skipped = _matched(table, factor, level, baseline[factor], others=others, metric=metric)
-                if effect is not None:
-                    effects.append(effect)
+                used, skipped = _pairs(strata, others, factor, (level, baseline[factor]), metric=metric)
+                if used:
+                    effects.append(_effect(used, factor, (level, baseline[factor]), metric))
                 pair = f"{metric} of {factor}={level} is not compared with {factor}={baseline[factor]}"
                 notes += _not_compared(pair, [s for s in skipped if not s.get("partial")])
                 notes += _not_compared(pair.replace(" is not compared with ", " against ") + " is compared over the "
@@ -109,42 +113,39 @@ def _interval(diffs: list[float]) -> tuple[float | None, float | None]:
     return float(ci.low), float(ci.high)
 
 
-def _by_repetition(table: pd.DataFrame, values: pd.Series, base: pd.Series) -> list[tuple[float, float]]:
-    """A level's values and the baseline level's, paired by repetition (runs named by their index in table)."""
-    mine = dict(zip(table.loc[values.index, "repetition"], values, strict=True))
-    theirs = dict(zip(table.loc[base.index, "repetition"], base, strict=True))
-    return [(mine[r], theirs[r]) for r in sorted(mine.keys() & theirs.keys())]
+def _by_repetition(mine: list[dict], theirs: list[dict], metric: str) -> list[tuple[float, float]]:
+    """A level's values and the baseline level's, paired by repetition."""
+    a, b = ({r["repetition"]: r[metric] for r in side} for side in (mine, theirs))
+    return [(a[k], b[k]) for k in sorted(a.keys() & b.keys())]
 
 
-def _matched(table: pd.DataFrame, factor: str, level: str, base: str, *, others: list[str], metric: str
-             ) -> tuple[dict | None, list[dict]]:
-    used, skipped = _pairs(table, factor, level, base, others=others, metric=metric)
-    if not used:
-        return None, skipped
-    mean = sum(t.mean() for _, t, _ in used) / len(used)
-    base_mean = sum(c.mean() for _, _, c in used) / len(used)
-    diffs = [t.mean() - c.mean() for _, t, c in used]
-    values = pd.concat([t for _, t, _ in used])
-    base_values = pd.concat([c for _, _, c in used])
-    pairs = [float(a - b) for _, t, c in used for a, b in _by_repetition(table, t, c)]
+def _effect(used: list[tuple[dict, list[dict], list[dict]]], factor: str, levels: tuple[str, str], metric: str) -> dict:
+    """One level against the baseline's on one metric, over the strata both have values in (_pairs)."""
+    sides = [(held, np.array([r[metric] for r in t], dtype=float), np.array([r[metric] for r in c], dtype=float))
+             for held, t, c in used]
+    mean = sum(t.mean() for _, t, _ in sides) / len(sides)
+    base_mean = sum(c.mean() for _, _, c in sides) / len(sides)
+    diffs = [t.mean() - c.mean() for _, t, c in sides]
+    values, base_values = np.concatenate([t for _, t, _ in sides]), np.concatenate([c for _, _, c in sides])
+    pairs = [float(a - b) for _, t, c in used for a, b in _by_repetition(t, c, metric)]
     low = high = None
     if min(len(values), len(base_values)) >= 2 and len(pairs) >= 2:
         low, high = _interval(pairs)
     identical = low is not None and len(set(pairs)) == 1  # no spread: the "interval" is the point, not a precision
-    return {"factor": factor, "level": level, "baseline_level": base, "metric": metric,
-            "n": int(len(values)), "mean": mean, "sd": _pooled_sd([t for _, t, _ in used]),
-            "min": values.min(), "max": values.max(),
-            "baseline_n": int(len(base_values)), "baseline_mean": base_mean,
-            "baseline_sd": _pooled_sd([c for _, _, c in used]),
+    return {"factor": factor, "level": levels[0], "baseline_level": levels[1], "metric": metric,
+            "n": len(values), "mean": mean, "sd": _pooled_sd([t for _, t, _ in sides]),
+            "min": float(values.min()), "max": float(values.max()),
+            "baseline_n": len(base_values), "baseline_mean": base_mean,
+            "baseline_sd": _pooled_sd([c for _, _, c in sides]),
             "diff": mean - base_mean, "ratio": mean / base_mean if base_mean else None,
             "ci_low": low, "ci_high": high, "pairs": len(pairs), "diffs_identical": identical,
             "values": [float(v) for v in values] if len(values) == 1 else None,
             "baseline_values": [float(v) for v in base_values] if len(base_values) == 1 else None,
-            "strata": [label(h) for h, _, _ in used],
-            "stratum_diffs": [{"stratum": label(h), "n": int(len(t)), "baseline_n": int(len(c)),
-                               "mean": float(t.mean()), "baseline_mean": float(c.mean()),
-                               "diff": float(t.mean() - c.mean())} for h, t, c in used],
-            "signs_disagree": any(d > 0 for d in diffs) and any(d < 0 for d in diffs)}, skipped
+            "strata": [label(h) for h, _, _ in sides],
+            "stratum_diffs": [{"stratum": label(h), "n": len(t), "baseline_n": len(c), "mean": float(t.mean()),
+                               "baseline_mean": float(c.mean()), "diff": float(t.mean() - c.mean())}
+                              for h, t, c in sides],
+            "signs_disagree": any(d > 0 for d in diffs) and any(d < 0 for d in diffs)}
 
 
 def effect_warnings(effects: list[dict]) -> list[str]:
@@ -169,37 +170,35 @@ def effect_warnings(effects: list[dict]) -> list[str]:
     return sorted(warnings)
 
 
-def _pairs(table: pd.DataFrame, factor: str, level: str, base: str, *, others: list[str], metric: str
-           ) -> tuple[list[tuple[dict, pd.Series, pd.Series]], list[dict]]:
-    """Per stratum where both sides have values of the metric: (held, the level's values, the baseline's); and, for
+def _pairs(strata: dict[tuple, list[dict]], others: list[str], factor: str, levels: tuple[str, str], *, metric: str
+           ) -> tuple[list[tuple[dict, list[dict], list[dict]]], list[dict]]:
+    """Per stratum where both sides have values of the metric: (held, the level's runs, the baseline's); and, for
     a SAMPLED metric, the strata whose runs that did not stand ready were left out (`partial`: the others were
     compared)."""
-    groups = table.groupby(others, sort=False) if others else [((), table)]
     used, skipped = [], []
-    for key, group in groups:
-        held = _held(others, key if isinstance(key, tuple) else (key,))
-        sides = [group[group[factor] == level], group[group[factor] == base]]
+    for key, group in strata.items():
+        held = dict(zip(others, key, strict=True))
+        sides = [[r for r in group if r[factor] == level] for level in levels]
         if metric in SAMPLED:
-            fell = [side[side[metric].notna() & ~side["status"].isin(STOOD_READY)] for side in sides]
-            sides = [side[side["status"].isin(STOOD_READY)] for side in sides]
-        t, c = (side[metric].dropna() for side in sides)
-        both = bool(len(t) and len(c))
-        if metric in SAMPLED and (len(fell[0]) or len(fell[1])):
-            skipped.append({"stratum": label(held), "partial": both, "why": _fell(factor, (level, base), fell)})
-        if both:
+            fell = [[r for r in side if _has(r[metric]) and r["status"] not in STOOD_READY] for side in sides]
+            sides = [[r for r in side if r["status"] in STOOD_READY] for side in sides]
+        t, c = ([r for r in side if _has(r[metric])] for side in sides)
+        if metric in SAMPLED and (fell[0] or fell[1]):
+            skipped.append({"stratum": label(held), "partial": bool(t and c), "why": _fell(factor, levels, fell)})
+        if t and c:
             used.append((held, t, c))
     return used, skipped
 
 
-def _fell(factor: str, levels: tuple[str, str], fell: list[pd.DataFrame]) -> str:
+def _has(value) -> bool:
+    return value is not None and value == value  # NaN is no value
+
+
+def _fell(factor: str, levels: tuple[str, str], fell: list[list[dict]]) -> str:
     """Why runs' sampled peaks were left out: each side's runs that did not stand ready, counted by how they ended."""
-    def ended(side: pd.DataFrame) -> str:
-        counts = side.groupby([side["status"], side["phase_reached"].fillna("?")], sort=False).size()
+    def ended(side: list[dict]) -> str:
+        counts = Counter((r["status"], r["phase_reached"] if _has(r["phase_reached"]) else "?") for r in side)
         return ", ".join(f"{n} {'run' if n == 1 else 'runs'} {status} in {phase}" for (status, phase), n in counts.items())
 
-    said = "; ".join(f"{factor}={lv}: {ended(side)}" for lv, side in zip(levels, fell, strict=True) if len(side))
+    said = "; ".join(f"{factor}={lv}: {ended(side)}" for lv, side in zip(levels, fell, strict=True) if side)
     return f"runs not ready left out ({said}): {LOWER_BOUND}"
-
-
-def _held(others: list[str], key: tuple) -> dict[str, str]:
-    return dict(zip(others, key, strict=True))

@@ -197,6 +197,10 @@ class Ledger:
                 frame.loc[at, ["valid", "invalid_kind", "invalid_detail"]] = [False, CONTRADICTED, level.detail]
         return frame
 
+    def observing(self, factor: str) -> list[RunEvidence]:
+        """The observations of `factor`: for_factor's valid rows, as the records they are."""
+        return [r for r in self.observations if factor not in r.levels or r.levels[factor].state != OVERRIDDEN]
+
     def overridden(self, factor: str) -> list[RunEvidence]:
         return [r for r in self.observations if factor in r.levels and r.levels[factor].state == OVERRIDDEN]
 

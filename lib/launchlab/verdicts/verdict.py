@@ -176,7 +176,7 @@ def _warnings(obs: pd.DataFrame, e: Evidence, measured: list[dict], found: list[
     if len(valid) < len(obs) and len(valid):
         left = obs[~obs["valid"]]
         warnings.insert(0, f"{len(left)} of {len(obs)} planned runs are not observations of the server and were left "
-                           f"out of every comparison ({analysis.tally(left)}): {', '.join(left['run_id'])}")
+                           f"out of every comparison ({analysis.tally(left.to_dict('records'))}): {', '.join(left['run_id'])}")
     if found:
         warnings.insert(0, f"{len(found)} confound(s): the comparison is not controlled — see `confounds`")
     return warnings
@@ -210,7 +210,7 @@ def inconclusive_reasons(obs: pd.DataFrame, decisions: dict[str, Decision], find
     first = [f["detail"] for f in findings if f.get("kind") == "readiness"]
     if not obs["valid"].any():
         return first + [f"nothing can be concluded: none of the {len(obs)} planned runs is a valid observation of the "
-                        f"server ({analysis.tally(obs)})"]
+                        f"server ({analysis.tally(obs.to_dict('records'))})"]
     return first + [d.summary if d.status in INCONCLUSIVE else _unsettled(factor, d) for factor, d in decisions.items()
                     if d.status in INCONCLUSIVE or (not search and d.status in SETTLED and d.settled is False)]
 
