@@ -10,6 +10,7 @@ yields every pair before the cut.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
@@ -46,41 +47,43 @@ def _pairs(text: str, separator: str) -> dict[str, str]:
 def _top_level_split(text: str, separator: str) -> list[str]:
     """text cut at top-level separators, ending where a bracket opened before text closes."""
     parts, start, end = [], 0, len(text)
-    for index, char in _top_level(text):
+    for index, char in _top_level(text, separator):
         if char in ")]}":
             end = index
             break
-        if char == separator:
-            parts.append(text[start:index])
-            start = index + 1
+        parts.append(text[start:index])
+        start = index + 1
     parts.append(text[start:end])
     return [p for p in parts if p.strip()]
 
 
 def _first_top_level(text: str, separator: str) -> int | None:
-    for index, char in _top_level(text):
+    for index, char in _top_level(text, separator):
         if char == separator:
             return index
     return None
 
 
-def _top_level(text: str) -> Iterator[tuple[int, str]]:
-    """(index, char) of each character outside brackets and strings, and of a closing bracket unmatched in text."""
+# the characters the scanner acts on; it jumps from one to the next (a character at a time was most of a long
+# `ServerArgs(…)` line's parse), and over a string to its closing quote, past escaped ones
+_SPECIAL = re.compile(r"""['"()\[\]{}=:,]""")
+_STRING_REST = {"'": re.compile(r"[^'\\]*(?:\\.[^'\\]*)*'", re.S), '"': re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)}
+
+
+def _top_level(text: str, wanted: str) -> Iterator[tuple[int, str]]:
+    """(index, char) of each `wanted` character outside brackets and strings, and of a closing bracket unmatched in
+    text (the last one yielded)."""
     stack: list[str] = []
-    quote: str | None = None
-    previous = ""  # the last non-blank character outside a string
     i = 0
-    while i < len(text):
-        char = text[i]
-        if quote is not None:
-            if char == "\\":
-                i += 2
-                continue
-            if char == quote:
-                quote, previous = None, char
-        elif char in "'\"" and previous in _QUOTE_AFTER:
-            quote = char
-        elif char in _CLOSE:
+    while (found := _SPECIAL.search(text, i)) is not None:
+        i, char = found.start(), found.group()
+        if char in "'\"" and _before(text, i) in _QUOTE_AFTER:  # a string: on past its end (a cut one ends the text)
+            rest = _STRING_REST[char].match(text, i + 1)
+            if rest is None:
+                return
+            i = rest.end()
+            continue
+        if char in _CLOSE:
             stack.append(_CLOSE[char])
         elif char in ")]}":
             if not stack:
@@ -88,11 +91,18 @@ def _top_level(text: str) -> Iterator[tuple[int, str]]:
                 return
             if stack[-1] == char:
                 stack.pop()
-        elif not stack:
+        elif not stack and char == wanted:
             yield i, char
-        if quote is None and not char.isspace() and char not in "'\"":
-            previous = char
         i += 1
+
+
+def _before(text: str, i: int) -> str:
+    """The last non-blank character before i ("" at the start): a quote opens a string only after one of
+    _QUOTE_AFTER (the closing quote of a string before it, or a quote that opened none, never does)."""
+    j = i - 1
+    while j >= 0 and text[j].isspace():
+        j -= 1
+    return text[j] if j >= 0 else ""
 
 
 def _unquote(value: str) -> str:
