@@ -112,7 +112,7 @@ def _grouped(rows: list[dict], columns: list[str]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         key = tuple(row[c] for c in columns)
-        if not any(v is None or v != v for v in key):  # None or NaN
+        if not any(pd.isna(v) for v in key):
             groups.setdefault(key, []).append(row)
     return groups
 
@@ -293,7 +293,7 @@ def decide(obs: pd.DataFrame, factor: str, factors: list[str], reference: str | 
     # the frame read once as records: selecting a few rows of a small frame per stratum and level was most of a
     # verdict's time (a verdict decides each factor in each stratum, and the headline and the strength line again)
     rows = obs.to_dict("records")
-    levels = list(dict.fromkeys(lv for r in rows if (lv := r[factor]) is not None and lv == lv))
+    levels = list(dict.fromkeys(r[factor] for r in rows if not pd.isna(r[factor])))
     # a stratum where the design planned one level of the factor (declared `variants:` that vary another factor
     # there) compares nothing of it: it neither decides nor leaves it undetermined
     detail = [_stratum(group, held, factor, levels, reference=reference) for held, group in strata(rows, factor, factors)

@@ -70,12 +70,13 @@ def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseli
     effects, notes = [], []
     for factor in (f for f in led.factors if f != searched):
         rows = [{**r.declared, "repetition": r.repetition, "phase_reached": r.phase_reached,
-                 "status": r.outcome.status, **metrics.get(r.run_id, {})} for r in led.observing(factor)]
+                 "status": r.outcome.status, **dict.fromkeys(EFFECT_METRICS), **metrics.get(r.run_id, {})}
+                for r in led.observing(factor)]
         others = [f for f in led.factors if f != factor]
         strata: dict[tuple, list[dict]] = {}  # in the order of their first run, as the plan has them
         for row in rows:
             key = tuple(row[f] for f in others)
-            if None not in key:
+            if not any(pd.isna(v) for v in key):  # as pandas' groupby, which leaves such a run out
                 strata.setdefault(key, []).append(row)
         levels = dict.fromkeys(r.declared[factor] for r in led.runs if r.declared.get(factor) is not None)
         for level in (lv for lv in levels if lv != baseline[factor]):
@@ -191,7 +192,7 @@ def _pairs(strata: dict[tuple, list[dict]], others: list[str], factor: str, leve
 
 
 def _has(value) -> bool:
-    return value is not None and value == value  # NaN is no value
+    return not pd.isna(value)  # None, NaN or NA: no value
 
 
 def _fell(factor: str, levels: tuple[str, str], fell: list[list[dict]]) -> str:
