@@ -23,7 +23,7 @@ app = IPKernelApp.instance()
 print(json.dumps({"pid": os.getpid(), "cwd": os.getcwd(), "left": "left_by_earlier" in globals(),
                   "transport": app.transport, "sockets": app.ip,
                   "preloaded": "launchlab.runner.runview" in sys.modules,
-                  "history": get_ipython().history_manager.enabled}))
+                  "history": get_ipython().history_manager.enabled, "frozen": __import__("gc").get_freeze_count()}))
 left_by_earlier = True
 """
 
@@ -65,6 +65,8 @@ def test_every_notebook_gets_a_fresh_kernel_started_ahead_and_none_outlives_the_
     assert not any(r["left"] for r in runs), "nothing passes from one notebook's kernel to the next"
     assert {r["cwd"] for r in runs} == {str(notebooks.notebooks_dir().resolve())}, runs  # where papermill would start it
     assert all(r["preloaded"] for r in runs), "the run notebook's imports are loaded while the kernel waits"
+    # frozen in the server (kernelfork._preload): no kernel's garbage collection walks them, or copies their pages
+    assert all(r["frozen"] > 10_000 for r in runs), [r["frozen"] for r in runs]
     assert not any(r["history"] for r in runs), "no cell is written to the user's IPython history"
     # no loopback port another process could take before the kernel binds it, or another user connect to
     assert {r["transport"] for r in runs} == {"ipc"}, runs

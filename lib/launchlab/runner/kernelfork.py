@@ -20,6 +20,7 @@ server's (/proc/PID/cmdline says `launchlab.runner.kernelfork`); its name (/proc
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -209,6 +210,9 @@ def _preload(preload: list[str]) -> None:
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     for module in (*KERNEL_MODULES, *preload):
         importlib.import_module(module)
+    # frozen: no kernel's garbage collection walks the imports' objects again, nor so copies the pages they are on
+    gc.collect()
+    gc.freeze()
     # a Ctrl-C at the terminal reaches the batch's whole process group, this server included: the batch stops its
     # runs and summarises, and needs its kernels for that; the server ends when the batch closes its stdin
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
