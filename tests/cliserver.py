@@ -21,6 +21,7 @@ its environment. The server forks only from its single thread: it runs no thread
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
@@ -90,6 +91,9 @@ def serve(path: str) -> None:
     import launchlab.runner.batch  # noqa: F401
     import launchlab.verdicts.frames  # noqa: F401
 
+    # frozen, as in runner/kernelfork.py: no command's garbage collection walks (and copies) the imports' pages
+    gc.collect()
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
