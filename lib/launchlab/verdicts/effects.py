@@ -18,6 +18,7 @@ import pandas as pd
 
 from launchlab.logparse.parsedlog import rank_order
 from launchlab.store.records import LOWER_BOUND, STOOD_READY
+from launchlab.verdicts import analysis
 from launchlab.verdicts.claims import label, places
 from launchlab.verdicts.ledger import Ledger
 
@@ -72,16 +73,11 @@ def factor_effects(led: Ledger, runs: pd.DataFrame, events: pd.DataFrame, baseli
         rows = [{**r.declared, "repetition": r.repetition, "phase_reached": r.phase_reached,
                  "status": r.outcome.status, **dict.fromkeys(EFFECT_METRICS), **metrics.get(r.run_id, {})}
                 for r in led.observing(factor)]
-        others = [f for f in led.factors if f != factor]
-        strata: dict[tuple, list[dict]] = {}  # in the order of their first run, as the plan has them
-        for row in rows:
-            key = tuple(row[f] for f in others)
-            if not any(pd.isna(v) for v in key):  # as pandas' groupby, which leaves such a run out
-                strata.setdefault(key, []).append(row)
+        strata = analysis.strata(rows, factor, list(led.factors))
         levels = dict.fromkeys(r.declared[factor] for r in led.runs if r.declared.get(factor) is not None)
         for level in (lv for lv in levels if lv != baseline[factor]):
             for metric in EFFECT_METRICS:
-                used, skipped = _pairs(strata, others, factor, (level, baseline[factor]), metric=metric)
+                used, skipped = _pairs(strata, factor, (level, baseline[factor]), metric=metric)
                 if used:
                     effects.append(_effect(used, factor, (level, baseline[factor]), metric))
                 pair = f"{metric} of {factor}={level} is not compared with {factor}={baseline[factor]}"
@@ -171,14 +167,13 @@ def effect_warnings(effects: list[dict]) -> list[str]:
     return sorted(warnings)
 
 
-def _pairs(strata: dict[tuple, list[dict]], others: list[str], factor: str, levels: tuple[str, str], *, metric: str
+def _pairs(strata: list[tuple[dict, list[dict]]], factor: str, levels: tuple[str, str], *, metric: str
            ) -> tuple[list[tuple[dict, list[dict], list[dict]]], list[dict]]:
     """Per stratum where both sides have values of the metric: (held, the level's runs, the baseline's); and, for
     a SAMPLED metric, the strata whose runs that did not stand ready were left out (`partial`: the others were
     compared)."""
     used, skipped = [], []
-    for key, group in strata.items():
-        held = dict(zip(others, key, strict=True))
+    for held, group in strata:
         sides = [[r for r in group if r[factor] == level] for level in levels]
         if metric in SAMPLED:
             fell = [[r for r in side if _has(r[metric]) and r["status"] not in STOOD_READY] for side in sides]
